@@ -1,0 +1,37 @@
+//! Tally's chain layer: names, transactions, blocks, state stores and the sequential pusher.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use tally_chain::{Chain, ChainConfig, MemoryStore, workload};
+//! use tally_runtime::{Runtime, RuntimeConfig};
+//!
+//! let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
+//! let mut chain = Chain::open(runtime, Box::new(MemoryStore::new()), ChainConfig::default()).unwrap();
+//! let simplecoin = workload::SIMPLECOIN;
+//! chain.deploy(simplecoin, workload::SIMPLECOIN_WASM).unwrap();
+//! assert_eq!(workload::balance(&chain, simplecoin, simplecoin), Some(1_000_000));
+//! ```
+//!
+//! # Core concepts
+//!
+//! - **Transactions** ([`Transaction`]) carry actions, an expiration and a reference block
+//!   (TaPoS). [`Chain::push_transaction`] runs one atomically in the pending block.
+//! - **Blocks** ([`BlockHeader`]) commit the pending block's changes in one atomic store
+//!   write, with a state checksum chained over each block's logical changes.
+//! - **Stores** implement [`StateStore`]; contract storage is namespaced by account.
+
+pub mod block;
+pub mod chain;
+pub mod error;
+pub mod state;
+pub mod tx;
+pub mod workload;
+
+mod host;
+
+pub use block::{BlockHeader, BlockId};
+pub use chain::{Chain, ChainConfig, TxReceipt};
+pub use error::{ChainError, TxError};
+pub use state::{MemoryStore, StateStore};
+pub use tally_host_api::Name;
+pub use tx::{Action, Transaction, Transfer, TxId};

@@ -1,0 +1,372 @@
+//! The transfer workload of `tally bench`, shared with the criterion benches so the number a
+//! user sees and the number CI tracks come from the same code.
+
+use std::time::{Duration, Instant};
+
+use tally_host_api::Name;
+
+use crate::chain::Chain;
+use crate::error::ChainError;
+use crate::tx::{Action, Transaction, Transfer};
+
+/// The account simplecoin is deployed to.
+pub const SIMPLECOIN: Name = match Name::from_str_const("simplecoin") {
+    Ok(name) => name,
+    Err(_) => panic!("valid name"),
+};
+
+/// The `transfer` action name (the 2017 export `onApply_Transfer_simplecoin`).
+pub const TRANSFER: Name = match Name::from_str_const("transfer") {
+    Ok(name) => name,
+    Err(_) => panic!("valid name"),
+};
+
+/// simplecoin built from `contracts/simplecoin.c` (recipe: contracts/README.md).
+pub const SIMPLECOIN_WASM: &[u8] = include_bytes!("../../contracts/simplecoin.wasm");
+
+/// Coins simplecoin's `onInit` gives to `simplecoin`.
+pub const SIMPLECOIN_SUPPLY: u64 = 1_000_000;
+
+/// Coins each benchmark account starts with: enough that transfers of one coin rarely fail.
+pub const INITIAL_BALANCE: u64 = 1_000_000;
+
+/// A simplecoin balance (`None` if the account has none).
+pub fn balance(chain: &Chain, contract: Name, account: Name) -> Option<u64> {
+    let value = chain.get(contract, &account.0.to_le_bytes())?;
+    Some(u64::from_le_bytes(value.get(..8)?.try_into().ok()?))
+}
+
+/// The name of benchmark account `i`: `u` and `i` in base 31 over the name alphabet.
+pub fn account_name(i: u64) -> Name {
+    const DIGITS: &[u8; 31] = b"12345abcdefghijklmnopqrstuvwxyz";
+    let mut s = vec![b'u'];
+    let mut n = i;
+    loop {
+        s.push(DIGITS[(n % 31) as usize]);
+        n /= 31;
+        if n == 0 {
+            break;
+        }
+    }
+    Name::from_str_const(std::str::from_utf8(&s).expect("ascii")).expect("valid name")
+}
+
+/// SplitMix64: tiny, fast and fully specified, so a seed means the same workload on every
+/// platform and version.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// Uniform in `[0, n)`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
+    }
+}
+
+/// How benchmark accounts are picked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Distribution {
+    /// Every account equally likely.
+    Uniform,
+    /// Zipf-Mandelbrot with s = 1.0001, v = 2.7, as in the Vryx test: a few accounts are very
+    /// hot, most are cold.
+    Zipf,
+}
+
+impl Distribution {
+    /// Its command-line label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Uniform => "uniform",
+            Self::Zipf => "zipf",
+        }
+    }
+}
+
+/// Samples ranks `0..n` from Zipf-Mandelbrot, P(k) ∝ (k + v)^-s for k = 1..n, by
+/// rejection-inversion (Hörmann & Derflinger 1996): O(1) memory and time per sample, so ten
+/// million accounts need no table.
+#[derive(Debug, Clone)]
+pub struct ZipfMandelbrot {
+    n: f64,
+    s: f64,
+    v: f64,
+    h_x1: f64,
+    h_n: f64,
+    threshold: f64,
+}
+
+impl ZipfMandelbrot {
+    /// The Vryx parameters: s = 1.0001, v = 2.7.
+    pub fn vryx(n: u64) -> Self {
+        Self::new(n, 1.0001, 2.7)
+    }
+
+    /// A sampler over `n` ranks with exponent `s` (> 0, ≠ 1 is fine and so is 1) and shift `v`.
+    pub fn new(n: u64, s: f64, v: f64) -> Self {
+        let mut z = Self {
+            n: n as f64,
+            s,
+            v,
+            h_x1: 0.0,
+            h_n: 0.0,
+            threshold: 0.0,
+        };
+        z.h_x1 = z.big_h(1.5) - z.h(1.0);
+        z.h_n = z.big_h(z.n + 0.5);
+        z.threshold = 2.0 - z.big_h_inv(z.big_h(2.5) - z.h(2.0));
+        z
+    }
+
+    fn h(&self, x: f64) -> f64 {
+        (-self.s * (x + self.v).ln()).exp()
+    }
+
+    /// An antiderivative of `h`: ((x+v)^(1-s) - 1) / (1-s), computed stably near s = 1.
+    fn big_h(&self, x: f64) -> f64 {
+        let log_x = (x + self.v).ln();
+        helper2((1.0 - self.s) * log_x) * log_x
+    }
+
+    fn big_h_inv(&self, y: f64) -> f64 {
+        let t = (y * (1.0 - self.s)).max(-1.0);
+        (helper1(t) * y).exp() - self.v
+    }
+
+    /// A rank in `0..n` (0 is the hottest).
+    pub fn sample(&self, rng: &mut Rng) -> u64 {
+        loop {
+            let u = self.h_n + rng.next_f64() * (self.h_x1 - self.h_n);
+            let x = self.big_h_inv(u);
+            let k = x.round().clamp(1.0, self.n);
+            if k - x <= self.threshold || u >= self.big_h(k + 0.5) - self.h(k) {
+                return k as u64 - 1;
+            }
+        }
+    }
+}
+
+/// log1p(x) / x, stable near 0.
+fn helper1(x: f64) -> f64 {
+    if x.abs() > 1e-8 {
+        x.ln_1p() / x
+    } else {
+        1.0 - x * (0.5 - x * (1.0 / 3.0 - 0.25 * x))
+    }
+}
+
+/// expm1(x) / x, stable near 0.
+fn helper2(x: f64) -> f64 {
+    if x.abs() > 1e-8 {
+        x.exp_m1() / x
+    } else {
+        1.0 + x * 0.5 * (1.0 + x * (1.0 / 3.0) * (1.0 + 0.25 * x))
+    }
+}
+
+/// Picks accounts for transfers.
+#[derive(Debug, Clone)]
+pub enum Sampler {
+    /// Uniform over `0..n`.
+    Uniform(u64),
+    /// Zipf-Mandelbrot.
+    Zipf(ZipfMandelbrot),
+}
+
+impl Sampler {
+    /// A sampler over `accounts` accounts.
+    pub fn new(dist: Distribution, accounts: u64) -> Self {
+        match dist {
+            Distribution::Uniform => Self::Uniform(accounts),
+            Distribution::Zipf => Self::Zipf(ZipfMandelbrot::vryx(accounts)),
+        }
+    }
+
+    /// An account index.
+    pub fn sample(&self, rng: &mut Rng) -> u64 {
+        match self {
+            Self::Uniform(n) => rng.below(*n),
+            Self::Zipf(z) => z.sample(rng),
+        }
+    }
+}
+
+/// What one benchmark run does.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    /// Transfers to push.
+    pub transfers: u64,
+    /// Accounts they move coins between (at least 2).
+    pub accounts: u64,
+    /// How accounts are picked.
+    pub dist: Distribution,
+    /// Seed of the workload: the same seed gives the same transfers and the same checksum.
+    pub seed: u64,
+    /// Transactions per block.
+    pub block_size: usize,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        Self {
+            transfers: 200_000,
+            accounts: 10_000,
+            dist: Distribution::Uniform,
+            seed: 1,
+            block_size: 5_000,
+        }
+    }
+}
+
+/// Generates the benchmark's transfers, a block at a time.
+pub struct TransferGen {
+    rng: Rng,
+    sampler: Sampler,
+    accounts: u64,
+    next: u64,
+}
+
+impl TransferGen {
+    /// A generator for `config`.
+    pub fn new(config: &BenchConfig) -> Self {
+        Self {
+            rng: Rng::new(config.seed),
+            sampler: Sampler::new(config.dist, config.accounts),
+            accounts: config.accounts,
+            next: 0,
+        }
+    }
+
+    /// The next transfer, referencing the chain's head and expiring a minute after the
+    /// pending block. Self-transfers are redrawn: the 2017 simplecoin mints coins on them
+    /// (it stores the sender's balance, then overwrites it with the recipient's).
+    pub fn next_tx(&mut self, chain: &Chain) -> Transaction {
+        let from = self.sampler.sample(&mut self.rng);
+        let mut to = self.sampler.sample(&mut self.rng);
+        while to == from && self.accounts > 1 {
+            to = self.sampler.sample(&mut self.rng);
+        }
+        let (from, to) = (account_name(from), account_name(to));
+        let transfer = Transfer {
+            from,
+            to,
+            amount: 1,
+            memo: self.next.to_string(),
+        };
+        self.next += 1;
+        let (ref_block_num, ref_block_prefix) = chain.tapos();
+        Transaction {
+            expiration_ms: chain.pending_block_time_ms() + 60_000,
+            ref_block_num,
+            ref_block_prefix,
+            actions: vec![Action {
+                account: SIMPLECOIN,
+                name: TRANSFER,
+                authorization: vec![from],
+                data: transfer.encode(),
+            }],
+        }
+    }
+}
+
+/// What a benchmark run measured.
+#[derive(Debug, Clone)]
+pub struct BenchReport {
+    /// Transfers pushed.
+    pub transfers: u64,
+    /// Of which failed (for example insufficient funds).
+    pub failed: u64,
+    /// Time spent pushing transfers and committing their blocks.
+    pub elapsed: Duration,
+    /// Blocks committed in the timed section.
+    pub blocks: u64,
+    /// Height of the last block.
+    pub height: u64,
+    /// The last block's chained state checksum.
+    pub state_checksum: [u8; 32],
+    /// Time to deploy simplecoin (validate, compile or load from cache, run `onInit`).
+    pub deploy: Duration,
+}
+
+impl BenchReport {
+    /// Transfers per second.
+    pub fn tps(&self) -> f64 {
+        self.transfers as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Deploys simplecoin on `chain`, gives every account [`INITIAL_BALANCE`] and commits that as
+/// a setup block.
+pub fn setup(chain: &mut Chain, accounts: u64) -> Result<Duration, ChainError> {
+    let start = Instant::now();
+    chain.deploy(SIMPLECOIN, SIMPLECOIN_WASM)?;
+    let deploy = start.elapsed();
+    for i in 0..accounts {
+        chain.allocate(
+            SIMPLECOIN,
+            &account_name(i).0.to_le_bytes(),
+            &INITIAL_BALANCE.to_le_bytes(),
+        );
+    }
+    chain.finish_block()?;
+    Ok(deploy)
+}
+
+/// Runs the benchmark on a fresh `chain`: setup, then `config.transfers` transfers in blocks
+/// of `config.block_size`. Only pushing and committing are timed; each block's transactions
+/// are generated before its timer starts. `progress` gets the transfers done so far.
+pub fn run(
+    chain: &mut Chain,
+    config: &BenchConfig,
+    progress: &mut dyn FnMut(u64),
+) -> Result<BenchReport, ChainError> {
+    let deploy = setup(chain, config.accounts)?;
+    let mut generator = TransferGen::new(config);
+    let mut elapsed = Duration::ZERO;
+    let (mut done, mut failed, mut blocks) = (0u64, 0u64, 0u64);
+    let mut block = Vec::with_capacity(config.block_size);
+    while done < config.transfers {
+        let n = (config.transfers - done).min(config.block_size as u64);
+        block.clear();
+        block.extend((0..n).map(|_| generator.next_tx(chain)));
+        let start = Instant::now();
+        for tx in &block {
+            if !chain.push_transaction(tx)?.is_success() {
+                failed += 1;
+            }
+        }
+        chain.finish_block()?;
+        elapsed += start.elapsed();
+        done += n;
+        blocks += 1;
+        progress(done);
+    }
+    Ok(BenchReport {
+        transfers: done,
+        failed,
+        elapsed,
+        blocks,
+        height: chain.head().height,
+        state_checksum: chain.head().state_checksum,
+        deploy,
+    })
+}

@@ -1,0 +1,92 @@
+//! Why an action aborts: stable codes that cross the ABI and enter receipts.
+//!
+//! The numeric codes are part of consensus (receipts are hashed), so they never change; new
+//! reasons get new numbers. Messages are built only from deterministic inputs (the contract's
+//! own `assert` text, limits, names), never from an engine's error text.
+
+use alloc::string::String;
+use core::fmt;
+
+/// Why an action failed. The discriminant is the stable code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u16)]
+#[non_exhaustive]
+pub enum AbortCode {
+    /// The contract called `assert` with a false condition.
+    AssertFailed = 1,
+    /// A pointer/length pair fell outside the contract's linear memory.
+    BadPointer = 2,
+    /// A key, value, message or console write exceeded its limit in [`crate::limits`].
+    LimitExceeded = 3,
+    /// `require_auth` named an account that did not authorize the transaction.
+    Unauthorized = 4,
+    /// The action used all its fuel.
+    OutOfFuel = 5,
+    /// The WebAssembly code trapped (division by zero, `unreachable`, out-of-bounds access…).
+    Trap = 6,
+    /// The call stack overflowed (runaway recursion).
+    StackOverflow = 7,
+    /// The contract has no handler for this action.
+    NoHandler = 8,
+    /// Memory could not be grown or a resource limit was hit while instantiating.
+    ResourceLimit = 9,
+}
+
+impl AbortCode {
+    /// The stable numeric code.
+    pub fn code(self) -> u16 {
+        self as u16
+    }
+
+    /// A short, stable, lower-case label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::AssertFailed => "assert failed",
+            Self::BadPointer => "bad pointer",
+            Self::LimitExceeded => "limit exceeded",
+            Self::Unauthorized => "unauthorized",
+            Self::OutOfFuel => "out of fuel",
+            Self::Trap => "trap",
+            Self::StackOverflow => "stack overflow",
+            Self::NoHandler => "no handler",
+            Self::ResourceLimit => "resource limit",
+        }
+    }
+}
+
+impl fmt::Display for AbortCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// An aborted action: a code and a deterministic message.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Abort {
+    /// Why.
+    pub code: AbortCode,
+    /// Detail for a person: the contract's `assert` text, or which argument and limit.
+    pub message: String,
+}
+
+impl Abort {
+    /// An abort with a message.
+    pub fn new(code: AbortCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Abort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.message.is_empty() {
+            write!(f, "{}", self.code)
+        } else {
+            write!(f, "{}: {}", self.code, self.message)
+        }
+    }
+}
+
+impl core::error::Error for Abort {}

@@ -1,0 +1,74 @@
+//! The Tally contract ABI, version 1: the one place both sides of the boundary agree on.
+//!
+//! A contract is a WebAssembly module that imports a handful of functions from module `env`
+//! and exports an entry point. This crate fixes everything about that boundary:
+//!
+//! - [`abi`]: the import table (names, signatures) and the entry-point conventions;
+//! - [`limits`]: every limit a contract runs under, each with where its number came from;
+//! - [`error`]: why an action aborts, as stable numeric codes;
+//! - [`name`]: EOS-style 64-bit account and action names;
+//! - [`Host`]: what the node provides to a running action (its message and its state);
+//! - feature `host`: [`linker::add_to_linker`] registers every import on a wasmtime `Linker`,
+//!   bounds-checking every guest pointer and charging fuel for every call.
+//!
+//! # Core concepts
+//!
+//! Pointers passed by a contract are offsets into its own linear memory, read as unsigned
+//! 32-bit numbers. A bad pointer, an oversized length or a failed `assert` *aborts the action*:
+//! the host function returns an [`Abort`] that the runtime turns into a failed receipt. It never
+//! panics and never fails the node.
+//!
+//! ```
+//! use tally_host_api::{abi, Name};
+//!
+//! let read_message = abi::import("read_message").unwrap();
+//! assert_eq!(read_message.params, &[abi::ValType::I32, abi::ValType::I32]);
+//! assert_eq!("simplecoin".parse::<Name>().unwrap().to_string(), "simplecoin");
+//! ```
+#![no_std]
+
+extern crate alloc;
+#[cfg(feature = "host")]
+extern crate std;
+
+pub mod abi;
+pub mod error;
+pub mod limits;
+pub mod name;
+
+#[cfg(feature = "host")]
+pub mod linker;
+
+pub use error::{Abort, AbortCode};
+pub use name::Name;
+
+/// What a node provides to one running action.
+///
+/// Keys are relative to the running contract: the implementation namespaces them by the
+/// contract's account, so a contract can never reach another's state. Methods that can refuse
+/// return an [`Abort`], which fails the action (not the node).
+pub trait Host {
+    /// The action's data, as the transaction carried it.
+    fn message(&self) -> &[u8];
+
+    /// The value stored under `key` in this contract's namespace, if any.
+    ///
+    /// Takes `&mut self` so that an implementation may cache what it read from a slower store.
+    fn load(&mut self, key: &[u8]) -> Option<&[u8]>;
+
+    /// Sets `key` to `value` in this contract's namespace.
+    fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), Abort>;
+
+    /// Deletes `key` from this contract's namespace (a no-op if absent).
+    fn remove(&mut self, key: &[u8]) -> Result<(), Abort>;
+
+    /// Whether the transaction carrying this action is authorized by `account`.
+    fn is_authorized(&self, account: Name) -> bool;
+
+    /// Sees what the action prints. The runtime already collects (and bounds) the console
+    /// into the receipt; override this to also stream it somewhere.
+    fn print(&mut self, text: &[u8]) -> Result<(), Abort> {
+        let _ = text;
+        Ok(())
+    }
+}

@@ -1,0 +1,112 @@
+//! Running one action in a fresh instance.
+
+use std::ptr::NonNull;
+
+use tally_host_api::limits::MAX_CONSOLE_LEN;
+use tally_host_api::linker::WasmHost;
+use tally_host_api::{Abort, AbortCode, Host, Name};
+use wasmtime::{Memory, Trap};
+
+/// The store data of one running action.
+///
+/// It holds the embedder's [`Host`] as a raw pointer because wasmtime requires store data to
+/// be `'static`, while the host is borrowed only for the call to [`crate::Runtime::execute`].
+/// The store never outlives that call, so the pointer is never dangling.
+pub(crate) struct ActionCtx {
+    host: NonNull<dyn Host>,
+    pub(crate) memory: Option<Memory>,
+    pub(crate) console: Vec<u8>,
+}
+
+// SAFETY: the pointer is only dereferenced by the thread running `execute`, which holds the
+// exclusive borrow it came from for the whole life of the store.
+unsafe impl Send for ActionCtx {}
+
+impl ActionCtx {
+    pub(crate) fn new(host: &mut dyn Host) -> Self {
+        let host: NonNull<dyn Host + '_> = NonNull::from(host);
+        // SAFETY: only the trait object's lifetime bound changes; see the type's docs for why
+        // the pointer never outlives the borrow.
+        let host: NonNull<dyn Host + 'static> = unsafe { std::mem::transmute(host) };
+        Self {
+            host,
+            memory: None,
+            console: Vec::new(),
+        }
+    }
+
+    fn host(&self) -> &dyn Host {
+        // SAFETY: see the type's docs.
+        unsafe { self.host.as_ref() }
+    }
+
+    fn host_mut(&mut self) -> &mut dyn Host {
+        // SAFETY: see the type's docs.
+        unsafe { self.host.as_mut() }
+    }
+}
+
+impl Host for ActionCtx {
+    fn message(&self) -> &[u8] {
+        self.host().message()
+    }
+    fn load(&mut self, key: &[u8]) -> Option<&[u8]> {
+        self.host_mut().load(key)
+    }
+    fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), Abort> {
+        self.host_mut().store(key, value)
+    }
+    fn remove(&mut self, key: &[u8]) -> Result<(), Abort> {
+        self.host_mut().remove(key)
+    }
+    fn is_authorized(&self, account: Name) -> bool {
+        self.host().is_authorized(account)
+    }
+    fn print(&mut self, text: &[u8]) -> Result<(), Abort> {
+        if self.console.len() + text.len() > MAX_CONSOLE_LEN as usize {
+            return Err(Abort::new(
+                AbortCode::LimitExceeded,
+                format!("console output exceeds {MAX_CONSOLE_LEN} bytes"),
+            ));
+        }
+        self.console.extend_from_slice(text);
+        self.host_mut().print(text)
+    }
+}
+
+impl WasmHost for ActionCtx {
+    fn memory(&self) -> Option<Memory> {
+        self.memory
+    }
+}
+
+/// Turns an error from a call into wasm into a deterministic abort. Only the error's type and
+/// trap code are read, never wasmtime's text.
+pub(crate) fn classify(err: &wasmtime::Error, fuel_limit: u64) -> Abort {
+    if let Some(abort) = err.downcast_ref::<Abort>() {
+        return abort.clone();
+    }
+    let Some(trap) = err.downcast_ref::<Trap>() else {
+        return Abort::new(AbortCode::Trap, "execution failed");
+    };
+    let (code, text) = match trap {
+        Trap::OutOfFuel => {
+            return Abort::new(
+                AbortCode::OutOfFuel,
+                format!("the action used all of its {fuel_limit} fuel"),
+            );
+        }
+        Trap::StackOverflow => (AbortCode::StackOverflow, "call stack exhausted"),
+        Trap::MemoryOutOfBounds => (AbortCode::Trap, "out-of-bounds memory access"),
+        Trap::HeapMisaligned => (AbortCode::Trap, "misaligned memory access"),
+        Trap::TableOutOfBounds => (AbortCode::Trap, "out-of-bounds table access"),
+        Trap::IndirectCallToNull => (AbortCode::Trap, "indirect call to a null element"),
+        Trap::BadSignature => (AbortCode::Trap, "indirect call signature mismatch"),
+        Trap::IntegerOverflow => (AbortCode::Trap, "integer overflow"),
+        Trap::IntegerDivisionByZero => (AbortCode::Trap, "integer division by zero"),
+        Trap::BadConversionToInteger => (AbortCode::Trap, "invalid conversion to integer"),
+        Trap::UnreachableCodeReached => (AbortCode::Trap, "unreachable executed"),
+        _ => (AbortCode::Trap, "trap"),
+    };
+    Abort::new(code, text)
+}

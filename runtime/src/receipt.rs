@@ -1,0 +1,38 @@
+//! What running an action produced.
+
+use tally_host_api::Abort;
+
+/// How an action ended.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// It returned normally; its writes stand.
+    Success,
+    /// It aborted (assert, trap, out of fuel, bad pointer…); the caller must discard its writes.
+    Failure(Abort),
+}
+
+/// The result of one action: deterministic, so it can be hashed into blocks.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Receipt {
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Fuel it consumed, including host-call charges.
+    pub fuel_used: u64,
+    /// What it printed (at most `limits::MAX_CONSOLE_LEN` bytes).
+    pub console: Vec<u8>,
+}
+
+impl Receipt {
+    /// Whether the action succeeded.
+    pub fn is_success(&self) -> bool {
+        matches!(self.outcome, Outcome::Success)
+    }
+
+    /// Why the action failed, if it did.
+    pub fn failure(&self) -> Option<&Abort> {
+        match &self.outcome {
+            Outcome::Success => None,
+            Outcome::Failure(abort) => Some(abort),
+        }
+    }
+}
