@@ -43,14 +43,28 @@ fn committed_contracts_rebuild_byte_identically() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    for source in ["contracts/simplecoin.c"] {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut sources: Vec<_> = std::fs::read_dir(root.join("contracts"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "c"))
+        .collect();
+    sources.sort();
+    assert!(!sources.is_empty());
+    for source in sources {
         let out = dir.path().join("out.wasm");
-        stdout(&tally(&["build", source, "-o", out.to_str().unwrap()]));
-        let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join(source).with_extension("wasm");
+        stdout(&tally(&[
+            "build",
+            source.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ]));
+        let committed = source.with_extension("wasm");
         assert!(
             std::fs::read(&out).unwrap() == std::fs::read(&committed).unwrap(),
-            "{} does not match a rebuild of {source}: rebuild it (contracts/README.md)",
-            committed.display()
+            "{} does not match a rebuild of {}: rebuild it (contracts/README.md)",
+            committed.display(),
+            source.display()
         );
     }
 }
@@ -77,7 +91,15 @@ fn build_rejects_a_missing_source_clearly() {
 
 fn bench_json(seed: &str) -> serde_json::Value {
     let out = tally(&[
-        "bench", "--transfers", "3000", "--accounts", "100", "--seed", seed, "--json", "-",
+        "bench",
+        "--transfers",
+        "3000",
+        "--accounts",
+        "100",
+        "--seed",
+        seed,
+        "--json",
+        "-",
     ]);
     serde_json::from_str(&stdout(&out)).expect("JSON on stdout")
 }
@@ -85,7 +107,14 @@ fn bench_json(seed: &str) -> serde_json::Value {
 #[test]
 fn bench_reports_json_and_the_same_seed_gives_the_same_checksum() {
     let a = bench_json("5");
-    for field in ["transfers", "failed", "seconds", "tps", "state_checksum", "config"] {
+    for field in [
+        "transfers",
+        "failed",
+        "seconds",
+        "tps",
+        "state_checksum",
+        "config",
+    ] {
         assert!(a.get(field).is_some(), "missing {field} in {a}");
     }
     assert_eq!(a["transfers"], 3000);
