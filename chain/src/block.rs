@@ -28,11 +28,11 @@ impl BlockHeader {
     pub fn id(&self) -> BlockId {
         Sha256::digest(borsh::to_vec(self).expect("encoding into a Vec cannot fail")).into()
     }
+}
 
-    /// The TaPoS prefix of this block (bytes 8..12 of its id).
-    pub fn ref_prefix(id: &BlockId) -> u32 {
-        u32::from_le_bytes([id[8], id[9], id[10], id[11]])
-    }
+/// The TaPoS prefix of a block (bytes 8..12 of its id, little-endian).
+pub fn ref_prefix(id: &BlockId) -> u32 {
+    u32::from_le_bytes([id[8], id[9], id[10], id[11]])
 }
 
 /// Chains `changes` (sorted by key, `None` = deleted) onto `previous`.

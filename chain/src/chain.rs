@@ -1,31 +1,43 @@
-//! The chain: executes transactions sequentially against a pending block and commits blocks.
+//! The chain: checks and executes transactions sequentially against a pending block and
+//! commits blocks.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
-use sha2::{Digest, Sha256};
-use tally_host_api::{Abort, Name};
+use rustc_hash::{FxHashMap, FxHashSet};
+use tally_host_api::{Abort, AbortCode, Name};
 use tally_runtime::{Contract, Entry, Outcome, Receipt, Runtime};
 
 use crate::block::{BlockHeader, BlockId, chain_checksum};
+use crate::crypto;
 use crate::error::{ChainError, TxError};
-use crate::host::{ActionHost, Pending, TxWrites};
-use crate::state::{Change, StateStore, keys};
-use crate::tx::{Transaction, TxId};
+use crate::host::{ActionHost, Pending, TxWrites, tx_get, tx_set};
+use crate::state::{BlockRecord, Change, StateStore, keys};
+use crate::system::{self, NewAccount, SYSTEM, SetCode};
+use crate::tx::{Action, BlockBody, SignedTransaction, Transaction, TxId};
 
 /// How many recent blocks a transaction may reference (TaPoS). `ref_block_num` has 16 bits,
 /// as in EOS, whose `block_summary` table keeps the same 65,536 entries.
 const TAPOS_WINDOW: usize = 1 << 16;
 
 /// Chain parameters fixed at genesis.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChainConfig {
     /// Time of the genesis block, ms since the Unix epoch.
     pub genesis_time_ms: u64,
-    /// Block time advances by this much per block (EOS: 500 ms).
+    /// Block time advances by this much per block (EOS: 500 ms). Block time is logical: it
+    /// never comes from a local clock, so replay derives the same blocks.
     pub block_interval_ms: u64,
-    /// Longest a transaction may live past the block time (EOS: one hour).
+    /// Longest a transaction may live past the block time. Duplicates are detected among the
+    /// blocks of this window, so it must fit in the retained blocks.
     pub max_tx_lifetime_ms: u64,
+    /// Blocks kept below the head (the Vryx test pruned past depth 512).
+    pub retain_blocks: u64,
+    /// Whether signatures and authorities are checked. Off only to measure execution alone:
+    /// a chain that does not check signatures trusts every `authorization` list.
+    pub check_signatures: bool,
+    /// The public key of the system account `tally`, written at genesis.
+    pub system_key: Option<[u8; 32]>,
 }
 
 impl Default for ChainConfig {
@@ -34,7 +46,10 @@ impl Default for ChainConfig {
             // 2026-01-01T00:00:00Z: fixed, so every node and run derives the same blocks.
             genesis_time_ms: 1_767_225_600_000,
             block_interval_ms: 500,
-            max_tx_lifetime_ms: 3_600_000,
+            max_tx_lifetime_ms: 120_000,
+            retain_blocks: 512,
+            check_signatures: true,
+            system_key: None,
         }
     }
 }
@@ -68,9 +83,14 @@ pub struct Chain {
     head_id: BlockId,
     /// `(height, prefix)` of the latest block with each `height % TAPOS_WINDOW`.
     recent: Vec<(u64, u32)>,
+    /// Ids of transactions included within the lifetime window, and per block (by block
+    /// time) which ones, so they can be forgotten once they could no longer be valid.
+    recent_ids: FxHashSet<TxId>,
+    id_blocks: VecDeque<(u64, Vec<TxId>)>,
     contracts: FxHashMap<Name, Arc<Contract>>,
     pending: Pending,
-    pending_txs: Vec<(TxId, bool)>,
+    pending_ids: Vec<(TxId, bool)>,
+    pending_body: BlockBody,
     tx_writes: TxWrites,
 }
 
@@ -79,42 +99,106 @@ impl Chain {
     /// at its last committed block.
     pub fn open(
         runtime: Arc<Runtime>,
-        mut store: Box<dyn StateStore>,
+        store: Box<dyn StateStore>,
         config: ChainConfig,
     ) -> Result<Self, ChainError> {
-        let head = match store.head() {
-            Some(head) => head.clone(),
-            None => {
-                let genesis = BlockHeader {
-                    height: 0,
-                    previous: [0; 32],
-                    timestamp_ms: config.genesis_time_ms,
-                    transactions_root: Sha256::digest([]).into(),
-                    state_checksum: chain_checksum(&[0; 32], std::iter::empty()),
-                };
-                store.commit(&genesis, &[])?;
-                genesis
-            }
-        };
-        let head_id = head.id();
+        if config.max_tx_lifetime_ms > config.retain_blocks * config.block_interval_ms {
+            return Err(ChainError::Config(format!(
+                "max_tx_lifetime_ms {} exceeds the {} retained blocks of {} ms",
+                config.max_tx_lifetime_ms, config.retain_blocks, config.block_interval_ms
+            )));
+        }
+        let head = store.head().cloned().unwrap_or(BlockHeader {
+            height: 0,
+            previous: [0; 32],
+            timestamp_ms: config.genesis_time_ms,
+            transactions_root: BlockBody::transactions_root(std::iter::empty()),
+            state_checksum: [0; 32],
+        });
+        let fresh = store.head().is_none();
         let mut chain = Self {
             runtime,
             store,
             config,
+            head_id: head.id(),
             head,
-            head_id,
             recent: vec![(u64::MAX, 0); TAPOS_WINDOW],
+            recent_ids: FxHashSet::default(),
+            id_blocks: VecDeque::new(),
             contracts: FxHashMap::default(),
             pending: Pending::default(),
-            pending_txs: Vec::new(),
+            pending_ids: Vec::new(),
+            pending_body: BlockBody::default(),
             tx_writes: Vec::new(),
         };
-        chain.remember(chain.head.height, chain.head_id);
+        if fresh {
+            chain.genesis()?;
+        } else {
+            chain.resume()?;
+        }
         Ok(chain)
     }
 
+    fn genesis(&mut self) -> Result<(), ChainError> {
+        let mut changes = Vec::new();
+        if let Some(key) = self.config.system_key {
+            changes.push((keys::account(SYSTEM), Some(key.to_vec())));
+        }
+        self.pending_body.setup = true;
+        let header = BlockHeader {
+            height: 0,
+            previous: [0; 32],
+            timestamp_ms: self.config.genesis_time_ms,
+            transactions_root: BlockBody::transactions_root(std::iter::empty()),
+            state_checksum: chain_checksum(
+                &[0; 32],
+                changes
+                    .iter()
+                    .map(|(k, v): &Change| (k.as_slice(), v.as_deref())),
+            ),
+        };
+        self.commit(header, changes)
+    }
+
+    /// Rebuilds what is not stored (TaPoS ids, the duplicate window) from retained blocks.
+    fn resume(&mut self) -> Result<(), ChainError> {
+        let first = self.store.first_retained();
+        for height in first..=self.head.height {
+            let record = self.store.block(height)?.ok_or_else(|| {
+                ChainError::Corrupt(format!("retained block {height} is missing"))
+            })?;
+            let id = record.header.id();
+            self.remember(height, id);
+            let body: BlockBody = borsh::from_slice(&record.body)
+                .map_err(|e| ChainError::Corrupt(format!("block {height} body: {e}")))?;
+            let ids: Vec<TxId> = body
+                .transactions
+                .iter()
+                .map(|t| t.transaction.id())
+                .collect();
+            self.recent_ids.extend(ids.iter().copied());
+            self.id_blocks.push_back((record.header.timestamp_ms, ids));
+        }
+        self.forget_expired_ids();
+        Ok(())
+    }
+
     fn remember(&mut self, height: u64, id: BlockId) {
-        self.recent[height as usize % TAPOS_WINDOW] = (height, BlockHeader::ref_prefix(&id));
+        self.recent[height as usize % TAPOS_WINDOW] = (height, crate::block::ref_prefix(&id));
+    }
+
+    fn forget_expired_ids(&mut self) {
+        // A transaction included at block time t expires by t + max lifetime; once the head
+        // is past that, a replay would be rejected as expired anyway.
+        while let Some((time, _)) = self.id_blocks.front() {
+            if time + self.config.max_tx_lifetime_ms >= self.head.timestamp_ms {
+                break;
+            }
+            let (_, ids) = self.id_blocks.pop_front().expect("front exists");
+            for id in ids {
+                self.recent_ids.remove(&id);
+            }
+        }
     }
 
     /// The last committed block.
@@ -127,9 +211,19 @@ impl Chain {
         self.head_id
     }
 
+    /// The chain's configuration.
+    pub fn config(&self) -> &ChainConfig {
+        &self.config
+    }
+
     /// The runtime executing contracts.
     pub fn runtime(&self) -> &Arc<Runtime> {
         &self.runtime
+    }
+
+    /// The state store.
+    pub fn store(&self) -> &dyn StateStore {
+        self.store.as_ref()
     }
 
     /// The time of the block being built.
@@ -141,52 +235,81 @@ impl Chain {
     pub fn tapos(&self) -> (u16, u32) {
         (
             self.head.height as u16,
-            BlockHeader::ref_prefix(&self.head_id),
+            crate::block::ref_prefix(&self.head_id),
         )
     }
 
-    /// The value of `contract`'s storage key `key`, including writes of the pending block.
-    pub fn get(&self, contract: Name, key: &[u8]) -> Option<Vec<u8>> {
-        let key = keys::contract(contract, key);
-        self.pending
-            .get(self.store.as_ref(), &key)
-            .map(|v| v.into_owned())
+    /// A raw state value, including writes of the pending block.
+    pub fn get_raw(&self, key: &[u8]) -> Result<Option<Vec<u8>>, ChainError> {
+        Ok(self
+            .pending
+            .get(self.store.as_ref(), key)?
+            .map(|v| v.into_owned()))
     }
 
-    /// Deploys `code` to `account` in the pending block and runs its `onInit`.
-    ///
-    /// Validation and compilation happen here, once; the compiled module is cached in memory
-    /// and, if the runtime has a cache directory, on disk.
+    /// The value of `contract`'s storage key `key`, including writes of the pending block.
+    pub fn get(&self, contract: Name, key: &[u8]) -> Result<Option<Vec<u8>>, ChainError> {
+        self.get_raw(&keys::contract(contract, key))
+    }
+
+    /// The registered public key of `account`.
+    pub fn account_key(&self, account: Name) -> Result<Option<[u8; 32]>, ChainError> {
+        Ok(self
+            .get_raw(&keys::account(account))?
+            .and_then(|k| k.try_into().ok()))
+    }
+
+    fn begin_setup(&mut self) -> Result<(), ChainError> {
+        if !self.pending_ids.is_empty() {
+            return Err(ChainError::NotSetupBlock);
+        }
+        self.pending_body.setup = true;
+        Ok(())
+    }
+
+    /// Deploys `code` to `account` directly, in a setup block, and runs its `onInit`.
+    /// Transactions deploy with the system action `setcode` instead.
     pub fn deploy(&mut self, account: Name, code: &[u8]) -> Result<Receipt, ChainError> {
-        let contract = self.runtime.prepare(code)?;
-        let action = crate::tx::Action {
-            account,
-            name: Name(0),
-            authorization: vec![account],
-            data: Vec::new(),
-        };
+        self.begin_setup()?;
         self.tx_writes.clear();
-        let receipt = self.run(&contract, account, &action, Entry::Init)?;
+        let receipt = self.set_code(account, code)?;
         if let Outcome::Failure(abort) = &receipt.outcome {
+            self.tx_writes.clear();
             return Err(ChainError::InitFailed(abort.clone()));
         }
-        let hash = *contract.code_hash();
-        self.tx_writes
-            .push((keys::code_hash(account), Some(hash.to_vec())));
-        self.tx_writes
-            .push((keys::code(&hash), Some(code.to_vec())));
         self.merge_tx_writes();
-        self.contracts.insert(account, contract);
+        self.contracts.remove(&account);
         Ok(receipt)
     }
 
-    /// Writes `value` under `contract`'s storage key `key` in the pending block, bypassing
-    /// contract code: for genesis allocations and benchmark setup. The write is part of the
+    /// Writes `value` under `contract`'s storage key `key`, bypassing contract code, in a
+    /// setup block: for genesis allocations and benchmark setup. The write is part of the
     /// block's changes and checksum like any other.
-    pub fn allocate(&mut self, contract: Name, key: &[u8], value: &[u8]) {
+    pub fn allocate(&mut self, contract: Name, key: &[u8], value: &[u8]) -> Result<(), ChainError> {
+        self.begin_setup()?;
         self.pending
             .writes
             .insert(keys::contract(contract, key), Some(value.to_vec()));
+        Ok(())
+    }
+
+    /// Registers `account` with public key `key` directly, in a setup block. Transactions
+    /// create accounts with the system action `newaccount` instead.
+    pub fn register_account(&mut self, account: Name, key: [u8; 32]) -> Result<(), ChainError> {
+        self.begin_setup()?;
+        self.pending
+            .writes
+            .insert(keys::account(account), Some(key.to_vec()));
+        Ok(())
+    }
+
+    /// Applies recorded changes as a setup block (replay of a stored setup block).
+    pub fn apply_setup_changes(&mut self, changes: &[Change]) -> Result<(), ChainError> {
+        self.begin_setup()?;
+        for (k, v) in changes {
+            self.pending.writes.insert(k.clone(), v.clone());
+        }
+        Ok(())
     }
 
     /// The compiled contract of `account`: from memory, else from state (through the
@@ -196,7 +319,7 @@ impl Chain {
             return Ok(c.clone());
         }
         let store = self.store.as_ref();
-        let Some(hash) = self.pending.get(store, &keys::code_hash(account)) else {
+        let Some(hash) = self.pending.get(store, &keys::code_hash(account))? else {
             return Err(TxError::NoContract(account).into());
         };
         let hash: [u8; 32] = hash
@@ -205,7 +328,7 @@ impl Chain {
             .map_err(|_| ChainError::Corrupt(format!("code hash of {account} is not 32 bytes")))?;
         let code = self
             .pending
-            .get(store, &keys::code(&hash))
+            .get(store, &keys::code(&hash))?
             .ok_or_else(|| ChainError::Corrupt(format!("code of {account} is missing")))?;
         let contract = self.runtime.prepare(&code)?;
         self.contracts.insert(account, contract.clone());
@@ -240,26 +363,81 @@ impl Chain {
         Ok(())
     }
 
-    /// Runs `tx` atomically in the pending block: all its actions' writes apply, or none do.
+    /// Checks that exactly the authorizing accounts signed, each with its registered key.
+    /// The signatures themselves were checked by [`crypto::verify_signatures`].
+    fn check_authority(&self, tx: &SignedTransaction) -> Result<(), ChainError> {
+        let required = crypto::required_signers(tx);
+        for (i, sig) in tx.signatures.iter().enumerate() {
+            let repeated = tx.signatures[..i].iter().any(|s| s.account == sig.account);
+            if repeated || required.binary_search(&sig.account).is_err() {
+                return Err(TxError::UnneededSignature(sig.account).into());
+            }
+        }
+        for account in required {
+            let sig = tx
+                .signatures
+                .iter()
+                .find(|s| s.account == account)
+                .ok_or(TxError::MissingSignature(account))?;
+            match self.account_key(account)? {
+                None => return Err(TxError::UnknownAccount(account).into()),
+                Some(key) if key != sig.public_key => {
+                    return Err(TxError::WrongKey(account).into());
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks and runs `tx` atomically in the pending block: all its actions' writes apply,
+    /// or none do.
     ///
     /// `Err` means the transaction was rejected (or the node failed) and is not included. An
     /// included transaction whose action failed returns `Ok` with a failed receipt and leaves
     /// no trace in state.
-    pub fn push_transaction(&mut self, tx: &Transaction) -> Result<TxReceipt, ChainError> {
-        self.check(tx)?;
-        let id = tx.id();
+    pub fn push_transaction(&mut self, tx: &SignedTransaction) -> Result<TxReceipt, ChainError> {
+        let id = tx.transaction.id();
+        if self.config.check_signatures {
+            crypto::verify_signatures(tx, &id)?;
+        }
+        self.push_verified(tx, id)
+    }
+
+    /// [`Chain::push_transaction`] for a transaction whose id was computed, and whose
+    /// signatures were verified (when the chain checks them), by the caller: the stateless
+    /// half of checking can then run ahead, in parallel.
+    pub fn push_verified(
+        &mut self,
+        tx: &SignedTransaction,
+        id: TxId,
+    ) -> Result<TxReceipt, ChainError> {
+        if self.pending_body.setup {
+            return Err(TxError::SetupBlock.into());
+        }
+        self.check(&tx.transaction)?;
+        if self.recent_ids.contains(&id) {
+            return Err(TxError::Duplicate(hex::encode(id)).into());
+        }
+        if self.config.check_signatures {
+            self.check_authority(tx)?;
+        }
         self.tx_writes.clear();
         let mut fuel_used = 0;
         let mut outcome = Outcome::Success;
         let mut failed_action = None;
-        for (i, action) in tx.actions.iter().enumerate() {
-            let contract = self.contract(action.account)?;
-            let entry = Entry::Action {
-                receiver: action.account,
-                code: action.account,
-                action: action.name,
+        for (i, action) in tx.transaction.actions.iter().enumerate() {
+            let receipt = if action.account == SYSTEM {
+                self.run_system(action)?
+            } else {
+                let contract = self.contract(action.account)?;
+                let entry = Entry::Action {
+                    receiver: action.account,
+                    code: action.account,
+                    action: action.name,
+                };
+                self.run(&contract, action.account, action, entry)?
             };
-            let receipt = self.run(&contract, action.account, action, entry)?;
             fuel_used += receipt.fuel_used;
             if let Outcome::Failure(abort) = receipt.outcome {
                 outcome = Outcome::Failure(abort);
@@ -269,9 +447,22 @@ impl Chain {
         }
         let success = failed_action.is_none();
         if success {
+            for action in &tx.transaction.actions {
+                // The account's code changed: forget the compiled contract; the next action
+                // loads the new one from state (and the module cache).
+                if action.account == SYSTEM
+                    && action.name == system::SETCODE
+                    && let Ok(set) = borsh::from_slice::<SetCode>(&action.data)
+                {
+                    self.contracts.remove(&set.account);
+                }
+            }
             self.merge_tx_writes();
         }
-        self.pending_txs.push((id, success));
+        self.recent_ids.insert(id);
+        self.pending_ids.push((id, success));
+        self.pending_body.transactions.push(tx.clone());
+        self.pending_body.success.push(success);
         Ok(TxReceipt {
             id,
             outcome,
@@ -280,11 +471,99 @@ impl Chain {
         })
     }
 
+    fn system_failure(abort: Abort) -> Receipt {
+        Receipt {
+            outcome: Outcome::Failure(abort),
+            fuel_used: 0,
+            console: Vec::new(),
+        }
+    }
+
+    fn run_system(&mut self, action: &Action) -> Result<Receipt, ChainError> {
+        let authorized = |account: Name| action.authorization.contains(&account);
+        let unauthorized = |account: Name| {
+            Self::system_failure(Abort::new(
+                AbortCode::Unauthorized,
+                format!("missing authority of {account}"),
+            ))
+        };
+        if action.name == system::NEWACCOUNT {
+            let Ok(new) = borsh::from_slice::<NewAccount>(&action.data) else {
+                return Ok(Self::system_failure(system::invalid("bad newaccount data")));
+            };
+            if !authorized(new.creator) {
+                return Ok(unauthorized(new.creator));
+            }
+            let store = self.store.as_ref();
+            let exists = |name: Name| -> Result<bool, ChainError> {
+                Ok(tx_get(&self.tx_writes, &self.pending, store, &keys::account(name))?.is_some())
+            };
+            if !exists(new.creator)? {
+                return Ok(Self::system_failure(system::invalid(format!(
+                    "creator {} does not exist",
+                    new.creator
+                ))));
+            }
+            if exists(new.name)? {
+                return Ok(Self::system_failure(system::invalid(format!(
+                    "account {} already exists",
+                    new.name
+                ))));
+            }
+            tx_set(
+                &mut self.tx_writes,
+                &keys::account(new.name),
+                Some(new.key.to_vec()),
+            );
+            Ok(Receipt {
+                outcome: Outcome::Success,
+                fuel_used: 0,
+                console: Vec::new(),
+            })
+        } else if action.name == system::SETCODE {
+            let Ok(set) = borsh::from_slice::<SetCode>(&action.data) else {
+                return Ok(Self::system_failure(system::invalid("bad setcode data")));
+            };
+            if !authorized(set.account) {
+                return Ok(unauthorized(set.account));
+            }
+            self.set_code(set.account, &set.code)
+        } else {
+            Ok(Self::system_failure(Abort::new(
+                AbortCode::NoHandler,
+                format!("the system contract has no action {}", action.name),
+            )))
+        }
+    }
+
+    /// Validates and compiles `code`, records it for `account` in the transaction's writes
+    /// and runs its `onInit`.
+    fn set_code(&mut self, account: Name, code: &[u8]) -> Result<Receipt, ChainError> {
+        let contract = match self.runtime.prepare(code) {
+            Ok(c) => c,
+            Err(e) => return Ok(Self::system_failure(system::invalid(e.to_string()))),
+        };
+        let hash = *contract.code_hash();
+        tx_set(
+            &mut self.tx_writes,
+            &keys::code_hash(account),
+            Some(hash.to_vec()),
+        );
+        tx_set(&mut self.tx_writes, &keys::code(&hash), Some(code.to_vec()));
+        let init = Action {
+            account,
+            name: Name(0),
+            authorization: vec![account],
+            data: Vec::new(),
+        };
+        self.run(&contract, account, &init, Entry::Init)
+    }
+
     fn run(
         &mut self,
         contract: &Contract,
         receiver: Name,
-        action: &crate::tx::Action,
+        action: &Action,
         entry: Entry,
     ) -> Result<Receipt, ChainError> {
         let mut host = ActionHost {
@@ -294,8 +573,13 @@ impl Chain {
             pending: &mut self.pending,
             store: self.store.as_ref(),
             key: Vec::with_capacity(64),
+            fault: None,
         };
-        Ok(self.runtime.execute(contract, entry, &mut host)?)
+        let receipt = self.runtime.execute(contract, entry, &mut host)?;
+        match host.fault {
+            Some(e) => Err(ChainError::Store(e)),
+            None => Ok(receipt),
+        }
     }
 
     fn merge_tx_writes(&mut self) {
@@ -305,45 +589,46 @@ impl Chain {
     }
 
     /// Commits the pending block: its changes, sorted by key, go to the store in one atomic
-    /// commit with the new header.
+    /// commit with the new header and body.
     pub fn finish_block(&mut self) -> Result<BlockHeader, ChainError> {
         let mut changes: Vec<Change> = self.pending.writes.drain().collect();
         changes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let state_checksum = chain_checksum(
-            &self.head.state_checksum,
-            changes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
-        );
-        let mut root = Sha256::new();
-        for (id, success) in self.pending_txs.drain(..) {
-            root.update(id);
-            root.update([success as u8]);
-        }
         let header = BlockHeader {
             height: self.head.height + 1,
             previous: self.head_id,
             timestamp_ms: self.pending_block_time_ms(),
-            transactions_root: root.finalize().into(),
-            state_checksum,
+            transactions_root: BlockBody::transactions_root(self.pending_ids.iter().copied()),
+            state_checksum: chain_checksum(
+                &self.head.state_checksum,
+                changes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
+            ),
         };
-        self.store.commit(&header, &changes)?;
-        self.pending.read_cache.clear();
-        self.head_id = header.id();
-        self.head = header.clone();
-        self.remember(header.height, self.head_id);
+        self.commit(header.clone(), changes)?;
         Ok(header)
+    }
+
+    fn commit(&mut self, header: BlockHeader, changes: Vec<Change>) -> Result<(), ChainError> {
+        let body = std::mem::take(&mut self.pending_body);
+        let record = BlockRecord {
+            header,
+            body: borsh::to_vec(&body).expect("encoding into a Vec cannot fail"),
+            changes,
+        };
+        self.store.commit(&record)?;
+        let ids: Vec<TxId> = self.pending_ids.drain(..).map(|(id, _)| id).collect();
+        self.pending.read_cache.clear();
+        self.head = record.header;
+        self.head_id = self.head.id();
+        self.remember(self.head.height, self.head_id);
+        self.id_blocks.push_back((self.head.timestamp_ms, ids));
+        self.forget_expired_ids();
+        Ok(())
     }
 
     /// sha256 over every committed entry in key order: a digest of the whole state, for
     /// audits. Unlike the block checksum it does not depend on history.
-    pub fn state_digest(&self) -> [u8; 32] {
-        let mut h = Sha256::new();
-        for (k, v) in self.store.entries() {
-            h.update((k.len() as u32).to_le_bytes());
-            h.update(&k);
-            h.update((v.len() as u32).to_le_bytes());
-            h.update(&v);
-        }
-        h.finalize().into()
+    pub fn state_digest(&self) -> Result<[u8; 32], ChainError> {
+        Ok(crate::verify::digest_entries(&self.store.entries()?))
     }
 }
 

@@ -44,6 +44,27 @@ pub enum TxError {
     /// An action is addressed to an account without a contract.
     #[error("account {0} has no contract")]
     NoContract(Name),
+    /// A signature does not verify against the public key it carries.
+    #[error("bad signature from {0}: it does not verify against its public key")]
+    BadSignature(Name),
+    /// An authorizing account did not sign.
+    #[error("missing signature: {0} authorizes an action but did not sign")]
+    MissingSignature(Name),
+    /// An account signed with a key that is not its registered key.
+    #[error("wrong key: {0} signed with a key that is not its registered key")]
+    WrongKey(Name),
+    /// A signature from an account that authorizes no action.
+    #[error("unneeded signature from {0}: it authorizes no action")]
+    UnneededSignature(Name),
+    /// An authorizing account does not exist.
+    #[error("unknown account {0}")]
+    UnknownAccount(Name),
+    /// The same transaction was already included within its expiration window.
+    #[error("duplicate transaction {0}")]
+    Duplicate(String),
+    /// The pending block is a setup block (genesis allocations, direct deploys).
+    #[error("the pending block is a setup block; finish it before pushing transactions")]
+    SetupBlock,
 }
 
 /// An error of a chain operation.
@@ -68,4 +89,10 @@ pub enum ChainError {
     /// Stored state is inconsistent (a code hash without its code, …).
     #[error("corrupt state: {0}")]
     Corrupt(String),
+    /// The chain configuration is inconsistent.
+    #[error("invalid chain configuration: {0}")]
+    Config(String),
+    /// Setup operations need a pending block without transactions.
+    #[error("setup operations (deploy, allocate) need a pending block without transactions")]
+    NotSetupBlock,
 }

@@ -2,6 +2,7 @@
 //! pending block's writes and the committed store.
 
 use std::borrow::Cow;
+use std::io;
 
 use rustc_hash::FxHashMap;
 use tally_host_api::{Abort, Host, Name};
@@ -26,11 +27,32 @@ impl Pending {
         &'a self,
         store: &'a dyn StateStore,
         key: &[u8],
-    ) -> Option<Cow<'a, [u8]>> {
+    ) -> io::Result<Option<Cow<'a, [u8]>>> {
         match self.writes.get(key) {
-            Some(v) => v.as_deref().map(Cow::Borrowed),
+            Some(v) => Ok(v.as_deref().map(Cow::Borrowed)),
             None => store.get(key),
         }
+    }
+}
+
+/// The value of `key` as the running transaction sees it.
+pub(crate) fn tx_get<'a>(
+    tx: &'a TxWrites,
+    pending: &'a Pending,
+    store: &'a dyn StateStore,
+    key: &[u8],
+) -> io::Result<Option<Cow<'a, [u8]>>> {
+    match tx.iter().rev().find(|(k, _)| k == key) {
+        Some((_, v)) => Ok(v.as_deref().map(Cow::Borrowed)),
+        None => pending.get(store, key),
+    }
+}
+
+/// Sets `key` in the running transaction's writes.
+pub(crate) fn tx_set(tx: &mut TxWrites, key: &[u8], value: Option<Vec<u8>>) {
+    match tx.iter_mut().rev().find(|(k, _)| k == key) {
+        Some(slot) => slot.1 = value,
+        None => tx.push((key.to_vec(), value)),
     }
 }
 
@@ -41,17 +63,8 @@ pub(crate) struct ActionHost<'a> {
     pub(crate) pending: &'a mut Pending,
     pub(crate) store: &'a dyn StateStore,
     pub(crate) key: Vec<u8>,
-}
-
-impl ActionHost<'_> {
-    fn set(&mut self, key: &[u8], value: Option<&[u8]>) {
-        keys::contract_into(&mut self.key, self.contract, key);
-        let value = value.map(<[u8]>::to_vec);
-        match self.tx.iter_mut().rev().find(|(k, _)| *k == self.key) {
-            Some(slot) => slot.1 = value,
-            None => self.tx.push((self.key.clone(), value)),
-        }
-    }
+    /// A store read that failed: the node's fault, reported after the action.
+    pub(crate) fault: Option<io::Error>,
 }
 
 impl Host for ActionHost<'_> {
@@ -70,25 +83,32 @@ impl Host for ActionHost<'_> {
         if self.pending.read_cache.contains_key(&self.key) {
             return self.pending.read_cache.get(&self.key).map(Vec::as_slice);
         }
-        match self.store.get(&self.key)? {
-            Cow::Borrowed(v) => Some(v),
-            Cow::Owned(v) => Some(
+        match self.store.get(&self.key) {
+            Ok(None) => None,
+            Ok(Some(Cow::Borrowed(v))) => Some(v),
+            Ok(Some(Cow::Owned(v))) => Some(
                 self.pending
                     .read_cache
                     .entry(self.key.clone())
                     .or_insert(v)
                     .as_slice(),
             ),
+            Err(e) => {
+                self.fault = Some(e);
+                None
+            }
         }
     }
 
     fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), Abort> {
-        self.set(key, Some(value));
+        keys::contract_into(&mut self.key, self.contract, key);
+        tx_set(self.tx, &self.key, Some(value.to_vec()));
         Ok(())
     }
 
     fn remove(&mut self, key: &[u8]) -> Result<(), Abort> {
-        self.set(key, None);
+        keys::contract_into(&mut self.key, self.contract, key);
+        tx_set(self.tx, &self.key, None);
         Ok(())
     }
 

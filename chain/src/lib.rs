@@ -6,10 +6,10 @@
 //! use tally_runtime::{Runtime, RuntimeConfig};
 //!
 //! let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
-//! let mut chain = Chain::open(runtime, Box::new(MemoryStore::new()), ChainConfig::default()).unwrap();
+//! let mut chain = Chain::open(runtime, Box::new(MemoryStore::new(512)), ChainConfig::default()).unwrap();
 //! let simplecoin = workload::SIMPLECOIN;
 //! chain.deploy(simplecoin, workload::SIMPLECOIN_WASM).unwrap();
-//! assert_eq!(workload::balance(&chain, simplecoin, simplecoin), Some(1_000_000));
+//! assert_eq!(workload::balance(&chain, simplecoin, simplecoin).unwrap(), Some(1_000_000));
 //! ```
 //!
 //! # Core concepts
@@ -22,9 +22,15 @@
 
 pub mod block;
 pub mod chain;
+pub mod crypto;
 pub mod error;
+pub mod log_store;
+#[cfg(feature = "rocksdb")]
+pub mod rocks_store;
 pub mod state;
+pub mod system;
 pub mod tx;
+pub mod verify;
 pub mod workload;
 
 mod host;
@@ -32,6 +38,7 @@ mod host;
 pub use block::{BlockHeader, BlockId};
 pub use chain::{Chain, ChainConfig, TxReceipt};
 pub use error::{ChainError, TxError};
-pub use state::{MemoryStore, StateStore};
+pub use log_store::{LogOptions, LogStore};
+pub use state::{BlockRecord, MemoryStore, StateStore};
 pub use tally_host_api::Name;
-pub use tx::{Action, Transaction, Transfer, TxId};
+pub use tx::{Action, BlockBody, SignedTransaction, Transaction, Transfer, TxId, TxSignature};

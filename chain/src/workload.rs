@@ -3,11 +3,14 @@
 
 use std::time::{Duration, Instant};
 
+use ed25519_dalek::SigningKey;
+use rayon::prelude::*;
 use tally_host_api::Name;
 
 use crate::chain::Chain;
+use crate::crypto;
 use crate::error::ChainError;
-use crate::tx::{Action, Transaction, Transfer};
+use crate::tx::{Action, SignedTransaction, Transaction, Transfer};
 
 /// The account simplecoin is deployed to.
 pub const SIMPLECOIN: Name = match Name::from_str_const("simplecoin") {
@@ -31,9 +34,9 @@ pub const SIMPLECOIN_SUPPLY: u64 = 1_000_000;
 pub const INITIAL_BALANCE: u64 = 1_000_000;
 
 /// A simplecoin balance (`None` if the account has none).
-pub fn balance(chain: &Chain, contract: Name, account: Name) -> Option<u64> {
+pub fn balance(chain: &Chain, contract: Name, account: Name) -> Result<Option<u64>, ChainError> {
     let value = chain.get(contract, &account.0.to_le_bytes())?;
-    Some(u64::from_le_bytes(value.get(..8)?.try_into().ok()?))
+    Ok(value.and_then(|v| Some(u64::from_le_bytes(v.get(..8)?.try_into().ok()?))))
 }
 
 /// The name of benchmark account `i`: `u` and `i` in base 31 over the name alphabet.
@@ -210,6 +213,11 @@ impl Sampler {
     }
 }
 
+/// Distinct signing keys the benchmark accounts share (account `i` uses key `i % KEY_POOL`).
+/// Generating ten million keys would take minutes; every signature is still verified against
+/// the key it carries, and that key is still compared with the sender's registered key.
+pub const KEY_POOL: u64 = 4096;
+
 /// What one benchmark run does.
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
@@ -221,8 +229,10 @@ pub struct BenchConfig {
     pub dist: Distribution,
     /// Seed of the workload: the same seed gives the same transfers and the same checksum.
     pub seed: u64,
-    /// Transactions per block.
+    /// Transactions per block (DCC's benchmark used 5,000).
     pub block_size: usize,
+    /// Whether transfers are signed (and the chain checks signatures).
+    pub signed: bool,
 }
 
 impl Default for BenchConfig {
@@ -233,6 +243,7 @@ impl Default for BenchConfig {
             dist: Distribution::Uniform,
             seed: 1,
             block_size: 5_000,
+            signed: true,
         }
     }
 }
@@ -243,49 +254,112 @@ pub struct TransferGen {
     sampler: Sampler,
     accounts: u64,
     next: u64,
+    keys: Vec<SigningKey>,
 }
 
 impl TransferGen {
     /// A generator for `config`.
     pub fn new(config: &BenchConfig) -> Self {
+        let keys = if config.signed {
+            (0..KEY_POOL.min(config.accounts))
+                .into_par_iter()
+                .map(|i| crypto::derived_key(config.seed, i))
+                .collect()
+        } else {
+            Vec::new()
+        };
         Self {
             rng: Rng::new(config.seed),
             sampler: Sampler::new(config.dist, config.accounts),
             accounts: config.accounts,
             next: 0,
+            keys,
         }
     }
 
-    /// The next transfer, referencing the chain's head and expiring a minute after the
-    /// pending block. Self-transfers are redrawn: the 2017 simplecoin mints coins on them
-    /// (it stores the sender's balance, then overwrites it with the recipient's).
-    pub fn next_tx(&mut self, chain: &Chain) -> Transaction {
+    /// Draws `n` transfers without building them: to continue a workload where it stopped.
+    pub fn skip(&mut self, n: u64) {
+        for _ in 0..n {
+            self.draw();
+        }
+    }
+
+    fn draw(&mut self) -> (u64, u64) {
         let from = self.sampler.sample(&mut self.rng);
         let mut to = self.sampler.sample(&mut self.rng);
         while to == from && self.accounts > 1 {
             to = self.sampler.sample(&mut self.rng);
         }
-        let (from, to) = (account_name(from), account_name(to));
-        let transfer = Transfer {
-            from,
-            to,
-            amount: 1,
-            memo: self.next.to_string(),
-        };
         self.next += 1;
-        let (ref_block_num, ref_block_prefix) = chain.tapos();
-        Transaction {
-            expiration_ms: chain.pending_block_time_ms() + 60_000,
-            ref_block_num,
-            ref_block_prefix,
-            actions: vec![Action {
-                account: SIMPLECOIN,
-                name: TRANSFER,
-                authorization: vec![from],
-                data: transfer.encode(),
-            }],
-        }
+        (from, to)
     }
+
+    /// The public key registered for account `i` (signed runs only).
+    pub fn public_key(&self, i: u64) -> [u8; 32] {
+        self.keys[(i % KEY_POOL) as usize]
+            .verifying_key()
+            .to_bytes()
+    }
+
+    /// The next `n` transfers, referencing the chain's head and expiring a minute (or the
+    /// chain's longest lifetime, if shorter) after the pending block, signed in parallel when the run is signed. Self-transfers are redrawn:
+    /// the 2017 simplecoin mints coins on them (it stores the sender's balance, then
+    /// overwrites it with the recipient's).
+    pub fn next_block(&mut self, chain: &Chain, n: u64) -> Vec<SignedTransaction> {
+        let (ref_block_num, ref_block_prefix) = chain.tapos();
+        let expiration_ms =
+            chain.pending_block_time_ms() + chain.config().max_tx_lifetime_ms.min(60_000);
+        let unsigned: Vec<(u64, Transaction)> = (0..n)
+            .map(|_| {
+                let memo = self.next.to_string();
+                let (from, to) = self.draw();
+                let (from_name, to_name) = (account_name(from), account_name(to));
+                let transfer = Transfer {
+                    from: from_name,
+                    to: to_name,
+                    amount: 1,
+                    memo,
+                };
+                let tx = Transaction {
+                    expiration_ms,
+                    ref_block_num,
+                    ref_block_prefix,
+                    actions: vec![Action {
+                        account: SIMPLECOIN,
+                        name: TRANSFER,
+                        authorization: vec![from_name],
+                        data: transfer.encode(),
+                    }],
+                };
+                (from, tx)
+            })
+            .collect();
+        if self.keys.is_empty() {
+            return unsigned
+                .into_iter()
+                .map(|(_, tx)| SignedTransaction::unsigned(tx))
+                .collect();
+        }
+        let keys = &self.keys;
+        unsigned
+            .into_par_iter()
+            .map(|(from, tx)| {
+                let key = &keys[(from % KEY_POOL) as usize];
+                SignedTransaction::sign(tx, &[(account_name(from), key)])
+            })
+            .collect()
+    }
+}
+
+/// Where the timed section's time went.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Phases {
+    /// Computing ids and verifying signatures.
+    pub verify: Duration,
+    /// Checking and executing transactions.
+    pub execute: Duration,
+    /// Committing blocks (sorting changes, checksums, the store's durable write).
+    pub commit: Duration,
 }
 
 /// What a benchmark run measured.
@@ -295,8 +369,11 @@ pub struct BenchReport {
     pub transfers: u64,
     /// Of which failed (for example insufficient funds).
     pub failed: u64,
-    /// Time spent pushing transfers and committing their blocks.
+    /// Time spent verifying, pushing and committing (transaction generation and signing are
+    /// the client's work and are not timed).
     pub elapsed: Duration,
+    /// That time by phase.
+    pub phases: Phases,
     /// Blocks committed in the timed section.
     pub blocks: u64,
     /// Height of the last block.
@@ -314,56 +391,114 @@ impl BenchReport {
     }
 }
 
-/// Deploys simplecoin on `chain`, gives every account [`INITIAL_BALANCE`] and commits that as
-/// a setup block.
-pub fn setup(chain: &mut Chain, accounts: u64) -> Result<Duration, ChainError> {
+/// Deploys simplecoin on `chain` unless it is already there, gives every account
+/// [`INITIAL_BALANCE`] (and, for signed runs, a key), and commits that as a setup block.
+pub fn setup(
+    chain: &mut Chain,
+    generator: &TransferGen,
+    config: &BenchConfig,
+) -> Result<Duration, ChainError> {
     let start = Instant::now();
     chain.deploy(SIMPLECOIN, SIMPLECOIN_WASM)?;
     let deploy = start.elapsed();
-    for i in 0..accounts {
+    for i in 0..config.accounts {
+        let name = account_name(i);
         chain.allocate(
             SIMPLECOIN,
-            &account_name(i).0.to_le_bytes(),
+            &name.0.to_le_bytes(),
             &INITIAL_BALANCE.to_le_bytes(),
-        );
+        )?;
+        if config.signed {
+            chain.register_account(name, generator.public_key(i))?;
+        }
     }
     chain.finish_block()?;
     Ok(deploy)
 }
 
 /// Runs the benchmark on a fresh `chain`: setup, then `config.transfers` transfers in blocks
-/// of `config.block_size`. Only pushing and committing are timed; each block's transactions
-/// are generated before its timer starts. `progress` gets the transfers done so far.
+/// of `config.block_size`. Each block's transactions are generated and signed before its
+/// timer starts. `progress` gets the transfers done so far.
 pub fn run(
     chain: &mut Chain,
     config: &BenchConfig,
     progress: &mut dyn FnMut(u64),
 ) -> Result<BenchReport, ChainError> {
-    let deploy = setup(chain, config.accounts)?;
+    bench(chain, config, progress, false)
+}
+
+/// Continues a run of the same `config` on a chain reopened from disk: the blocks already
+/// committed are skipped (their transfers are drawn again but not pushed), so the final state
+/// checksum equals that of an uninterrupted run.
+pub fn resume(
+    chain: &mut Chain,
+    config: &BenchConfig,
+    progress: &mut dyn FnMut(u64),
+) -> Result<BenchReport, ChainError> {
+    bench(chain, config, progress, true)
+}
+
+/// The height of the setup block of a benchmark chain (genesis is 0).
+const SETUP_HEIGHT: u64 = 1;
+
+fn bench(
+    chain: &mut Chain,
+    config: &BenchConfig,
+    progress: &mut dyn FnMut(u64),
+    resume: bool,
+) -> Result<BenchReport, ChainError> {
+    if config.signed != chain.config().check_signatures {
+        return Err(ChainError::Config(format!(
+            "a {} benchmark needs a chain that {} signatures",
+            if config.signed { "signed" } else { "unsigned" },
+            if config.signed {
+                "checks"
+            } else {
+                "does not check"
+            },
+        )));
+    }
     let mut generator = TransferGen::new(config);
-    let mut elapsed = Duration::ZERO;
-    let (mut done, mut failed, mut blocks) = (0u64, 0u64, 0u64);
-    let mut block = Vec::with_capacity(config.block_size);
+    let mut done = 0u64;
+    let deploy = if resume && chain.head().height >= SETUP_HEIGHT {
+        done = (chain.head().height - SETUP_HEIGHT) * config.block_size as u64;
+        generator.skip(done.min(config.transfers));
+        Duration::ZERO
+    } else {
+        setup(chain, &generator, config)?
+    };
+    let mut phases = Phases::default();
+    let (mut failed, mut blocks) = (0u64, 0u64);
+    let start_done = done;
+    let check = chain.config().check_signatures;
     while done < config.transfers {
         let n = (config.transfers - done).min(config.block_size as u64);
-        block.clear();
-        block.extend((0..n).map(|_| generator.next_tx(chain)));
-        let start = Instant::now();
+        let block = generator.next_block(chain, n);
         for tx in &block {
-            if !chain.push_transaction(tx)?.is_success() {
+            let t0 = Instant::now();
+            let id = tx.transaction.id();
+            if check {
+                crypto::verify_signatures(tx, &id)?;
+            }
+            let t1 = Instant::now();
+            if !chain.push_verified(tx, id)?.is_success() {
                 failed += 1;
             }
+            phases.verify += t1 - t0;
+            phases.execute += t1.elapsed();
         }
+        let t = Instant::now();
         chain.finish_block()?;
-        elapsed += start.elapsed();
+        phases.commit += t.elapsed();
         done += n;
         blocks += 1;
         progress(done);
     }
     Ok(BenchReport {
-        transfers: done,
+        transfers: done - start_done.min(done),
         failed,
-        elapsed,
+        elapsed: phases.verify + phases.execute + phases.commit,
+        phases,
         blocks,
         height: chain.head().height,
         state_checksum: chain.head().state_checksum,

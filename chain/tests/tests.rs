@@ -7,7 +7,8 @@ use tally_chain::workload::{
     account_name, balance,
 };
 use tally_chain::{
-    Action, Chain, ChainConfig, ChainError, MemoryStore, Name, Transaction, Transfer, TxError,
+    Action, Chain, ChainConfig, ChainError, MemoryStore, Name, SignedTransaction, Transaction,
+    Transfer, TxError,
 };
 use tally_host_api::AbortCode;
 use tally_runtime::{Runtime, RuntimeConfig};
@@ -16,14 +17,17 @@ fn name(s: &str) -> Name {
     s.parse().unwrap()
 }
 
+fn bal(chain: &Chain, account: Name) -> Option<u64> {
+    balance(chain, SIMPLECOIN, account).unwrap()
+}
+
 fn new_chain() -> Chain {
+    chain_with(ChainConfig::default())
+}
+
+fn chain_with(config: ChainConfig) -> Chain {
     let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
-    Chain::open(
-        runtime,
-        Box::new(MemoryStore::new()),
-        ChainConfig::default(),
-    )
-    .unwrap()
+    Chain::open(runtime, Box::new(MemoryStore::new(512)), config).unwrap()
 }
 
 fn simplecoin_chain() -> Chain {
@@ -34,9 +38,9 @@ fn simplecoin_chain() -> Chain {
 }
 
 /// A transaction carrying one simplecoin action with raw `data`, valid for the pending block.
-fn tx_with_data(chain: &Chain, data: Vec<u8>) -> Transaction {
+fn tx_with_data(chain: &Chain, data: Vec<u8>) -> SignedTransaction {
     let (ref_block_num, ref_block_prefix) = chain.tapos();
-    Transaction {
+    SignedTransaction::unsigned(Transaction {
         expiration_ms: chain.pending_block_time_ms() + 30_000,
         ref_block_num,
         ref_block_prefix,
@@ -46,10 +50,10 @@ fn tx_with_data(chain: &Chain, data: Vec<u8>) -> Transaction {
             authorization: vec![],
             data,
         }],
-    }
+    })
 }
 
-fn transfer_tx(chain: &Chain, from: &str, to: &str, amount: u64) -> Transaction {
+fn transfer_tx(chain: &Chain, from: &str, to: &str, amount: u64) -> SignedTransaction {
     let t = Transfer {
         from: name(from),
         to: name(to),
@@ -63,10 +67,7 @@ fn transfer_tx(chain: &Chain, from: &str, to: &str, amount: u64) -> Transaction 
 fn the_seeds_scenario_moves_exact_balances() {
     // The EOS post's test: 1,000 transfers of 1+i from simplecoin to init1.
     let mut chain = simplecoin_chain();
-    assert_eq!(
-        balance(&chain, SIMPLECOIN, SIMPLECOIN),
-        Some(SIMPLECOIN_SUPPLY)
-    );
+    assert_eq!(bal(&chain, SIMPLECOIN), Some(SIMPLECOIN_SUPPLY));
     for i in 0..1000 {
         let tx = transfer_tx(&chain, "simplecoin", "init1", 1 + i);
         let receipt = chain.push_transaction(&tx).unwrap();
@@ -74,11 +75,8 @@ fn the_seeds_scenario_moves_exact_balances() {
     }
     chain.finish_block().unwrap();
     let moved: u64 = (1..=1000).sum();
-    assert_eq!(balance(&chain, SIMPLECOIN, name("init1")), Some(moved));
-    assert_eq!(
-        balance(&chain, SIMPLECOIN, SIMPLECOIN),
-        Some(SIMPLECOIN_SUPPLY - moved)
-    );
+    assert_eq!(bal(&chain, name("init1")), Some(moved));
+    assert_eq!(bal(&chain, SIMPLECOIN), Some(SIMPLECOIN_SUPPLY - moved));
 }
 
 #[test]
@@ -108,11 +106,8 @@ fn failing_transfers_leave_state_untouched_and_the_next_one_succeeds() {
         let abort = tally_chain::chain::failure_reason(&receipt).expect("a failure");
         assert_eq!(abort.code, AbortCode::AssertFailed);
         assert_eq!(abort.message, reason);
-        assert_eq!(
-            balance(&with_failures, SIMPLECOIN, name("alice")),
-            Some(100)
-        );
-        assert_eq!(balance(&with_failures, SIMPLECOIN, name("bob")), None);
+        assert_eq!(bal(&with_failures, name("alice")), Some(100));
+        assert_eq!(bal(&with_failures, name("bob")), None);
     }
     for chain in [&mut with_failures, &mut clean] {
         let tx = transfer_tx(chain, "alice", "bob", 40);
@@ -123,7 +118,7 @@ fn failing_transfers_leave_state_untouched_and_the_next_one_succeeds() {
     // The failed transactions are in the block, but changed nothing: same state checksum.
     assert_eq!(a.state_checksum, b.state_checksum);
     assert_ne!(a.transactions_root, b.transactions_root);
-    assert_eq!(balance(&clean, SIMPLECOIN, name("bob")), Some(40));
+    assert_eq!(bal(&clean, name("bob")), Some(40));
 }
 
 #[test]
@@ -136,15 +131,15 @@ fn a_failing_action_rolls_back_the_earlier_actions_of_its_transaction() {
         memo: String::new(),
     };
     let mut tx = tx_with_data(&chain, good.encode());
-    let bad = tx_with_data(&chain, vec![0; 4]).actions.remove(0);
-    tx.actions.push(bad);
+    let bad = tx_with_data(&chain, vec![0; 4])
+        .transaction
+        .actions
+        .remove(0);
+    tx.transaction.actions.push(bad);
     let receipt = chain.push_transaction(&tx).unwrap();
     assert_eq!(receipt.failed_action, Some(1));
-    assert_eq!(balance(&chain, SIMPLECOIN, name("alice")), None);
-    assert_eq!(
-        balance(&chain, SIMPLECOIN, SIMPLECOIN),
-        Some(SIMPLECOIN_SUPPLY)
-    );
+    assert_eq!(bal(&chain, name("alice")), None);
+    assert_eq!(bal(&chain, SIMPLECOIN), Some(SIMPLECOIN_SUPPLY));
 }
 
 #[test]
@@ -153,19 +148,19 @@ fn invalid_transactions_are_rejected_with_their_own_error() {
     let base = transfer_tx(&chain, "simplecoin", "alice", 1);
 
     let mut expired = base.clone();
-    expired.expiration_ms = chain.pending_block_time_ms();
+    expired.transaction.expiration_ms = chain.pending_block_time_ms();
     let mut too_far = base.clone();
-    too_far.expiration_ms = chain.pending_block_time_ms() + 10 * 3_600_000;
+    too_far.transaction.expiration_ms = chain.pending_block_time_ms() + 10 * 3_600_000;
     let mut unknown_ref = base.clone();
-    unknown_ref.ref_block_prefix ^= 1;
+    unknown_ref.transaction.ref_block_prefix ^= 1;
     let mut wrong_num = base.clone();
-    wrong_num.ref_block_num += 7;
+    wrong_num.transaction.ref_block_num += 7;
     let mut empty = base.clone();
-    empty.actions.clear();
+    empty.transaction.actions.clear();
     let mut no_contract = base.clone();
-    no_contract.actions[0].account = name("nobody");
+    no_contract.transaction.actions[0].account = name("nobody");
 
-    let cases: [(Transaction, fn(&TxError) -> bool); 6] = [
+    let cases: [(SignedTransaction, fn(&TxError) -> bool); 6] = [
         (expired, |e| matches!(e, TxError::Expired { .. })),
         (too_far, |e| matches!(e, TxError::ExpirationTooFar { .. })),
         (unknown_ref, |e| {
@@ -180,14 +175,14 @@ fn invalid_transactions_are_rejected_with_their_own_error() {
             |e| matches!(e, TxError::NoContract(n) if *n == name("nobody")),
         ),
     ];
-    let before = balance(&chain, SIMPLECOIN, SIMPLECOIN);
+    let before = bal(&chain, SIMPLECOIN);
     for (tx, expected) in cases {
         match chain.push_transaction(&tx) {
             Err(ChainError::Tx(e)) => assert!(expected(&e), "{e}"),
             other => panic!("expected a rejection, got {other:?}"),
         }
     }
-    assert_eq!(balance(&chain, SIMPLECOIN, SIMPLECOIN), before);
+    assert_eq!(bal(&chain, SIMPLECOIN), before);
     assert!(chain.push_transaction(&base).unwrap().is_success());
 }
 
@@ -198,6 +193,7 @@ fn bench_checksum(seed: u64, dist: Distribution) -> ([u8; 32], u64) {
         dist,
         seed,
         block_size: 1_000,
+        signed: true,
     };
     let report = workload::run(&mut new_chain(), &config, &mut |_| {}).unwrap();
     assert_eq!(report.transfers, 3_000);
@@ -221,11 +217,15 @@ fn benchmark_transfers_conserve_coins() {
         dist: Distribution::Zipf,
         seed: 9,
         block_size: 500,
+        signed: false,
     };
-    let mut chain = new_chain();
+    let mut chain = chain_with(ChainConfig {
+        check_signatures: false,
+        ..ChainConfig::default()
+    });
     workload::run(&mut chain, &config, &mut |_| {}).unwrap();
     let total: u64 = (0..config.accounts)
-        .map(|i| balance(&chain, SIMPLECOIN, account_name(i)).unwrap_or(0))
+        .map(|i| bal(&chain, account_name(i)).unwrap_or(0))
         .sum();
     assert_eq!(total, config.accounts * workload::INITIAL_BALANCE);
 }
@@ -257,4 +257,451 @@ fn account_names_are_distinct_and_valid() {
     let names: std::collections::HashSet<_> = (0..100_000).map(account_name).collect();
     assert_eq!(names.len(), 100_000);
     assert_eq!(account_name(0).to_string(), "u1");
+}
+
+mod signed {
+    use super::*;
+    use ed25519_dalek::SigningKey;
+    use tally_chain::crypto::derived_key;
+
+    struct World {
+        chain: Chain,
+        alice: SigningKey,
+        bob: SigningKey,
+    }
+
+    fn world() -> World {
+        let alice = derived_key(7, 0);
+        let bob = derived_key(7, 1);
+        let mut chain = new_chain();
+        chain.deploy(SIMPLECOIN, workload::SIMPLECOIN_WASM).unwrap();
+        chain
+            .register_account(name("alice"), alice.verifying_key().to_bytes())
+            .unwrap();
+        chain
+            .register_account(name("bob"), bob.verifying_key().to_bytes())
+            .unwrap();
+        chain
+            .allocate(
+                SIMPLECOIN,
+                &name("alice").0.to_le_bytes(),
+                &50u64.to_le_bytes(),
+            )
+            .unwrap();
+        chain.finish_block().unwrap();
+        World { chain, alice, bob }
+    }
+
+    fn transfer(chain: &Chain, from: &str, memo: &str) -> Transaction {
+        let mut tx = transfer_tx(chain, from, "bob", 5).transaction;
+        tx.actions[0].authorization = vec![name(from)];
+        let data = Transfer {
+            from: name(from),
+            to: name("bob"),
+            amount: 5,
+            memo: memo.into(),
+        };
+        tx.actions[0].data = data.encode();
+        tx
+    }
+
+    fn rejected(chain: &mut Chain, tx: &SignedTransaction) -> TxError {
+        match chain.push_transaction(tx) {
+            Err(ChainError::Tx(e)) => e,
+            other => panic!("expected a rejection, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_bad_signature_is_rejected_with_its_own_error_and_no_state_change() {
+        let World {
+            mut chain,
+            alice,
+            bob,
+        } = world();
+        let tx = transfer(&chain, "alice", "1");
+
+        let mut bad = SignedTransaction::sign(tx.clone(), &[(name("alice"), &alice)]);
+        bad.signatures[0].signature[10] ^= 1;
+        assert_eq!(
+            rejected(&mut chain, &bad),
+            TxError::BadSignature(name("alice"))
+        );
+
+        let wrong = SignedTransaction::sign(tx.clone(), &[(name("alice"), &bob)]);
+        assert_eq!(
+            rejected(&mut chain, &wrong),
+            TxError::WrongKey(name("alice"))
+        );
+
+        let missing = SignedTransaction::unsigned(tx.clone());
+        assert_eq!(
+            rejected(&mut chain, &missing),
+            TxError::MissingSignature(name("alice"))
+        );
+
+        let extra =
+            SignedTransaction::sign(tx.clone(), &[(name("alice"), &alice), (name("bob"), &bob)]);
+        assert_eq!(
+            rejected(&mut chain, &extra),
+            TxError::UnneededSignature(name("bob"))
+        );
+
+        let carol = transfer(&chain, "carol", "2");
+        let unknown = SignedTransaction::sign(carol, &[(name("carol"), &alice)]);
+        assert_eq!(
+            rejected(&mut chain, &unknown),
+            TxError::UnknownAccount(name("carol"))
+        );
+
+        assert_eq!(bal(&chain, name("alice")), Some(50));
+        let good = SignedTransaction::sign(tx, &[(name("alice"), &alice)]);
+        assert!(chain.push_transaction(&good).unwrap().is_success());
+        assert_eq!(
+            rejected(&mut chain, &good),
+            TxError::Duplicate(hex::encode(good.transaction.id()))
+        );
+        chain.finish_block().unwrap();
+        // Still a duplicate in the next block, inside the expiration window.
+        assert!(matches!(rejected(&mut chain, &good), TxError::Duplicate(_)));
+        assert_eq!(bal(&chain, name("alice")), Some(45));
+        assert_eq!(bal(&chain, name("bob")), Some(5));
+    }
+
+    #[test]
+    fn accounts_and_contracts_are_created_by_signed_system_actions() {
+        use tally_chain::system::{NEWACCOUNT, NewAccount, SETCODE, SYSTEM, SetCode};
+        let system_key = derived_key(9, 0);
+        let dave = derived_key(9, 1);
+        let mut chain = chain_with(ChainConfig {
+            system_key: Some(system_key.verifying_key().to_bytes()),
+            ..ChainConfig::default()
+        });
+        let action = |account, name, auth: Name, data: Vec<u8>| Action {
+            account,
+            name,
+            authorization: vec![auth],
+            data,
+        };
+        let envelope = |chain: &Chain, actions| {
+            let (ref_block_num, ref_block_prefix) = chain.tapos();
+            Transaction {
+                expiration_ms: chain.pending_block_time_ms() + 10_000,
+                ref_block_num,
+                ref_block_prefix,
+                actions,
+            }
+        };
+        let new = NewAccount {
+            creator: SYSTEM,
+            name: name("dave"),
+            key: dave.verifying_key().to_bytes(),
+        };
+        let tx = envelope(
+            &chain,
+            vec![action(
+                SYSTEM,
+                NEWACCOUNT,
+                SYSTEM,
+                borsh::to_vec(&new).unwrap(),
+            )],
+        );
+        let tx = SignedTransaction::sign(tx, &[(SYSTEM, &system_key)]);
+        assert!(chain.push_transaction(&tx).unwrap().is_success());
+        // Creating it again fails as a receipt, not a rejection.
+        let again = envelope(
+            &chain,
+            vec![
+                action(SYSTEM, NEWACCOUNT, SYSTEM, borsh::to_vec(&new).unwrap()),
+                action(SYSTEM, NEWACCOUNT, SYSTEM, vec![]),
+            ],
+        );
+        let again = SignedTransaction::sign(again, &[(SYSTEM, &system_key)]);
+        assert!(!chain.push_transaction(&again).unwrap().is_success());
+
+        let set = SetCode {
+            account: name("dave"),
+            code: workload::SIMPLECOIN_WASM.to_vec(),
+        };
+        // A setcode whose transaction fails later leaves no contract behind.
+        let failing = envelope(
+            &chain,
+            vec![
+                action(SYSTEM, SETCODE, name("dave"), borsh::to_vec(&set).unwrap()),
+                action(SYSTEM, SETCODE, name("dave"), vec![1]),
+            ],
+        );
+        let failing = SignedTransaction::sign(failing, &[(name("dave"), &dave)]);
+        assert!(!chain.push_transaction(&failing).unwrap().is_success());
+        assert!(
+            chain
+                .get_raw(&tally_chain::state::keys::code_hash(name("dave")))
+                .unwrap()
+                .is_none()
+        );
+        let tx = envelope(
+            &chain,
+            vec![action(
+                SYSTEM,
+                SETCODE,
+                name("dave"),
+                borsh::to_vec(&set).unwrap(),
+            )],
+        );
+        let tx = SignedTransaction::sign(tx, &[(name("dave"), &dave)]);
+        let receipt = chain.push_transaction(&tx).unwrap();
+        assert!(receipt.is_success(), "{receipt:?}");
+        chain.finish_block().unwrap();
+        // dave's simplecoin ran onInit, crediting its own (hard-coded) `simplecoin` account.
+        assert_eq!(
+            balance(&chain, name("dave"), SIMPLECOIN).unwrap(),
+            Some(SIMPLECOIN_SUPPLY)
+        );
+    }
+}
+
+/// One suite, run against every backend.
+mod stores {
+    use super::*;
+    use std::path::Path;
+    use tally_chain::verify::verify;
+    use tally_chain::{LogOptions, LogStore, StateStore};
+
+    type Open = fn(&Path, u64) -> Box<dyn StateStore>;
+
+    fn backends() -> Vec<(&'static str, Open)> {
+        let mut all: Vec<(&'static str, Open)> = vec![
+            ("memory", |_, retain| Box::new(MemoryStore::new(retain))),
+            ("log", |dir, retain| {
+                Box::new(
+                    LogStore::open(
+                        dir,
+                        LogOptions {
+                            retain_blocks: retain,
+                            // Small, so the suite exercises rotation and snapshots.
+                            segment_bytes: 64 << 10,
+                            snapshot_min_bytes: 128 << 10,
+                        },
+                    )
+                    .unwrap(),
+                )
+            }),
+        ];
+        #[cfg(feature = "rocksdb")]
+        all.push(("rocksdb", |dir, retain| {
+            Box::new(tally_chain::rocks_store::RocksStore::open(dir, retain).unwrap())
+        }));
+        all
+    }
+
+    fn config() -> BenchConfig {
+        BenchConfig {
+            transfers: 6_000,
+            accounts: 300,
+            dist: Distribution::Zipf,
+            seed: 11,
+            block_size: 500,
+            signed: true,
+        }
+    }
+
+    fn chain_on(store: Box<dyn StateStore>, retain: u64) -> Chain {
+        let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
+        let config = ChainConfig {
+            retain_blocks: retain,
+            max_tx_lifetime_ms: 60_000.min(retain * 500),
+            ..ChainConfig::default()
+        };
+        Chain::open(runtime, store, config).unwrap()
+    }
+
+    fn reference_checksum() -> [u8; 32] {
+        let mut chain = chain_on(Box::new(MemoryStore::new(512)), 512);
+        workload::run(&mut chain, &config(), &mut |_| {})
+            .unwrap()
+            .state_checksum
+    }
+
+    #[test]
+    fn every_backend_gives_the_same_checksum_and_verifies() {
+        let expected = reference_checksum();
+        for (kind, open) in backends() {
+            let dir = tempfile::tempdir().unwrap();
+            let mut chain = chain_on(open(dir.path(), 512), 512);
+            let report = workload::run(&mut chain, &config(), &mut |_| {}).unwrap();
+            assert_eq!(report.state_checksum, expected, "{kind}");
+            let v = verify(chain.store(), chain.runtime().clone(), chain.config()).unwrap();
+            assert!(v.replayed, "{kind}");
+            assert_eq!(v.transactions, config().transfers, "{kind}");
+            assert_eq!(v.state_digest, chain.state_digest().unwrap(), "{kind}");
+        }
+    }
+
+    #[test]
+    fn on_disk_backends_resume_at_the_last_block_and_finish_identically() {
+        let expected = reference_checksum();
+        for (kind, open) in backends().into_iter().filter(|(k, _)| *k != "memory") {
+            let dir = tempfile::tempdir().unwrap();
+            // Run part of the workload, drop the chain, reopen, run the rest.
+            let mut partial = config();
+            partial.transfers = 2_500;
+            let mut chain = chain_on(open(dir.path(), 512), 512);
+            workload::run(&mut chain, &partial, &mut |_| {}).unwrap();
+            let (height, digest) = (chain.head().height, chain.state_digest().unwrap());
+            drop(chain);
+
+            let mut chain = chain_on(open(dir.path(), 512), 512);
+            assert_eq!(chain.head().height, height, "{kind}");
+            assert_eq!(chain.state_digest().unwrap(), digest, "{kind}");
+            let report = workload::resume(&mut chain, &config(), &mut |_| {}).unwrap();
+            assert_eq!(report.state_checksum, expected, "{kind}");
+            verify(chain.store(), chain.runtime().clone(), chain.config()).unwrap();
+        }
+    }
+
+    #[test]
+    fn duplicates_are_still_rejected_after_a_restart() {
+        for (kind, open) in backends().into_iter().filter(|(k, _)| *k != "memory") {
+            let dir = tempfile::tempdir().unwrap();
+            let mut chain = chain_on(open(dir.path(), 512), 512);
+            chain.deploy(SIMPLECOIN, workload::SIMPLECOIN_WASM).unwrap();
+            chain.finish_block().unwrap();
+            let tx = transfer_tx(&chain, "simplecoin", "bob", 1);
+            assert!(chain.push_transaction(&tx).unwrap().is_success());
+            chain.finish_block().unwrap();
+            drop(chain);
+            let mut chain = chain_on(open(dir.path(), 512), 512);
+            assert!(
+                matches!(
+                    chain.push_transaction(&tx),
+                    Err(ChainError::Tx(TxError::Duplicate(_)))
+                ),
+                "{kind}"
+            );
+        }
+    }
+
+    #[test]
+    fn pruned_blocks_are_gone_and_the_rest_still_verify() {
+        for (kind, open) in backends() {
+            let dir = tempfile::tempdir().unwrap();
+            let mut chain = chain_on(open(dir.path(), 4), 4);
+            workload::run(&mut chain, &config(), &mut |_| {}).unwrap();
+            let head = chain.head().height;
+            assert_eq!(chain.store().first_retained(), head - 3, "{kind}");
+            assert!(chain.store().block(head - 4).unwrap().is_none(), "{kind}");
+            let v = verify(chain.store(), chain.runtime().clone(), chain.config()).unwrap();
+            assert!(!v.replayed && v.from == head - 3, "{kind}: {v:?}");
+        }
+    }
+
+    /// The log's segment files, in order.
+    fn segments(dir: &Path) -> Vec<std::path::PathBuf> {
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "tlog"))
+            .collect();
+        files.sort();
+        files
+    }
+
+    fn log_options() -> LogOptions {
+        LogOptions {
+            retain_blocks: 512,
+            segment_bytes: 1 << 30,
+            snapshot_min_bytes: 1 << 30,
+        }
+    }
+
+    /// Runs `blocks` blocks of the workload on a log store in `dir`, returning the state
+    /// digest and checksum after each block.
+    fn log_run(dir: &Path, blocks: u64) -> Vec<([u8; 32], [u8; 32])> {
+        let mut chain = chain_on(Box::new(LogStore::open(dir, log_options()).unwrap()), 512);
+        let mut after = Vec::new();
+        let mut cfg = config();
+        cfg.transfers = cfg.block_size as u64;
+        workload::run(&mut chain, &cfg, &mut |_| {}).unwrap();
+        after.push((chain.state_digest().unwrap(), chain.head().state_checksum));
+        for _ in 1..blocks {
+            cfg.transfers += cfg.block_size as u64;
+            workload::resume(&mut chain, &cfg, &mut |_| {}).unwrap();
+            after.push((chain.state_digest().unwrap(), chain.head().state_checksum));
+        }
+        after
+    }
+
+    #[test]
+    fn a_torn_or_flipped_last_record_is_dropped_on_open() {
+        type Damage = fn(&mut Vec<u8>, usize);
+        let damages: [(&str, Damage); 3] = [
+            ("torn mid-record", |bytes, last| {
+                bytes.truncate(last + (bytes.len() - last) / 2)
+            }),
+            ("torn mid-header", |bytes, last| bytes.truncate(last + 3)),
+            ("flipped byte", |bytes, last| {
+                let at = last + (bytes.len() - last) * 2 / 3;
+                bytes[at] ^= 0x20;
+            }),
+        ];
+        for (what, damage) in damages {
+            let dir = tempfile::tempdir().unwrap();
+            let after = log_run(dir.path(), 3);
+            let file = segments(dir.path()).pop().unwrap();
+            let mut bytes = std::fs::read(&file).unwrap();
+            let last_record = last_record_offset(&bytes);
+            damage(&mut bytes, last_record);
+            std::fs::write(&file, &bytes).unwrap();
+
+            let store = LogStore::open(dir.path(), log_options()).unwrap();
+            let chain = chain_on(Box::new(store), 512);
+            let (digest, checksum) = after[after.len() - 2];
+            assert_eq!(chain.head().state_checksum, checksum, "{what}");
+            assert_eq!(chain.state_digest().unwrap(), digest, "{what}");
+            verify(chain.store(), chain.runtime().clone(), chain.config()).unwrap();
+            // The damaged tail was cut, so the log ends at the previous block's record.
+            assert_eq!(
+                std::fs::metadata(&file).unwrap().len() as usize,
+                last_record,
+                "{what}"
+            );
+        }
+    }
+
+    /// The byte offset of the last record in a segment.
+    fn last_record_offset(bytes: &[u8]) -> usize {
+        let mut at = 12;
+        let mut last = at;
+        while at + 8 <= bytes.len() {
+            let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+            last = at;
+            at += 8 + len;
+        }
+        last
+    }
+
+    #[test]
+    fn damage_before_the_last_segment_is_an_error_not_a_silent_loss() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let options = LogOptions {
+                retain_blocks: 512,
+                segment_bytes: 1,
+                snapshot_min_bytes: 1 << 30,
+            };
+            let mut chain = chain_on(Box::new(LogStore::open(dir.path(), options).unwrap()), 512);
+            let mut cfg = config();
+            cfg.transfers = 1_000;
+            workload::run(&mut chain, &cfg, &mut |_| {}).unwrap();
+        }
+        let first = segments(dir.path())[1].clone();
+        let mut bytes = std::fs::read(&first).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 1;
+        std::fs::write(&first, bytes).unwrap();
+        let err = LogStore::open(dir.path(), log_options())
+            .err()
+            .expect("an error");
+        assert!(err.to_string().contains("damaged"), "{err}");
+    }
 }

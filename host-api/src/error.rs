@@ -30,6 +30,8 @@ pub enum AbortCode {
     NoHandler = 8,
     /// Memory could not be grown or a resource limit was hit while instantiating.
     ResourceLimit = 9,
+    /// A native (system) action was given invalid data or could not apply it.
+    InvalidAction = 10,
 }
 
 impl AbortCode {
@@ -50,6 +52,7 @@ impl AbortCode {
             Self::StackOverflow => "stack overflow",
             Self::NoHandler => "no handler",
             Self::ResourceLimit => "resource limit",
+            Self::InvalidAction => "invalid action",
         }
     }
 }

@@ -9,16 +9,23 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use tally_chain::workload::{self, BenchConfig, Distribution};
-use tally_chain::{Chain, ChainConfig, MemoryStore};
+use tally_chain::{Chain, ChainConfig};
 use tally_runtime::{Runtime, RuntimeConfig};
 
-/// Push transfers through the simplecoin contract and report transfers per second.
+use super::store::{StoreKind, open_store};
+
+/// Push signed transfers through the simplecoin contract and report transfers per second.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
-  tally bench                                   # 200,000 transfers among 10,000 accounts
-  tally bench --transfers 1000000 --dist zipf   # hot accounts, as in the Vryx test
+  tally bench                                   # 200,000 signed transfers, log store in a temp dir
+  tally bench --accounts 10000000 --dist zipf   # the Vryx shape: 10M accounts, hot few
+  tally bench --store memory --unsigned         # execution alone
+  tally bench --data ./bench-data               # keep the store; rerun to resume after a crash
   tally bench --json - | jq .tps                # machine-readable, on stdout
-  tally bench --seed 7 --json run.json          # same seed => same state_checksum")]
+  tally bench --seed 7 --json run.json          # same seed => same state_checksum
+
+Transfers are generated and signed by the client before each block's timer starts; the
+chain verifies every signature inside the timed section.")]
 pub struct BenchArgs {
     /// Transfers to push.
     #[arg(long, default_value_t = 200_000)]
@@ -32,6 +39,20 @@ pub struct BenchArgs {
     /// Seed of the workload; the same seed gives the same state checksum.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Transactions per block.
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub block_size: u64,
+    /// Where state lives: the embedded log store, memory, or RocksDB (needs the `rocksdb`
+    /// cargo feature).
+    #[arg(long, value_enum, default_value_t = StoreKind::Log)]
+    pub store: StoreKind,
+    /// Skip signing and verification: measures execution alone.
+    #[arg(long)]
+    pub unsigned: bool,
+    /// Keep the store in DIR (default: a temporary directory). Rerunning the same command on
+    /// DIR resumes the run where it stopped.
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
     /// Write a JSON report to FILE ('-' for stdout; the table then goes to stderr).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -68,14 +89,70 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// Peak resident memory of this process (VmHWM), in bytes.
+fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib * 1024)
+        })
+        .unwrap_or(0)
+}
+
+/// The settings a data directory was created with, so a rerun can resume only the same run.
+fn bench_marker(config: &BenchConfig, store: StoreKind) -> serde_json::Value {
+    json!({
+        "transfers": config.transfers,
+        "accounts": config.accounts,
+        "dist": config.dist.label(),
+        "seed": config.seed,
+        "block_size": config.block_size,
+        "signed": config.signed,
+        "store": store.label(),
+    })
+}
+
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let config = BenchConfig {
         transfers: args.transfers,
         accounts: args.accounts,
         dist: args.dist.into(),
         seed: args.seed,
-        ..BenchConfig::default()
+        block_size: args.block_size as usize,
+        signed: !args.unsigned,
     };
+    let chain_config = ChainConfig {
+        check_signatures: config.signed,
+        ..ChainConfig::default()
+    };
+
+    let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
+    let data = args
+        .data
+        .clone()
+        .unwrap_or_else(|| temp.path().to_path_buf());
+    std::fs::create_dir_all(&data)
+        .with_context(|| format!("cannot create data directory {}", data.display()))?;
+    let marker_path = data.join("bench.json");
+    let marker = bench_marker(&config, args.store);
+    let resuming = marker_path.exists();
+    if resuming {
+        let found: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(&marker_path)
+                .with_context(|| format!("cannot read {}", marker_path.display()))?,
+        )
+        .with_context(|| format!("{} is not a bench marker", marker_path.display()))?;
+        anyhow::ensure!(
+            found == marker,
+            "{} holds a bench run with other settings ({found}); use another --data directory \
+             or the same flags",
+            data.display()
+        );
+    } else {
+        std::fs::write(&marker_path, serde_json::to_string_pretty(&marker)? + "\n")?;
+    }
 
     // Measure both tiers of the module cache: a compile, then a fresh runtime that finds the
     // module on disk. The chain then runs on the second runtime, as a restarted node would.
@@ -97,21 +174,25 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         runtime.cache_stats()
     );
 
-    let mut chain = Chain::open(
-        runtime,
-        Box::new(MemoryStore::new()),
-        ChainConfig::default(),
-    )?;
+    let store = open_store(args.store, &data.join("store"), chain_config.retain_blocks)?;
+    let mut chain = Chain::open(runtime, store, chain_config)?;
     let bar = ProgressBar::new(config.transfers).with_style(
         ProgressStyle::with_template("{spinner} {bar:40} {pos}/{len} transfers ({per_sec}, {eta})")
             .expect("valid template"),
     );
-    let report = workload::run(&mut chain, &config, &mut |done| bar.set_position(done))?;
+    let report = if resuming {
+        workload::resume(&mut chain, &config, &mut |done| bar.set_position(done))?
+    } else {
+        workload::run(&mut chain, &config, &mut |done| bar.set_position(done))?
+    };
     bar.finish_and_clear();
 
     let tps = report.tps();
-    let us_per_transfer = report.elapsed.as_secs_f64() * 1e6 / report.transfers.max(1) as f64;
+    let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / report.transfers.max(1) as f64;
+    let us_per_transfer = per(report.elapsed);
     let checksum = hex::encode(report.state_checksum);
+    let (peak_rss, disk) = (peak_rss_bytes(), chain.store().disk_bytes());
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
     let rows = [
         ("transfers", report.transfers.to_string()),
         ("failed", report.failed.to_string()),
@@ -119,9 +200,24 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         ("transfers/s", format!("{tps:.0}")),
         ("µs per transfer", format!("{us_per_transfer:.2}")),
         (
+            "  of which verify",
+            format!("{:.2} µs", per(report.phases.verify)),
+        ),
+        (
+            "  of which execute",
+            format!("{:.2} µs", per(report.phases.execute)),
+        ),
+        (
+            "  of which commit",
+            format!("{:.2} µs", per(report.phases.commit)),
+        ),
+        (
             "blocks",
             format!("{} of {}", report.blocks, config.block_size),
         ),
+        ("height", report.height.to_string()),
+        ("peak RSS", mib(peak_rss)),
+        ("disk", mib(disk)),
         (
             "compile at deploy",
             format!("{:.2} ms", compile.as_secs_f64() * 1e3),
@@ -133,10 +229,17 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         ("state checksum", checksum.clone()),
     ];
     let mut table = format!(
-        "tally bench: simplecoin, {} accounts, {} distribution, seed {}, memory store, unsigned\n",
+        "tally bench: simplecoin, {} accounts, {} distribution, seed {}, {} store, {}{}\n",
         config.accounts,
         config.dist.label(),
-        config.seed
+        config.seed,
+        args.store.label(),
+        if config.signed {
+            "signed by the client before timing, verified by the chain"
+        } else {
+            "unsigned (execution alone)"
+        },
+        if resuming { ", resumed" } else { "" }
     );
     for (name, value) in rows {
         table.push_str(&format!("  {name:<22} {value}\n"));
@@ -148,9 +251,17 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         "seconds": report.elapsed.as_secs_f64(),
         "tps": tps,
         "us_per_transfer": us_per_transfer,
+        "verify_us": per(report.phases.verify),
+        "execute_us": per(report.phases.execute),
+        "commit_us": per(report.phases.commit),
         "blocks": report.blocks,
         "height": report.height,
         "state_checksum": checksum,
+        "store": args.store.label(),
+        "signed": config.signed,
+        "resumed": resuming,
+        "peak_rss_bytes": peak_rss,
+        "disk_bytes": disk,
         "compile_ms": compile.as_secs_f64() * 1e3,
         "cache_load_us": cache_load.as_secs_f64() * 1e6,
         "config": {
@@ -160,8 +271,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             "seed": config.seed,
             "block_size": config.block_size,
             "contract": "simplecoin",
-            "store": "memory",
-            "signed": false,
+            "store": args.store.label(),
+            "signed": config.signed,
         },
         "machine": {
             "cpu": cpu_model(),

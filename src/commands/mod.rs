@@ -2,6 +2,7 @@
 
 mod bench;
 mod build;
+mod store;
 
 use clap::{Parser, Subcommand};
 

@@ -1,0 +1,57 @@
+//! Choosing and opening a state store from the command line.
+
+use std::path::Path;
+
+use anyhow::Context;
+use clap::ValueEnum;
+use tally_chain::{LogOptions, LogStore, MemoryStore, StateStore};
+
+/// `--store` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StoreKind {
+    /// The embedded default: state in RAM, an fsync'd append-only log, snapshots.
+    Log,
+    /// Nothing on disk.
+    Memory,
+    /// RocksDB (build with `--features rocksdb`).
+    Rocksdb,
+}
+
+impl StoreKind {
+    /// Its command-line label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Log => "log",
+            Self::Memory => "memory",
+            Self::Rocksdb => "rocksdb",
+        }
+    }
+}
+
+/// Opens a store of `kind` in `dir`, keeping `retain` blocks.
+pub fn open_store(kind: StoreKind, dir: &Path, retain: u64) -> anyhow::Result<Box<dyn StateStore>> {
+    Ok(match kind {
+        StoreKind::Memory => Box::new(MemoryStore::new(retain)),
+        StoreKind::Log => Box::new(
+            LogStore::open(
+                dir,
+                LogOptions {
+                    retain_blocks: retain,
+                    ..LogOptions::default()
+                },
+            )
+            .with_context(|| format!("cannot open the log store in {}", dir.display()))?,
+        ),
+        #[cfg(feature = "rocksdb")]
+        StoreKind::Rocksdb => Box::new(
+            tally_chain::rocks_store::RocksStore::open(dir, retain)
+                .with_context(|| format!("cannot open RocksDB in {}", dir.display()))?,
+        ),
+        #[cfg(not(feature = "rocksdb"))]
+        StoreKind::Rocksdb => anyhow::bail!(
+            "this tally was built without RocksDB: rebuild with \
+             `cargo run --release --features rocksdb -- bench --store rocksdb` \
+             (needs apt-get install clang libclang-dev)"
+        ),
+    })
+}
