@@ -42,7 +42,7 @@ fn header_imports() -> Vec<HeaderImport> {
                     .filter_map(|p| {
                         // Drop the parameter name: the type is everything before it.
                         let p = p.trim();
-                        match p.rfind(|c: char| c == '*' || c == ' ') {
+                        match p.rfind(['*', ' ']) {
                             Some(at) if p != "void" => c_type(&p[..=at]),
                             _ => c_type(p),
                         }
@@ -129,7 +129,7 @@ mod linker {
                 results.join(" ")
             ));
         }
-        wat.push_str(")");
+        wat.push(')');
         let engine = Engine::default();
         let module = Module::new(&engine, wat::parse_str(&wat).unwrap()).unwrap();
         let mut linker = Linker::new(&engine);
