@@ -249,8 +249,10 @@ fn every_host_function_rejects_out_of_range_pointers() {
         "(call $print (i32.const 65535) (i32.const 2))",
     ];
     for body in cases {
-        let mut host = TestHost::default();
-        host.message = vec![1; 20];
+        let mut host = TestHost {
+            message: vec![1; 20],
+            ..Default::default()
+        };
         let r = run(body, &mut host);
         assert_eq!(failure(&r).code, AbortCode::BadPointer, "{body}: {r:?}");
         assert!(host.state.is_empty(), "{body} wrote state");
@@ -429,7 +431,8 @@ fn deploy_error(wat: &str) -> DeployError {
 #[test]
 fn deploy_rejects_modules_that_break_the_rules() {
     let apply = r#"(memory (export "memory") 1) (func (export "apply") (param i64 i64 i64))"#;
-    let cases: Vec<(String, fn(&DeployError) -> bool)> = vec![
+    type Expect = fn(&DeployError) -> bool;
+    let cases: Vec<(String, Expect)> = vec![
         (
             format!(r#"(module (import "env" "read_db" (func)) {apply})"#),
             |e| matches!(e, DeployError::UnknownImport { name, .. } if name == "read_db"),
