@@ -160,7 +160,8 @@ fn invalid_transactions_are_rejected_with_their_own_error() {
     let mut no_contract = base.clone();
     no_contract.transaction.actions[0].account = name("nobody");
 
-    let cases: [(SignedTransaction, fn(&TxError) -> bool); 6] = [
+    type Expect = fn(&TxError) -> bool;
+    let cases: [(SignedTransaction, Expect); 6] = [
         (expired, |e| matches!(e, TxError::Expired { .. })),
         (too_far, |e| matches!(e, TxError::ExpirationTooFar { .. })),
         (unknown_ref, |e| {
@@ -470,6 +471,7 @@ mod stores {
     type Open = fn(&Path, u64) -> Box<dyn StateStore>;
 
     fn backends() -> Vec<(&'static str, Open)> {
+        #[allow(unused_mut)] // pushed to with the rocksdb feature
         let mut all: Vec<(&'static str, Open)> = vec![
             ("memory", |_, retain| Box::new(MemoryStore::new(retain))),
             ("log", |dir, retain| {
