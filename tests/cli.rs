@@ -308,3 +308,175 @@ fn every_store_gives_the_same_checksum_signed_or_not() {
     // Unsigned runs register no keys, so their state differs, but agree with each other.
     assert_eq!(run("log", true), run("memory", true));
 }
+
+mod local_chain {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn ok(args: &[&str]) -> serde_json::Value {
+        let mut args = args.to_vec();
+        args.push("--json");
+        serde_json::from_str(&stdout(&tally(&args))).unwrap()
+    }
+
+    fn fails(args: &[&str], says: &str) {
+        let out = tally(args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+
+    #[test]
+    fn init_account_deploy_push_get_blocks_verify() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("chain");
+        let d = dir.to_str().unwrap();
+        ok(&["init", "--data", d]);
+        let mode = std::fs::metadata(dir.join("keystore.json"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "the keystore must be owner-only");
+        fails(&["init", "--data", d], "already holds a chain");
+
+        ok(&["account", "create", "simplecoin", "--data", d]);
+        ok(&["account", "create", "alice", "--data", d]);
+        fails(
+            &["account", "create", "alice", "--data", d],
+            "already has a key",
+        );
+        fails(
+            &["account", "create", "Bad!", "--data", d],
+            "not a valid name",
+        );
+
+        let deployed = ok(&[
+            "deploy",
+            "simplecoin",
+            "contracts/simplecoin.wasm",
+            "--data",
+            d,
+        ]);
+        assert_eq!(deployed["abi"], true);
+        let pushed = ok(&[
+            "push",
+            "simplecoin",
+            "transfer",
+            "simplecoin",
+            "alice",
+            "250",
+            "memo",
+            "--auth",
+            "simplecoin",
+            "--data",
+            d,
+        ]);
+        assert_eq!(pushed["success"], true);
+        assert_eq!(ok(&["balance", "alice", "--data", d])["balance"], 250);
+        assert_eq!(
+            ok(&["get", "simplecoin", "name:alice", "--data", d])["u64"],
+            250
+        );
+
+        // A failing transfer: a receipt with the contract's reason, and a non-zero exit.
+        fails(
+            &[
+                "push",
+                "simplecoin",
+                "transfer",
+                "alice",
+                "simplecoin",
+                "999",
+                "x",
+                "--auth",
+                "alice",
+                "--data",
+                d,
+            ],
+            "insufficient funds",
+        );
+        fails(
+            &[
+                "push",
+                "simplecoin",
+                "transfer",
+                "alice",
+                "--auth",
+                "alice",
+                "--data",
+                d,
+            ],
+            "transfer takes 4 arguments",
+        );
+        fails(
+            &[
+                "push",
+                "simplecoin",
+                "transfer",
+                "a",
+                "b",
+                "1",
+                "m",
+                "--auth",
+                "bob",
+                "--data",
+                d,
+            ],
+            "no key for bob",
+        );
+        assert_eq!(ok(&["balance", "alice", "--data", d])["balance"], 250);
+
+        // A .wat module deploys too; raw data pushes without an ABI.
+        let wat = tmp.path().join("hello.wat");
+        std::fs::write(
+            &wat,
+            r#"(module (import "env" "store" (func $s (param i32 i32 i32 i32)))
+                 (memory (export "memory") 1) (data (i32.const 0) "hello")
+                 (func (export "apply") (param i64 i64 i64)
+                   (call $s (i32.const 0) (i32.const 1) (i32.const 0) (i32.const 5))))"#,
+        )
+        .unwrap();
+        ok(&["account", "create", "hello", "--data", d]);
+        ok(&["deploy", "hello", wat.to_str().unwrap(), "--data", d]);
+        ok(&[
+            "push",
+            "hello",
+            "hi",
+            "--data-hex",
+            "",
+            "--auth",
+            "hello",
+            "--data",
+            d,
+        ]);
+        assert_eq!(
+            ok(&["get", "hello", "str:h", "--data", d])["value"],
+            "68656c6c6f"
+        );
+
+        let blocks = ok(&["blocks", "--data", d]);
+        assert_eq!(blocks["head"], 8);
+        let verified = ok(&["verify", "--data", d]);
+        assert_eq!(
+            (verified["ok"].as_bool(), verified["replayed"].as_bool()),
+            (Some(true), Some(true))
+        );
+    }
+
+    #[test]
+    fn commands_on_a_missing_or_foreign_data_dir_fail_clearly() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("none");
+        fails(
+            &["balance", "alice", "--data", d.to_str().unwrap()],
+            "tally init --data",
+        );
+        // Two chains: one's store with the other's chain.json is refused.
+        let a = tmp.path().join("a");
+        let b = tmp.path().join("b");
+        ok(&["init", "--data", a.to_str().unwrap()]);
+        ok(&["init", "--data", b.to_str().unwrap()]);
+        std::fs::copy(a.join("chain.json"), b.join("chain.json")).unwrap();
+        fails(&["verify", "--data", b.to_str().unwrap()], "another chain");
+    }
+}

@@ -1,0 +1,243 @@
+//! A local chain in a data directory: its configuration, keystore, store and ABIs.
+//!
+//! ```text
+//! DIR/chain.json      chain parameters fixed at genesis (and the store kind)
+//! DIR/keystore.json   account → ed25519 secret key, hex (owner-only permissions)
+//! DIR/store/          the state store
+//! DIR/modules/        the compiled-module cache
+//! DIR/abi/NAME.json   action field lists, for readable `tally push` arguments
+//! ```
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use ed25519_dalek::SigningKey;
+use serde::{Deserialize, Serialize};
+use tally_chain::{
+    Action, BlockHeader, Chain, ChainConfig, Name, SignedTransaction, Transaction, TxReceipt,
+};
+use tally_runtime::{Runtime, RuntimeConfig};
+
+use super::store::{StoreKind, open_store};
+
+/// Version of the data-directory layout.
+const LAYOUT_VERSION: u32 = 1;
+
+/// `DIR/chain.json`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ChainFile {
+    pub version: u32,
+    pub store: String,
+    pub genesis_time_ms: u64,
+    pub block_interval_ms: u64,
+    pub max_tx_lifetime_ms: u64,
+    pub retain_blocks: u64,
+    pub system_key: String,
+}
+
+impl ChainFile {
+    pub fn config(&self) -> anyhow::Result<ChainConfig> {
+        let key = hex::decode(&self.system_key)
+            .ok()
+            .and_then(|k| <[u8; 32]>::try_from(k).ok())
+            .context("chain.json: system_key is not 32 bytes of hex")?;
+        Ok(ChainConfig {
+            genesis_time_ms: self.genesis_time_ms,
+            block_interval_ms: self.block_interval_ms,
+            max_tx_lifetime_ms: self.max_tx_lifetime_ms,
+            retain_blocks: self.retain_blocks,
+            check_signatures: true,
+            system_key: Some(key),
+        })
+    }
+
+    pub fn store_kind(&self) -> anyhow::Result<StoreKind> {
+        match self.store.as_str() {
+            "log" => Ok(StoreKind::Log),
+            "rocksdb" => Ok(StoreKind::Rocksdb),
+            other => bail!("chain.json: unknown store {other:?} (expected log or rocksdb)"),
+        }
+    }
+}
+
+/// `DIR/keystore.json`: account name → secret key (hex).
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Keystore {
+    pub accounts: BTreeMap<String, String>,
+}
+
+impl Keystore {
+    pub fn key(&self, account: Name) -> anyhow::Result<SigningKey> {
+        let hex_key = self.accounts.get(&account.to_string()).with_context(|| {
+            format!("no key for {account} in the keystore: create it with `tally account create {account}`")
+        })?;
+        let secret: [u8; 32] = hex::decode(hex_key)
+            .ok()
+            .and_then(|k| k.try_into().ok())
+            .with_context(|| format!("keystore: the key of {account} is not 32 bytes of hex"))?;
+        Ok(SigningKey::from_bytes(&secret))
+    }
+
+    pub fn insert(&mut self, account: Name, key: &SigningKey) {
+        self.accounts
+            .insert(account.to_string(), hex::encode(key.to_bytes()));
+    }
+}
+
+/// Writes `bytes` to `path` atomically (temporary file, fsync, rename), with `mode`.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<T> {
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "cannot read {}: is this a Tally data directory? (create one with `tally init --data DIR`)",
+            path.display()
+        )
+    })?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not valid", path.display()))
+}
+
+/// An opened local chain.
+pub struct Local {
+    pub dir: PathBuf,
+    pub keystore: Keystore,
+    pub chain: Chain,
+}
+
+impl Local {
+    /// Opens the chain in `dir`.
+    pub fn open(dir: &Path) -> anyhow::Result<Self> {
+        let file: ChainFile = read_json(&dir.join("chain.json"))?;
+        if file.version != LAYOUT_VERSION {
+            bail!(
+                "{} has data-directory layout version {}; this tally reads version {LAYOUT_VERSION}",
+                dir.display(),
+                file.version
+            );
+        }
+        let keystore: Keystore = read_json(&dir.join("keystore.json"))?;
+        let config = file.config()?;
+        let runtime = Arc::new(Runtime::new(RuntimeConfig {
+            cache_dir: Some(dir.join("modules")),
+            ..RuntimeConfig::default()
+        })?);
+        let store = open_store(file.store_kind()?, &dir.join("store"), config.retain_blocks)?;
+        let chain = Chain::open(runtime, store, config.clone())?;
+        if chain.account_key(tally_chain::system::SYSTEM)? != config.system_key {
+            bail!(
+                "{}: the store belongs to another chain (its system key differs from chain.json)",
+                dir.display()
+            );
+        }
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            keystore,
+            chain,
+        })
+    }
+
+    /// Creates a data directory: configuration, system key, keystore and genesis.
+    pub fn init(dir: &Path, store: StoreKind) -> anyhow::Result<Self> {
+        if dir.join("chain.json").exists() {
+            bail!(
+                "{} already holds a chain; nothing was changed (use another --data directory)",
+                dir.display()
+            );
+        }
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let system = tally_chain::crypto::random_key()?;
+        let defaults = ChainConfig::default();
+        let file = ChainFile {
+            version: LAYOUT_VERSION,
+            store: store.label().to_string(),
+            genesis_time_ms: defaults.genesis_time_ms,
+            block_interval_ms: defaults.block_interval_ms,
+            max_tx_lifetime_ms: defaults.max_tx_lifetime_ms,
+            retain_blocks: defaults.retain_blocks,
+            system_key: hex::encode(system.verifying_key().to_bytes()),
+        };
+        let mut keystore = Keystore::default();
+        keystore.insert(tally_chain::system::SYSTEM, &system);
+        write_atomic(
+            &dir.join("keystore.json"),
+            serde_json::to_string_pretty(&keystore)?.as_bytes(),
+            0o600,
+        )?;
+        write_atomic(
+            &dir.join("chain.json"),
+            serde_json::to_string_pretty(&file)?.as_bytes(),
+            0o644,
+        )?;
+        Self::open(dir)
+    }
+
+    pub fn save_keystore(&self) -> anyhow::Result<()> {
+        write_atomic(
+            &self.dir.join("keystore.json"),
+            serde_json::to_string_pretty(&self.keystore)?.as_bytes(),
+            0o600,
+        )
+    }
+
+    /// Signs `actions` with the keystore keys of `signers`, pushes them as one transaction in
+    /// a new block and commits it.
+    pub fn push(
+        &mut self,
+        actions: Vec<Action>,
+        signers: &[Name],
+    ) -> anyhow::Result<(TxReceipt, BlockHeader)> {
+        let keys = signers
+            .iter()
+            .map(|s| Ok((*s, self.keystore.key(*s)?)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let (ref_block_num, ref_block_prefix) = self.chain.tapos();
+        let tx = Transaction {
+            expiration_ms: self.chain.pending_block_time_ms() + 60_000,
+            ref_block_num,
+            ref_block_prefix,
+            actions,
+        };
+        let refs: Vec<(Name, &SigningKey)> = keys.iter().map(|(n, k)| (*n, k)).collect();
+        let signed = SignedTransaction::sign(tx, &refs);
+        let receipt = self.chain.push_transaction(&signed)?;
+        let header = self.chain.finish_block()?;
+        Ok((receipt, header))
+    }
+
+    pub fn abi_path(&self, contract: Name) -> PathBuf {
+        self.dir.join("abi").join(format!("{contract}.json"))
+    }
+}
+
+/// Parses a name argument with a readable error.
+pub fn parse_name(s: &str) -> anyhow::Result<Name> {
+    s.parse::<Name>()
+        .map_err(|e| anyhow::anyhow!("{s:?} is not a valid name: {e}"))
+}
+
+/// Prints `value` as JSON when `json`, else `text`.
+pub fn output(json: bool, value: serde_json::Value, text: String) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        print!("{text}");
+    }
+    Ok(())
+}
