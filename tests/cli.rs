@@ -227,6 +227,14 @@ mod crash {
             unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
             let _ = child.wait();
             let height = check_reopened(dir.path());
+            let verified: serde_json::Value = serde_json::from_str(&stdout(&tally(&[
+                "verify",
+                "--json",
+                "--data",
+                dir.path().to_str().unwrap(),
+            ])))
+            .unwrap();
+            assert_eq!(verified["to"], height);
             assert!(
                 height >= last_height,
                 "height went back from {last_height} to {height}"

@@ -6,7 +6,7 @@ use clap::Args;
 use serde_json::json;
 use tally_chain::BlockBody;
 
-use super::local::{Local, output};
+use super::local::{open_chain, output};
 
 /// List the retained blocks.
 #[derive(Debug, Args)]
@@ -26,9 +26,9 @@ pub struct BlocksArgs {
 }
 
 pub fn run(args: BlocksArgs) -> anyhow::Result<()> {
-    let local = Local::open(&args.data)?;
-    let store = local.chain.store();
-    let head = local.chain.head().height;
+    let chain = open_chain(&args.data)?;
+    let store = chain.store();
+    let head = chain.head().height;
     let from = args
         .last
         .map_or(store.first_retained(), |n| {
@@ -68,7 +68,7 @@ pub fn run(args: BlocksArgs) -> anyhow::Result<()> {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   tally verify --data ./chain
-  tally verify --data ./bench-data/... --json")]
+  tally verify --data ./bench-data --json      # a `tally bench --data` directory too")]
 pub struct VerifyArgs {
     /// The data directory.
     #[arg(long, value_name = "DIR")]
@@ -79,8 +79,7 @@ pub struct VerifyArgs {
 }
 
 pub fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
-    let local = Local::open(&args.data)?;
-    let chain = &local.chain;
+    let chain = open_chain(&args.data)?;
     let report =
         tally_chain::verify::verify(chain.store(), chain.runtime().clone(), chain.config())?;
     let digest = hex::encode(report.state_digest);

@@ -226,6 +226,30 @@ impl Local {
     }
 }
 
+/// Opens the chain of a local-chain directory, or of a `tally bench --data` directory (which
+/// has no keystore: only reading commands work on it).
+pub fn open_chain(dir: &Path) -> anyhow::Result<Chain> {
+    if !dir.join("chain.json").exists() && dir.join("bench.json").exists() {
+        let marker: serde_json::Value = read_json(&dir.join("bench.json"))?;
+        let store = match marker["store"].as_str() {
+            Some("log") => StoreKind::Log,
+            Some("rocksdb") => StoreKind::Rocksdb,
+            other => bail!(
+                "{}: a bench run on store {other:?} keeps nothing on disk",
+                dir.display()
+            ),
+        };
+        let config = ChainConfig {
+            check_signatures: marker["signed"].as_bool().unwrap_or(true),
+            ..ChainConfig::default()
+        };
+        let runtime = Arc::new(Runtime::new(RuntimeConfig::default())?);
+        let store = open_store(store, &dir.join("store"), config.retain_blocks)?;
+        return Ok(Chain::open(runtime, store, config)?);
+    }
+    Ok(Local::open(dir)?.chain)
+}
+
 /// Parses a name argument with a readable error.
 pub fn parse_name(s: &str) -> anyhow::Result<Name> {
     s.parse::<Name>()
