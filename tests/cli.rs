@@ -154,7 +154,7 @@ mod crash {
     use std::time::Duration;
     use tally_chain::verify::verify;
     use tally_chain::workload::{self, INITIAL_BALANCE, SIMPLECOIN, account_name};
-    use tally_chain::{Chain, ChainConfig, LogOptions, LogStore};
+    use tally_chain::{Chain, ChainConfig, LogOptions, LogStore, StateStore};
     use tally_runtime::{Runtime, RuntimeConfig};
 
     const ACCOUNTS: u64 = 500;
@@ -184,10 +184,16 @@ mod crash {
 
     /// Reopens the data dir as a node would and checks it: the head is a committed block,
     /// every retained block verifies (re-executed from genesis), and coins are conserved.
-    fn check_reopened(dir: &Path) -> u64 {
-        let store = LogStore::open(dir.join("store"), LogOptions::default()).unwrap();
+    fn check_reopened(dir: &Path, store: &str) -> u64 {
+        let path = dir.join("store");
+        let store: Box<dyn StateStore> = match store {
+            "log" => Box::new(LogStore::open(path, LogOptions::default()).unwrap()),
+            #[cfg(feature = "rocksdb")]
+            "rocksdb" => Box::new(tally_chain::rocks_store::RocksStore::open(path, 512).unwrap()),
+            other => panic!("no store {other}"),
+        };
         let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
-        let chain = Chain::open(runtime, Box::new(store), ChainConfig::default()).unwrap();
+        let chain = Chain::open(runtime, store, ChainConfig::default()).unwrap();
         let report = verify(chain.store(), chain.runtime().clone(), chain.config()).unwrap();
         assert_eq!(report.to, chain.head().height);
         if chain.head().height >= 1 {
@@ -205,8 +211,14 @@ mod crash {
 
     #[test]
     fn kill_9_at_random_moments_loses_no_committed_block() {
+        kill_9_loop("log");
+        #[cfg(feature = "rocksdb")]
+        kill_9_loop("rocksdb");
+    }
+
+    fn kill_9_loop(store: &str) {
         let dir = tempfile::tempdir().unwrap();
-        let args = bench_args(dir.path(), "log");
+        let args = bench_args(dir.path(), store);
         // Kill points vary with the clock: each run of the test hits other moments.
         let jitter = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -226,7 +238,7 @@ mod crash {
             // SAFETY: kill(2) on our own child's pid.
             unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
             let _ = child.wait();
-            let height = check_reopened(dir.path());
+            let height = check_reopened(dir.path(), store);
             let verified: serde_json::Value = serde_json::from_str(&stdout(&tally(&[
                 "verify",
                 "--json",
@@ -252,8 +264,11 @@ mod crash {
             &fresh_args.iter().map(String::as_str).collect::<Vec<_>>(),
         )))
         .unwrap();
-        assert_eq!(resumed["state_checksum"], fresh["state_checksum"]);
-        check_reopened(dir.path());
+        assert_eq!(
+            resumed["state_checksum"], fresh["state_checksum"],
+            "{store}"
+        );
+        check_reopened(dir.path(), store);
     }
 
     #[test]
