@@ -436,9 +436,18 @@ impl StateStore for LogStore {
         framed.extend_from_slice(&len.to_le_bytes());
         framed.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
         framed.extend_from_slice(&payload);
-        self.active.write_all(&framed)?;
-        // The block counts as committed only once its record is on disk.
-        self.active.sync_data()?;
+        // The block counts as committed only once its record is on disk. If the append or the
+        // sync fails (a full disk), cut the partial record off again: left in place, it would
+        // read as a torn tail on the next open and hide every block appended after it.
+        let appended = self
+            .active
+            .write_all(&framed)
+            .and_then(|()| self.active.sync_data());
+        if let Err(e) = appended {
+            let size = self.segments.last().expect("an active segment").size;
+            let _ = self.active.set_len(size);
+            return Err(e);
+        }
 
         let segment = self.segments.last_mut().expect("an active segment");
         let (seq, offset) = (segment.seq, segment.size);
