@@ -25,6 +25,12 @@ pub trait WasmHost: Host + 'static {
     /// The running instance's exported linear memory. The runtime sets it right after
     /// instantiation; `None` before that.
     fn memory(&self) -> Option<Memory>;
+
+    /// Called after the host wrote `range` of guest memory (`read_message`, `load`), so a
+    /// runtime that restores instances knows to restore those bytes too.
+    fn wrote(&mut self, range: Range<usize>) {
+        let _ = range;
+    }
 }
 
 type HostResult<T> = wasmtime::Result<T>;
@@ -107,6 +113,7 @@ pub fn add_to_linker<T: WasmHost>(linker: &mut Linker<T>) -> wasmtime::Result<()
             let n = msg.len().min(dst.len());
             data[dst.start..dst.start + n].copy_from_slice(&msg[..n]);
             let full = msg.len() as i32;
+            host.wrote(dst.start..dst.start + n);
             charge(&mut caller, n as u64 * FUEL_PER_BYTE)?;
             Ok(full)
         },
@@ -141,6 +148,7 @@ pub fn add_to_linker<T: WasmHost>(linker: &mut Linker<T>) -> wasmtime::Result<()
                     (value.len() as i32, n)
                 }
             };
+            host.wrote(dst.start..dst.start + n);
             charge(&mut caller, n as u64 * FUEL_PER_BYTE)?;
             Ok(full)
         },

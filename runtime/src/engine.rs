@@ -8,15 +8,15 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 
 /// Bump when anything Tally adds to a compiled module's meaning changes (the linker's
 /// imports, validation rules), so old disk-cache entries become misses.
-const TALLY_CACHE_FORMAT: &str = "tally-module-cache-v1";
+const TALLY_CACHE_FORMAT: &str = "tally-module-cache-v2-instrumented";
 
 /// The wasmtime release this build links, part of every cache key.
 pub const WASMTIME_VERSION: &str = "48.0.8";
 
-/// How many instances may be alive at once per engine. Actions run one at a time per engine
-/// (an instance lives only for its action), so a handful is enough; the pool reserves address
-/// space, not memory, for each.
-const POOL_INSTANCES: u32 = 16;
+/// How many instances may be alive at once per engine: the runtime's warm instances (8) plus
+/// those of actions running concurrently. The pool reserves address space, not memory, for
+/// each.
+const POOL_INSTANCES: u32 = 32;
 
 /// Bytes of a pool slot's linear memory that stay mapped between actions and are reset with
 /// `memset` rather than `madvise`; most contracts touch less than this per action, so one page

@@ -79,6 +79,9 @@ pub enum DeployError {
         /// What is wrong.
         reason: String,
     },
+    /// An export whose name Tally reserves for the exports it adds itself.
+    #[error("export {0}: names starting with \"__tally\" are reserved for the runtime")]
+    ReservedExport(String),
     /// The module validated but could not be instantiated (for example a data segment that
     /// does not fit its memory).
     #[error("the module cannot be instantiated: {0}")]

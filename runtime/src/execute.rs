@@ -1,5 +1,6 @@
-//! Running one action in a fresh instance.
+//! The store data of a running action, and instances that can be restored between actions.
 
+use std::ops::Range;
 use std::ptr::NonNull;
 
 use tally_host_api::limits::MAX_CONSOLE_LEN;
@@ -7,15 +8,22 @@ use tally_host_api::linker::WasmHost;
 use tally_host_api::{Abort, AbortCode, Host, Name};
 use wasmtime::{Memory, Trap};
 
-/// The store data of one running action.
+/// The empty dirty range: `min`/`max` with any written range gives that range.
+#[allow(clippy::reversed_empty_ranges)]
+pub(crate) const NOTHING_WRITTEN: Range<usize> = usize::MAX..0;
+
+/// The store data of an instance.
 ///
 /// It holds the embedder's [`Host`] as a raw pointer because wasmtime requires store data to
 /// be `'static`, while the host is borrowed only for the call to [`crate::Runtime::execute`].
-/// The store never outlives that call, so the pointer is never dangling.
+/// `execute` sets the pointer before it calls into wasm, and only host functions called from
+/// that wasm dereference it, so a pointer left over in a warm instance is never used.
 pub(crate) struct ActionCtx {
     host: NonNull<dyn Host>,
     pub(crate) memory: Option<Memory>,
     pub(crate) console: Vec<u8>,
+    /// Guest memory the host wrote during this action, as `low..high` (empty: `MAX..0`).
+    pub(crate) host_dirty: Range<usize>,
 }
 
 // SAFETY: the pointer is only dereferenced by the thread running `execute`, which holds the
@@ -24,15 +32,17 @@ unsafe impl Send for ActionCtx {}
 
 impl ActionCtx {
     pub(crate) fn new(host: &mut dyn Host) -> Self {
-        let host: NonNull<dyn Host + '_> = NonNull::from(host);
-        // SAFETY: only the trait object's lifetime bound changes; see the type's docs for why
-        // the pointer never outlives the borrow.
-        let host: NonNull<dyn Host + 'static> = unsafe { std::mem::transmute(host) };
         Self {
-            host,
+            host: erase(host),
             memory: None,
             console: Vec::new(),
+            host_dirty: NOTHING_WRITTEN,
         }
+    }
+
+    /// Points the context at the host of the action about to run.
+    pub(crate) fn set_host(&mut self, host: &mut dyn Host) {
+        self.host = erase(host);
     }
 
     fn host(&self) -> &dyn Host {
@@ -74,9 +84,23 @@ impl Host for ActionCtx {
     }
 }
 
+fn erase(host: &mut dyn Host) -> NonNull<dyn Host> {
+    let host: NonNull<dyn Host + '_> = NonNull::from(host);
+    // SAFETY: only the trait object's lifetime bound changes; see `ActionCtx` for why the
+    // pointer is never used after the borrow ends.
+    unsafe { std::mem::transmute(host) }
+}
+
 impl WasmHost for ActionCtx {
     fn memory(&self) -> Option<Memory> {
         self.memory
+    }
+
+    fn wrote(&mut self, range: Range<usize>) {
+        if !range.is_empty() {
+            self.host_dirty.start = self.host_dirty.start.min(range.start);
+            self.host_dirty.end = self.host_dirty.end.max(range.end);
+        }
     }
 }
 

@@ -198,6 +198,12 @@ pub fn validate(wasm: &[u8], engine_features: WasmFeatures) -> Result<ModuleInfo
                 too_many("exports", u64::from(reader.count()), MAX_EXPORTS as u64)?;
                 for export in reader {
                     let export = export.map_err(|e| DeployError::Invalid(e.to_string()))?;
+                    if export
+                        .name
+                        .starts_with(crate::instrument::RESERVED_EXPORT_PREFIX)
+                    {
+                        return Err(DeployError::ReservedExport(export.name.to_string()));
+                    }
                     match (export.kind, export.name) {
                         (ExternalKind::Memory, abi::MEMORY_EXPORT) => has_memory = true,
                         (ExternalKind::Func, abi::APPLY_EXPORT) => {

@@ -566,3 +566,104 @@ fn outcome_failure_is_not_an_error() {
     let r = run("unreachable", &mut TestHost::default());
     assert!(matches!(r.outcome, Outcome::Failure(_)));
 }
+
+/// Mode 0 stores under "h" a hash of every byte of memory and of every mutable global. Modes
+/// 1-3 write memory in every way wasm and the host can (each store width, SIMD stores and
+/// lanes, `memory.fill`/`copy`/`init`, `read_message` and `load` into guest memory) and set
+/// every global; mode 2 then traps and mode 3 then runs out of fuel.
+const EVERY_WRITE: &str = r#"(module
+  (import "env" "read_message" (func $read_message (param i32 i32) (result i32)))
+  (import "env" "load" (func $load (param i32 i32 i32 i32) (result i32)))
+  (import "env" "store" (func $store (param i32 i32 i32 i32)))
+  (memory (export "memory") 1)
+  (global $a (mut i32) (i32.const 11))
+  (global $b (mut i64) (i64.const 12))
+  (global $c (mut f64) (f64.const 13))
+  (data (i32.const 16) "h")
+  (data (i32.const 32) "pristine data segment")
+  (data $passive "passive")
+  (func (export "apply") (param i64 i64 i64) (local $i i32) (local $h i64)
+    (drop (call $read_message (i32.const 0) (i32.const 1)))
+    (if (i32.eqz (i32.load8_u (i32.const 0)))
+      (then
+        ;; byte 0 now holds the mode (0), written by the host; hash everything.
+        (loop $next
+          (local.set $h (i64.add (i64.mul (local.get $h) (i64.const 1099511628211))
+                                 (i64.load (local.get $i))))
+          (local.set $i (i32.add (local.get $i) (i32.const 8)))
+          (br_if $next (i32.lt_u (local.get $i) (i32.const 65536))))
+        (local.set $h (i64.add (local.get $h) (i64.extend_i32_u (global.get $a))))
+        (local.set $h (i64.add (local.get $h) (global.get $b)))
+        (local.set $h (i64.add (local.get $h) (i64.trunc_f64_s (global.get $c))))
+        (i64.store (i32.const 8) (local.get $h))
+        (call $store (i32.const 16) (i32.const 1) (i32.const 8) (i32.const 8))
+        (return)))
+    (i32.store (i32.const 100) (i32.const -1))
+    (i32.store8 offset=7 (i32.const 200) (i32.const 1))
+    (i32.store16 (i32.const 301) (i32.const 2))
+    (i64.store (i32.const 400) (i64.const -1))
+    (i64.store8 (i32.const 500) (i64.const 3))
+    (i64.store16 (i32.const 600) (i64.const 4))
+    (i64.store32 (i32.const 700) (i64.const 5))
+    (f32.store (i32.const 800) (f32.const 6))
+    (f64.store (i32.const 900) (f64.const 7))
+    (v128.store (i32.const 1000) (v128.const i64x2 -1 -1))
+    (v128.store8_lane 3 (i32.const 1100) (v128.const i64x2 -1 -1))
+    (v128.store64_lane 1 (i32.const 1200) (v128.const i64x2 -1 -1))
+    (memory.fill (i32.const 2000) (i32.const 255) (i32.const 3000))
+    (memory.copy (i32.const 40000) (i32.const 32) (i32.const 21))
+    (memory.init $passive (i32.const 50000) (i32.const 0) (i32.const 7))
+    ;; the host writes: the message and a loaded value, above every write above
+    (drop (call $read_message (i32.const 61000) (i32.const 1)))
+    (drop (call $load (i32.const 16) (i32.const 1) (i32.const 62000) (i32.const 8)))
+    (global.set $a (i32.const 0))
+    (global.set $b (i64.const 0))
+    (global.set $c (f64.const 0))
+    (if (i32.eq (i32.load8_u (i32.const 0)) (i32.const 2)) (then unreachable))
+    (if (i32.eq (i32.load8_u (i32.const 0)) (i32.const 3)) (then (loop $spin (br $spin))))))"#;
+
+#[test]
+fn a_reused_instance_is_restored_after_every_kind_of_write() {
+    let rt = runtime();
+    let c = rt.prepare(&wat::parse_str(EVERY_WRITE).unwrap()).unwrap();
+    let mut host = TestHost::default();
+    let hash = |host: &mut TestHost| {
+        host.message = vec![0];
+        assert!(call(&rt, &c, host).is_success());
+        host.state[b"h".as_slice()].clone()
+    };
+    let pristine = hash(&mut host);
+    for mode in [1u8, 2, 3, 1] {
+        host.message = vec![mode];
+        let receipt = call(&rt, &c, &mut host);
+        assert_eq!(receipt.is_success(), mode == 1, "mode {mode}: {receipt:?}");
+        assert_eq!(hash(&mut host), pristine, "state leaked after mode {mode}");
+    }
+    // Nine actions, and still the one instance made at deploy.
+    assert_eq!(rt.instantiations(), 1);
+}
+
+#[test]
+fn a_module_that_mutates_its_table_gets_a_fresh_instance_per_action() {
+    let wat = format!(
+        r#"(module {IMPORTS}
+      (memory (export "memory") 1)
+      (table $t 2 funcref)
+      (func $one (result i32) (i32.const 1))
+      (elem declare func $one)
+      (type $r (func (result i32)))
+      (func (export "apply") (param i64 i64 i64)
+        ;; reports whether slot 0 is set, then sets it
+        (i32.store (i32.const 0) (i32.eqz (ref.is_null (table.get $t (i32.const 0)))))
+        (call $store (i32.const 0) (i32.const 1) (i32.const 0) (i32.const 4))
+        (table.set $t (i32.const 0) (ref.func $one))))"#
+    );
+    let rt = runtime();
+    let c = rt.prepare(&wat::parse_str(wat).unwrap()).unwrap();
+    for _ in 0..3 {
+        let mut host = TestHost::default();
+        assert!(call(&rt, &c, &mut host).is_success());
+        assert_eq!(host.state[[0u8].as_slice()], vec![0, 0, 0, 0]);
+    }
+    assert_eq!(rt.instantiations(), 4);
+}
