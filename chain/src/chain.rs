@@ -90,8 +90,49 @@ pub struct Chain {
     contracts: FxHashMap<Name, Arc<Contract>>,
     pending: Pending,
     pending_ids: Vec<(TxId, bool)>,
-    pending_body: BlockBody,
+    /// Ids included in the pending block (they join `recent_ids` at commit).
+    pending_id_set: FxHashSet<TxId>,
+    pending_body: PendingBody,
     tx_writes: TxWrites,
+    /// Whether `finish_block` may leave the store's durable sync running in the background.
+    overlap_commit: bool,
+    /// The durable sync of the last block, when it runs in the background.
+    in_flight: Option<std::thread::JoinHandle<std::io::Result<()>>>,
+}
+
+/// The pending block's body, kept encoded: each transaction's borsh is appended as it is
+/// included, so committing needs no encoding pass and no copy of the transactions. The bytes
+/// are exactly borsh of the [`BlockBody`] (tested).
+#[derive(Default)]
+struct PendingBody {
+    setup: bool,
+    count: u32,
+    transactions: Vec<u8>,
+    success: Vec<bool>,
+}
+
+impl PendingBody {
+    fn push(&mut self, tx: &SignedTransaction, encoded: Option<&[u8]>, success: bool) {
+        match encoded {
+            Some(bytes) => self.transactions.extend_from_slice(bytes),
+            None => borsh::BorshSerialize::serialize(tx, &mut self.transactions)
+                .expect("encoding into a Vec cannot fail"),
+        }
+        self.count += 1;
+        self.success.push(success);
+    }
+
+    /// borsh of the body, leaving an empty body behind.
+    fn take_encoded(&mut self) -> Vec<u8> {
+        let body = std::mem::take(self);
+        let mut out = Vec::with_capacity(body.transactions.len() + body.success.len() + 9);
+        out.push(body.setup as u8);
+        out.extend_from_slice(&body.count.to_le_bytes());
+        out.extend_from_slice(&body.transactions);
+        out.extend_from_slice(&(body.success.len() as u32).to_le_bytes());
+        out.extend(body.success.iter().map(|&s| s as u8));
+        out
+    }
 }
 
 impl Chain {
@@ -128,8 +169,11 @@ impl Chain {
             contracts: FxHashMap::default(),
             pending: Pending::default(),
             pending_ids: Vec::new(),
-            pending_body: BlockBody::default(),
+            pending_id_set: FxHashSet::default(),
+            pending_body: PendingBody::default(),
             tx_writes: Vec::new(),
+            overlap_commit: false,
+            in_flight: None,
         };
         if fresh {
             chain.genesis()?;
@@ -237,6 +281,19 @@ impl Chain {
             self.head.height as u16,
             crate::block::ref_prefix(&self.head_id),
         )
+    }
+
+    /// `(ref_block_num, ref_block_prefix)` naming the block at `height`, while it is within the
+    /// TaPoS window; `None` otherwise.
+    pub fn tapos_at(&self, height: u64) -> Option<(u16, u32)> {
+        let (h, prefix) = self.recent[height as usize % TAPOS_WINDOW];
+        (h == height).then_some((height as u16, prefix))
+    }
+
+    /// The logical time of the block at `height`: blocks are `block_interval_ms` apart from
+    /// genesis.
+    pub fn block_time_ms(&self, height: u64) -> u64 {
+        self.config.genesis_time_ms + height * self.config.block_interval_ms
     }
 
     /// A raw state value, including writes of the pending block.
@@ -412,11 +469,39 @@ impl Chain {
         tx: &SignedTransaction,
         id: TxId,
     ) -> Result<TxReceipt, ChainError> {
+        self.push_prepared(tx, id, None, None)
+    }
+
+    /// Which of `ids` are in the committed duplicate window, looked up on all cores: the
+    /// batched half of the duplicate check ([`crate::Pipeline::batch_dedup`]). Pass each
+    /// answer to [`Chain::push_prepared`]; duplicates within the pending block are still
+    /// found there.
+    pub fn in_recent_window(&self, ids: &[TxId]) -> Vec<bool> {
+        use rayon::prelude::*;
+        let recent = &self.recent_ids;
+        ids.par_iter().map(|id| recent.contains(id)).collect()
+    }
+
+    /// [`Chain::push_verified`] with the work of the pipeline's earlier stages: `encoded` is
+    /// the transaction's borsh if already made, `in_window` the answer of
+    /// [`Chain::in_recent_window`] for its id if already looked up. The result is the same
+    /// as without them.
+    pub fn push_prepared(
+        &mut self,
+        tx: &SignedTransaction,
+        id: TxId,
+        encoded: Option<&[u8]>,
+        in_window: Option<bool>,
+    ) -> Result<TxReceipt, ChainError> {
         if self.pending_body.setup {
             return Err(TxError::SetupBlock.into());
         }
         self.check(&tx.transaction)?;
-        if self.recent_ids.contains(&id) {
+        let in_window = match in_window {
+            Some(known) => known,
+            None => self.recent_ids.contains(&id),
+        };
+        if in_window || self.pending_id_set.contains(&id) {
             return Err(TxError::Duplicate(hex::encode(id)).into());
         }
         if self.config.check_signatures {
@@ -459,10 +544,9 @@ impl Chain {
             }
             self.merge_tx_writes();
         }
-        self.recent_ids.insert(id);
+        self.pending_id_set.insert(id);
         self.pending_ids.push((id, success));
-        self.pending_body.transactions.push(tx.clone());
-        self.pending_body.success.push(success);
+        self.pending_body.push(tx, encoded, success);
         Ok(TxReceipt {
             id,
             outcome,
@@ -608,14 +692,24 @@ impl Chain {
     }
 
     fn commit(&mut self, header: BlockHeader, changes: Vec<Change>) -> Result<(), ChainError> {
-        let body = std::mem::take(&mut self.pending_body);
         let record = BlockRecord {
             header,
-            body: borsh::to_vec(&body).expect("encoding into a Vec cannot fail"),
+            body: self.pending_body.take_encoded(),
             changes,
         };
-        self.store.commit(&record)?;
+        // At most one block's sync is in flight: the previous one must be durable before the
+        // next is written.
+        self.sync()?;
+        if self.overlap_commit {
+            if let Some(sync) = self.store.commit_deferred(&record)? {
+                self.in_flight = Some(std::thread::spawn(sync));
+            }
+        } else {
+            self.store.commit(&record)?;
+        }
+        self.pending_id_set.clear();
         let ids: Vec<TxId> = self.pending_ids.drain(..).map(|(id, _)| id).collect();
+        self.recent_ids.extend(ids.iter().copied());
         self.pending.read_cache.clear();
         self.head = record.header;
         self.head_id = self.head.id();
@@ -625,10 +719,38 @@ impl Chain {
         Ok(())
     }
 
+    /// Lets [`Chain::finish_block`] return before the store's durable sync of the block ends
+    /// (the sync runs on another thread while the next block executes;
+    /// [`crate::Pipeline::overlap_commit`]). The block's state is visible at once either way;
+    /// [`Chain::sync`] waits until it is durable.
+    pub fn set_overlap_commit(&mut self, on: bool) {
+        self.overlap_commit = on;
+    }
+
+    /// Waits until every committed block is durable. Errors if a background sync failed: the
+    /// store can then no longer promise that the last block survives a crash, so the node
+    /// must stop.
+    pub fn sync(&mut self) -> Result<(), ChainError> {
+        match self.in_flight.take().map(std::thread::JoinHandle::join) {
+            None => Ok(()),
+            Some(Ok(result)) => result.map_err(ChainError::Store),
+            Some(Err(_)) => Err(ChainError::Store(std::io::Error::other(
+                "the background sync thread panicked",
+            ))),
+        }
+    }
+
     /// sha256 over every committed entry in key order: a digest of the whole state, for
     /// audits. Unlike the block checksum it does not depend on history.
     pub fn state_digest(&self) -> Result<[u8; 32], ChainError> {
         Ok(crate::verify::digest_entries(&self.store.entries()?))
+    }
+}
+
+impl Drop for Chain {
+    fn drop(&mut self) {
+        // A sync still running in the background finishes before the chain goes away.
+        let _ = self.sync();
     }
 }
 

@@ -25,6 +25,7 @@ pub mod chain;
 pub mod crypto;
 pub mod error;
 pub mod log_store;
+pub mod pipeline;
 #[cfg(feature = "rocksdb")]
 pub mod rocks_store;
 pub mod state;
@@ -39,6 +40,7 @@ pub use block::{BlockHeader, BlockId};
 pub use chain::{Chain, ChainConfig, TxReceipt};
 pub use error::{ChainError, TxError};
 pub use log_store::{LogOptions, LogStore};
+pub use pipeline::{Pipeline, Prepared};
 pub use state::{BlockRecord, MemoryStore, StateStore};
 pub use tally_host_api::Name;
 pub use tx::{Action, BlockBody, SignedTransaction, Transaction, Transfer, TxId, TxSignature};

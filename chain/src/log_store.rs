@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use rustc_hash::FxHashMap;
 
 use crate::block::BlockHeader;
-use crate::state::{BlockRecord, StateStore, apply_changes, sorted_entries};
+use crate::state::{BlockRecord, StateStore, SyncJob, apply_changes, sorted_entries};
 
 /// Live state: key to value.
 type StateMap = FxHashMap<Vec<u8>, Vec<u8>>;
@@ -173,6 +173,57 @@ fn read_record(reader: &mut impl Read) -> io::Result<Read1> {
 }
 
 impl LogStore {
+    /// Appends `block` and applies it. With `sync` the record is on disk when this returns;
+    /// otherwise the caller must `sync_data` the returned handle of its segment before the
+    /// next append (a crash of the process alone loses nothing: the bytes are in the page
+    /// cache).
+    fn append(&mut self, block: &BlockRecord, sync: bool) -> io::Result<File> {
+        let payload = borsh::to_vec(block)?;
+        let len = u32::try_from(payload.len()).map_err(|_| {
+            invalid(format!(
+                "block record of {} bytes is too large",
+                payload.len()
+            ))
+        })?;
+        let mut framed = Vec::with_capacity(payload.len() + RECORD_HEADER_LEN as usize);
+        framed.extend_from_slice(&len.to_le_bytes());
+        framed.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        framed.extend_from_slice(&payload);
+        // The block counts as committed only once its record is on disk. If the append or the
+        // sync fails (a full disk), cut the partial record off again: left in place, it would
+        // read as a torn tail on the next open and hide every block appended after it.
+        let mut appended = self.active.write_all(&framed);
+        if sync {
+            appended = appended.and_then(|()| self.active.sync_data());
+        }
+        if let Err(e) = appended {
+            let size = self.segments.last().expect("an active segment").size;
+            let _ = self.active.set_len(size);
+            return Err(e);
+        }
+        let written = self.active.try_clone()?;
+
+        let segment = self.segments.last_mut().expect("an active segment");
+        let (seq, offset) = (segment.seq, segment.size);
+        segment.size += framed.len() as u64;
+        segment.max_height = Some(block.header.height);
+        let full = segment.size >= self.options.segment_bytes;
+        self.apply(block);
+        self.index_block(block.header.height, seq, offset);
+        self.logged_since_snapshot += framed.len() as u64;
+
+        if full {
+            let next = self.new_segment(seq + 1)?;
+            self.active = OpenOptions::new()
+                .append(true)
+                .open(segment_path(&self.dir, next))?;
+        }
+        if self.logged_since_snapshot >= self.options.snapshot_min_bytes.max(self.state_bytes) {
+            self.snapshot()?;
+        }
+        Ok(written)
+    }
+
     /// Opens (or creates) the store in `dir`.
     pub fn open(dir: impl AsRef<Path>, options: LogOptions) -> io::Result<Self> {
         let dir = dir.as_ref().to_path_buf();
@@ -425,49 +476,12 @@ impl StateStore for LogStore {
     }
 
     fn commit(&mut self, block: &BlockRecord) -> io::Result<()> {
-        let payload = borsh::to_vec(block)?;
-        let len = u32::try_from(payload.len()).map_err(|_| {
-            invalid(format!(
-                "block record of {} bytes is too large",
-                payload.len()
-            ))
-        })?;
-        let mut framed = Vec::with_capacity(payload.len() + RECORD_HEADER_LEN as usize);
-        framed.extend_from_slice(&len.to_le_bytes());
-        framed.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        framed.extend_from_slice(&payload);
-        // The block counts as committed only once its record is on disk. If the append or the
-        // sync fails (a full disk), cut the partial record off again: left in place, it would
-        // read as a torn tail on the next open and hide every block appended after it.
-        let appended = self
-            .active
-            .write_all(&framed)
-            .and_then(|()| self.active.sync_data());
-        if let Err(e) = appended {
-            let size = self.segments.last().expect("an active segment").size;
-            let _ = self.active.set_len(size);
-            return Err(e);
-        }
+        self.append(block, true).map(|_| ())
+    }
 
-        let segment = self.segments.last_mut().expect("an active segment");
-        let (seq, offset) = (segment.seq, segment.size);
-        segment.size += framed.len() as u64;
-        segment.max_height = Some(block.header.height);
-        let full = segment.size >= self.options.segment_bytes;
-        self.apply(block);
-        self.index_block(block.header.height, seq, offset);
-        self.logged_since_snapshot += framed.len() as u64;
-
-        if full {
-            let next = self.new_segment(seq + 1)?;
-            self.active = OpenOptions::new()
-                .append(true)
-                .open(segment_path(&self.dir, next))?;
-        }
-        if self.logged_since_snapshot >= self.options.snapshot_min_bytes.max(self.state_bytes) {
-            self.snapshot()?;
-        }
-        Ok(())
+    fn commit_deferred(&mut self, block: &BlockRecord) -> io::Result<Option<SyncJob>> {
+        let file = self.append(block, false)?;
+        Ok(Some(Box::new(move || file.sync_data())))
     }
 
     fn head(&self) -> Option<&BlockHeader> {

@@ -25,6 +25,9 @@ pub struct BlockRecord {
     pub changes: Vec<Change>,
 }
 
+/// The deferred durable sync of one block ([`StateStore::commit_deferred`]).
+pub type SyncJob = Box<dyn FnOnce() -> io::Result<()> + Send>;
+
 /// Where committed state and recent blocks live.
 ///
 /// Reads see only committed blocks. [`StateStore::commit`] applies one block's changes and
@@ -36,6 +39,14 @@ pub trait StateStore: Send {
 
     /// Commits `block` and prunes blocks more than the retention depth below it.
     fn commit(&mut self, block: &BlockRecord) -> io::Result<()>;
+
+    /// [`StateStore::commit`], except that the block may not be durable yet when it returns:
+    /// the returned job makes it durable, and may run on another thread while the caller
+    /// goes on (reads see the block at once). The caller runs the job before the next commit.
+    /// Stores without a separate sync step commit durably and return `None`.
+    fn commit_deferred(&mut self, block: &BlockRecord) -> io::Result<Option<SyncJob>> {
+        self.commit(block).map(|()| None)
+    }
 
     /// The last committed block, or `None` for an empty store.
     fn head(&self) -> Option<&BlockHeader>;

@@ -10,7 +10,8 @@ use tally_host_api::Name;
 use crate::chain::Chain;
 use crate::crypto;
 use crate::error::ChainError;
-use crate::tx::{Action, SignedTransaction, Transaction, Transfer};
+use crate::pipeline::{self, Pipeline};
+use crate::tx::{Action, SignedTransaction, Transaction, Transfer, TxId};
 
 /// The account simplecoin is deployed to.
 pub const SIMPLECOIN: Name = match Name::from_str_const("simplecoin") {
@@ -233,6 +234,8 @@ pub struct BenchConfig {
     pub block_size: usize,
     /// Whether transfers are signed (and the chain checks signatures).
     pub signed: bool,
+    /// Which pipeline stages are on.
+    pub pipeline: Pipeline,
 }
 
 impl Default for BenchConfig {
@@ -244,6 +247,7 @@ impl Default for BenchConfig {
             seed: 1,
             block_size: 5_000,
             signed: true,
+            pipeline: Pipeline::ALL,
         }
     }
 }
@@ -301,14 +305,19 @@ impl TransferGen {
             .to_bytes()
     }
 
-    /// The next `n` transfers, referencing the chain's head and expiring a minute (or the
-    /// chain's longest lifetime, if shorter) after the pending block, signed in parallel when the run is signed. Self-transfers are redrawn:
-    /// the 2017 simplecoin mints coins on them (it stores the sender's balance, then
+    /// The next `n` transfers, for the block at `height`: they reference block `height - 2`
+    /// (so a block can be generated and verified while the one before it executes) and
+    /// expire a minute (or the chain's longest lifetime, if shorter) after their block's
+    /// time. Both depend only on `height`, so every pipeline setting, and a resumed run, sees
+    /// the same transactions. Signed in parallel when the run is signed. Self-transfers are
+    /// redrawn: the 2017 simplecoin mints coins on them (it stores the sender's balance, then
     /// overwrites it with the recipient's).
-    pub fn next_block(&mut self, chain: &Chain, n: u64) -> Vec<SignedTransaction> {
-        let (ref_block_num, ref_block_prefix) = chain.tapos();
+    pub fn next_block(&mut self, chain: &Chain, height: u64, n: u64) -> Vec<SignedTransaction> {
+        let (ref_block_num, ref_block_prefix) = chain
+            .tapos_at(height.saturating_sub(2))
+            .expect("the block two below the next one is committed");
         let expiration_ms =
-            chain.pending_block_time_ms() + chain.config().max_tx_lifetime_ms.min(60_000);
+            chain.block_time_ms(height) + chain.config().max_tx_lifetime_ms.min(60_000);
         let unsigned: Vec<(u64, Transaction)> = (0..n)
             .map(|_| {
                 let memo = self.next.to_string();
@@ -354,7 +363,7 @@ impl TransferGen {
 /// Where the timed section's time went.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Phases {
-    /// Computing ids and verifying signatures.
+    /// The stateless stage: ids, signatures, early encoding and the batched duplicate check.
     pub verify: Duration,
     /// Checking and executing transactions.
     pub execute: Duration,
@@ -369,10 +378,11 @@ pub struct BenchReport {
     pub transfers: u64,
     /// Of which failed (for example insufficient funds).
     pub failed: u64,
-    /// Time spent verifying, pushing and committing (transaction generation and signing are
-    /// the client's work and are not timed).
+    /// Wall-clock time spent verifying, pushing and committing (transaction generation and
+    /// signing are the client's work and are not timed).
     pub elapsed: Duration,
-    /// That time by phase.
+    /// Time by phase. With batched verification, a block's verification runs during the
+    /// previous block's execution, so the phases add up to more than `elapsed`.
     pub phases: Phases,
     /// Blocks committed in the timed section.
     pub blocks: u64,
@@ -382,12 +392,25 @@ pub struct BenchReport {
     pub state_checksum: [u8; 32],
     /// Time to deploy simplecoin (validate, compile or load from cache, run `onInit`).
     pub deploy: Duration,
+    /// Time that batched signature verification alone, on all cores, took over the same
+    /// transactions (measured per block outside the timed section; zero when unsigned).
+    pub verify_alone: Duration,
+    /// Transfers per second of each block, in order, with the process's resident memory
+    /// after it (bytes; 0 where unknown).
+    pub per_block: Vec<(f64, u64)>,
 }
 
 impl BenchReport {
     /// Transfers per second.
     pub fn tps(&self) -> f64 {
         self.transfers as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Transfers per second that batched signature verification alone reaches on all cores:
+    /// the ceiling of a signed run. `None` for unsigned runs.
+    pub fn verify_ceiling_tps(&self) -> Option<f64> {
+        (!self.verify_alone.is_zero())
+            .then(|| self.transfers as f64 / self.verify_alone.as_secs_f64())
     }
 }
 
@@ -438,6 +461,63 @@ pub fn resume(
     bench(chain, config, progress, true)
 }
 
+/// What executing one block's transactions took.
+struct Executed {
+    failed: u64,
+    /// Signature checks done one by one (without batched verification).
+    verify: Duration,
+    execute: Duration,
+}
+
+/// Includes `block`'s transactions in the pending block, using what the stateless stage
+/// `prepared`.
+fn execute_block(
+    chain: &mut Chain,
+    block: &[SignedTransaction],
+    prepared: &[pipeline::Prepared],
+    pipeline: &Pipeline,
+) -> Result<Executed, ChainError> {
+    let start = Instant::now();
+    let check = chain.config().check_signatures;
+    let in_window = pipeline.batch_dedup.then(|| {
+        let ids: Vec<TxId> = prepared.iter().map(|p| p.id).collect();
+        chain.in_recent_window(&ids)
+    });
+    let mut done = Executed {
+        failed: 0,
+        verify: Duration::ZERO,
+        execute: Duration::ZERO,
+    };
+    for (i, (tx, p)) in block.iter().zip(prepared).enumerate() {
+        match &p.signatures {
+            Some(result) => result.clone()?,
+            None if check => {
+                let t = Instant::now();
+                crypto::verify_signatures(tx, &p.id)?;
+                done.verify += t.elapsed();
+            }
+            None => {}
+        }
+        let known = in_window.as_ref().map(|w| w[i]);
+        if !chain
+            .push_prepared(tx, p.id, p.encoded.as_deref(), known)?
+            .is_success()
+        {
+            done.failed += 1;
+        }
+    }
+    done.execute = start.elapsed() - done.verify;
+    Ok(done)
+}
+
+/// The process's resident memory in bytes (Linux), or 0.
+pub fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
 /// The height of the setup block of a benchmark chain (genesis is 0).
 const SETUP_HEIGHT: u64 = 1;
 
@@ -468,40 +548,87 @@ fn bench(
         setup(chain, &generator, config)?
     };
     let mut phases = Phases::default();
+    let mut elapsed = Duration::ZERO;
     let (mut failed, mut blocks) = (0u64, 0u64);
     let start_done = done;
     let check = chain.config().check_signatures;
-    while done < config.transfers {
-        let n = (config.transfers - done).min(config.block_size as u64);
-        let block = generator.next_block(chain, n);
-        for tx in &block {
-            let t0 = Instant::now();
-            let id = tx.transaction.id();
-            if check {
-                crypto::verify_signatures(tx, &id)?;
-            }
-            let t1 = Instant::now();
-            if !chain.push_verified(tx, id)?.is_success() {
-                failed += 1;
-            }
-            phases.verify += t1 - t0;
-            phases.execute += t1.elapsed();
-        }
+    let pipeline = config.pipeline;
+    chain.set_overlap_commit(pipeline.overlap_commit);
+    let mut verify_alone = Duration::ZERO;
+    let mut per_block = Vec::new();
+    let block_len = |done: u64| (config.transfers - done).min(config.block_size as u64);
+    // The client generates one block ahead; with batched verification the chain verifies that
+    // block on the spare cores while the current one executes.
+    let mut height = chain.head().height + 1;
+    let mut current = (done < config.transfers).then(|| {
+        let block = generator.next_block(chain, height, block_len(done));
         let t = Instant::now();
+        let prepared = pipeline::prepare(&block, check, &pipeline);
+        phases.verify += t.elapsed();
+        elapsed += t.elapsed();
+        (block, prepared)
+    });
+    while let Some((block, prepared)) = current.take() {
+        let n = block.len() as u64;
+        let ahead = (done + n < config.transfers)
+            .then(|| generator.next_block(chain, height + 1, block_len(done + n)));
+        if check {
+            // The ceiling: batched verification of these transactions and nothing else.
+            let ids: Vec<TxId> = prepared.iter().map(|p| p.id).collect();
+            let t = Instant::now();
+            let results = crypto::verify_many(&block, &ids);
+            verify_alone += t.elapsed();
+            debug_assert!(results.iter().all(Result::is_ok));
+        }
+        let t0 = Instant::now();
+        let verify_ahead = |ahead: Option<Vec<SignedTransaction>>| {
+            ahead.map(|block| {
+                let t = Instant::now();
+                let prepared = pipeline::prepare(&block, check, &pipeline);
+                (block, prepared, t.elapsed())
+            })
+        };
+        let (next, executed) = if pipeline.batch_verify {
+            rayon::join(
+                || verify_ahead(ahead),
+                || execute_block(chain, &block, &prepared, &pipeline),
+            )
+        } else {
+            let executed = execute_block(chain, &block, &prepared, &pipeline);
+            (verify_ahead(ahead), executed)
+        };
+        let executed = executed?;
+        let t1 = Instant::now();
         chain.finish_block()?;
-        phases.commit += t.elapsed();
+        if next.is_none() {
+            chain.sync()?; // the last block is durable before the clock stops
+        }
+        let t2 = Instant::now();
+        failed += executed.failed;
+        phases.verify += executed.verify;
+        phases.execute += executed.execute;
+        phases.commit += t2 - t1;
+        per_block.push((n as f64 / (t2 - t0).as_secs_f64(), resident_bytes()));
+        elapsed += t2 - t0;
+        current = next.map(|(block, prepared, took)| {
+            phases.verify += took;
+            (block, prepared)
+        });
         done += n;
+        height += 1;
         blocks += 1;
         progress(done);
     }
     Ok(BenchReport {
         transfers: done - start_done.min(done),
         failed,
-        elapsed: phases.verify + phases.execute + phases.commit,
+        elapsed,
         phases,
         blocks,
         height: chain.head().height,
         state_checksum: chain.head().state_checksum,
         deploy,
+        verify_alone,
+        per_block,
     })
 }

@@ -7,8 +7,8 @@ use tally_chain::workload::{
     account_name, balance,
 };
 use tally_chain::{
-    Action, Chain, ChainConfig, ChainError, MemoryStore, Name, SignedTransaction, Transaction,
-    Transfer, TxError,
+    Action, Chain, ChainConfig, ChainError, MemoryStore, Name, Pipeline, SignedTransaction,
+    Transaction, Transfer, TxError,
 };
 use tally_host_api::AbortCode;
 use tally_runtime::{Runtime, RuntimeConfig};
@@ -195,6 +195,7 @@ fn bench_checksum(seed: u64, dist: Distribution) -> ([u8; 32], u64) {
         seed,
         block_size: 1_000,
         signed: true,
+        pipeline: Pipeline::ALL,
     };
     let report = workload::run(&mut new_chain(), &config, &mut |_| {}).unwrap();
     assert_eq!(report.transfers, 3_000);
@@ -210,6 +211,57 @@ fn the_same_seed_gives_the_same_state_checksum() {
     }
 }
 
+/// Runs a signed benchmark on a log store with `pipeline` on a pool of `threads` workers, and
+/// returns the head block's id (it covers the state checksum and the transactions root).
+fn pipelined_head(pipeline: Pipeline, threads: usize) -> tally_chain::BlockId {
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        tally_chain::LogStore::open(dir.path(), tally_chain::LogOptions::default()).unwrap();
+    let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
+    let mut chain = Chain::open(runtime, Box::new(store), ChainConfig::default()).unwrap();
+    let config = BenchConfig {
+        transfers: 1_200,
+        accounts: 100,
+        dist: Distribution::Zipf,
+        seed: 5,
+        block_size: 200,
+        signed: true,
+        pipeline,
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    pool.install(|| workload::run(&mut chain, &config, &mut |_| {}))
+        .unwrap();
+    // The body kept encoded while the block was built is exactly borsh of a BlockBody.
+    let record = chain.store().block(chain.head().height).unwrap().unwrap();
+    let body: tally_chain::BlockBody = borsh::from_slice(&record.body).unwrap();
+    assert_eq!(body.transactions.len(), 200);
+    assert_eq!(borsh::to_vec(&body).unwrap(), record.body);
+    chain.head_id()
+}
+
+#[test]
+fn every_pipeline_switch_and_thread_count_gives_the_same_chain() {
+    let reference = pipelined_head(Pipeline::NONE, 1);
+    for bits in 0u8..16 {
+        let pipeline = Pipeline {
+            batch_verify: bits & 1 != 0,
+            batch_dedup: bits & 2 != 0,
+            early_encode: bits & 4 != 0,
+            overlap_commit: bits & 8 != 0,
+        };
+        let threads = 1 + (bits as usize % 3);
+        assert_eq!(
+            pipelined_head(pipeline, threads),
+            reference,
+            "{} on {threads} threads",
+            pipeline.describe()
+        );
+    }
+}
+
 #[test]
 fn benchmark_transfers_conserve_coins() {
     let config = BenchConfig {
@@ -219,6 +271,7 @@ fn benchmark_transfers_conserve_coins() {
         seed: 9,
         block_size: 500,
         signed: false,
+        pipeline: Pipeline::ALL,
     };
     let mut chain = chain_with(ChainConfig {
         check_signatures: false,
@@ -504,6 +557,7 @@ mod stores {
             seed: 11,
             block_size: 500,
             signed: true,
+            pipeline: Pipeline::ALL,
         }
     }
 

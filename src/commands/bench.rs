@@ -9,7 +9,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use tally_chain::workload::{self, BenchConfig, Distribution};
-use tally_chain::{Chain, ChainConfig};
+use tally_chain::{Chain, ChainConfig, Pipeline};
 use tally_runtime::{Runtime, RuntimeConfig};
 
 use super::store::{StoreKind, open_store};
@@ -56,6 +56,24 @@ pub struct BenchArgs {
     /// Write a JSON report to FILE ('-' for stdout; the table then goes to stderr).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Verify signatures one at a time on the executing thread, not in batches on all cores.
+    #[arg(long)]
+    pub no_batch_verify: bool,
+    /// Look ids up in the duplicate window one at a time, not per block on all cores.
+    #[arg(long)]
+    pub no_batch_dedup: bool,
+    /// Encode transactions for the block body while including them, not ahead on all cores.
+    #[arg(long)]
+    pub no_early_encode: bool,
+    /// Make each block durable before the next one executes.
+    #[arg(long)]
+    pub no_overlap_commit: bool,
+    /// Every pipeline stage off (the four --no-* switches at once).
+    #[arg(long)]
+    pub sequential: bool,
+    /// Worker threads for the parallel stages (default: one per core).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub threads: Option<u64>,
 }
 
 /// `--dist` values.
@@ -115,6 +133,18 @@ fn bench_marker(config: &BenchConfig, store: StoreKind) -> serde_json::Value {
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(threads) = args.threads {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads as usize)
+            .build_global()
+            .context("cannot start the worker threads")?;
+    }
+    let pipeline = Pipeline {
+        batch_verify: !(args.sequential || args.no_batch_verify),
+        batch_dedup: !(args.sequential || args.no_batch_dedup),
+        early_encode: !(args.sequential || args.no_early_encode),
+        overlap_commit: !(args.sequential || args.no_overlap_commit),
+    };
     let config = BenchConfig {
         transfers: args.transfers,
         accounts: args.accounts,
@@ -122,6 +152,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         seed: args.seed,
         block_size: args.block_size as usize,
         signed: !args.unsigned,
+        pipeline,
     };
     let chain_config = ChainConfig {
         check_signatures: config.signed,
@@ -198,6 +229,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         ("failed", report.failed.to_string()),
         ("seconds", format!("{:.3}", report.elapsed.as_secs_f64())),
         ("transfers/s", format!("{tps:.0}")),
+        (
+            "verify ceiling",
+            match report.verify_ceiling_tps() {
+                Some(c) => format!("{c:.0}/s (this run reaches {:.2} of it)", tps / c),
+                None => "- (unsigned)".into(),
+            },
+        ),
         ("µs per transfer", format!("{us_per_transfer:.2}")),
         (
             "  of which verify",
@@ -241,6 +279,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         },
         if resuming { ", resumed" } else { "" }
     );
+    table.push_str(&format!(
+        "  pipeline: {}, {} threads\n",
+        pipeline.describe(),
+        rayon::current_num_threads()
+    ));
     for (name, value) in rows {
         table.push_str(&format!("  {name:<22} {value}\n"));
     }
@@ -250,6 +293,15 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         "failed": report.failed,
         "seconds": report.elapsed.as_secs_f64(),
         "tps": tps,
+        "verify_ceiling_tps": report.verify_ceiling_tps(),
+        "pipeline": {
+            "batch_verify": pipeline.batch_verify,
+            "batch_dedup": pipeline.batch_dedup,
+            "early_encode": pipeline.early_encode,
+            "overlap_commit": pipeline.overlap_commit,
+        },
+        "threads": rayon::current_num_threads(),
+        "per_block": report.per_block.iter().map(|(tps, rss)| json!({"tps": tps, "rss_bytes": rss})).collect::<Vec<_>>(),
         "us_per_transfer": us_per_transfer,
         "verify_us": per(report.phases.verify),
         "execute_us": per(report.phases.execute),
@@ -273,6 +325,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             "contract": "simplecoin",
             "store": args.store.label(),
             "signed": config.signed,
+            "pipeline": pipeline.describe(),
         },
         "machine": {
             "cpu": cpu_model(),

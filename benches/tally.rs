@@ -1,0 +1,168 @@
+//! Criterion benches of the pieces of a transfer. Run: `cargo bench` (or
+//! `cargo bench -- verify` for one group). They share the workload code of `tally bench`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use tally_chain::crypto;
+use tally_chain::workload::{self, BenchConfig, TransferGen};
+use tally_chain::{Chain, ChainConfig, MemoryStore, SignedTransaction, TxId};
+use tally_host_api::{Abort, Host, Name};
+use tally_runtime::{Entry, Runtime, RuntimeConfig};
+
+/// A host with one fixed balance, so the runtime benches measure the runtime alone.
+struct OneBalance {
+    message: Vec<u8>,
+    value: [u8; 8],
+}
+
+impl Host for OneBalance {
+    fn message(&self) -> &[u8] {
+        &self.message
+    }
+    fn load(&mut self, _key: &[u8]) -> Option<&[u8]> {
+        Some(&self.value)
+    }
+    fn store(&mut self, _key: &[u8], _value: &[u8]) -> Result<(), Abort> {
+        Ok(())
+    }
+    fn remove(&mut self, _key: &[u8]) -> Result<(), Abort> {
+        Ok(())
+    }
+    fn is_authorized(&self, _account: Name) -> bool {
+        true
+    }
+}
+
+fn transfer_entry() -> Entry {
+    Entry::Action {
+        receiver: workload::SIMPLECOIN,
+        code: workload::SIMPLECOIN,
+        action: workload::TRANSFER,
+    }
+}
+
+fn runtime(c: &mut Criterion) {
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let coin = rt.prepare(workload::SIMPLECOIN_WASM).unwrap();
+    let transfer = tally_chain::Transfer {
+        from: workload::account_name(1),
+        to: workload::account_name(2),
+        amount: 1,
+        memo: "1".into(),
+    };
+    let mut host = OneBalance {
+        message: transfer.encode(),
+        value: 1_000u64.to_le_bytes(),
+    };
+    let mut group = c.benchmark_group("runtime");
+    group.bench_function("one transfer (warm instance, restored)", |b| {
+        b.iter(|| rt.execute(&coin, transfer_entry(), &mut host).unwrap())
+    });
+    // A module that changes its table cannot reuse an instance: every action instantiates.
+    let fresh = wat::parse_str(
+        r#"(module (memory (export "memory") 1) (table 1 funcref)
+            (func (export "apply") (param i64 i64 i64)
+              (table.set (i32.const 0) (ref.null func))))"#,
+    )
+    .unwrap();
+    let fresh = rt.prepare(&fresh).unwrap();
+    group.bench_function("instantiate (fresh pooled instance + empty action)", |b| {
+        b.iter(|| rt.execute(&fresh, transfer_entry(), &mut host).unwrap())
+    });
+    let empty = wat::parse_str(
+        r#"(module (memory (export "memory") 1)
+            (func (export "apply") (param i64 i64 i64)))"#,
+    )
+    .unwrap();
+    let empty = rt.prepare(&empty).unwrap();
+    group.bench_function("empty action (warm instance)", |b| {
+        b.iter(|| rt.execute(&empty, transfer_entry(), &mut host).unwrap())
+    });
+    let host_call = wat::parse_str(
+        r#"(module (import "env" "message_size" (func $size (result i32)))
+            (memory (export "memory") 1)
+            (func (export "apply") (param i64 i64 i64)
+              (local $i i32)
+              (loop $l (drop (call $size))
+                (local.set $i (i32.add (local.get $i) (i32.const 1)))
+                (br_if $l (i32.lt_u (local.get $i) (i32.const 1000))))))"#,
+    )
+    .unwrap();
+    let host_call = rt.prepare(&host_call).unwrap();
+    group.bench_function("1000 host calls (message_size)", |b| {
+        b.iter(|| rt.execute(&host_call, transfer_entry(), &mut host).unwrap())
+    });
+    group.finish();
+}
+
+fn signed_block(n: u64) -> (Vec<SignedTransaction>, Vec<TxId>) {
+    let config = BenchConfig {
+        transfers: n,
+        ..BenchConfig::default()
+    };
+    let rt = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
+    let mut chain =
+        Chain::open(rt, Box::new(MemoryStore::new(512)), ChainConfig::default()).unwrap();
+    let mut generator = TransferGen::new(&config);
+    workload::setup(&mut chain, &generator, &config).unwrap();
+    let block = generator.next_block(&chain, chain.head().height + 1, n);
+    let ids = block.iter().map(|tx| tx.transaction.id()).collect();
+    (block, ids)
+}
+
+fn verify(c: &mut Criterion) {
+    let (block, ids) = signed_block(1024);
+    let mut group = c.benchmark_group("verify");
+    group.bench_function("one signature", |b| {
+        b.iter(|| crypto::verify_signatures(&block[0], &ids[0]).unwrap())
+    });
+    group.throughput(criterion::Throughput::Elements(block.len() as u64));
+    group.bench_function("1024 signatures, batched on all cores", |b| {
+        b.iter(|| crypto::verify_many(&block, &ids))
+    });
+    group.finish();
+}
+
+fn chain(c: &mut Criterion) {
+    let mut group = c.benchmark_group("chain");
+    group.sample_size(10);
+    let config = BenchConfig {
+        transfers: 5_000,
+        signed: false,
+        ..BenchConfig::default()
+    };
+    let chain_config = ChainConfig {
+        check_signatures: false,
+        ..ChainConfig::default()
+    };
+    let rt = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        tally_chain::LogStore::open(dir.path(), tally_chain::LogOptions::default()).unwrap();
+    let mut chain = Chain::open(rt, Box::new(store), chain_config).unwrap();
+    let mut generator = TransferGen::new(&config);
+    workload::setup(&mut chain, &generator, &config).unwrap();
+    group.throughput(criterion::Throughput::Elements(config.transfers));
+    group.bench_function("5000 transfers: execute + commit (log store, fsync)", |b| {
+        b.iter_custom(|iters| {
+            let mut timed = Duration::ZERO;
+            for _ in 0..iters {
+                let height = chain.head().height + 1;
+                let block = generator.next_block(&chain, height, config.transfers);
+                let start = Instant::now();
+                for tx in &block {
+                    chain.push_transaction(tx).unwrap();
+                }
+                chain.finish_block().unwrap();
+                timed += start.elapsed();
+            }
+            timed
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, runtime, verify, chain);
+criterion_main!(benches);
