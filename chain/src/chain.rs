@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
-use tally_host_api::{Abort, AbortCode, Name};
+use tally_host_api::{Abort, AbortCode, Host, Name};
 use tally_runtime::{Contract, Entry, Outcome, Receipt, Runtime};
 
 use crate::block::{BlockHeader, BlockId, chain_checksum};
@@ -88,6 +88,7 @@ pub struct Chain {
     recent_ids: FxHashSet<TxId>,
     id_blocks: VecDeque<(u64, Vec<TxId>)>,
     contracts: FxHashMap<Name, Arc<Contract>>,
+    natives: FxHashMap<Name, NativeContract>,
     pending: Pending,
     pending_ids: Vec<(TxId, bool)>,
     /// Ids included in the pending block (they join `recent_ids` at commit).
@@ -99,6 +100,10 @@ pub struct Chain {
     /// The durable sync of the last block, when it runs in the background.
     in_flight: Option<std::thread::JoinHandle<std::io::Result<()>>>,
 }
+
+/// A contract compiled into the node: plain Rust over the same [`Host`] a wasm contract
+/// sees. Only for baselines (`tally bench --baseline native`): it shows what the runtime costs.
+pub type NativeContract = fn(&mut dyn Host) -> Result<(), Abort>;
 
 /// The pending block's body, kept encoded: each transaction's borsh is appended as it is
 /// included, so committing needs no encoding pass and no copy of the transactions. The bytes
@@ -167,6 +172,7 @@ impl Chain {
             recent_ids: FxHashSet::default(),
             id_blocks: VecDeque::new(),
             contracts: FxHashMap::default(),
+            natives: FxHashMap::default(),
             pending: Pending::default(),
             pending_ids: Vec::new(),
             pending_id_set: FxHashSet::default(),
@@ -514,6 +520,8 @@ impl Chain {
         for (i, action) in tx.transaction.actions.iter().enumerate() {
             let receipt = if action.account == SYSTEM {
                 self.run_system(action)?
+            } else if let Some(&native) = self.natives.get(&action.account) {
+                self.run_native(native, action)?
             } else {
                 let contract = self.contract(action.account)?;
                 let entry = Entry::Action {
@@ -664,6 +672,40 @@ impl Chain {
             Some(e) => Err(ChainError::Store(e)),
             None => Ok(receipt),
         }
+    }
+
+    fn run_native(
+        &mut self,
+        native: NativeContract,
+        action: &Action,
+    ) -> Result<Receipt, ChainError> {
+        let mut host = ActionHost {
+            contract: action.account,
+            action,
+            tx: &mut self.tx_writes,
+            pending: &mut self.pending,
+            store: self.store.as_ref(),
+            key: Vec::with_capacity(64),
+            fault: None,
+        };
+        let outcome = match native(&mut host) {
+            Ok(()) => Outcome::Success,
+            Err(abort) => Outcome::Failure(abort),
+        };
+        match host.fault {
+            Some(e) => Err(ChainError::Store(e)),
+            None => Ok(Receipt {
+                outcome,
+                fuel_used: 0,
+                console: Vec::new(),
+            }),
+        }
+    }
+
+    /// Runs `account`'s actions with `native` instead of its wasm contract (which must still
+    /// be deployed: it owns the storage). For baselines only.
+    pub fn set_native(&mut self, account: Name, native: NativeContract) {
+        self.natives.insert(account, native);
     }
 
     fn merge_tx_writes(&mut self) {

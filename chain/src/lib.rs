@@ -37,7 +37,7 @@ pub mod workload;
 mod host;
 
 pub use block::{BlockHeader, BlockId};
-pub use chain::{Chain, ChainConfig, TxReceipt};
+pub use chain::{Chain, ChainConfig, NativeContract, TxReceipt};
 pub use error::{ChainError, TxError};
 pub use log_store::{LogOptions, LogStore};
 pub use pipeline::{Pipeline, Prepared};

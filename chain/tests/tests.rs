@@ -263,6 +263,31 @@ fn every_pipeline_switch_and_thread_count_gives_the_same_chain() {
 }
 
 #[test]
+fn the_native_baseline_reaches_the_contracts_state() {
+    let config = BenchConfig {
+        transfers: 1_000,
+        accounts: 30,
+        dist: Distribution::Zipf,
+        seed: 3,
+        block_size: 250,
+        signed: false,
+        pipeline: Pipeline::ALL,
+    };
+    let unsigned = || {
+        chain_with(ChainConfig {
+            check_signatures: false,
+            ..ChainConfig::default()
+        })
+    };
+    let wasm = workload::run(&mut unsigned(), &config, &mut |_| {}).unwrap();
+    let mut native = unsigned();
+    native.set_native(SIMPLECOIN, workload::native_simplecoin);
+    let base = workload::run(&mut native, &config, &mut |_| {}).unwrap();
+    assert_eq!(base.state_checksum, wasm.state_checksum);
+    assert_eq!(base.failed, wasm.failed);
+}
+
+#[test]
 fn benchmark_transfers_conserve_coins() {
     let config = BenchConfig {
         transfers: 2_000,

@@ -71,9 +71,20 @@ pub struct BenchArgs {
     /// Every pipeline stage off (the four --no-* switches at once).
     #[arg(long)]
     pub sequential: bool,
+    /// Also run the same workload with baseline executors and report them side by side.
+    /// `native`: simplecoin's transfer in plain Rust against the same kind of store.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST")]
+    pub baseline: Vec<Baseline>,
     /// Worker threads for the parallel stages (default: one per core).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=256))]
     pub threads: Option<u64>,
+}
+
+/// `--baseline` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Baseline {
+    /// The transfer logic compiled into the node: the limit for any runtime.
+    Native,
 }
 
 /// `--dist` values.
@@ -206,7 +217,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     );
 
     let store = open_store(args.store, &data.join("store"), chain_config.retain_blocks)?;
-    let mut chain = Chain::open(runtime, store, chain_config)?;
+    let mut chain = Chain::open(runtime, store, chain_config.clone())?;
     let bar = ProgressBar::new(config.transfers).with_style(
         ProgressStyle::with_template("{spinner} {bar:40} {pos}/{len} transfers ({per_sec}, {eta})")
             .expect("valid template"),
@@ -217,6 +228,36 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         workload::run(&mut chain, &config, &mut |done| bar.set_position(done))?
     };
     bar.finish_and_clear();
+
+    // Baselines: the same workload on a fresh store of the same kind, same settings.
+    let mut baselines = serde_json::Map::new();
+    for baseline in &args.baseline {
+        let Baseline::Native = baseline;
+        let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
+        let runtime = Arc::new(Runtime::new(RuntimeConfig::default())?);
+        let store = open_store(
+            args.store,
+            &dir.path().join("store"),
+            chain_config.retain_blocks,
+        )?;
+        let mut chain = Chain::open(runtime, store, chain_config.clone())?;
+        chain.set_native(workload::SIMPLECOIN, workload::native_simplecoin);
+        let base = workload::run(&mut chain, &config, &mut |_| {})?;
+        anyhow::ensure!(
+            base.state_checksum == report.state_checksum || resuming,
+            "the native baseline reached another state than the contract"
+        );
+        let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / base.transfers.max(1) as f64;
+        baselines.insert(
+            "native".into(),
+            json!({
+                "tps": base.tps(),
+                "verify_us": per(base.phases.verify),
+                "execute_us": per(base.phases.execute),
+                "commit_us": per(base.phases.commit),
+            }),
+        );
+    }
 
     let tps = report.tps();
     let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / report.transfers.max(1) as f64;
@@ -266,6 +307,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         ),
         ("state checksum", checksum.clone()),
     ];
+    let mut rows = rows.to_vec();
+    for (name, b) in &baselines {
+        rows.push((
+            "baseline",
+            format!(
+                "{name}: {:.0} transfers/s ({:.2} µs execute per transfer; Tally reaches {:.2} of it)",
+                b["tps"].as_f64().unwrap_or(0.0),
+                b["execute_us"].as_f64().unwrap_or(0.0),
+                tps / b["tps"].as_f64().unwrap_or(f64::INFINITY),
+            ),
+        ));
+    }
     let mut table = format!(
         "tally bench: simplecoin, {} accounts, {} distribution, seed {}, {} store, {}{}\n",
         config.accounts,
@@ -294,6 +347,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         "seconds": report.elapsed.as_secs_f64(),
         "tps": tps,
         "verify_ceiling_tps": report.verify_ceiling_tps(),
+        "baselines": baselines,
         "pipeline": {
             "batch_verify": pipeline.batch_verify,
             "batch_dedup": pipeline.batch_dedup,
