@@ -132,6 +132,54 @@ fn bench_reports_json_and_the_same_seed_gives_the_same_checksum() {
 }
 
 #[test]
+fn bench_reports_baselines_the_verify_ceiling_and_a_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let plot = dir.path().join("run.svg");
+    let out = tally(&[
+        "bench",
+        "--transfers",
+        "2000",
+        "--accounts",
+        "50",
+        "--block-size",
+        "500",
+        "--baseline",
+        "native,wasmi",
+        "--plot",
+        plot.to_str().unwrap(),
+        "--json",
+        "-",
+    ]);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON on stdout");
+    for baseline in ["native", "wasmi"] {
+        let tps = report["baselines"][baseline]["tps"].as_f64();
+        assert!(tps.is_some_and(|t| t > 0.0), "{baseline} in {report}");
+    }
+    assert!(report["verify_ceiling_tps"].as_f64().unwrap() > 0.0);
+    assert_eq!(report["per_block"].as_array().unwrap().len(), 4);
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("<polyline"));
+    // With every stage off the run reaches the same state.
+    let sequential = tally(&[
+        "bench",
+        "--transfers",
+        "2000",
+        "--accounts",
+        "50",
+        "--block-size",
+        "500",
+        "--sequential",
+        "--threads",
+        "1",
+        "--json",
+        "-",
+    ]);
+    let sequential: serde_json::Value = serde_json::from_str(&stdout(&sequential)).unwrap();
+    assert_eq!(sequential["state_checksum"], report["state_checksum"]);
+    assert_eq!(sequential["pipeline"]["batch_verify"], false);
+}
+
+#[test]
 fn bench_rejects_bad_flags() {
     let out = tally(&["bench", "--dist", "pareto"]);
     assert!(!out.status.success());

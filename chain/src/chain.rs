@@ -101,9 +101,10 @@ pub struct Chain {
     in_flight: Option<std::thread::JoinHandle<std::io::Result<()>>>,
 }
 
-/// A contract compiled into the node: plain Rust over the same [`Host`] a wasm contract
-/// sees. Only for baselines (`tally bench --baseline native`): it shows what the runtime costs.
-pub type NativeContract = fn(&mut dyn Host) -> Result<(), Abort>;
+/// An executor that replaces a contract's wasm for baselines (`tally bench --baseline`): plain
+/// Rust, or another engine, over the same [`Host`] a wasm contract sees. It shows what the
+/// runtime costs.
+pub type NativeContract = Arc<dyn Fn(&mut dyn Host) -> Result<(), Abort> + Send + Sync>;
 
 /// The pending block's body, kept encoded: each transaction's borsh is appended as it is
 /// included, so committing needs no encoding pass and no copy of the transactions. The bytes
@@ -520,8 +521,8 @@ impl Chain {
         for (i, action) in tx.transaction.actions.iter().enumerate() {
             let receipt = if action.account == SYSTEM {
                 self.run_system(action)?
-            } else if let Some(&native) = self.natives.get(&action.account) {
-                self.run_native(native, action)?
+            } else if let Some(native) = self.natives.get(&action.account).cloned() {
+                self.run_native(&native, action)?
             } else {
                 let contract = self.contract(action.account)?;
                 let entry = Entry::Action {
@@ -676,7 +677,7 @@ impl Chain {
 
     fn run_native(
         &mut self,
-        native: NativeContract,
+        native: &NativeContract,
         action: &Action,
     ) -> Result<Receipt, ChainError> {
         let mut host = ActionHost {

@@ -281,7 +281,7 @@ fn the_native_baseline_reaches_the_contracts_state() {
     };
     let wasm = workload::run(&mut unsigned(), &config, &mut |_| {}).unwrap();
     let mut native = unsigned();
-    native.set_native(SIMPLECOIN, workload::native_simplecoin);
+    native.set_native(SIMPLECOIN, Arc::new(workload::native_simplecoin));
     let base = workload::run(&mut native, &config, &mut |_| {}).unwrap();
     assert_eq!(base.state_checksum, wasm.state_checksum);
     assert_eq!(base.failed, wasm.failed);

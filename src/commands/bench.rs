@@ -23,6 +23,10 @@ use super::store::{StoreKind, open_store};
   tally bench --data ./bench-data               # keep the store; rerun to resume after a crash
   tally bench --json - | jq .tps                # machine-readable, on stdout
   tally bench --seed 7 --json run.json          # same seed => same state_checksum
+  tally bench --store memory --unsigned --baseline native,wasmi
+                                                # execution vs plain Rust vs an interpreter
+  tally bench --sequential                      # every pipeline stage off, for comparison
+  tally bench --plot run.svg                    # transfers/s and memory per block
 
 Transfers are generated and signed by the client before each block's timer starts; the
 chain verifies every signature inside the timed section.")]
@@ -56,6 +60,9 @@ pub struct BenchArgs {
     /// Write a JSON report to FILE ('-' for stdout; the table then goes to stderr).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Draw transfers/s per block and memory over time to FILE (SVG).
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
     /// Verify signatures one at a time on the executing thread, not in batches on all cores.
     #[arg(long)]
     pub no_batch_verify: bool,
@@ -71,8 +78,9 @@ pub struct BenchArgs {
     /// Every pipeline stage off (the four --no-* switches at once).
     #[arg(long)]
     pub sequential: bool,
-    /// Also run the same workload with baseline executors and report them side by side.
-    /// `native`: simplecoin's transfer in plain Rust against the same kind of store.
+    /// Also run the same workload with baseline executors and report them side by side:
+    /// `native` (simplecoin's transfer in plain Rust) and `wasmi` (the same .wasm in the wasmi
+    /// interpreter), each on a fresh store of the same kind.
     #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST")]
     pub baseline: Vec<Baseline>,
     /// Worker threads for the parallel stages (default: one per core).
@@ -85,6 +93,17 @@ pub struct BenchArgs {
 pub enum Baseline {
     /// The transfer logic compiled into the node: the limit for any runtime.
     Native,
+    /// The same .wasm in the wasmi interpreter.
+    Wasmi,
+}
+
+impl Baseline {
+    fn label(self) -> &'static str {
+        match self {
+            Baseline::Native => "native",
+            Baseline::Wasmi => "wasmi",
+        }
+    }
 }
 
 /// `--dist` values.
@@ -231,8 +250,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
 
     // Baselines: the same workload on a fresh store of the same kind, same settings.
     let mut baselines = serde_json::Map::new();
-    for baseline in &args.baseline {
-        let Baseline::Native = baseline;
+    for &baseline in &args.baseline {
+        let executor: tally_chain::NativeContract = match baseline {
+            Baseline::Native => Arc::new(workload::native_simplecoin),
+            Baseline::Wasmi => super::wasmi_baseline::executor(
+                workload::SIMPLECOIN_WASM,
+                "onApply_Transfer_simplecoin",
+            )?,
+        };
         let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
         let runtime = Arc::new(Runtime::new(RuntimeConfig::default())?);
         let store = open_store(
@@ -241,15 +266,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             chain_config.retain_blocks,
         )?;
         let mut chain = Chain::open(runtime, store, chain_config.clone())?;
-        chain.set_native(workload::SIMPLECOIN, workload::native_simplecoin);
+        chain.set_native(workload::SIMPLECOIN, executor);
         let base = workload::run(&mut chain, &config, &mut |_| {})?;
         anyhow::ensure!(
             base.state_checksum == report.state_checksum || resuming,
-            "the native baseline reached another state than the contract"
+            "the {} baseline reached another state than the contract",
+            baseline.label()
         );
         let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / base.transfers.max(1) as f64;
         baselines.insert(
-            "native".into(),
+            baseline.label().into(),
             json!({
                 "tps": base.tps(),
                 "verify_us": per(base.phases.verify),
@@ -386,6 +412,23 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         },
     });
+    if let Some(path) = &args.plot {
+        let title = format!(
+            "tally bench: {} transfers, {} accounts ({}), {} store, {}; {tps:.0} transfers/s",
+            report.transfers,
+            config.accounts,
+            config.dist.label(),
+            args.store.label(),
+            if config.signed { "signed" } else { "unsigned" },
+        );
+        let svg = super::plot::svg(
+            &title,
+            config.block_size as u64,
+            report.transfers,
+            &report.per_block,
+        );
+        std::fs::write(path, svg).with_context(|| format!("cannot write {}", path.display()))?;
+    }
     match args.json.as_deref() {
         Some(path) if path.as_os_str() == "-" => {
             eprint!("{table}");

@@ -8,8 +8,10 @@ mod deploy;
 mod get;
 mod init;
 mod local;
+mod plot;
 mod push;
 mod store;
+mod wasmi_baseline;
 
 use clap::{Parser, Subcommand};
 

@@ -1,0 +1,114 @@
+//! `tally bench --plot FILE.svg`: transfers per second of each block, and the process's
+//! memory, over the run's time, as in the IAVL benchmark notebook (shared/seeds). Plain SVG,
+//! no plotting dependency.
+
+use std::fmt::Write;
+
+const WIDTH: f64 = 800.0;
+const PANEL: f64 = 220.0;
+const MARGIN: f64 = 60.0;
+
+/// One panel: a polyline of `(x, y)` with axes labelled by their extremes.
+fn panel(svg: &mut String, top: f64, title: &str, unit: &str, points: &[(f64, f64)]) {
+    let x_max = points.iter().map(|p| p.0).fold(0.0, f64::max).max(1e-9);
+    let y_max = points.iter().map(|p| p.1).fold(0.0, f64::max).max(1e-9) * 1.1;
+    let (left, bottom) = (MARGIN, top + PANEL);
+    let plot_w = WIDTH - 2.0 * MARGIN;
+    let _ = writeln!(
+        svg,
+        r##"<text x="{left}" y="{}" font-size="14" font-weight="bold">{title}</text>"##,
+        top - 8.0
+    );
+    let _ = writeln!(
+        svg,
+        r##"<rect x="{left}" y="{top}" width="{plot_w}" height="{PANEL}" fill="none" stroke="#999"/>"##
+    );
+    let path: Vec<String> = points
+        .iter()
+        .map(|(x, y)| {
+            format!(
+                "{:.1},{:.1}",
+                left + x / x_max * plot_w,
+                bottom - y / y_max * PANEL
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        svg,
+        r##"<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{}"/>"##,
+        path.join(" ")
+    );
+    let _ = writeln!(
+        svg,
+        r##"<text x="{}" y="{}" font-size="11" text-anchor="end">{:.0} {unit}</text>"##,
+        left - 4.0,
+        top + 10.0,
+        y_max
+    );
+    let _ = writeln!(
+        svg,
+        r##"<text x="{}" y="{bottom}" font-size="11" text-anchor="end">0</text>"##,
+        left - 4.0
+    );
+    let _ = writeln!(
+        svg,
+        r##"<text x="{}" y="{}" font-size="11" text-anchor="end">{x_max:.2} s</text>"##,
+        left + plot_w,
+        bottom + 14.0
+    );
+}
+
+/// The SVG for blocks of `block_size` transfers with per-block `(transfers/s, RSS bytes)`.
+pub fn svg(title: &str, block_size: u64, total: u64, per_block: &[(f64, u64)]) -> String {
+    let mut t = 0.0;
+    let mut left = total;
+    let mut tps = Vec::with_capacity(per_block.len());
+    let mut rss = Vec::with_capacity(per_block.len());
+    for &(block_tps, bytes) in per_block {
+        let n = left.min(block_size);
+        left -= n;
+        t += n as f64 / block_tps.max(1e-9);
+        tps.push((t, block_tps));
+        rss.push((t, bytes as f64 / (1u64 << 20) as f64));
+    }
+    let height = 2.0 * PANEL + 3.0 * MARGIN;
+    let mut svg = format!(
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="sans-serif">
+<rect width="100%" height="100%" fill="white"/>
+<text x="{MARGIN}" y="20" font-size="13">{title}</text>
+"##
+    );
+    panel(
+        &mut svg,
+        MARGIN,
+        "transfers per second, per block",
+        "/s",
+        &tps,
+    );
+    panel(
+        &mut svg,
+        2.0 * MARGIN + PANEL,
+        "resident memory after each block",
+        "MiB",
+        &rss,
+    );
+    svg.push_str("</svg>\n");
+    svg
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_plot_has_one_point_per_block_and_is_well_formed() {
+        let svg = super::svg(
+            "t",
+            10,
+            25,
+            &[(100.0, 1 << 20), (200.0, 2 << 20), (50.0, 3 << 20)],
+        );
+        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
+        assert_eq!(svg.matches("<polyline").count(), 2);
+        // 10 transfers at 100/s, 10 at 200/s, 5 at 50/s: the run lasts 0.25 s.
+        assert!(svg.contains("0.25 s"), "{svg}");
+    }
+}
