@@ -273,7 +273,14 @@ mod crash {
             .unwrap()
             .subsec_millis() as u64;
         let mut last_height = 0;
-        for (i, base_ms) in [400u64, 900, 1500].into_iter().enumerate() {
+        // Three kill points in CI; TALLY_CRASH_ROUNDS=N for more (each round resumes the run
+        // and kills it again, somewhere in its first two seconds).
+        let rounds: u64 = std::env::var("TALLY_CRASH_ROUNDS")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(3);
+        let points = (0..rounds).map(|i| [400u64, 900, 1500][i as usize % 3]);
+        for (i, base_ms) in points.enumerate() {
             let mut child = Command::new(env!("CARGO_BIN_EXE_tally"))
                 .args(&args)
                 .stdout(std::process::Stdio::null())
@@ -301,6 +308,7 @@ mod crash {
             );
             last_height = height;
         }
+        eprintln!("{store}: survived {rounds} kill -9 points, last committed height {last_height}");
         // Resume to the end: the result equals an uninterrupted run's.
         let resumed: serde_json::Value = serde_json::from_str(&stdout(&tally(
             &args.iter().map(String::as_str).collect::<Vec<_>>(),
@@ -532,6 +540,110 @@ mod local_chain {
             (verified["ok"].as_bool(), verified["replayed"].as_bool()),
             (Some(true), Some(true))
         );
+    }
+
+    /// Every file of a data directory but the store, by path.
+    fn files(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+        let mut out = Vec::new();
+        for sub in [dir.to_path_buf(), dir.join("abi")] {
+            for entry in std::fs::read_dir(sub).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_file() {
+                    out.push((path.clone(), std::fs::read(&path).unwrap()));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn malformed_files_and_arguments_fail_clearly_and_overwrite_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("chain");
+        let d = dir.to_str().unwrap();
+        ok(&["init", "--data", d]);
+        ok(&["account", "create", "simplecoin", "--data", d]);
+        ok(&[
+            "deploy",
+            "simplecoin",
+            "contracts/simplecoin.wasm",
+            "--data",
+            d,
+        ]);
+        let height = ok(&["blocks", "--data", d])["head"].clone();
+        let push = [
+            "push",
+            "simplecoin",
+            "transfer",
+            "simplecoin",
+            "alice",
+            "5",
+            "m",
+            "--auth",
+            "simplecoin",
+            "--data",
+            d,
+        ];
+        let cases: [(&str, &str, &str); 5] = [
+            ("keystore.json", "{not json", "keystore.json is not valid"),
+            (
+                "keystore.json",
+                r#"{"accounts":{"simplecoin":"zz"}}"#,
+                "not 32 bytes of hex",
+            ),
+            ("chain.json", r#"{"version":99}"#, "chain.json is not valid"),
+            ("abi/simplecoin.json", "[1,2", "simplecoin.json"),
+            (
+                "abi/simplecoin.json",
+                r#"{"actions":{"transfer":[["from","float128"]]}}"#,
+                "simplecoin.json",
+            ),
+        ];
+        for (file, bad, says) in cases {
+            let path = dir.join(file);
+            let good = std::fs::read(&path).unwrap();
+            std::fs::write(&path, bad).unwrap();
+            let before = files(&dir);
+            fails(&push, says);
+            assert_eq!(
+                files(&dir),
+                before,
+                "{file}: a failed command changed files"
+            );
+            std::fs::write(&path, good).unwrap();
+        }
+        // Bad arguments: each refused with what is wrong.
+        fails(&["balance", "NOT-A-NAME", "--data", d], "not a valid name");
+        fails(
+            &[
+                "push",
+                "simplecoin",
+                "transfer",
+                "simplecoin",
+                "alice",
+                "-5",
+                "m",
+                "--auth",
+                "simplecoin",
+                "--data",
+                d,
+            ],
+            "",
+        );
+        fails(&["bench", "--transfers", "many"], "invalid value");
+        // A layout from another version of tally.
+        let chain_json = dir.join("chain.json");
+        let good = std::fs::read_to_string(&chain_json).unwrap();
+        std::fs::write(
+            &chain_json,
+            good.replace("\"version\": 1", "\"version\": 2"),
+        )
+        .unwrap();
+        fails(&["verify", "--data", d], "layout version 2");
+        std::fs::write(&chain_json, &good).unwrap();
+        // Nothing above committed a block.
+        assert_eq!(ok(&["blocks", "--data", d])["head"], height);
     }
 
     #[test]

@@ -1,0 +1,265 @@
+//! Hostile contracts against a running chain: each one fails with a clear, deterministic
+//! receipt (or is refused at deploy), changes no state, and the next honest transaction
+//! succeeds. The runtime's own tests check each host function's bounds in detail; here the
+//! whole node is the subject.
+
+use std::sync::Arc;
+
+use tally_chain::workload::{self, SIMPLECOIN, TRANSFER};
+use tally_chain::{
+    Action, Chain, ChainConfig, ChainError, MemoryStore, Name, SignedTransaction, Transaction,
+    Transfer,
+};
+use tally_host_api::AbortCode;
+use tally_runtime::{Runtime, RuntimeConfig};
+
+const IMPORTS: &str = r#"
+  (import "env" "load" (func $load (param i32 i32 i32 i32) (result i32)))
+  (import "env" "store" (func $store (param i32 i32 i32 i32)))
+  (import "env" "print" (func $print (param i32 i32)))
+  (import "env" "read_message" (func $read_message (param i32 i32) (result i32)))
+"#;
+
+/// A module whose `apply` runs `body`; bytes 0..16 of its memory hold "simplecoin" as an
+/// account name's 8 little-endian bytes at offset 0 and the key "k" at offset 8.
+fn contract(body: &str) -> Vec<u8> {
+    let simplecoin = SIMPLECOIN.0.to_le_bytes();
+    let bytes: String = simplecoin.iter().map(|b| format!("\\{b:02x}")).collect();
+    wat::parse_str(format!(
+        r#"(module {IMPORTS}
+          (memory (export "memory") 1)
+          (data (i32.const 0) "{bytes}k")
+          (func $recurse (call $recurse))
+          (func (export "apply") (param i64 i64 i64) {body}))"#
+    ))
+    .unwrap()
+}
+
+fn name(s: &str) -> Name {
+    s.parse().unwrap()
+}
+
+fn tx(chain: &Chain, account: Name, data: Vec<u8>) -> SignedTransaction {
+    let (ref_block_num, ref_block_prefix) = chain.tapos();
+    SignedTransaction::unsigned(Transaction {
+        expiration_ms: chain.pending_block_time_ms() + 30_000,
+        ref_block_num,
+        ref_block_prefix,
+        actions: vec![Action {
+            account,
+            name: name("run"),
+            authorization: vec![],
+            data,
+        }],
+    })
+}
+
+fn honest_transfer(chain: &mut Chain, n: u64) {
+    let t = Transfer {
+        from: SIMPLECOIN,
+        to: name("alice"),
+        amount: 1,
+        memo: n.to_string(),
+    };
+    let mut transfer = tx(chain, SIMPLECOIN, t.encode());
+    transfer.transaction.actions[0].name = TRANSFER;
+    assert!(chain.push_transaction(&transfer).unwrap().is_success());
+    chain.finish_block().unwrap();
+    assert_eq!(
+        workload::balance(chain, SIMPLECOIN, name("alice")).unwrap(),
+        Some(n)
+    );
+}
+
+#[test]
+fn hostile_actions_fail_cleanly_change_nothing_and_the_chain_goes_on() {
+    let cases: &[(&str, &str, AbortCode)] = &[
+        ("infinite loop", "(loop $l (br $l))", AbortCode::OutOfFuel),
+        (
+            "memory.grow bomb",
+            "(loop $l (br_if $l (i32.ne (memory.grow (i32.const 1)) (i32.const -1)))) unreachable",
+            AbortCode::Trap,
+        ),
+        (
+            "deep recursion",
+            "(call $recurse)",
+            AbortCode::StackOverflow,
+        ),
+        (
+            "pointer out of range",
+            "(drop (call $load (i32.const -1) (i32.const 8) (i32.const 0) (i32.const 8)))",
+            AbortCode::BadPointer,
+        ),
+        (
+            "negative length",
+            "(call $store (i32.const 0) (i32.const -5) (i32.const 0) (i32.const 8))",
+            AbortCode::BadPointer,
+        ),
+        (
+            "message into memory's end",
+            "(drop (call $read_message (i32.const 65535) (i32.const 2)))",
+            AbortCode::BadPointer,
+        ),
+        (
+            "trap midway through its writes",
+            "(call $store (i32.const 8) (i32.const 1) (i32.const 0) (i32.const 8)) unreachable",
+            AbortCode::Trap,
+        ),
+        (
+            "console flood",
+            "(loop $l (call $print (i32.const 0) (i32.const 1000)) (br $l))",
+            AbortCode::LimitExceeded,
+        ),
+    ];
+    let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
+    let mut chain = Chain::open(
+        runtime,
+        Box::new(MemoryStore::new(512)),
+        ChainConfig::default(),
+    )
+    .unwrap();
+    chain.deploy(SIMPLECOIN, workload::SIMPLECOIN_WASM).unwrap();
+    let evil = |i: usize| name(&format!("evil{}", (b'a' + i as u8) as char));
+    for (i, (_, body, _)) in cases.iter().enumerate() {
+        chain.deploy(evil(i), &contract(body)).unwrap();
+    }
+    chain.finish_block().unwrap();
+
+    for (i, (what, _, code)) in cases.iter().enumerate() {
+        let before = chain.state_digest().unwrap();
+        let receipt = chain
+            .push_transaction(&tx(&chain, evil(i), vec![]))
+            .unwrap();
+        let abort = tally_chain::chain::failure_reason(&receipt)
+            .unwrap_or_else(|| panic!("{what}: expected a failure, got {receipt:?}"));
+        assert_eq!(abort.code, *code, "{what}: {abort:?}");
+        chain.finish_block().unwrap();
+        assert_eq!(
+            chain.state_digest().unwrap(),
+            before,
+            "{what} changed state"
+        );
+        honest_transfer(&mut chain, i as u64 + 1);
+    }
+}
+
+#[test]
+fn a_contract_cannot_read_or_write_another_contracts_keys() {
+    // It loads simplecoin's own balance key and stores the result, then writes that key.
+    let snoop = contract(
+        "(i32.store (i32.const 100) (call $load (i32.const 0) (i32.const 8) (i32.const 200) (i32.const 8)))
+         (call $store (i32.const 8) (i32.const 1) (i32.const 100) (i32.const 4))
+         (call $store (i32.const 0) (i32.const 8) (i32.const 8) (i32.const 1))",
+    );
+    let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
+    let mut chain = Chain::open(
+        runtime,
+        Box::new(MemoryStore::new(512)),
+        ChainConfig::default(),
+    )
+    .unwrap();
+    chain.deploy(SIMPLECOIN, workload::SIMPLECOIN_WASM).unwrap();
+    chain.deploy(name("snoop"), &snoop).unwrap();
+    chain.finish_block().unwrap();
+    let supply = workload::balance(&chain, SIMPLECOIN, SIMPLECOIN).unwrap();
+    let receipt = chain
+        .push_transaction(&tx(&chain, name("snoop"), vec![]))
+        .unwrap();
+    assert!(receipt.is_success(), "{receipt:?}");
+    chain.finish_block().unwrap();
+    // It saw no value (-1): the key exists only in simplecoin's namespace.
+    let seen = chain.get(name("snoop"), b"k").unwrap().unwrap();
+    assert_eq!(i32::from_le_bytes(seen.try_into().unwrap()), -1);
+    // Its write landed in its own namespace; simplecoin's balance is untouched.
+    assert_eq!(
+        chain
+            .get(name("snoop"), &SIMPLECOIN.0.to_le_bytes())
+            .unwrap(),
+        Some(b"k".to_vec())
+    );
+    assert_eq!(
+        workload::balance(&chain, SIMPLECOIN, SIMPLECOIN).unwrap(),
+        supply
+    );
+}
+
+#[test]
+fn hostile_uploads_are_refused_with_a_precise_error() {
+    let all_imports_twice = format!(
+        r#"(module {IMPORTS} {}
+          (memory (export "memory") 1)
+          (func (export "apply") (param i64 i64 i64)))"#,
+        IMPORTS
+            .replace("$load", "$load2")
+            .replace("$store", "$store2")
+            .replace("$print", "$print2")
+            .replace("$read_message", "$read_message2")
+    );
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "every import twice",
+            wat::parse_str(&all_imports_twice).unwrap(),
+            "more than once",
+        ),
+        (
+            "a data segment far outside its memory",
+            wat::parse_str(
+                r#"(module (memory (export "memory") 1)
+                  (data (i32.const 40000000) "x")
+                  (func (export "apply") (param i64 i64 i64)))"#,
+            )
+            .unwrap(),
+            "cannot be instantiated",
+        ),
+        (
+            "a huge data segment",
+            wat::parse_str(format!(
+                r#"(module (memory (export "memory") 20)
+                  (data (i32.const 0) "{}")
+                  (func (export "apply") (param i64 i64 i64)))"#,
+                "x".repeat(1 << 20)
+            ))
+            .unwrap(),
+            "the limit is",
+        ),
+        (
+            "a start function",
+            wat::parse_str(
+                r#"(module (memory (export "memory") 1) (func $s) (start $s)
+                  (func (export "apply") (param i64 i64 i64)))"#,
+            )
+            .unwrap(),
+            "start function",
+        ),
+        (
+            "not wasm at all",
+            b"\0asm\x01\0\0\0garbage".to_vec(),
+            "invalid WebAssembly",
+        ),
+    ];
+    let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
+    let mut chain = Chain::open(
+        runtime,
+        Box::new(MemoryStore::new(512)),
+        ChainConfig::default(),
+    )
+    .unwrap();
+    chain.deploy(SIMPLECOIN, workload::SIMPLECOIN_WASM).unwrap();
+    chain.finish_block().unwrap();
+    for (i, (what, wasm, expected)) in cases.into_iter().enumerate() {
+        let before = chain.state_digest().unwrap();
+        match chain.deploy(name("evil"), &wasm) {
+            Err(ChainError::InitFailed(abort)) => {
+                assert!(abort.message.contains(expected), "{what}: {abort:?}")
+            }
+            other => panic!("{what}: expected a refusal, got {other:?}"),
+        }
+        chain.finish_block().unwrap();
+        assert_eq!(
+            chain.state_digest().unwrap(),
+            before,
+            "{what} changed state"
+        );
+        honest_transfer(&mut chain, i as u64 + 1);
+    }
+}
