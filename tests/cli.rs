@@ -177,6 +177,24 @@ fn bench_reports_baselines_the_verify_ceiling_and_a_plot() {
     let sequential: serde_json::Value = serde_json::from_str(&stdout(&sequential)).unwrap();
     assert_eq!(sequential["state_checksum"], report["state_checksum"]);
     assert_eq!(sequential["pipeline"]["batch_verify"], false);
+    // The Rust token runs the same workload, with its own baselines.
+    let token: serde_json::Value = serde_json::from_str(&stdout(&tally(&[
+        "bench",
+        "--contract",
+        "token-rs",
+        "--transfers",
+        "1000",
+        "--accounts",
+        "50",
+        "--baseline",
+        "native,wasmi",
+        "--json",
+        "-",
+    ])))
+    .unwrap();
+    assert_eq!(token["config"]["contract"], "token-rs");
+    assert_eq!(token["failed"], 0);
+    assert!(token["baselines"]["wasmi"]["tps"].as_f64().unwrap() > 0.0);
 }
 
 #[test]

@@ -31,6 +31,38 @@ pub const SIMPLECOIN_WASM: &[u8] = include_bytes!("../../contracts/simplecoin.wa
 /// Coins simplecoin's `onInit` gives to `simplecoin`.
 pub const SIMPLECOIN_SUPPLY: u64 = 1_000_000;
 
+/// contracts/token-rs.wasm, the Rust token (same transfer data, same balance layout).
+pub const TOKEN_RS_WASM: &[u8] = include_bytes!("../../contracts/token-rs.wasm");
+
+/// Which contract a benchmark pushes its transfers through. Either is deployed at account
+/// [`SIMPLECOIN`]; both take the same [`Transfer`] data and keep balances alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BenchContract {
+    /// The 2017 C contract.
+    #[default]
+    Simplecoin,
+    /// The Rust token of contracts/token-rs.
+    TokenRs,
+}
+
+impl BenchContract {
+    /// Its WebAssembly.
+    pub fn wasm(self) -> &'static [u8] {
+        match self {
+            Self::Simplecoin => SIMPLECOIN_WASM,
+            Self::TokenRs => TOKEN_RS_WASM,
+        }
+    }
+
+    /// Its name in reports.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Simplecoin => "simplecoin",
+            Self::TokenRs => "token-rs",
+        }
+    }
+}
+
 /// Coins each benchmark account starts with: enough that transfers of one coin rarely fail.
 pub const INITIAL_BALANCE: u64 = 1_000_000;
 
@@ -236,6 +268,8 @@ pub struct BenchConfig {
     pub signed: bool,
     /// Which pipeline stages are on.
     pub pipeline: Pipeline,
+    /// The contract the transfers go through.
+    pub contract: BenchContract,
 }
 
 impl Default for BenchConfig {
@@ -248,6 +282,7 @@ impl Default for BenchConfig {
             block_size: 5_000,
             signed: true,
             pipeline: Pipeline::ALL,
+            contract: BenchContract::Simplecoin,
         }
     }
 }
@@ -422,7 +457,7 @@ pub fn setup(
     config: &BenchConfig,
 ) -> Result<Duration, ChainError> {
     let start = Instant::now();
-    chain.deploy(SIMPLECOIN, SIMPLECOIN_WASM)?;
+    chain.deploy(SIMPLECOIN, config.contract.wasm())?;
     let deploy = start.elapsed();
     for i in 0..config.accounts {
         let name = account_name(i);

@@ -196,6 +196,7 @@ fn bench_checksum(seed: u64, dist: Distribution) -> ([u8; 32], u64) {
         block_size: 1_000,
         signed: true,
         pipeline: Pipeline::ALL,
+        contract: workload::BenchContract::Simplecoin,
     };
     let report = workload::run(&mut new_chain(), &config, &mut |_| {}).unwrap();
     assert_eq!(report.transfers, 3_000);
@@ -227,6 +228,7 @@ fn pipelined_head(pipeline: Pipeline, threads: usize) -> tally_chain::BlockId {
         block_size: 200,
         signed: true,
         pipeline,
+        contract: workload::BenchContract::Simplecoin,
     };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
@@ -272,6 +274,7 @@ fn the_native_baseline_reaches_the_contracts_state() {
         block_size: 250,
         signed: false,
         pipeline: Pipeline::ALL,
+        contract: workload::BenchContract::Simplecoin,
     };
     let unsigned = || {
         chain_with(ChainConfig {
@@ -288,6 +291,31 @@ fn the_native_baseline_reaches_the_contracts_state() {
 }
 
 #[test]
+fn token_rs_and_simplecoin_give_the_same_balances() {
+    let run = |contract| {
+        let config = BenchConfig {
+            transfers: 2_000,
+            accounts: 60,
+            dist: Distribution::Zipf,
+            seed: 8,
+            block_size: 500,
+            signed: true,
+            pipeline: Pipeline::ALL,
+            contract,
+        };
+        let mut chain = new_chain();
+        let report = workload::run(&mut chain, &config, &mut |_| {}).unwrap();
+        let balances: Vec<Option<u64>> = (0..config.accounts)
+            .map(|i| bal(&chain, account_name(i)))
+            .collect();
+        (report.failed, balances)
+    };
+    let c = run(workload::BenchContract::Simplecoin);
+    assert_eq!(run(workload::BenchContract::TokenRs), c);
+    assert!(c.1.iter().any(|b| *b != Some(workload::INITIAL_BALANCE)));
+}
+
+#[test]
 fn benchmark_transfers_conserve_coins() {
     let config = BenchConfig {
         transfers: 2_000,
@@ -297,6 +325,7 @@ fn benchmark_transfers_conserve_coins() {
         block_size: 500,
         signed: false,
         pipeline: Pipeline::ALL,
+        contract: workload::BenchContract::Simplecoin,
     };
     let mut chain = chain_with(ChainConfig {
         check_signatures: false,
@@ -583,6 +612,7 @@ mod stores {
             block_size: 500,
             signed: true,
             pipeline: Pipeline::ALL,
+            contract: workload::BenchContract::Simplecoin,
         }
     }
 

@@ -8,6 +8,7 @@
 //! - [`error`]: why an action aborts, as stable numeric codes;
 //! - [`name`]: EOS-style 64-bit account and action names;
 //! - [`Host`]: what the node provides to a running action (its message and its state);
+//! - feature `guest`: `guest`, the same imports as safe Rust for contracts;
 //! - feature `host`: [`linker::add_to_linker`] registers every import on a wasmtime `Linker`,
 //!   bounds-checking every guest pointer and charging fuel for every call.
 //!
@@ -36,6 +37,8 @@ pub mod error;
 pub mod limits;
 pub mod name;
 
+#[cfg(feature = "guest")]
+pub mod guest;
 #[cfg(feature = "host")]
 pub mod linker;
 

@@ -78,6 +78,9 @@ pub struct BenchArgs {
     /// Every pipeline stage off (the four --no-* switches at once).
     #[arg(long)]
     pub sequential: bool,
+    /// The contract the transfers go through: the 2017 C simplecoin or the Rust token-rs.
+    #[arg(long, value_enum, default_value_t = ContractArg::Simplecoin)]
+    pub contract: ContractArg,
     /// Also run the same workload with baseline executors and report them side by side:
     /// `native` (simplecoin's transfer in plain Rust) and `wasmi` (the same .wasm in the wasmi
     /// interpreter), each on a fresh store of the same kind.
@@ -86,6 +89,24 @@ pub struct BenchArgs {
     /// Worker threads for the parallel stages (default: one per core).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=256))]
     pub threads: Option<u64>,
+}
+
+/// `--contract` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ContractArg {
+    /// contracts/simplecoin.c, the 2017 contract.
+    Simplecoin,
+    /// contracts/token-rs, the Rust token.
+    TokenRs,
+}
+
+impl From<ContractArg> for workload::BenchContract {
+    fn from(c: ContractArg) -> Self {
+        match c {
+            ContractArg::Simplecoin => Self::Simplecoin,
+            ContractArg::TokenRs => Self::TokenRs,
+        }
+    }
 }
 
 /// `--baseline` values.
@@ -159,6 +180,7 @@ fn bench_marker(config: &BenchConfig, store: StoreKind) -> serde_json::Value {
         "block_size": config.block_size,
         "signed": config.signed,
         "store": store.label(),
+        "contract": config.contract.label(),
     })
 }
 
@@ -183,6 +205,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         block_size: args.block_size as usize,
         signed: !args.unsigned,
         pipeline,
+        contract: args.contract.into(),
     };
     let chain_config = ChainConfig {
         check_signatures: config.signed,
@@ -223,11 +246,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         ..RuntimeConfig::default()
     };
     let start = Instant::now();
-    Runtime::new(runtime_config.clone())?.prepare(workload::SIMPLECOIN_WASM)?;
+    Runtime::new(runtime_config.clone())?.prepare(config.contract.wasm())?;
     let compile = start.elapsed();
     let runtime = Arc::new(Runtime::new(runtime_config)?);
     let start = Instant::now();
-    runtime.prepare(workload::SIMPLECOIN_WASM)?;
+    runtime.prepare(config.contract.wasm())?;
     let cache_load = start.elapsed();
     anyhow::ensure!(
         runtime.cache_stats().disk_hits == 1,
@@ -253,10 +276,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     for &baseline in &args.baseline {
         let executor: tally_chain::NativeContract = match baseline {
             Baseline::Native => Arc::new(workload::native_simplecoin),
-            Baseline::Wasmi => super::wasmi_baseline::executor(
-                workload::SIMPLECOIN_WASM,
-                "onApply_Transfer_simplecoin",
-            )?,
+            Baseline::Wasmi => super::wasmi_baseline::executor(config.contract.wasm())?,
         };
         let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
         let runtime = Arc::new(Runtime::new(RuntimeConfig::default())?);
@@ -346,7 +366,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         ));
     }
     let mut table = format!(
-        "tally bench: simplecoin, {} accounts, {} distribution, seed {}, {} store, {}{}\n",
+        "tally bench: {}, {} accounts, {} distribution, seed {}, {} store, {}{}\n",
+        config.contract.label(),
         config.accounts,
         config.dist.label(),
         config.seed,
@@ -402,7 +423,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             "dist": config.dist.label(),
             "seed": config.seed,
             "block_size": config.block_size,
-            "contract": "simplecoin",
+            "contract": config.contract.label(),
             "store": args.store.label(),
             "signed": config.signed,
             "pipeline": pipeline.describe(),

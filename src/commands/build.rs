@@ -1,4 +1,5 @@
-//! `tally build`: compile a C contract for wasm32 with the flags Tally's ABI expects.
+//! `tally build`: compile a C contract (a `.c` file) or a Rust contract (a cargo package
+//! directory) for wasm32 with the flags Tally's ABI expects.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -37,16 +38,19 @@ pub const C_FLAGS: &[&str] = &[
 const INSTALL_HINT: &str = "clang with wasm32 support not found: apt-get install clang lld \
      (or set TALLY_CLANG to a clang that has the WebAssembly target and wasm-ld)";
 
-/// Compile a C contract to WebAssembly.
+/// Compile a contract to WebAssembly.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   tally build contracts/simplecoin.c
   tally build my_contract.c -o build/my_contract.wasm
+  tally build contracts/token-rs                  # a Rust contract: writes contracts/token-rs.wasm
 
 The C API is sdk-c/include/tally.h (embedded in tally; #include \"tally.h\").
-Needs clang and wasm-ld: apt-get install clang lld. TALLY_CLANG picks another clang.")]
+C needs clang and wasm-ld: apt-get install clang lld. TALLY_CLANG picks another clang.
+Rust contracts are cargo packages (crate-type cdylib) using tally-host-api's `guest` feature;
+they need the wasm32 target: rustup target add wasm32-unknown-unknown.")]
 pub struct BuildArgs {
-    /// The contract's C source.
+    /// The contract: a C source file, or the directory of a Rust contract's Cargo.toml.
     pub source: PathBuf,
     /// Where to write the module [default: the source with a .wasm extension].
     #[arg(short, long)]
@@ -79,7 +83,7 @@ pub fn compile_c(source: &Path, output: &Path) -> anyhow::Result<()> {
     }
     if source.extension().and_then(|e| e.to_str()) != Some("c") {
         bail!(
-            "{} is not a C source (.c); Rust contracts are not supported by `tally build` yet",
+            "{} is not a C source (.c) nor a directory with a Cargo.toml (a Rust contract)",
             source.display()
         );
     }
@@ -111,12 +115,133 @@ pub fn compile_c(source: &Path, output: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Where Rust contracts are built from: a symlink to the contract's grandparent directory.
+/// Cargo hashes the absolute path of a path dependency that lies outside the contract's
+/// workspace (here `tally-host-api`) into symbol names, which changes the module's function
+/// order; building through one fixed path makes the bytes the same in any checkout.
+const BUILD_ROOT: &str = "/tmp/tally-contract-build";
+
+/// Flags for Rust contracts: a 64 KiB stack instead of Rust's 1 MiB default keeps the initial
+/// memory small, and the remappings keep local paths out of the module.
+fn rust_flags() -> String {
+    let cargo_home = std::env::var("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|_| std::env::var("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .unwrap_or_default();
+    format!(
+        "-C link-arg=-zstack-size=65536 --remap-path-prefix={BUILD_ROOT}=/build \
+         --remap-path-prefix={}=/cargo",
+        cargo_home.display()
+    )
+}
+
+/// Builds the Rust contract in `package` with cargo and copies the module to `output`.
+pub fn compile_rust(package: &Path, output: &Path) -> anyhow::Result<()> {
+    let package = package
+        .canonicalize()
+        .with_context(|| format!("cannot find {}", package.display()))?;
+    let manifest = package.join("Cargo.toml");
+    let meta: toml_name::Manifest = std::fs::read_to_string(&manifest)
+        .ok()
+        .and_then(|text| toml_name::parse(&text))
+        .with_context(|| format!("{} has no [package] name", manifest.display()))?;
+    let root = package
+        .parent()
+        .and_then(Path::parent)
+        .context("a Rust contract needs a parent and a grandparent directory")?;
+    let relative = package.strip_prefix(root).expect("root is an ancestor");
+    let link = Path::new(BUILD_ROOT);
+    if link.symlink_metadata().is_ok() {
+        std::fs::remove_file(link)
+            .with_context(|| format!("cannot replace {BUILD_ROOT} (remove it)"))?;
+    }
+    std::os::unix::fs::symlink(root, link)
+        .with_context(|| format!("cannot create {BUILD_ROOT}"))?;
+    let target_dir = package.join("target");
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "--target",
+            "wasm32-unknown-unknown",
+        ])
+        .arg("--manifest-path")
+        .arg(link.join(relative).join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .current_dir(link.join(relative))
+        .env("RUSTFLAGS", rust_flags())
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .output()
+        .context("cannot run cargo")?;
+    let _ = std::fs::remove_file(link);
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        if err.contains("wasm32-unknown-unknown") && err.contains("target may not be installed") {
+            bail!("the wasm32 target is missing: rustup target add wasm32-unknown-unknown");
+        }
+        bail!(
+            "cargo failed to build {}:\n{}",
+            package.display(),
+            err.trim_end()
+        );
+    }
+    let built = target_dir
+        .join("wasm32-unknown-unknown/release")
+        .join(format!("{}.wasm", meta.name.replace('-', "_")));
+    std::fs::copy(&built, output)
+        .with_context(|| format!("cannot copy {} to {}", built.display(), output.display()))?;
+    Ok(())
+}
+
+/// The one field `tally build` needs from a Cargo.toml, without a TOML dependency.
+mod toml_name {
+    pub struct Manifest {
+        pub name: String,
+    }
+
+    /// The `name` of the `[package]` table.
+    pub fn parse(text: &str) -> Option<Manifest> {
+        let mut in_package = false;
+        for line in text.lines().map(str::trim) {
+            if line.starts_with('[') {
+                in_package = line == "[package]";
+            } else if in_package && let Some(value) = line.strip_prefix("name") {
+                let value = value
+                    .trim_start()
+                    .strip_prefix('=')?
+                    .trim()
+                    .trim_matches('"');
+                return Some(Manifest {
+                    name: value.to_string(),
+                });
+            }
+        }
+        None
+    }
+}
+
+/// Where a build writes by default: `x.c` → `x.wasm`; a Rust package `dir` → `dir.wasm`.
+fn default_output(source: &Path) -> PathBuf {
+    if source.is_dir() {
+        source.components().as_path().with_extension("wasm")
+    } else {
+        source.with_extension("wasm")
+    }
+}
+
 pub fn run(args: BuildArgs) -> anyhow::Result<()> {
     let output = args
         .output
         .clone()
-        .unwrap_or_else(|| args.source.with_extension("wasm"));
-    compile_c(&args.source, &output)?;
+        .unwrap_or_else(|| default_output(&args.source));
+    if args.source.is_dir() {
+        compile_rust(&args.source, &output)?;
+    } else {
+        compile_c(&args.source, &output)?;
+    }
     let wasm = std::fs::read(&output)?;
     // Check it as a deploy would, so a module that cannot be deployed fails here, not later.
     let runtime = Runtime::new(RuntimeConfig::default())?;

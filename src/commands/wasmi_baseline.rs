@@ -158,8 +158,12 @@ fn linker(engine: &Engine) -> anyhow::Result<Linker<Ctx>> {
     Ok(linker)
 }
 
-/// An executor that runs `handler` of `wasm` in a fresh wasmi instance per action.
-pub fn executor(wasm: &[u8], handler: &'static str) -> anyhow::Result<NativeContract> {
+/// The transfer handler of the bench contracts: simplecoin's 2017 export, or `apply`.
+const LEGACY_TRANSFER: &str = "onApply_Transfer_simplecoin";
+
+/// An executor that runs the bench contract `wasm`'s transfer in a fresh wasmi instance per
+/// action.
+pub fn executor(wasm: &[u8]) -> anyhow::Result<NativeContract> {
     let mut config = Config::default();
     config.consume_fuel(true);
     let engine = Engine::new(&config);
@@ -176,9 +180,16 @@ pub fn executor(wasm: &[u8], handler: &'static str) -> anyhow::Result<NativeCont
             .instantiate_and_start(&mut store, &module)
             .map_err(failed)?;
         store.data_mut().memory = instance.get_memory(&store, "memory");
-        let func = instance
-            .get_typed_func::<(), ()>(&store, handler)
+        if let Ok(func) = instance.get_typed_func::<(), ()>(&store, LEGACY_TRANSFER) {
+            return func.call(&mut store, ()).map_err(failed);
+        }
+        let apply = instance
+            .get_typed_func::<(i64, i64, i64), ()>(&store, "apply")
             .map_err(failed)?;
-        func.call(&mut store, ()).map_err(failed)
+        let coin = tally_chain::workload::SIMPLECOIN.0 as i64;
+        let transfer = tally_chain::workload::TRANSFER.0 as i64;
+        apply
+            .call(&mut store, (coin, coin, transfer))
+            .map_err(failed)
     }))
 }
