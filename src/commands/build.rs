@@ -158,14 +158,14 @@ pub fn compile_rust(package: &Path, output: &Path) -> anyhow::Result<()> {
     std::os::unix::fs::symlink(root, link)
         .with_context(|| format!("cannot create {BUILD_ROOT}"))?;
     let target_dir = package.join("target");
-    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args([
-            "build",
-            "--release",
-            "--locked",
-            "--target",
-            "wasm32-unknown-unknown",
-        ])
+    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cargo.args(["build", "--release", "--target", "wasm32-unknown-unknown"]);
+    // A committed lock file pins the dependencies (reproducible builds); a new contract gets
+    // one on its first build.
+    if package.join("Cargo.lock").exists() {
+        cargo.arg("--locked");
+    }
+    let out = cargo
         .arg("--manifest-path")
         .arg(link.join(relative).join("Cargo.toml"))
         .arg("--target-dir")
