@@ -659,20 +659,19 @@ impl Chain {
         action: &Action,
         entry: Entry,
     ) -> Result<Receipt, ChainError> {
-        let mut host = ActionHost {
-            contract: receiver,
+        let store = self.store.as_ref();
+        with_host(
+            &mut self.tx_writes,
+            &mut self.pending,
+            store,
+            receiver,
             action,
-            tx: &mut self.tx_writes,
-            pending: &mut self.pending,
-            store: self.store.as_ref(),
-            key: Vec::with_capacity(64),
-            fault: None,
-        };
-        let receipt = self.runtime.execute(contract, entry, &mut host)?;
-        match host.fault {
-            Some(e) => Err(ChainError::Store(e)),
-            None => Ok(receipt),
-        }
+            |host| {
+                self.runtime
+                    .execute(contract, entry, host)
+                    .map_err(ChainError::from)
+            },
+        )
     }
 
     fn run_native(
@@ -680,27 +679,24 @@ impl Chain {
         native: &NativeContract,
         action: &Action,
     ) -> Result<Receipt, ChainError> {
-        let mut host = ActionHost {
-            contract: action.account,
+        let store = self.store.as_ref();
+        with_host(
+            &mut self.tx_writes,
+            &mut self.pending,
+            store,
+            action.account,
             action,
-            tx: &mut self.tx_writes,
-            pending: &mut self.pending,
-            store: self.store.as_ref(),
-            key: Vec::with_capacity(64),
-            fault: None,
-        };
-        let outcome = match native(&mut host) {
-            Ok(()) => Outcome::Success,
-            Err(abort) => Outcome::Failure(abort),
-        };
-        match host.fault {
-            Some(e) => Err(ChainError::Store(e)),
-            None => Ok(Receipt {
-                outcome,
-                fuel_used: 0,
-                console: Vec::new(),
-            }),
-        }
+            |host| {
+                Ok(Receipt {
+                    outcome: match native(host) {
+                        Ok(()) => Outcome::Success,
+                        Err(abort) => Outcome::Failure(abort),
+                    },
+                    fuel_used: 0,
+                    console: Vec::new(),
+                })
+            },
+        )
     }
 
     /// Runs `account`'s actions with `native` instead of its wasm contract (which must still
@@ -787,6 +783,32 @@ impl Chain {
     /// audits. Unlike the block checksum it does not depend on history.
     pub fn state_digest(&self) -> Result<[u8; 32], ChainError> {
         Ok(crate::verify::digest_entries(&self.store.entries()?))
+    }
+}
+
+/// Runs `f` with the host that `receiver`'s action sees; a store read that failed meanwhile is
+/// the node's fault and wins over whatever `f` returned.
+fn with_host(
+    tx: &mut TxWrites,
+    pending: &mut Pending,
+    store: &dyn StateStore,
+    receiver: Name,
+    action: &Action,
+    f: impl FnOnce(&mut ActionHost<'_>) -> Result<Receipt, ChainError>,
+) -> Result<Receipt, ChainError> {
+    let mut host = ActionHost {
+        contract: receiver,
+        action,
+        tx,
+        pending,
+        store,
+        key: Vec::with_capacity(64),
+        fault: None,
+    };
+    let result = f(&mut host);
+    match host.fault {
+        Some(e) => Err(ChainError::Store(e)),
+        None => result,
     }
 }
 

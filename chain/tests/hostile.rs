@@ -40,6 +40,19 @@ fn contract(body: &str) -> Vec<u8> {
     .unwrap()
 }
 
+/// A chain with simplecoin deployed in its pending setup block.
+fn coin_chain() -> Chain {
+    let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
+    let mut chain = Chain::open(
+        runtime,
+        Box::new(MemoryStore::new(512)),
+        ChainConfig::default(),
+    )
+    .unwrap();
+    chain.deploy(SIMPLECOIN, workload::SIMPLECOIN_WASM).unwrap();
+    chain
+}
+
 fn name(s: &str) -> Name {
     s.parse().unwrap()
 }
@@ -116,14 +129,7 @@ fn hostile_actions_fail_cleanly_change_nothing_and_the_chain_goes_on() {
             AbortCode::LimitExceeded,
         ),
     ];
-    let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
-    let mut chain = Chain::open(
-        runtime,
-        Box::new(MemoryStore::new(512)),
-        ChainConfig::default(),
-    )
-    .unwrap();
-    chain.deploy(SIMPLECOIN, workload::SIMPLECOIN_WASM).unwrap();
+    let mut chain = coin_chain();
     let evil = |i: usize| name(&format!("evil{}", (b'a' + i as u8) as char));
     for (i, (_, body, _)) in cases.iter().enumerate() {
         chain.deploy(evil(i), &contract(body)).unwrap();
@@ -156,14 +162,7 @@ fn a_contract_cannot_read_or_write_another_contracts_keys() {
          (call $store (i32.const 8) (i32.const 1) (i32.const 100) (i32.const 4))
          (call $store (i32.const 0) (i32.const 8) (i32.const 8) (i32.const 1))",
     );
-    let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
-    let mut chain = Chain::open(
-        runtime,
-        Box::new(MemoryStore::new(512)),
-        ChainConfig::default(),
-    )
-    .unwrap();
-    chain.deploy(SIMPLECOIN, workload::SIMPLECOIN_WASM).unwrap();
+    let mut chain = coin_chain();
     chain.deploy(name("snoop"), &snoop).unwrap();
     chain.finish_block().unwrap();
     let supply = workload::balance(&chain, SIMPLECOIN, SIMPLECOIN).unwrap();
@@ -238,14 +237,7 @@ fn hostile_uploads_are_refused_with_a_precise_error() {
             "invalid WebAssembly",
         ),
     ];
-    let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
-    let mut chain = Chain::open(
-        runtime,
-        Box::new(MemoryStore::new(512)),
-        ChainConfig::default(),
-    )
-    .unwrap();
-    chain.deploy(SIMPLECOIN, workload::SIMPLECOIN_WASM).unwrap();
+    let mut chain = coin_chain();
     chain.finish_block().unwrap();
     for (i, (what, wasm, expected)) in cases.into_iter().enumerate() {
         let before = chain.state_digest().unwrap();
