@@ -8,7 +8,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use tally_chain::crypto;
 use tally_chain::workload::{self, BenchConfig, TransferGen};
 use tally_chain::{Chain, ChainConfig, MemoryStore, SignedTransaction, TxId};
-use tally_host_api::{Abort, Host, Name};
+use tally_host_api::{Host, HostError, Name};
 use tally_runtime::{Entry, Runtime, RuntimeConfig};
 
 /// A host with one fixed balance, so the runtime benches measure the runtime alone.
@@ -21,13 +21,13 @@ impl Host for OneBalance {
     fn message(&self) -> &[u8] {
         &self.message
     }
-    fn load(&mut self, _key: &[u8]) -> Option<&[u8]> {
-        Some(&self.value)
+    fn load(&mut self, _key: &[u8]) -> Result<Option<&[u8]>, HostError> {
+        Ok(Some(&self.value))
     }
-    fn store(&mut self, _key: &[u8], _value: &[u8]) -> Result<(), Abort> {
+    fn store(&mut self, _key: &[u8], _value: &[u8]) -> Result<(), HostError> {
         Ok(())
     }
-    fn remove(&mut self, _key: &[u8]) -> Result<(), Abort> {
+    fn remove(&mut self, _key: &[u8]) -> Result<(), HostError> {
         Ok(())
     }
     fn is_authorized(&self, _account: Name) -> bool {

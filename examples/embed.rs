@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use tally_chain::Transfer;
 use tally_chain::workload::{SIMPLECOIN, SIMPLECOIN_WASM, TRANSFER};
-use tally_host_api::{Abort, Host, Name};
+use tally_host_api::{Host, HostError, Name};
 use tally_runtime::{Entry, Runtime, RuntimeConfig};
 
 /// The embedder's state: one contract's keys and values, plus the running action's data and
@@ -25,18 +25,18 @@ impl Host for MapHost {
     fn message(&self) -> &[u8] {
         &self.message
     }
-    fn load(&mut self, key: &[u8]) -> Option<&[u8]> {
+    fn load(&mut self, key: &[u8]) -> Result<Option<&[u8]>, HostError> {
         // The action sees its own writes first.
-        match self.writes.iter().rev().find(|(k, _)| k == key) {
+        Ok(match self.writes.iter().rev().find(|(k, _)| k == key) {
             Some((_, value)) => value.as_deref(),
             None => self.state.get(key).map(Vec::as_slice),
-        }
+        })
     }
-    fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), Abort> {
+    fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), HostError> {
         self.writes.push((key.to_vec(), Some(value.to_vec())));
         Ok(())
     }
-    fn remove(&mut self, key: &[u8]) -> Result<(), Abort> {
+    fn remove(&mut self, key: &[u8]) -> Result<(), HostError> {
         self.writes.push((key.to_vec(), None));
         Ok(())
     }

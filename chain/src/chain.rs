@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
-use tally_host_api::{Abort, AbortCode, Host, Name};
+use tally_host_api::{Abort, AbortCode, Host, HostError, Name};
 use tally_runtime::{Contract, Entry, Outcome, Receipt, Runtime};
 
 use crate::block::{BlockHeader, BlockId, chain_checksum};
@@ -104,7 +104,7 @@ pub struct Chain {
 /// An executor that replaces a contract's wasm for baselines (`tally bench --baseline`): plain
 /// Rust, or another engine, over the same [`Host`] a wasm contract sees. It shows what the
 /// runtime costs.
-pub type NativeContract = Arc<dyn Fn(&mut dyn Host) -> Result<(), Abort> + Send + Sync>;
+pub type NativeContract = Arc<dyn Fn(&mut dyn Host) -> Result<(), HostError> + Send + Sync>;
 
 /// The pending block's body, kept encoded: each transaction's borsh is appended as it is
 /// included, so committing needs no encoding pass and no copy of the transactions. The bytes
@@ -690,7 +690,10 @@ impl Chain {
                 Ok(Receipt {
                     outcome: match native(host) {
                         Ok(()) => Outcome::Success,
-                        Err(abort) => Outcome::Failure(abort),
+                        Err(HostError::Abort(abort)) => Outcome::Failure(abort),
+                        Err(HostError::Fault(fault)) => {
+                            return Err(ChainError::Runtime(fault.into()));
+                        }
                     },
                     fuel_used: 0,
                     console: Vec::new(),
@@ -786,8 +789,7 @@ impl Chain {
     }
 }
 
-/// Runs `f` with the host that `receiver`'s action sees; a store read that failed meanwhile is
-/// the node's fault and wins over whatever `f` returned.
+/// Runs `f` with the host that `receiver`'s action sees.
 fn with_host(
     tx: &mut TxWrites,
     pending: &mut Pending,
@@ -803,13 +805,8 @@ fn with_host(
         pending,
         store,
         key: Vec::with_capacity(64),
-        fault: None,
     };
-    let result = f(&mut host);
-    match host.fault {
-        Some(e) => Err(ChainError::Store(e)),
-        None => result,
-    }
+    f(&mut host)
 }
 
 impl Drop for Chain {

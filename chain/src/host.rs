@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::io;
 
 use rustc_hash::FxHashMap;
-use tally_host_api::{Abort, Host, Name};
+use tally_host_api::{Host, HostError, Name, NodeFault};
 
 use crate::state::{StateStore, keys};
 use crate::tx::Action;
@@ -63,8 +63,6 @@ pub(crate) struct ActionHost<'a> {
     pub(crate) pending: &'a mut Pending,
     pub(crate) store: &'a dyn StateStore,
     pub(crate) key: Vec<u8>,
-    /// A store read that failed: the node's fault, reported after the action.
-    pub(crate) fault: Option<io::Error>,
 }
 
 impl Host for ActionHost<'_> {
@@ -72,41 +70,39 @@ impl Host for ActionHost<'_> {
         &self.action.data
     }
 
-    fn load(&mut self, key: &[u8]) -> Option<&[u8]> {
+    fn load(&mut self, key: &[u8]) -> Result<Option<&[u8]>, HostError> {
         keys::contract_into(&mut self.key, self.contract, key);
         if let Some(i) = self.tx.iter().rposition(|(k, _)| *k == self.key) {
-            return self.tx[i].1.as_deref();
+            return Ok(self.tx[i].1.as_deref());
         }
         if let Some(v) = self.pending.writes.get(&self.key) {
-            return v.as_deref();
+            return Ok(v.as_deref());
         }
         if self.pending.read_cache.contains_key(&self.key) {
-            return self.pending.read_cache.get(&self.key).map(Vec::as_slice);
+            return Ok(self.pending.read_cache.get(&self.key).map(Vec::as_slice));
         }
         match self.store.get(&self.key) {
-            Ok(None) => None,
-            Ok(Some(Cow::Borrowed(v))) => Some(v),
-            Ok(Some(Cow::Owned(v))) => Some(
+            Ok(None) => Ok(None),
+            Ok(Some(Cow::Borrowed(v))) => Ok(Some(v)),
+            Ok(Some(Cow::Owned(v))) => Ok(Some(
                 self.pending
                     .read_cache
                     .entry(self.key.clone())
                     .or_insert(v)
                     .as_slice(),
-            ),
-            Err(e) => {
-                self.fault = Some(e);
-                None
-            }
+            )),
+            // The store failed, not the contract: the block must not commit.
+            Err(e) => Err(NodeFault::new(e).into()),
         }
     }
 
-    fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), Abort> {
+    fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), HostError> {
         keys::contract_into(&mut self.key, self.contract, key);
         tx_set(self.tx, &self.key, Some(value.to_vec()));
         Ok(())
     }
 
-    fn remove(&mut self, key: &[u8]) -> Result<(), Abort> {
+    fn remove(&mut self, key: &[u8]) -> Result<(), HostError> {
         keys::contract_into(&mut self.key, self.contract, key);
         tx_set(self.tx, &self.key, None);
         Ok(())

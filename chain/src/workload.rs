@@ -498,7 +498,9 @@ pub fn resume(
 
 /// simplecoin's `transfer` (contracts/simplecoin.c) in plain Rust over the same host calls:
 /// the `native` baseline of `tally bench`, the limit for any runtime.
-pub fn native_simplecoin(host: &mut dyn tally_host_api::Host) -> Result<(), tally_host_api::Abort> {
+pub fn native_simplecoin(
+    host: &mut dyn tally_host_api::Host,
+) -> Result<(), tally_host_api::HostError> {
     use tally_host_api::{Abort, AbortCode};
     let mut msg = [0u8; 24];
     let data = host.message();
@@ -508,13 +510,13 @@ pub fn native_simplecoin(host: &mut dyn tally_host_api::Host) -> Result<(), tall
     let (from, to, amount) = (word(0), word(1), word(2));
     let balance =
         |v: Option<&[u8]>| -> Option<u64> { Some(u64::from_le_bytes(v?.try_into().ok()?)) };
-    let Some(mut from_balance) = balance(host.load(&from.to_le_bytes())) else {
-        return Err(Abort::new(AbortCode::AssertFailed, "no existing balance"));
+    let Some(mut from_balance) = balance(host.load(&from.to_le_bytes())?) else {
+        return Err(Abort::new(AbortCode::AssertFailed, "no existing balance").into());
     };
     if from_balance < amount {
-        return Err(Abort::new(AbortCode::AssertFailed, "insufficient funds"));
+        return Err(Abort::new(AbortCode::AssertFailed, "insufficient funds").into());
     }
-    let mut to_balance = balance(host.load(&to.to_le_bytes())).unwrap_or(0);
+    let mut to_balance = balance(host.load(&to.to_le_bytes())?).unwrap_or(0);
     to_balance = to_balance.wrapping_add(amount);
     from_balance -= amount;
     if from_balance != 0 {

@@ -13,7 +13,7 @@ use tally_chain::workload::{self, SIMPLECOIN, TRANSFER};
 use tally_chain::{
     Action, Chain, ChainConfig, MemoryStore, Name, SignedTransaction, Transaction, TxSignature,
 };
-use tally_host_api::{Abort, AbortCode, Host};
+use tally_host_api::{AbortCode, Host, HostError};
 use tally_runtime::{Entry, Runtime, RuntimeConfig};
 
 fn cases() -> ProptestConfig {
@@ -136,13 +136,13 @@ impl Host for FuzzHost {
     fn message(&self) -> &[u8] {
         &self.message
     }
-    fn load(&mut self, _key: &[u8]) -> Option<&[u8]> {
-        Some(b"12345678")
+    fn load(&mut self, _key: &[u8]) -> Result<Option<&[u8]>, HostError> {
+        Ok(Some(b"12345678"))
     }
-    fn store(&mut self, _key: &[u8], _value: &[u8]) -> Result<(), Abort> {
+    fn store(&mut self, _key: &[u8], _value: &[u8]) -> Result<(), HostError> {
         Ok(())
     }
-    fn remove(&mut self, _key: &[u8]) -> Result<(), Abort> {
+    fn remove(&mut self, _key: &[u8]) -> Result<(), HostError> {
         Ok(())
     }
     fn is_authorized(&self, _account: Name) -> bool {
@@ -208,16 +208,16 @@ impl Host for SumHost {
     fn message(&self) -> &[u8] {
         self.inner.message()
     }
-    fn load(&mut self, key: &[u8]) -> Option<&[u8]> {
+    fn load(&mut self, key: &[u8]) -> Result<Option<&[u8]>, HostError> {
         self.inner.load(key)
     }
-    fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), Abort> {
+    fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), HostError> {
         if key == [0] {
             self.sum = Some(value.to_vec());
         }
         Ok(())
     }
-    fn remove(&mut self, _key: &[u8]) -> Result<(), Abort> {
+    fn remove(&mut self, _key: &[u8]) -> Result<(), HostError> {
         Ok(())
     }
     fn is_authorized(&self, _account: Name) -> bool {

@@ -4,6 +4,7 @@
 //! reasons get new numbers. Messages are built only from deterministic inputs (the contract's
 //! own `assert` text, limits, names), never from an engine's error text.
 
+use alloc::boxed::Box;
 use alloc::string::String;
 use core::fmt;
 
@@ -93,3 +94,60 @@ impl fmt::Display for Abort {
 }
 
 impl core::error::Error for Abort {}
+
+/// A fault of the node itself, met while serving a host call: a store read that failed, state
+/// that is corrupt. It is not the contract's doing, so it never becomes a receipt: the runtime
+/// returns it as an error and the node aborts the block.
+#[derive(Debug)]
+pub struct NodeFault(pub Box<dyn core::error::Error + Send + Sync>);
+
+impl NodeFault {
+    /// Wraps the node's own error.
+    pub fn new(error: impl core::error::Error + Send + Sync + 'static) -> Self {
+        Self(Box::new(error))
+    }
+}
+
+impl fmt::Display for NodeFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node fault during a host call: {}", self.0)
+    }
+}
+
+impl core::error::Error for NodeFault {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        Some(&*self.0)
+    }
+}
+
+/// Why a [`crate::Host`] call did not complete.
+#[derive(Debug)]
+pub enum HostError {
+    /// The action fails with this reason; its transaction is rolled back and the block goes on.
+    Abort(Abort),
+    /// The node failed; the block must not be committed.
+    Fault(NodeFault),
+}
+
+impl From<Abort> for HostError {
+    fn from(abort: Abort) -> Self {
+        Self::Abort(abort)
+    }
+}
+
+impl From<NodeFault> for HostError {
+    fn from(fault: NodeFault) -> Self {
+        Self::Fault(fault)
+    }
+}
+
+impl fmt::Display for HostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Abort(abort) => abort.fmt(f),
+            Self::Fault(fault) => fault.fmt(f),
+        }
+    }
+}
+
+impl core::error::Error for HostError {}

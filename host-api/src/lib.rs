@@ -42,14 +42,15 @@ pub mod guest;
 #[cfg(feature = "host")]
 pub mod linker;
 
-pub use error::{Abort, AbortCode};
+pub use error::{Abort, AbortCode, HostError, NodeFault};
 pub use name::Name;
 
 /// What a node provides to one running action.
 ///
 /// Keys are relative to the running contract: the implementation namespaces them by the
 /// contract's account, so a contract can never reach another's state. Methods that can refuse
-/// return an [`Abort`], which fails the action (not the node).
+/// return a [`HostError`]: an [`Abort`] fails the action (a receipt), a [`NodeFault`] fails the
+/// node's work on the block (never a receipt).
 pub trait Host {
     /// The action's data, as the transaction carried it.
     fn message(&self) -> &[u8];
@@ -57,20 +58,20 @@ pub trait Host {
     /// The value stored under `key` in this contract's namespace, if any.
     ///
     /// Takes `&mut self` so that an implementation may cache what it read from a slower store.
-    fn load(&mut self, key: &[u8]) -> Option<&[u8]>;
+    fn load(&mut self, key: &[u8]) -> Result<Option<&[u8]>, HostError>;
 
     /// Sets `key` to `value` in this contract's namespace.
-    fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), Abort>;
+    fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), HostError>;
 
     /// Deletes `key` from this contract's namespace (a no-op if absent).
-    fn remove(&mut self, key: &[u8]) -> Result<(), Abort>;
+    fn remove(&mut self, key: &[u8]) -> Result<(), HostError>;
 
     /// Whether the transaction carrying this action is authorized by `account`.
     fn is_authorized(&self, account: Name) -> bool;
 
     /// Sees what the action prints. The runtime already collects (and bounds) the console
     /// into the receipt; override this to also stream it somewhere.
-    fn print(&mut self, text: &[u8]) -> Result<(), Abort> {
+    fn print(&mut self, text: &[u8]) -> Result<(), HostError> {
         let _ = text;
         Ok(())
     }

@@ -71,3 +71,54 @@ pub const MAX_ASSERT_MESSAGE_LEN: u32 = 1024;
 /// Most console output one action may print, in bytes; more aborts the action. Console output
 /// is a debugging aid, so 4 KiB is plenty and bounds receipts.
 pub const MAX_CONSOLE_LEN: u32 = 4 * 1024;
+
+// Transactions and blocks. A node checks these when it decodes and admits a transaction, before
+// it can be included, so nothing over them ever reaches a block.
+
+/// Largest encoded signed transaction, in bytes: a `setcode` carrying the largest module
+/// ([`MAX_MODULE_SIZE`]) plus room for its actions and signatures. CometBFT's default mempool
+/// `max_tx_bytes` is 1 MiB; a Tally devnet raises it to this.
+pub const MAX_TX_BYTES: usize = MAX_MODULE_SIZE + 64 * 1024;
+
+/// Most actions in one transaction. EOS bounds a transaction only by its CPU time; Tally's
+/// actions run atomically in one journal checkpoint, and 16 covers batching (a transfer to
+/// each of a dozen accounts) while keeping a transaction's worst case at 16 actions' fuel.
+pub const MAX_ACTIONS_PER_TX: usize = 16;
+
+/// Most signatures in one transaction, and most authorizations in one action. Each signature
+/// costs ~30 µs of verification (shared/PROBE.md) that no fuel pays for, so a transaction may
+/// carry few: 8 is more than any multi-party action needs.
+pub const MAX_SIGNATURES_PER_TX: usize = 8;
+
+/// Most writes (`store` and `remove` calls, system writes included) one transaction may make.
+/// A hostile action once stored 39,000 keys in one transaction (issue 10); a token transfer
+/// writes 2. 1,024 leaves room for batch operations while bounding a transaction's journal.
+pub const MAX_TX_WRITES: u32 = 1024;
+
+/// Most bytes (keys plus values) one transaction may write: a `setcode` of the largest module
+/// ([`MAX_MODULE_SIZE`]) writes its code once, so twice that leaves room for `onInit`.
+pub const MAX_TX_WRITE_BYTES: u64 = 2 * MAX_MODULE_SIZE as u64;
+
+/// Fuel every transaction pays before its actions run, for the work no instruction counts:
+/// its duplicate check, its journal checkpoint and its share of the block's commit (about
+/// 2 µs on the machine of shared/PROBE.md, where a fuel unit of contract code is ~0.3 ns).
+pub const FUEL_PER_TX: u64 = 5_000;
+
+/// Fuel per byte of a transaction's encoding: storing it in the block and hashing it into the
+/// transactions root.
+pub const FUEL_PER_TX_BYTE: u64 = 10;
+
+/// Fuel a system action (`newaccount`, `setcode`) costs before any per-byte charge.
+pub const FUEL_PER_SYSTEM_ACTION: u64 = 10_000;
+
+/// Fuel per byte of code a `setcode` uploads, paid before the module is validated and
+/// compiled: compilation is the work it buys. Sized so that the largest module the upload
+/// limits allow costs less than a block's fuel while its compile time stays within the share
+/// of a block's second that the fuel buys (see `MAX_BLOCK_FUEL`).
+pub const FUEL_PER_CODE_BYTE: u64 = 100;
+
+/// Fuel one block may use, over all its transactions (intrinsic charges included). Once less
+/// than [`FUEL_PER_ACTION`] is left, further transactions are refused for this block. It
+/// bounds a block built entirely of hostile transactions: at the worst cost per fuel unit
+/// measured (the worst-case block benchmark, README), it keeps such a block under a second.
+pub const MAX_BLOCK_FUEL: u64 = 250_000_000;

@@ -13,7 +13,7 @@ use std::string::String;
 use wasmtime::{Caller, Linker, Memory};
 
 use crate::abi::MODULE;
-use crate::error::{Abort, AbortCode};
+use crate::error::{Abort, AbortCode, HostError};
 use crate::limits::{
     FUEL_PER_BYTE, FUEL_PER_HOST_CALL, MAX_ASSERT_MESSAGE_LEN, MAX_CONSOLE_LEN, MAX_KEY_LEN,
     MAX_VALUE_LEN,
@@ -91,8 +91,13 @@ fn memory<T: WasmHost>(caller: &Caller<'_, T>) -> HostResult<Memory> {
         .ok_or_else(|| abort(AbortCode::BadPointer, "the contract exports no memory"))
 }
 
-fn into_trap(err: Abort) -> wasmtime::Error {
-    wasmtime::Error::new(err)
+/// A host's refusal as the call's error: an [`Abort`] fails the action, a
+/// [`crate::NodeFault`] reaches the runtime unchanged, which fails the block instead.
+fn into_trap(err: HostError) -> wasmtime::Error {
+    match err {
+        HostError::Abort(abort) => wasmtime::Error::new(abort),
+        HostError::Fault(fault) => wasmtime::Error::new(fault),
+    }
 }
 
 /// Registers every import of [`crate::abi::IMPORTS`] on `linker`.
@@ -140,7 +145,7 @@ pub fn add_to_linker<T: WasmHost>(linker: &mut Linker<T>) -> wasmtime::Result<()
             let (data, host) = mem.data_and_store_mut(&mut caller);
             let key = guest_range(data.len(), key, klen, "key")?;
             let dst = guest_range(data.len(), dst, dlen, "value buffer")?;
-            let (full, n) = match host.load(&data[key]) {
+            let (full, n) = match host.load(&data[key]).map_err(into_trap)? {
                 None => (-1, 0),
                 Some(value) => {
                     let n = value.len().min(dst.len());

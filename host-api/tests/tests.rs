@@ -80,7 +80,7 @@ fn import_lookup_finds_every_entry_and_nothing_else() {
 mod linker {
     use super::*;
     use tally_host_api::linker::{WasmHost, add_to_linker};
-    use tally_host_api::{Abort, Host, Name};
+    use tally_host_api::{Host, HostError, Name};
     use wasmtime::{Engine, Linker, Memory, Module, Store};
 
     struct Nop;
@@ -88,13 +88,13 @@ mod linker {
         fn message(&self) -> &[u8] {
             &[]
         }
-        fn load(&mut self, _: &[u8]) -> Option<&[u8]> {
-            None
+        fn load(&mut self, _: &[u8]) -> Result<Option<&[u8]>, HostError> {
+            Ok(None)
         }
-        fn store(&mut self, _: &[u8], _: &[u8]) -> Result<(), Abort> {
+        fn store(&mut self, _: &[u8], _: &[u8]) -> Result<(), HostError> {
             Ok(())
         }
-        fn remove(&mut self, _: &[u8]) -> Result<(), Abort> {
+        fn remove(&mut self, _: &[u8]) -> Result<(), HostError> {
             Ok(())
         }
         fn is_authorized(&self, _: Name) -> bool {

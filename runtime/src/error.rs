@@ -107,4 +107,8 @@ pub enum RuntimeError {
     /// exhausted). The action did not run.
     #[error("cannot instantiate contract: {0}")]
     Instantiate(String),
+    /// A host call met a fault of the node (a store that failed); the action's outcome is
+    /// unknown, so its block must not be committed.
+    #[error(transparent)]
+    Host(#[from] tally_host_api::NodeFault),
 }

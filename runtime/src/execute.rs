@@ -5,7 +5,7 @@ use std::ptr::NonNull;
 
 use tally_host_api::limits::MAX_CONSOLE_LEN;
 use tally_host_api::linker::WasmHost;
-use tally_host_api::{Abort, AbortCode, Host, Name};
+use tally_host_api::{Abort, AbortCode, Host, HostError, Name, NodeFault};
 use wasmtime::{Memory, Trap};
 
 /// The empty dirty range: `min`/`max` with any written range gives that range.
@@ -60,24 +60,25 @@ impl Host for ActionCtx {
     fn message(&self) -> &[u8] {
         self.host().message()
     }
-    fn load(&mut self, key: &[u8]) -> Option<&[u8]> {
+    fn load(&mut self, key: &[u8]) -> Result<Option<&[u8]>, HostError> {
         self.host_mut().load(key)
     }
-    fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), Abort> {
+    fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), HostError> {
         self.host_mut().store(key, value)
     }
-    fn remove(&mut self, key: &[u8]) -> Result<(), Abort> {
+    fn remove(&mut self, key: &[u8]) -> Result<(), HostError> {
         self.host_mut().remove(key)
     }
     fn is_authorized(&self, account: Name) -> bool {
         self.host().is_authorized(account)
     }
-    fn print(&mut self, text: &[u8]) -> Result<(), Abort> {
+    fn print(&mut self, text: &[u8]) -> Result<(), HostError> {
         if self.console.len() + text.len() > MAX_CONSOLE_LEN as usize {
             return Err(Abort::new(
                 AbortCode::LimitExceeded,
                 format!("console output exceeds {MAX_CONSOLE_LEN} bytes"),
-            ));
+            )
+            .into());
         }
         self.console.extend_from_slice(text);
         self.host_mut().print(text)
@@ -104,9 +105,17 @@ impl WasmHost for ActionCtx {
     }
 }
 
-/// Turns an error from a call into wasm into a deterministic abort. Only the error's type and
-/// trap code are read, never wasmtime's text.
-pub(crate) fn classify(err: &wasmtime::Error, fuel_limit: u64) -> Abort {
+/// Turns an error from a call into wasm into a deterministic abort, or the node fault a host
+/// call met. Only the error's type and trap code are read, never wasmtime's text.
+pub(crate) fn classify(err: wasmtime::Error, fuel_limit: u64) -> Result<Abort, NodeFault> {
+    let err = match err.downcast::<NodeFault>() {
+        Ok(fault) => return Err(fault),
+        Err(err) => err,
+    };
+    Ok(classify_abort(&err, fuel_limit))
+}
+
+fn classify_abort(err: &wasmtime::Error, fuel_limit: u64) -> Abort {
     if let Some(abort) = err.downcast_ref::<Abort>() {
         return abort.clone();
     }

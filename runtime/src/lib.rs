@@ -43,7 +43,7 @@ use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
 use tally_host_api::limits::FUEL_PER_ACTION;
-use tally_host_api::{Abort, AbortCode, Host, Name};
+use tally_host_api::{Abort, AbortCode, Host, HostError, Name};
 use wasmtime::{
     Engine, Extern, Global, Instance, InstancePre, Linker, Memory, Module, ModuleExport, Store, Val,
 };
@@ -482,13 +482,26 @@ impl Runtime {
         entry: Entry,
         host: &mut dyn Host,
     ) -> Result<Receipt, RuntimeError> {
+        self.execute_metered(contract, entry, host, self.config.fuel_per_action)
+    }
+
+    /// [`Runtime::execute`] with at most `fuel` fuel (never more than the configured fuel per
+    /// action): the chain passes what is left of its block's fuel budget.
+    pub fn execute_metered(
+        &self,
+        contract: &Contract,
+        entry: Entry,
+        host: &mut dyn Host,
+        fuel: u64,
+    ) -> Result<Receipt, RuntimeError> {
+        let fuel = fuel.min(self.config.fuel_per_action);
         let mut slot = match contract.pristine {
             Some(_) => self.take_warm(contract),
             None => None,
         }
         .map_or_else(|| self.instantiate(contract), Ok)?;
         slot.store.data_mut().set_host(host);
-        let receipt = self.run(contract, &mut slot, entry)?;
+        let receipt = self.run(contract, &mut slot, entry, fuel)?;
         if let Some(pristine) = &contract.pristine
             && slot.restore(pristine)
         {
@@ -502,8 +515,8 @@ impl Runtime {
         contract: &Contract,
         slot: &mut Slot,
         entry: Entry,
+        fuel_limit: u64,
     ) -> Result<Receipt, RuntimeError> {
-        let fuel_limit = self.config.fuel_per_action;
         let store = &mut slot.store;
         store
             .set_fuel(fuel_limit)
@@ -547,7 +560,10 @@ impl Runtime {
                         .typed::<(), ()>(&*store)
                         .and_then(|f| f.call(&mut *store, ())),
                 };
-                result.map_err(|e| execute::classify(&e, fuel_limit))
+                match result {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(execute::classify(e, fuel_limit).map_err(RuntimeError::Host)?),
+                }
             }
         };
         let fuel_used = fuel_limit - store.get_fuel().unwrap_or(0);
@@ -589,19 +605,16 @@ impl Host for NopHost {
     fn message(&self) -> &[u8] {
         &[]
     }
-    fn load(&mut self, _key: &[u8]) -> Option<&[u8]> {
-        None
+    fn load(&mut self, _key: &[u8]) -> Result<Option<&[u8]>, HostError> {
+        Ok(None)
     }
-    fn store(&mut self, _key: &[u8], _value: &[u8]) -> Result<(), Abort> {
+    fn store(&mut self, _key: &[u8], _value: &[u8]) -> Result<(), HostError> {
         Ok(())
     }
-    fn remove(&mut self, _key: &[u8]) -> Result<(), Abort> {
+    fn remove(&mut self, _key: &[u8]) -> Result<(), HostError> {
         Ok(())
     }
     fn is_authorized(&self, _account: Name) -> bool {
         false
-    }
-    fn print(&mut self, _text: &[u8]) -> Result<(), Abort> {
-        Ok(())
     }
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tally_host_api::limits::{FUEL_PER_ACTION, MAX_CONSOLE_LEN, MAX_KEY_LEN};
-use tally_host_api::{Abort, AbortCode, Host, Name};
+use tally_host_api::{Abort, AbortCode, Host, HostError, Name};
 use tally_runtime::{
     Contract, DeployError, Entry, EntryPoints, Outcome, Receipt, Runtime, RuntimeConfig,
 };
@@ -22,21 +22,21 @@ impl Host for TestHost {
     fn message(&self) -> &[u8] {
         &self.message
     }
-    fn load(&mut self, key: &[u8]) -> Option<&[u8]> {
-        self.state.get(key).map(Vec::as_slice)
+    fn load(&mut self, key: &[u8]) -> Result<Option<&[u8]>, HostError> {
+        Ok(self.state.get(key).map(Vec::as_slice))
     }
-    fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), Abort> {
+    fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), HostError> {
         self.state.insert(key.to_vec(), value.to_vec());
         Ok(())
     }
-    fn remove(&mut self, key: &[u8]) -> Result<(), Abort> {
+    fn remove(&mut self, key: &[u8]) -> Result<(), HostError> {
         self.state.remove(key);
         Ok(())
     }
     fn is_authorized(&self, account: Name) -> bool {
         self.auth.contains(&account)
     }
-    fn print(&mut self, text: &[u8]) -> Result<(), Abort> {
+    fn print(&mut self, text: &[u8]) -> Result<(), HostError> {
         self.printed.extend_from_slice(text);
         Ok(())
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use tally_chain::NativeContract;
 use tally_host_api::limits::FUEL_PER_ACTION;
-use tally_host_api::{Abort, AbortCode, Host, Name};
+use tally_host_api::{Abort, AbortCode, Host, HostError, Name};
 use wasmi::{Caller, Config, Engine, Linker, Memory, Module, Store};
 
 /// The store data: the action's host, erased to `'static` as in the real runtime (the store
@@ -33,6 +33,10 @@ impl Ctx {
 
 fn abort(code: AbortCode, text: &str) -> wasmi::Error {
     wasmi::Error::new(format!("{code:?}: {text}"))
+}
+
+fn host_error(e: HostError) -> wasmi::Error {
+    wasmi::Error::new(e.to_string())
 }
 
 fn range(len: usize, ptr: i32, n: i32) -> Result<std::ops::Range<usize>, wasmi::Error> {
@@ -87,7 +91,7 @@ fn linker(engine: &Engine) -> anyhow::Result<Linker<Ctx>> {
             let key = range(data.len(), k, kl)?;
             let dst = range(data.len(), d, dl)?;
             let key = data[key].to_vec();
-            Ok(match ctx.host().load(&key) {
+            Ok(match ctx.host().load(&key).map_err(host_error)? {
                 None => -1,
                 Some(value) => {
                     let n = value.len().min(dst.len());
@@ -111,7 +115,7 @@ fn linker(engine: &Engine) -> anyhow::Result<Linker<Ctx>> {
             let (key, value) = (range(data.len(), k, kl)?, range(data.len(), v, vl)?);
             ctx.host()
                 .store(&data[key], &data[value])
-                .map_err(|e| abort(e.code, &e.message))
+                .map_err(host_error)
         },
     )?;
     linker.func_wrap(
@@ -121,9 +125,7 @@ fn linker(engine: &Engine) -> anyhow::Result<Linker<Ctx>> {
             let mem = memory(&caller)?;
             let (data, ctx) = mem.data_and_store_mut(&mut caller);
             let key = range(data.len(), k, kl)?;
-            ctx.host()
-                .remove(&data[key])
-                .map_err(|e| abort(e.code, &e.message))
+            ctx.host().remove(&data[key]).map_err(host_error)
         },
     )?;
     linker.func_wrap(
@@ -181,15 +183,15 @@ pub fn executor(wasm: &[u8]) -> anyhow::Result<NativeContract> {
             .map_err(failed)?;
         store.data_mut().memory = instance.get_memory(&store, "memory");
         if let Ok(func) = instance.get_typed_func::<(), ()>(&store, LEGACY_TRANSFER) {
-            return func.call(&mut store, ()).map_err(failed);
+            return Ok(func.call(&mut store, ()).map_err(failed)?);
         }
         let apply = instance
             .get_typed_func::<(i64, i64, i64), ()>(&store, "apply")
             .map_err(failed)?;
         let coin = tally_chain::workload::SIMPLECOIN.0 as i64;
         let transfer = tally_chain::workload::TRANSFER.0 as i64;
-        apply
+        Ok(apply
             .call(&mut store, (coin, coin, transfer))
-            .map_err(failed)
+            .map_err(failed)?)
     }))
 }
