@@ -7,10 +7,11 @@ mod build;
 mod deploy;
 mod get;
 mod init;
-mod local;
+pub(crate) mod local;
+mod node;
 mod plot;
 mod push;
-mod store;
+pub(crate) mod store;
 mod wasmi_baseline;
 
 use clap::{Parser, Subcommand};
@@ -46,6 +47,8 @@ pub enum Command {
     Blocks(blocks::BlocksArgs),
     /// Verify every stored block and the state.
     Verify(blocks::VerifyArgs),
+    /// Run Tally as the ABCI application of a CometBFT node.
+    Node(node::NodeArgs),
 }
 
 impl Command {
@@ -62,6 +65,7 @@ impl Command {
             Command::Balance(args) => get::run_balance(args),
             Command::Blocks(args) => blocks::run(args),
             Command::Verify(args) => blocks::run_verify(args),
+            Command::Node(args) => node::run(args),
         }
     }
 }
