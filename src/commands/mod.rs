@@ -5,6 +5,7 @@ mod bench;
 mod blocks;
 mod build;
 mod deploy;
+mod devnet;
 mod get;
 mod init;
 pub(crate) mod local;
@@ -49,6 +50,8 @@ pub enum Command {
     Verify(blocks::VerifyArgs),
     /// Run Tally as the ABCI application of a CometBFT node.
     Node(node::NodeArgs),
+    /// Start or stop a local network of CometBFT validators running Tally.
+    Devnet(devnet::DevnetArgs),
 }
 
 impl Command {
@@ -66,6 +69,7 @@ impl Command {
             Command::Blocks(args) => blocks::run(args),
             Command::Verify(args) => blocks::run_verify(args),
             Command::Node(args) => node::run(args),
+            Command::Devnet(args) => devnet::run(args),
         }
     }
 }

@@ -4,4 +4,6 @@
 pub mod abci;
 pub mod app;
 pub mod bundle;
+pub mod devnet;
 pub mod ledger;
+pub mod rpc;
