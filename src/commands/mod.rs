@@ -8,6 +8,7 @@ mod deploy;
 mod devnet;
 mod get;
 mod init;
+mod load;
 pub(crate) mod local;
 mod node;
 mod plot;
@@ -52,6 +53,8 @@ pub enum Command {
     Node(node::NodeArgs),
     /// Start or stop a local network of CometBFT validators running Tally.
     Devnet(devnet::DevnetArgs),
+    /// Sign transfers, submit them to a network and measure committed transfers per second.
+    Load(load::LoadArgs),
 }
 
 impl Command {
@@ -70,6 +73,7 @@ impl Command {
             Command::Verify(args) => blocks::run_verify(args),
             Command::Node(args) => node::run(args),
             Command::Devnet(args) => devnet::run(args),
+            Command::Load(args) => load::run(args),
         }
     }
 }

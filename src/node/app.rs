@@ -22,6 +22,8 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use prost::bytes::Bytes;
 use rustc_hash::FxHashMap;
@@ -123,7 +125,19 @@ pub struct App {
     proposal_verified: Mutex<HashSet<[u8; 32]>>,
     finalized: Mutex<Option<Finalized>>,
     abort_before_commit: Option<i64>,
+    /// Nanoseconds spent in each call, by [`CALLS`] index, for the `stats` query.
+    busy_ns: [AtomicU64; CALLS.len()],
 }
+
+/// The calls whose time the `stats` query reports: where a node's time goes.
+const CALLS: [&str; 6] = [
+    "check_tx",
+    "prepare_proposal",
+    "process_proposal",
+    "finalize_block",
+    "commit",
+    "query",
+];
 
 /// A node fault: the store failed or the state is corrupt. The node must stop rather than
 /// answer CometBFT wrongly; CometBFT then stops too, and both restart from the last commit.
@@ -166,6 +180,7 @@ impl App {
             proposal_verified: Mutex::new(HashSet::new()),
             finalized: Mutex::new(None),
             abort_before_commit,
+            busy_ns: Default::default(),
         })
     }
 
@@ -507,6 +522,18 @@ impl App {
         };
         let head = l.head();
         match req.path.as_str() {
+            "stats" => {
+                let mut m = serde_json::Map::new();
+                for (name, ns) in CALLS.iter().zip(&self.busy_ns) {
+                    let s = ns.load(Ordering::Relaxed) as f64 / 1e9;
+                    m.insert((*name).to_string(), serde_json::json!(s));
+                }
+                ResponseQuery {
+                    value: serde_json::to_vec(&m).expect("serialisable").into(),
+                    height: head.height as i64,
+                    ..Default::default()
+                }
+            }
             "head" => ResponseQuery {
                 value: serde_json::to_vec(&head).expect("serialisable").into(),
                 height: head.height as i64,
@@ -542,7 +569,9 @@ impl App {
             }
             other => ResponseQuery {
                 code: code::BAD_QUERY,
-                log: format!("unknown query path {other:?}: Tally answers \"head\" and \"get\""),
+                log: format!(
+                    "unknown query path {other:?}: Tally answers \"head\", \"get\" and \"stats\""
+                ),
                 ..Default::default()
             },
         }
@@ -619,6 +648,27 @@ fn bundle_result(
 
 impl Application for App {
     fn handle(&self, request: request::Value) -> response::Value {
+        use request::Value as Q;
+        let call = match &request {
+            Q::CheckTx(_) => Some(0),
+            Q::PrepareProposal(_) => Some(1),
+            Q::ProcessProposal(_) => Some(2),
+            Q::FinalizeBlock(_) => Some(3),
+            Q::Commit(_) => Some(4),
+            Q::Query(_) => Some(5),
+            _ => None,
+        };
+        let start = Instant::now();
+        let response = self.dispatch(request);
+        if let Some(i) = call {
+            self.busy_ns[i].fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
+        response
+    }
+}
+
+impl App {
+    fn dispatch(&self, request: request::Value) -> response::Value {
         use request::Value as Q;
         use response::Value as A;
         match request {

@@ -157,7 +157,7 @@ pub enum TxOutcome {
 }
 
 /// The last committed block, in CometBFT's numbering.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Head {
     /// CometBFT height (0 before the first block).
     pub height: u64,

@@ -6,4 +6,5 @@ pub mod app;
 pub mod bundle;
 pub mod devnet;
 pub mod ledger;
+pub mod load;
 pub mod rpc;
