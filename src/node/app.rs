@@ -127,6 +127,9 @@ pub struct App {
     abort_before_commit: Option<i64>,
     /// Nanoseconds spent in each call, by [`CALLS`] index, for the `stats` query.
     busy_ns: [AtomicU64; CALLS.len()],
+    /// Whether a block has been finalized since the process started (logged once, so a
+    /// restart shows where it resumed).
+    finalized_any: std::sync::atomic::AtomicBool,
 }
 
 /// The calls whose time the `stats` query reports: where a node's time goes.
@@ -165,6 +168,16 @@ impl App {
     pub fn open(dir: PathBuf) -> anyhow::Result<Self> {
         let ledger = Ledger::open(&dir)?;
         let mut pool = Pool::default();
+        match &ledger {
+            None => eprintln!("tally node: no chain yet; it is created at InitChain"),
+            Some(l) => {
+                let head = l.head();
+                eprintln!(
+                    "tally node: resuming at height {} (app hash {})",
+                    head.height, head.app_hash
+                );
+            }
+        }
         if let Some(l) = &ledger {
             let head = l.head();
             pool.head_time_ms = head.time_ms;
@@ -181,6 +194,7 @@ impl App {
             finalized: Mutex::new(None),
             abort_before_commit,
             busy_ns: Default::default(),
+            finalized_any: Default::default(),
         })
     }
 
@@ -193,6 +207,7 @@ impl App {
                 Bytes::copy_from_slice(&l.app_hash()),
             ),
         };
+        eprintln!("tally node: Info: last committed height {height}");
         ResponseInfo {
             data: "tally".into(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -395,6 +410,9 @@ impl App {
     }
 
     fn finalize_block(&self, req: RequestFinalizeBlock) -> ResponseFinalizeBlock {
+        if !self.finalized_any.swap(true, Ordering::Relaxed) {
+            eprintln!("tally node: first block since start: height {}", req.height);
+        }
         let hashes: Vec<[u8; 32]> = req.txs.iter().map(|t| bundle::hash(t)).collect();
         // Which bundles were verified here already (CheckTx or ProcessProposal).
         let known: Vec<bool> = {

@@ -113,6 +113,15 @@ impl Prepared {
         if tx.transaction.actions.is_empty() {
             return Err(TxError::NoActions.to_string());
         }
+        let data_limit = tally_host_api::limits::MAX_MESSAGE_LEN as usize;
+        for (i, a) in tx.transaction.actions.iter().enumerate() {
+            if a.account != tally_chain::system::SYSTEM && a.data.len() > data_limit {
+                return Err(format!(
+                    "action {i} carries {} bytes of data; the limit is {data_limit}",
+                    a.data.len()
+                ));
+            }
+        }
         let id = tx.transaction.id();
         Ok(Self {
             tx,

@@ -416,7 +416,8 @@ pub fn run(config: &LoadConfig, progress: &dyn Fn(u64, u64)) -> anyhow::Result<L
     // Each validator's end state, and its app hash at the highest height all have.
     let mut ends = Vec::new();
     let heights: Vec<u64> = rpcs.iter().map(|r| r.height().unwrap_or(0)).collect();
-    let common = heights.iter().copied().min().unwrap_or(0);
+    // CometBFT stores a block before its results: the block below the lowest tip has both.
+    let common = heights.iter().copied().min().unwrap_or(1).saturating_sub(1);
     for ((rpc, height), before) in rpcs.iter().zip(&heights).zip(&stats_before) {
         let status = rpc
             .call("status", serde_json::json!({}))
@@ -428,8 +429,14 @@ pub fn run(config: &LoadConfig, progress: &dyn Fn(u64, u64)) -> anyhow::Result<L
                 .as_str()
                 .unwrap_or("")
                 .to_lowercase(),
-            app_hash_at_common_height: rpc
-                .block_results(common)
+            app_hash_at_common_height: (0..50)
+                .find_map(|_| {
+                    let r = rpc.block_results(common).ok();
+                    if r.is_none() {
+                        std::thread::sleep(POLL);
+                    }
+                    r
+                })
                 .map(|r| r.app_hash)
                 .unwrap_or_default(),
             abci_seconds: stats_delta(before, &stats(rpc)),
