@@ -85,7 +85,11 @@ pub struct BalanceArgs {
 pub fn run_balance(args: BalanceArgs) -> anyhow::Result<()> {
     let (account, contract) = (parse_name(&args.account)?, parse_name(&args.contract)?);
     let local = Local::open(&args.data)?;
-    let balance = tally_chain::workload::balance(&local.chain, contract, account)?.unwrap_or(0);
+    let balance = local
+        .chain
+        .get(contract, &account.0.to_le_bytes())?
+        .and_then(|v| Some(u64::from_le_bytes(v.get(..8)?.try_into().ok()?)))
+        .unwrap_or(0);
     output(
         args.json,
         json!({ "account": account.to_string(), "contract": contract.to_string(), "balance": balance }),

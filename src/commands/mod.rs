@@ -11,7 +11,6 @@ mod local;
 mod plot;
 mod push;
 mod store;
-mod wasmi_baseline;
 
 use clap::{Parser, Subcommand};
 
