@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use prost::Message;
 use serde_json::{Value, json};
-use tally_chain::{Action, SignedTransaction, Transaction, Transfer, workload};
+use tally_bench::workload;
+use tally_chain::{Action, SignedTransaction, Transaction, Transfer};
 use tendermint_proto::v0_38::abci::{
     Request, RequestFinalizeBlock, RequestInitChain, RequestProcessProposal, Response, request,
     response, response_process_proposal::ProposalStatus,

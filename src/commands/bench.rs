@@ -8,7 +8,10 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
-use tally_chain::workload::{self, BenchConfig, Distribution};
+use tally_bench::baseline;
+use tally_bench::proc::{cpu_model, peak_rss_bytes};
+use tally_bench::sampler::Distribution;
+use tally_bench::workload::{self, BenchConfig};
 use tally_chain::{Chain, ChainConfig, Pipeline};
 use tally_runtime::{Runtime, RuntimeConfig};
 
@@ -145,31 +148,6 @@ impl From<Dist> for Distribution {
     }
 }
 
-/// The CPU model, for reports that name the machine they ran on.
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into())
-}
-
-/// Peak resident memory of this process (VmHWM), in bytes.
-fn peak_rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
-            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kib * 1024)
-        })
-        .unwrap_or(0)
-}
-
 /// The settings a data directory was created with, so a rerun can resume only the same run.
 fn bench_marker(config: &BenchConfig, store: StoreKind) -> serde_json::Value {
     json!({
@@ -259,24 +237,24 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     );
 
     let store = open_store(args.store, &data.join("store"), chain_config.retain_blocks)?;
-    let mut chain = Chain::open(runtime, store, chain_config.clone())?;
+    let mut chain = if store.head().is_some() {
+        Chain::open(runtime, store, chain_config.clone())?
+    } else {
+        workload::create(runtime, store, chain_config.clone(), &config)?.0
+    };
     let bar = ProgressBar::new(config.transfers).with_style(
         ProgressStyle::with_template("{spinner} {bar:40} {pos}/{len} transfers ({per_sec}, {eta})")
             .expect("valid template"),
     );
-    let report = if resuming {
-        workload::resume(&mut chain, &config, &mut |done| bar.set_position(done))?
-    } else {
-        workload::run(&mut chain, &config, &mut |done| bar.set_position(done))?
-    };
+    let report = workload::run(&mut chain, &config, &mut |done| bar.set_position(done))?;
     bar.finish_and_clear();
 
     // Baselines: the same workload on a fresh store of the same kind, same settings.
     let mut baselines = serde_json::Map::new();
     for &baseline in &args.baseline {
         let executor: tally_chain::NativeContract = match baseline {
-            Baseline::Native => Arc::new(workload::native_simplecoin),
-            Baseline::Wasmi => super::wasmi_baseline::executor(config.contract.wasm())?,
+            Baseline::Native => Arc::new(baseline::native_simplecoin),
+            Baseline::Wasmi => baseline::wasmi::executor(config.contract.wasm())?,
         };
         let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
         let runtime = Arc::new(Runtime::new(RuntimeConfig::default())?);
@@ -285,7 +263,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             &dir.path().join("store"),
             chain_config.retain_blocks,
         )?;
-        let mut chain = Chain::open(runtime, store, chain_config.clone())?;
+        let (mut chain, _) = workload::create(runtime, store, chain_config.clone(), &config)?;
         chain.set_native(workload::SIMPLECOIN, executor);
         let base = workload::run(&mut chain, &config, &mut |_| {})?;
         anyhow::ensure!(

@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use tally_chain::workload::Distribution;
+use tally_bench::sampler::Distribution;
 
 use crate::node::bundle::MAX_BUNDLE_TXS;
 use crate::node::load::{self, LoadConfig, LoadReport};

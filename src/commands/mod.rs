@@ -14,7 +14,6 @@ mod node;
 mod plot;
 mod push;
 pub(crate) mod store;
-mod wasmi_baseline;
 
 use clap::{Parser, Subcommand};
 

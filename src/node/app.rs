@@ -27,7 +27,7 @@ use std::time::Instant;
 
 use prost::bytes::Bytes;
 use rustc_hash::FxHashMap;
-use tally_chain::{Name, TxId};
+use tally_chain::{Check, Name, PreparedTx, TxId};
 use tendermint_proto::google::protobuf::Timestamp;
 use tendermint_proto::v0_38::abci::{
     CheckTxType, ExecTxResult, RequestCheckTx, RequestFinalizeBlock, RequestInitChain,
@@ -39,7 +39,8 @@ use tendermint_proto::v0_38::abci::{
 
 use super::abci::Application;
 use super::bundle;
-use super::ledger::{Genesis, Ledger, Prepared, TxOutcome, verify};
+use super::ledger::{Genesis, Ledger, TxOutcome};
+use tally_chain::pipeline::verify_batched;
 
 /// Result codes of CheckTx, FinalizeBlock and Query. Stable: clients match on them.
 pub mod code {
@@ -272,7 +273,7 @@ impl App {
         {
             let pool = self.pool.lock().expect("pool lock");
             for (i, b) in parts.iter().enumerate() {
-                let t = match Prepared::decode(b) {
+                let t = match PreparedTx::decode(b.to_vec()) {
                     Ok(t) => t,
                     Err(e) => {
                         return check_response(code::REFUSED, format!("transaction {i}: {e}"));
@@ -308,9 +309,9 @@ impl App {
                 txs.push(t);
             }
         }
-        verify(&mut txs);
+        verify_batched(&mut txs);
         for (i, t) in txs.iter().enumerate() {
-            if let Some(Err(e)) = &t.verified {
+            if let Check::Refused(e) = &t.check {
                 return check_response(code::REFUSED, format!("transaction {i}: {e}"));
             }
         }
@@ -380,7 +381,7 @@ impl App {
             };
             let start = all.len();
             for (i, b) in parts.iter().enumerate() {
-                match Prepared::decode(b) {
+                match PreparedTx::decode(b.to_vec()) {
                     Ok(t) => all.push(t),
                     Err(e) => {
                         eprintln!(
@@ -393,11 +394,11 @@ impl App {
             }
             ranges.push((bundle::hash(tx), start..all.len()));
         }
-        verify(&mut all);
-        if let Some(Err(e)) = all
-            .iter()
-            .find_map(|t| t.verified.as_ref().filter(|r| r.is_err()))
-        {
+        verify_batched(&mut all);
+        if let Some(e) = all.iter().find_map(|t| match &t.check {
+            Check::Refused(e) => Some(e),
+            _ => None,
+        }) {
             eprintln!(
                 "tally node: rejecting a proposal at height {}: {e}",
                 req.height
@@ -437,13 +438,15 @@ impl App {
                     parts
                         .iter()
                         .map(|b| {
-                            Prepared::decode(b).map(|mut t| {
-                                if *known {
-                                    t.verified = Some(Ok(()));
-                                }
-                                prepared.push(t);
-                                prepared.len() - 1
-                            })
+                            PreparedTx::decode(b.to_vec())
+                                .map(|mut t| {
+                                    if *known {
+                                        t.check = Check::Verified;
+                                    }
+                                    prepared.push(t);
+                                    prepared.len() - 1
+                                })
+                                .map_err(|e| e.to_string())
                         })
                         .collect(),
                 )),

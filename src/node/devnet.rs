@@ -16,14 +16,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::rpc::Rpc;
+use crate::commands::local::write_atomic;
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tally_chain::workload;
-
-use super::ledger::{Allocation, Genesis, GenesisAccount, GenesisContract};
-use super::rpc::Rpc;
-use crate::commands::local::write_atomic;
+use tally_bench::workload;
+use tally_chain::Genesis;
+use tally_chain::genesis::{Allocation, GenesisAccount, GenesisContract};
 
 /// The CometBFT release `tally devnet` is tested with (ABCI 2.0, FinalizeBlock).
 pub const COMETBFT_VERSION: &str = "v0.38.26";
@@ -194,33 +194,30 @@ fn run_cometbft(cometbft: &Path, args: &[&str]) -> anyhow::Result<String> {
 pub fn genesis(accounts: u64, seed: u64) -> Genesis {
     use rayon::prelude::*;
     let pool = workload::KEY_POOL.min(accounts);
-    let keys: Vec<String> = (0..pool)
+    let keys: Vec<[u8; 32]> = (0..pool)
         .into_par_iter()
         .map(|i| {
-            hex::encode(
-                tally_chain::crypto::derived_key(seed, i)
-                    .verifying_key()
-                    .to_bytes(),
-            )
+            tally_chain::crypto::derived_key(seed, i)
+                .verifying_key()
+                .to_bytes()
         })
         .collect();
-    let simplecoin = workload::SIMPLECOIN.to_string();
     Genesis {
         accounts: (0..accounts)
             .map(|i| GenesisAccount {
-                name: workload::account_name(i).to_string(),
-                key: keys[(i % workload::KEY_POOL) as usize].clone(),
+                name: workload::account_name(i),
+                key: keys[(i % workload::KEY_POOL) as usize],
             })
             .collect(),
         contracts: vec![GenesisContract {
-            account: simplecoin.clone(),
-            code: hex::encode(workload::SIMPLECOIN_WASM),
+            account: workload::SIMPLECOIN,
+            code: workload::SIMPLECOIN_WASM.to_vec(),
         }],
         allocations: (0..accounts)
             .map(|i| Allocation {
-                contract: simplecoin.clone(),
-                key: hex::encode(workload::account_name(i).0.to_le_bytes()),
-                value: hex::encode(workload::INITIAL_BALANCE.to_le_bytes()),
+                contract: workload::SIMPLECOIN,
+                key: workload::account_name(i).0.to_le_bytes().to_vec(),
+                value: workload::INITIAL_BALANCE.to_le_bytes().to_vec(),
             })
             .collect(),
     }

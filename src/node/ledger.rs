@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
-use tally_chain::{Chain, ChainConfig, ChainError, Name, SignedTransaction, TxError, TxId};
+pub use tally_chain::Genesis;
+use tally_chain::{Chain, ChainConfig, ChainError, Name, PreparedTx, TxError, TxResult};
 use tally_host_api::Abort;
 use tally_runtime::{Outcome, Runtime, RuntimeConfig};
 
@@ -26,124 +27,6 @@ struct NodeFile {
     /// Time of Tally's genesis block: 1 ms before CometBFT's genesis time, because CometBFT's
     /// first block carries the genesis time itself and Tally's block times must increase.
     genesis_time_ms: u64,
-    /// Tally height of the block CometBFT calls height 0 (the state after genesis).
-    height_offset: u64,
-}
-
-/// A chain's initial state, as CometBFT's genesis `app_state` carries it (JSON).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Genesis {
-    /// Accounts and their keys.
-    #[serde(default)]
-    pub accounts: Vec<GenesisAccount>,
-    /// Contracts deployed at genesis, in order (their `onInit` runs).
-    #[serde(default)]
-    pub contracts: Vec<GenesisContract>,
-    /// Storage values written after the contracts.
-    #[serde(default)]
-    pub allocations: Vec<Allocation>,
-}
-
-/// An account at genesis.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GenesisAccount {
-    /// Its name.
-    pub name: String,
-    /// Its ed25519 public key, hex.
-    pub key: String,
-}
-
-/// A contract deployed at genesis.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GenesisContract {
-    /// The account it is deployed to.
-    pub account: String,
-    /// The WebAssembly module, hex.
-    pub code: String,
-}
-
-/// A storage value written at genesis.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Allocation {
-    /// The contract whose storage gets it.
-    pub contract: String,
-    /// The key, hex.
-    pub key: String,
-    /// The value, hex.
-    pub value: String,
-}
-
-fn name(s: &str) -> anyhow::Result<Name> {
-    s.parse::<Name>()
-        .map_err(|e| anyhow::anyhow!("genesis: {s:?} is not a valid name: {e}"))
-}
-
-fn key32(s: &str) -> anyhow::Result<[u8; 32]> {
-    hex::decode(s)
-        .ok()
-        .and_then(|k| k.try_into().ok())
-        .with_context(|| format!("genesis: key {s:?} is not 32 bytes of hex"))
-}
-
-/// A transaction ready for a block: its exact signed bytes, id, and signature check if done.
-#[derive(Debug, Clone)]
-pub struct Prepared {
-    /// The decoded transaction.
-    pub tx: SignedTransaction,
-    /// Its id.
-    pub id: TxId,
-    /// Its exact signed bytes.
-    pub bytes: Vec<u8>,
-    /// `Some(Ok)` once every signature verified.
-    pub verified: Option<Result<(), TxError>>,
-}
-
-impl Prepared {
-    /// Decodes a transaction received from outside; the error says why it is no transaction.
-    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
-        let limit = tally_host_api::limits::MAX_TX_BYTES;
-        if bytes.len() > limit {
-            return Err(format!(
-                "the transaction is {} bytes; the limit is {limit}",
-                bytes.len()
-            ));
-        }
-        let tx =
-            SignedTransaction::decode(bytes).map_err(|e| format!("malformed transaction: {e}"))?;
-        if tx.transaction.actions.is_empty() {
-            return Err(TxError::NoActions.to_string());
-        }
-        let data_limit = tally_host_api::limits::MAX_MESSAGE_LEN as usize;
-        for (i, a) in tx.transaction.actions.iter().enumerate() {
-            if a.account != tally_chain::system::SYSTEM && a.data.len() > data_limit {
-                return Err(format!(
-                    "action {i} carries {} bytes of data; the limit is {data_limit}",
-                    a.data.len()
-                ));
-            }
-        }
-        let id = tx.transaction.id();
-        Ok(Self {
-            tx,
-            id,
-            bytes: bytes.to_vec(),
-            verified: None,
-        })
-    }
-}
-
-/// Verifies the signatures of every transaction of `txs` not yet verified, in batches on all
-/// cores.
-pub fn verify(txs: &mut [Prepared]) {
-    let pending: Vec<usize> = (0..txs.len())
-        .filter(|&i| txs[i].verified.is_none())
-        .collect();
-    let signed: Vec<SignedTransaction> = pending.iter().map(|&i| txs[i].tx.clone()).collect();
-    let ids: Vec<TxId> = pending.iter().map(|&i| txs[i].id).collect();
-    let results = tally_chain::crypto::verify_many(&signed, &ids);
-    for (i, r) in pending.into_iter().zip(results) {
-        txs[i].verified = Some(r);
-    }
 }
 
 /// What a block did with one transaction.
@@ -185,9 +68,6 @@ pub struct Head {
 /// The chain as the node drives it.
 pub struct Ledger {
     chain: Chain,
-    file: NodeFile,
-    /// Whether the last block was executed but not committed.
-    executed: bool,
 }
 
 fn chain_config(file: &NodeFile) -> ChainConfig {
@@ -227,16 +107,11 @@ impl Ledger {
         let config = chain_config(&file);
         let store = open_store(StoreKind::Log, &store_dir(dir), config.retain_blocks)?;
         let chain = Chain::open(runtime(dir)?, store, config)?;
-        let mut ledger = Self {
-            chain,
-            file,
-            executed: false,
-        };
-        ledger.chain.set_overlap_commit(true);
-        Ok(Some(ledger))
+        Ok(Some(Self { chain }))
     }
 
-    /// Creates the chain in `dir` from `genesis` (InitChain).
+    /// Creates the chain in `dir` from `genesis` (InitChain): Tally's block 0 is the state
+    /// CometBFT's height 0 stands for, so heights are the same on both sides.
     pub fn create(
         dir: &Path,
         chain_id: &str,
@@ -248,38 +123,19 @@ impl Ledger {
             version: LAYOUT_VERSION,
             chain_id: chain_id.to_string(),
             genesis_time_ms: genesis_time_ms.saturating_sub(1),
-            height_offset: 1,
         };
         let config = chain_config(&file);
         // A store left by an InitChain that crashed before node.json was written is replaced.
         let _ = std::fs::remove_dir_all(store_dir(dir));
         let store = open_store(StoreKind::Log, &store_dir(dir), config.retain_blocks)?;
-        let mut chain = Chain::open(runtime(dir)?, store, config)?;
-        for a in &genesis.accounts {
-            chain.register_account(name(&a.name)?, key32(&a.key)?)?;
-        }
-        for c in &genesis.contracts {
-            let code = hex::decode(&c.code).context("genesis: contract code is not hex")?;
-            chain.deploy(name(&c.account)?, &code)?;
-        }
-        for a in &genesis.allocations {
-            let key = hex::decode(&a.key).context("genesis: allocation key is not hex")?;
-            let value = hex::decode(&a.value).context("genesis: allocation value is not hex")?;
-            chain.allocate(name(&a.contract)?, &key, &value)?;
-        }
-        chain.finish_block()?;
+        let mut chain = Chain::create(runtime(dir)?, store, config, genesis)?;
         chain.sync()?;
         write_atomic(
             &dir.join("node.json"),
             serde_json::to_string_pretty(&file)?.as_bytes(),
             0o644,
         )?;
-        chain.set_overlap_commit(true);
-        Ok(Self {
-            chain,
-            file,
-            executed: false,
-        })
+        Ok(Self { chain })
     }
 
     /// The last committed block.
@@ -287,7 +143,7 @@ impl Ledger {
         let h = self.chain.head();
         let (ref_block_num, ref_block_prefix) = self.chain.tapos();
         Head {
-            height: h.height - self.file.height_offset,
+            height: h.height,
             time_ms: h.timestamp_ms,
             app_hash: hex::encode(h.state_checksum),
             ref_block_num,
@@ -302,21 +158,28 @@ impl Ledger {
     }
 
     /// Executes `txs` as the next block at `time_ms` (CometBFT's block time): the new app hash
-    /// and one outcome per transaction. `Err` is the node's own fault.
+    /// and one outcome per transaction. Transactions not verified yet are verified here, in
+    /// batches on all cores. `Err` is the node's own fault.
+    ///
+    /// A block executed and not committed is dropped first: CometBFT finalizes a height again
+    /// only when the first attempt never reached Commit.
     pub fn execute(
         &mut self,
-        _time_ms: u64,
-        txs: &mut [Prepared],
+        time_ms: u64,
+        txs: &mut [PreparedTx],
     ) -> Result<([u8; 32], Vec<TxOutcome>), ChainError> {
-        verify(txs);
-        let mut outcomes = Vec::with_capacity(txs.len());
-        for p in txs.iter() {
-            if let Some(Err(e)) = &p.verified {
-                outcomes.push(TxOutcome::Rejected(e.clone()));
-                continue;
-            }
-            match self.chain.push_prepared(&p.tx, p.id, Some(&p.bytes), None) {
-                Ok(receipt) => outcomes.push(match receipt.outcome {
+        self.chain.discard();
+        tally_chain::pipeline::verify_batched(txs);
+        // Block times must increase; CometBFT's do, by at least a millisecond. The guard keeps
+        // the node alive (and deterministic: it depends only on the chain) if one does not.
+        let time_ms = time_ms.max(self.chain.head().timestamp_ms + 1);
+        let executed = self.chain.execute_block(time_ms, txs)?;
+        let outcomes = executed
+            .results
+            .into_iter()
+            .map(|r| match r {
+                TxResult::Rejected(e) => TxOutcome::Rejected(e),
+                TxResult::Included(receipt) => match receipt.outcome {
                     Outcome::Success => TxOutcome::Success {
                         fuel: receipt.fuel_used,
                     },
@@ -324,19 +187,16 @@ impl Ledger {
                         fuel: receipt.fuel_used,
                         abort,
                     },
-                }),
-                Err(ChainError::Tx(e)) => outcomes.push(TxOutcome::Rejected(e)),
-                Err(e) => return Err(e),
-            }
-        }
-        let header = self.chain.finish_block()?;
-        self.executed = true;
-        Ok((header.state_checksum, outcomes))
+                },
+            })
+            .collect();
+        Ok((executed.header.state_checksum, outcomes))
     }
 
-    /// Makes the executed block durable.
+    /// Makes the executed block durable before returning: CometBFT records the height as
+    /// committed by the application once Commit answers.
     pub fn commit(&mut self) -> Result<(), ChainError> {
-        self.executed = false;
+        self.chain.commit()?;
         self.chain.sync()
     }
 

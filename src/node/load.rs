@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use rayon::prelude::*;
 use serde::Serialize;
-use tally_chain::workload::{self, Distribution, Rng, Sampler};
+use tally_bench::sampler::{Distribution, Rng, Sampler};
+use tally_bench::workload;
 use tally_chain::{Action, SignedTransaction, Transaction, Transfer};
 
 use super::app::outcome;
