@@ -300,23 +300,35 @@ fn one_validator_commits_transfers_answers_balances_and_resumes_without_replay()
     assert_eq!(report["committed"], 3_000, "{report:#}");
     assert_eq!(report["app_hashes_agree"], true);
 
-    // Every coin is still there, and some moved.
-    let mut total = 0u64;
-    let mut moved = false;
-    for i in 0..accounts {
-        let name = workload::account_name(i).to_string();
-        let out = ok(
-            tally(&["balance", &name, "--rpc", &url, "--json"]),
-            "tally balance",
-        );
-        let b = serde_json::from_str::<Value>(&out).unwrap()["balance"]
-            .as_u64()
-            .unwrap();
-        total += b;
-        moved |= b != workload::INITIAL_BALANCE;
-    }
-    assert_eq!(total, accounts * workload::INITIAL_BALANCE);
-    assert!(moved, "3,000 transfers moved no coin");
+    // Every coin is still there, and some moved. Nothing is in flight once the load has seen
+    // every transfer committed, so reading account by account gives one state.
+    let read_all = || -> (u64, Vec<u64>, u64) {
+        let h = height(&url);
+        let balances: Vec<u64> = (0..accounts)
+            .map(|i| {
+                let name = workload::account_name(i).to_string();
+                let out = ok(
+                    tally(&["balance", &name, "--rpc", &url, "--json"]),
+                    "tally balance",
+                );
+                serde_json::from_str::<Value>(&out).unwrap()["balance"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
+        (h, balances, height(&url))
+    };
+    let (h0, balances, h1) = read_all();
+    let total: u64 = balances.iter().sum();
+    assert_eq!(
+        total,
+        accounts * workload::INITIAL_BALANCE,
+        "coins were created or destroyed (read between heights {h0} and {h1}): {balances:?}\nload: {report:#}"
+    );
+    assert!(
+        balances.iter().any(|&b| b != workload::INITIAL_BALANCE),
+        "3,000 transfers moved no coin"
+    );
     let out = ok(
         tally(&["get", "simplecoin", "name:nobody", "--rpc", &url, "--json"]),
         "tally get",
