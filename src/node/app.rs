@@ -37,6 +37,8 @@ use tendermint_proto::v0_38::abci::{
     response_process_proposal::ProposalStatus,
 };
 
+use tally_host_api::limits::{FUEL_PER_ACTION, FUEL_PER_TX, FUEL_PER_TX_BYTE, MAX_BLOCK_FUEL};
+
 use super::abci::Application;
 use super::bundle;
 use super::ledger::{Genesis, Ledger, TxOutcome};
@@ -73,6 +75,15 @@ pub mod outcome {
     /// Not included.
     pub const REJECTED: u8 = 2;
 }
+
+/// What PrepareProposal expects a transaction to use before any block ran: the intrinsic
+/// charge of a 200-byte transfer and about as much again for its action.
+const INITIAL_FUEL_PER_TX: u64 = 2 * (FUEL_PER_TX + 200 * FUEL_PER_TX_BYTE);
+
+/// The share of a block's fuel PrepareProposal fills, in percent: estimates are averages, and
+/// a transaction past the budget would be rejected (`BlockFull`) rather than wait for the next
+/// block.
+const PROPOSAL_FUEL_PERCENT: u64 = 80;
 
 /// Failures spelled out in one result's log; the data has every transaction's outcome.
 const LOGGED_FAILURES: usize = 3;
@@ -128,6 +139,9 @@ pub struct App {
     abort_before_commit: Option<i64>,
     /// Nanoseconds spent in each call, by [`CALLS`] index, for the `stats` query.
     busy_ns: [AtomicU64; CALLS.len()],
+    /// Fuel an included transaction used on average in the last non-empty block: what
+    /// PrepareProposal expects of the next ones.
+    fuel_per_tx: AtomicU64,
     /// Whether a block has been finalized since the process started (logged once, so a
     /// restart shows where it resumed).
     finalized_any: std::sync::atomic::AtomicBool,
@@ -195,6 +209,7 @@ impl App {
             finalized: Mutex::new(None),
             abort_before_commit,
             busy_ns: Default::default(),
+            fuel_per_tx: AtomicU64::new(INITIAL_FUEL_PER_TX),
             finalized_any: Default::default(),
         })
     }
@@ -339,16 +354,26 @@ impl App {
         }
     }
 
+    /// The mempool's bundles in order, while they fit CometBFT's byte limit and, by the last
+    /// block's fuel per transaction, the block's fuel budget (`MAX_BLOCK_FUEL`); the rest wait
+    /// for the next block.
     fn prepare_proposal(&self, req: RequestPrepareProposal) -> ResponsePrepareProposal {
-        let mut total = 0i64;
-        let txs = req
-            .txs
-            .into_iter()
-            .take_while(|tx| {
-                total += tx.len() as i64;
-                total <= req.max_tx_bytes
-            })
-            .collect();
+        let per_tx = self.fuel_per_tx.load(Ordering::Relaxed).max(1);
+        let budget = (MAX_BLOCK_FUEL - FUEL_PER_ACTION) / 100 * PROPOSAL_FUEL_PERCENT;
+        let (mut bytes, mut fuel) = (0i64, 0u64);
+        let mut txs = Vec::new();
+        for tx in req.txs {
+            let count = tx.get(1..5).map_or(1, |c| {
+                u32::from_le_bytes(c.try_into().expect("4 bytes")) as u64
+            });
+            let tx_fuel = count.saturating_mul(per_tx);
+            bytes += tx.len() as i64;
+            fuel = fuel.saturating_add(tx_fuel);
+            if bytes > req.max_tx_bytes || (fuel > budget && !txs.is_empty()) {
+                break;
+            }
+            txs.push(tx);
+        }
         ResponsePrepareProposal { txs }
     }
 
@@ -463,6 +488,14 @@ impl App {
         let (app_hash, outcomes) = l
             .execute(block_time, &mut prepared)
             .unwrap_or_else(|e| fatal("executing a block", e));
+        let (included, fuel) = outcomes.iter().fold((0u64, 0u64), |(n, f), o| match o {
+            TxOutcome::Success { fuel } | TxOutcome::Failed { fuel, .. } => (n + 1, f + fuel),
+            TxOutcome::Rejected(_) => (n, f),
+        });
+        if included > 0 {
+            self.fuel_per_tx
+                .store(fuel.div_ceil(included), Ordering::Relaxed);
+        }
         let tx_results = slots
             .into_iter()
             .zip(&hashes)

@@ -70,9 +70,20 @@ pub struct Ledger {
     chain: Chain,
 }
 
+/// Blocks a node keeps below its head. A restarted chain rebuilds its duplicate window from
+/// the retained blocks, so they must span a transaction's whole lifetime: 120 s of blocks at
+/// least [`MIN_BLOCK_SPACING_MS`] apart.
+const RETAIN_BLOCKS: u64 = 12_000;
+
+/// The closest CometBFT blocks come under `tally devnet`'s `timeout_commit` of 10 ms. The
+/// chain checks `max_tx_lifetime_ms <= retain_blocks * block_interval_ms` with it.
+const MIN_BLOCK_SPACING_MS: u64 = 10;
+
 fn chain_config(file: &NodeFile) -> ChainConfig {
     ChainConfig {
         genesis_time_ms: file.genesis_time_ms,
+        block_interval_ms: MIN_BLOCK_SPACING_MS,
+        retain_blocks: RETAIN_BLOCKS,
         ..ChainConfig::default()
     }
 }
