@@ -411,8 +411,8 @@ fn spawn(program: &Path, args: &[String], log: &Path) -> anyhow::Result<std::pro
 /// Starts every validator process of the network in `dir` that is not running, and returns
 /// the network. `tally node` starts first; CometBFT once its socket exists.
 pub fn start(dir: &Path) -> anyhow::Result<Devnet> {
+    let mut d = load(dir)?;
     let dir = std::fs::canonicalize(dir)?;
-    let mut d = load(&dir)?;
     let tally = std::env::current_exe().context("cannot find the tally binary")?;
     for i in 0..d.validators.len() {
         let vdir = validator_dir(&dir, i);
@@ -510,8 +510,8 @@ fn kill_and_wait(pid: u32, dir: &Path, grace: Duration) {
 /// Stops every process of the network in `dir`: CometBFT first (so it does not see its
 /// application vanish mid-block), then `tally node`. Returns how many were running.
 pub fn stop(dir: &Path) -> anyhow::Result<usize> {
+    let mut d = load(dir)?;
     let dir = std::fs::canonicalize(dir)?;
-    let mut d = load(&dir)?;
     let mut stopped = 0;
     for v in &mut d.validators {
         for pid in [v.cometbft_pid.take(), v.tally_pid.take()]
