@@ -278,7 +278,7 @@ pub fn run(config: &LoadConfig, progress: &dyn Fn(u64, u64)) -> anyhow::Result<L
     let stats_before: Vec<_> = rpcs.iter().map(stats).collect();
     let cpu_before = devnet_cpu(&config.devnet);
     let self_before = cpu_seconds(std::process::id());
-    let first_height = rpcs[0].height()?;
+    let first_height = head(&rpcs[0])?.height;
     let started = Instant::now();
     let sizes = Arc::new(sizes);
     let submitters: Vec<_> = (0..config.submitters.max(1))
@@ -342,8 +342,11 @@ pub fn run(config: &LoadConfig, progress: &dyn Fn(u64, u64)) -> anyhow::Result<L
         if accounted >= config.transfers || Instant::now() > deadline {
             break;
         }
-        let tip = match watch.height() {
-            Ok(h) => h,
+        // The application's committed height, not CometBFT's /status: CometBFT stores a
+        // block before executing it and its results before the application commits it, so
+        // only this height says the transfers are durable state that queries see.
+        let tip = match head(watch) {
+            Ok(h) => h.height,
             Err(_) => {
                 std::thread::sleep(POLL);
                 continue;
