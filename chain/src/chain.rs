@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use rustc_hash::FxHashSet;
-use sha2::{Digest, Sha256};
 use tally_host_api::limits::{FUEL_PER_ACTION, FUEL_PER_TX, FUEL_PER_TX_BYTE, MAX_BLOCK_FUEL};
 use tally_host_api::{Abort, Name};
 use tally_runtime::{Outcome, Runtime};
@@ -130,14 +129,13 @@ struct Executed {
 }
 
 /// The pending block's body as it grows: the signed bytes of each included transaction
-/// appended, so committing needs no encoding pass, and the transactions root hashed as it goes.
+/// appended, so committing needs no encoding pass.
 #[derive(Default)]
 struct BodyBuilder {
     count: u32,
     transactions: Vec<u8>,
     success: Vec<bool>,
     ids: Vec<TxId>,
-    root: Sha256,
 }
 
 impl BodyBuilder {
@@ -146,9 +144,6 @@ impl BodyBuilder {
         self.count += 1;
         self.success.push(success);
         self.ids.push(tx.id);
-        self.root.update((tx.bytes.len() as u32).to_le_bytes());
-        self.root.update(&tx.bytes);
-        self.root.update([success as u8]);
     }
 
     /// borsh of the [`BlockBody`], the transactions root and the ids.
@@ -158,7 +153,8 @@ impl BodyBuilder {
         body.extend_from_slice(&self.transactions);
         body.extend_from_slice(&(self.success.len() as u32).to_le_bytes());
         body.extend(self.success.iter().map(|&s| s as u8));
-        (body, self.root.finalize().into(), self.ids)
+        let root = BlockBody::transactions_root(&body);
+        (body, root, self.ids)
     }
 }
 
@@ -229,7 +225,7 @@ impl Chain {
             height: 0,
             previous: [0; 32],
             timestamp_ms: config.genesis_time_ms,
-            transactions_root: BlockBody::transactions_root(std::iter::empty()),
+            transactions_root: BlockBody::default().root(),
             state_checksum: [0; 32],
         };
         Ok(GenesisBuilder::new(Self::new(
@@ -663,7 +659,7 @@ impl Chain {
         }
     }
 
-    /// sha256 over every committed entry in key order: a digest of the whole state, for
+    /// BLAKE3 over every committed entry in key order: a digest of the whole state, for
     /// audits. Unlike the block checksum it does not depend on history.
     pub fn state_digest(&self) -> Result<[u8; 32], ChainError> {
         Ok(crate::verify::digest_entries(&self.store.entries()?))
