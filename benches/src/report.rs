@@ -30,6 +30,19 @@ pub struct PipelineReport {
     pub early_encode: bool,
     /// Durable sync overlapped with the next block.
     pub overlap_commit: bool,
+    /// Speculative parallel execution.
+    pub parallel_execute: bool,
+}
+
+/// How parallel execution went.
+#[derive(Debug, Clone, Serialize)]
+pub struct ParallelReport {
+    /// Transactions run speculatively on all cores.
+    pub speculated: u64,
+    /// Of those, finalized from their speculative run (no re-execution).
+    pub confirmed: u64,
+    /// `confirmed / speculated` (0 when nothing was speculated).
+    pub confirmed_share: f64,
 }
 
 /// One block's throughput and the process's memory after it.
@@ -92,6 +105,8 @@ pub struct Report {
     pub pipeline: PipelineReport,
     /// Worker threads.
     pub threads: usize,
+    /// Parallel execution's speculation and confirmation counts.
+    pub parallel: ParallelReport,
     /// Throughput and memory per block.
     pub per_block: Vec<BlockPoint>,
     /// µs per transfer, all phases.
@@ -164,6 +179,18 @@ impl Report {
                 },
             ),
             ("µs per transfer", format!("{:.2}", self.us_per_transfer)),
+            (
+                "parallel execution",
+                if self.parallel.speculated == 0 {
+                    "- (sequential)".into()
+                } else {
+                    format!(
+                        "{:.1}% of {} speculative runs needed no re-execution",
+                        self.parallel.confirmed_share * 100.0,
+                        self.parallel.speculated
+                    )
+                },
+            ),
             ("  of which verify", format!("{:.2} µs", self.verify_us)),
             ("  of which execute", format!("{:.2} µs", self.execute_us)),
             ("  of which commit", format!("{:.2} µs", self.commit_us)),

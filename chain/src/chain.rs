@@ -22,6 +22,7 @@ use crate::error::{ChainError, TxError};
 use crate::execute::Env;
 use crate::genesis::{Genesis, GenesisBuilder};
 use crate::journal::Journal;
+use crate::parallel::{self, Executors, Speculation};
 use crate::pipeline::{Check, Pipeline, PreparedTx, prepare_block};
 use crate::state::{BlockRecord, StateStore, keys};
 use crate::tx::{BlockBody, SignedTransaction, TxId};
@@ -120,6 +121,10 @@ pub struct ExecutedBlock {
     pub header: BlockHeader,
     /// One result per transaction given, in order.
     pub results: Vec<TxResult>,
+    /// Transactions run speculatively in parallel (0 when the block ran sequentially).
+    pub speculated: u32,
+    /// Of those, how many were finalized from their speculative run, needing no re-execution.
+    pub confirmed: u32,
 }
 
 /// A block executed and not yet committed.
@@ -415,12 +420,26 @@ impl Chain {
             self.window.contains_many(&ids)
         });
         self.block_ids.clear();
+        let mut speculations = match self.speculate(txs) {
+            Ok(s) => s,
+            Err(e) => {
+                self.journal.clear();
+                return Err(e);
+            }
+        };
+        let (mut speculated, mut confirmed) = (0, 0);
         let mut body = BodyBuilder::default();
         let mut fuel_left = MAX_BLOCK_FUEL;
         let mut results = Vec::with_capacity(txs.len());
         for (i, tx) in txs.iter().enumerate() {
             let known = in_window.as_ref().map(|w| w[i]);
-            let result = match self.apply_tx(time_ms, tx, known, &mut fuel_left) {
+            let spec = speculations.as_mut().and_then(|s| s[i].take());
+            speculated += u32::from(spec.is_some());
+            let applied = self.apply_tx(time_ms, tx, known, &mut fuel_left, spec);
+            let result = match applied.map(|(result, from_speculation)| {
+                confirmed += u32::from(from_speculation);
+                result
+            }) {
                 Ok(result) => result,
                 Err(e) => {
                     self.journal.clear();
@@ -453,27 +472,88 @@ impl Chain {
             },
             ids,
         });
-        Ok(ExecutedBlock { header, results })
+        Ok(ExecutedBlock {
+            header,
+            results,
+            speculated,
+            confirmed,
+        })
+    }
+
+    /// Runs the block's transactions speculatively on all cores, when the pipeline asks for
+    /// it and there is more than one thread to run them; `None` otherwise.
+    fn speculate(
+        &mut self,
+        txs: &[PreparedTx],
+    ) -> Result<Option<Vec<Option<Speculation>>>, ChainError> {
+        if !self.pipeline.parallel_execute || rayon::current_num_threads() < 2 || txs.len() < 2 {
+            return Ok(None);
+        }
+        debug_assert!(
+            self.journal.is_empty(),
+            "speculation reads the block's start"
+        );
+        // Resolve (and compile, if need be) every called contract first, on this thread.
+        let mut executors = Executors::default();
+        for tx in txs.iter().filter(|tx| parallel::speculable(tx)) {
+            for action in &tx.tx.transaction.actions {
+                if let std::collections::hash_map::Entry::Vacant(slot) =
+                    executors.entry(action.account)
+                {
+                    slot.insert(self.code.get(
+                        action.account,
+                        &mut self.journal,
+                        self.store.as_ref(),
+                        &self.runtime,
+                    )?);
+                }
+            }
+        }
+        parallel::speculate(&self.runtime, self.store.as_ref(), &executors, txs).map(Some)
     }
 
     /// One transaction of the block being executed: validate → authorize → execute →
     /// finalize.
+    ///
+    /// With `spec`, its speculative run: used as it is when nothing it read has been written
+    /// since the block started (the second value returned is then `true`), else discarded.
     fn apply_tx(
         &mut self,
         time_ms: u64,
         tx: &PreparedTx,
         in_window: Option<bool>,
         fuel_left: &mut u64,
-    ) -> Result<TxResult, ChainError> {
+        spec: Option<Speculation>,
+    ) -> Result<(TxResult, bool), ChainError> {
         if let Err(e) = self.validate(time_ms, tx, in_window) {
-            return Ok(TxResult::Rejected(e));
+            return Ok((TxResult::Rejected(e), false));
         }
         if let Err(e) = self.authorize(tx)? {
-            return Ok(TxResult::Rejected(e));
+            return Ok((TxResult::Rejected(e), false));
         }
         let intrinsic = FUEL_PER_TX + FUEL_PER_TX_BYTE * tx.bytes.len() as u64;
         if *fuel_left < intrinsic + FUEL_PER_ACTION {
-            return Ok(TxResult::Rejected(TxError::BlockFull));
+            return Ok((TxResult::Rejected(TxError::BlockFull), false));
+        }
+        if let Some(spec) = spec
+            && self.still_valid(&spec, *fuel_left - intrinsic)
+        {
+            let fuel_used = intrinsic + spec.action_fuel.iter().sum::<u64>();
+            if spec.failed_action.is_none() {
+                for (key, value) in spec.writes {
+                    self.journal.write_block(key, value);
+                }
+            }
+            *fuel_left -= fuel_used.min(*fuel_left);
+            self.block_ids.insert(tx.id);
+            let receipt = TxReceipt {
+                id: tx.id,
+                outcome: spec.outcome,
+                failed_action: spec.failed_action,
+                fuel_used,
+                console: spec.console,
+            };
+            return Ok((TxResult::Included(receipt), true));
         }
         // Execute: every action against one checkpoint of the journal.
         self.journal.checkpoint();
@@ -515,13 +595,27 @@ impl Chain {
         }
         *fuel_left -= fuel_used.min(*fuel_left);
         self.block_ids.insert(tx.id);
-        Ok(TxResult::Included(TxReceipt {
+        let receipt = TxReceipt {
             id: tx.id,
             outcome,
             failed_action,
             fuel_used,
             console,
-        }))
+        };
+        Ok((TxResult::Included(receipt), false))
+    }
+
+    /// Whether a speculative run is what running the transaction now would give: no key it
+    /// read was written earlier in this block, and every action would get the full fuel it
+    /// had (`fuel_left` is what the block has left after the transaction's intrinsic charge).
+    fn still_valid(&self, spec: &Speculation, mut fuel_left: u64) -> bool {
+        for &fuel in &spec.action_fuel {
+            if fuel_left < FUEL_PER_ACTION {
+                return false;
+            }
+            fuel_left -= fuel;
+        }
+        spec.reads.iter().all(|key| !self.journal.contains(key))
     }
 
     /// The checks that need no state but the replay window: admission limits, expiration,

@@ -12,7 +12,7 @@ use serde_json::json;
 use tally_bench::baseline;
 use tally_bench::proc::{cpu_model, peak_rss_bytes};
 use tally_bench::report::{
-    BaselineReport, BlockPoint, ConfigReport, MachineReport, PipelineReport, Report,
+    BaselineReport, BlockPoint, ConfigReport, MachineReport, ParallelReport, PipelineReport, Report,
 };
 use tally_bench::sampler::Distribution;
 use tally_bench::workload::{self, BenchConfig};
@@ -82,7 +82,10 @@ pub struct BenchArgs {
     /// Make each block durable before the next one executes.
     #[arg(long)]
     pub no_overlap_commit: bool,
-    /// Every pipeline stage off (the four --no-* switches at once).
+    /// Execute each block's transactions one at a time, not speculatively on all cores.
+    #[arg(long)]
+    pub no_parallel_execute: bool,
+    /// Every pipeline stage off (the five --no-* switches at once).
     #[arg(long)]
     pub sequential: bool,
     /// The contract the transfers go through: the 2017 C simplecoin or the Rust token-rs.
@@ -178,6 +181,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         batch_dedup: !(args.sequential || args.no_batch_dedup),
         early_encode: !(args.sequential || args.no_early_encode),
         overlap_commit: !(args.sequential || args.no_overlap_commit),
+        parallel_execute: !(args.sequential || args.no_parallel_execute),
     };
     let config = BenchConfig {
         transfers: args.transfers,
@@ -300,8 +304,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             batch_dedup: pipeline.batch_dedup,
             early_encode: pipeline.early_encode,
             overlap_commit: pipeline.overlap_commit,
+            parallel_execute: pipeline.parallel_execute,
         },
         threads: rayon::current_num_threads(),
+        parallel: ParallelReport {
+            speculated: run.speculated,
+            confirmed: run.confirmed,
+            confirmed_share: run.confirmed as f64 / run.speculated.max(1) as f64,
+        },
         per_block: run
             .per_block
             .iter()
