@@ -181,7 +181,19 @@ pub struct Chain {
     executed: Option<Executed>,
     /// The durable sync of the last committed block, when it runs in the background.
     in_flight: Option<JoinHandle<io::Result<()>>>,
+    /// Blocks to run sequentially before speculating again (see [`MIN_CONFIRMED_SHARE`]).
+    speculation_backoff: u32,
 }
+
+/// Below this share of speculative runs confirmed, speculation costs more than it saves: on two
+/// threads it takes half an execution's wall time per transaction, and every run that fails
+/// validation costs a whole execution again. Whether a block speculates never changes its
+/// result, only how fast it is reached.
+const MIN_CONFIRMED_SHARE: f64 = 0.6;
+
+/// How many blocks run sequentially after a block whose speculation did not pay, before the
+/// next attempt (the workload may have changed).
+const SPECULATION_BACKOFF_BLOCKS: u32 = 8;
 
 impl Chain {
     fn new(
@@ -210,6 +222,7 @@ impl Chain {
             block_ids: FxHashSet::default(),
             executed: None,
             in_flight: None,
+            speculation_backoff: 0,
         })
     }
 
@@ -472,6 +485,9 @@ impl Chain {
             },
             ids,
         });
+        if speculated > 0 && f64::from(confirmed) < MIN_CONFIRMED_SHARE * f64::from(speculated) {
+            self.speculation_backoff = SPECULATION_BACKOFF_BLOCKS;
+        }
         Ok(ExecutedBlock {
             header,
             results,
@@ -487,6 +503,10 @@ impl Chain {
         txs: &[PreparedTx],
     ) -> Result<Option<Vec<Option<Speculation>>>, ChainError> {
         if !self.pipeline.parallel_execute || rayon::current_num_threads() < 2 || txs.len() < 2 {
+            return Ok(None);
+        }
+        if self.speculation_backoff > 0 {
+            self.speculation_backoff -= 1;
             return Ok(None);
         }
         debug_assert!(
