@@ -214,6 +214,27 @@ fn help_has_examples() {
     }
 }
 
+#[test]
+fn issue_10_output_to_a_closed_pipe_ends_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    assert!(tally(&["init", "--data", d]).status.success());
+    // `tally blocks | head -0`: the reader is gone before tally writes anything.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tally"))
+        .args(["blocks", "--data", d])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+        "{stderr}"
+    );
+}
+
 mod crash {
     use super::*;
     use std::sync::Arc;

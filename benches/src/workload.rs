@@ -276,6 +276,10 @@ pub struct BenchReport {
     /// Transfers per second of each block, in order, with the process's resident memory
     /// after it (bytes; 0 where unknown).
     pub per_block: Vec<(f64, u64)>,
+    /// Transactions executed speculatively in parallel.
+    pub speculated: u64,
+    /// Of those, how many needed no re-execution.
+    pub confirmed: u64,
 }
 
 impl BenchReport {
@@ -332,18 +336,28 @@ pub fn run(
     bench(chain, config, progress)
 }
 
-/// Executes one prepared block through the library and commits it; returns how many
-/// transfers failed, the execute time and the commit time.
-fn execute_and_commit(
-    chain: &mut Chain,
-    prepared: &[PreparedTx],
-) -> Result<(u64, Duration, Duration), ChainError> {
+/// What executing and committing one block gave.
+struct BlockRun {
+    failed: u64,
+    speculated: u64,
+    confirmed: u64,
+    execute: Duration,
+    commit: Duration,
+}
+
+/// Executes one prepared block through the library and commits it.
+fn execute_and_commit(chain: &mut Chain, prepared: &[PreparedTx]) -> Result<BlockRun, ChainError> {
     let t0 = Instant::now();
     let executed = chain.execute_block(chain.next_block_time_ms(), prepared)?;
     let t1 = Instant::now();
     chain.commit()?;
-    let failed = executed.results.iter().filter(|r| !r.is_success()).count() as u64;
-    Ok((failed, t1 - t0, t1.elapsed()))
+    Ok(BlockRun {
+        failed: executed.results.iter().filter(|r| !r.is_success()).count() as u64,
+        speculated: executed.speculated.into(),
+        confirmed: executed.confirmed.into(),
+        execute: t1 - t0,
+        commit: t1.elapsed(),
+    })
 }
 
 fn bench(
@@ -369,6 +383,7 @@ fn bench(
     let mut phases = Phases::default();
     let mut elapsed = Duration::ZERO;
     let (mut failed, mut blocks) = (0u64, 0u64);
+    let (mut speculated, mut confirmed) = (0u64, 0u64);
     let start_done = done;
     let check = chain.config().check_signatures;
     let pipeline = config.pipeline;
@@ -417,15 +432,17 @@ fn bench(
             let executed = execute_and_commit(chain, &prepared);
             (prepare_ahead(ahead), executed)
         };
-        let (block_failed, execute, commit) = executed?;
+        let executed = executed?;
         let t1 = Instant::now();
         if next.is_none() {
             chain.sync()?; // the last block is durable before the clock stops
         }
         let t2 = Instant::now();
-        failed += block_failed;
-        phases.execute += execute;
-        phases.commit += commit + (t2 - t1);
+        failed += executed.failed;
+        speculated += executed.speculated;
+        confirmed += executed.confirmed;
+        phases.execute += executed.execute;
+        phases.commit += executed.commit + (t2 - t1);
         per_block.push((
             n as f64 / (t2 - t0).as_secs_f64(),
             crate::proc::resident_bytes(),
@@ -450,5 +467,7 @@ fn bench(
         state_checksum: chain.head().state_checksum,
         verify_alone,
         per_block,
+        speculated,
+        confirmed,
     })
 }

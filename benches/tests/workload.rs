@@ -99,12 +99,13 @@ fn pipelined_head(pipeline: Pipeline, threads: usize) -> tally_chain::BlockId {
 #[test]
 fn every_pipeline_switch_and_thread_count_gives_the_same_chain() {
     let reference = pipelined_head(Pipeline::NONE, 1);
-    for bits in 0u8..16 {
+    for bits in 0u8..32 {
         let pipeline = Pipeline {
             batch_verify: bits & 1 != 0,
             batch_dedup: bits & 2 != 0,
             early_encode: bits & 4 != 0,
             overlap_commit: bits & 8 != 0,
+            parallel_execute: bits & 16 != 0,
         };
         let threads = 1 + (bits as usize % 3);
         assert_eq!(

@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use rustc_hash::FxHashSet;
-use sha2::{Digest, Sha256};
 use tally_host_api::limits::{FUEL_PER_ACTION, FUEL_PER_TX, FUEL_PER_TX_BYTE, MAX_BLOCK_FUEL};
 use tally_host_api::{Abort, Name};
 use tally_runtime::{Outcome, Runtime};
@@ -23,6 +22,7 @@ use crate::error::{ChainError, TxError};
 use crate::execute::Env;
 use crate::genesis::{Genesis, GenesisBuilder};
 use crate::journal::Journal;
+use crate::parallel::{self, Executors, Speculation};
 use crate::pipeline::{Check, Pipeline, PreparedTx, prepare_block};
 use crate::state::{BlockRecord, StateStore, keys};
 use crate::tx::{BlockBody, SignedTransaction, TxId};
@@ -121,6 +121,10 @@ pub struct ExecutedBlock {
     pub header: BlockHeader,
     /// One result per transaction given, in order.
     pub results: Vec<TxResult>,
+    /// Transactions run speculatively in parallel (0 when the block ran sequentially).
+    pub speculated: u32,
+    /// Of those, how many were finalized from their speculative run, needing no re-execution.
+    pub confirmed: u32,
 }
 
 /// A block executed and not yet committed.
@@ -130,14 +134,13 @@ struct Executed {
 }
 
 /// The pending block's body as it grows: the signed bytes of each included transaction
-/// appended, so committing needs no encoding pass, and the transactions root hashed as it goes.
+/// appended, so committing needs no encoding pass.
 #[derive(Default)]
 struct BodyBuilder {
     count: u32,
     transactions: Vec<u8>,
     success: Vec<bool>,
     ids: Vec<TxId>,
-    root: Sha256,
 }
 
 impl BodyBuilder {
@@ -146,9 +149,6 @@ impl BodyBuilder {
         self.count += 1;
         self.success.push(success);
         self.ids.push(tx.id);
-        self.root.update((tx.bytes.len() as u32).to_le_bytes());
-        self.root.update(&tx.bytes);
-        self.root.update([success as u8]);
     }
 
     /// borsh of the [`BlockBody`], the transactions root and the ids.
@@ -158,7 +158,8 @@ impl BodyBuilder {
         body.extend_from_slice(&self.transactions);
         body.extend_from_slice(&(self.success.len() as u32).to_le_bytes());
         body.extend(self.success.iter().map(|&s| s as u8));
-        (body, self.root.finalize().into(), self.ids)
+        let root = BlockBody::transactions_root(&body);
+        (body, root, self.ids)
     }
 }
 
@@ -180,7 +181,19 @@ pub struct Chain {
     executed: Option<Executed>,
     /// The durable sync of the last committed block, when it runs in the background.
     in_flight: Option<JoinHandle<io::Result<()>>>,
+    /// Blocks to run sequentially before speculating again (see [`MIN_CONFIRMED_SHARE`]).
+    speculation_backoff: u32,
 }
+
+/// Below this share of speculative runs confirmed, speculation costs more than it saves: on two
+/// threads it takes half an execution's wall time per transaction, and every run that fails
+/// validation costs a whole execution again. Whether a block speculates never changes its
+/// result, only how fast it is reached.
+const MIN_CONFIRMED_SHARE: f64 = 0.6;
+
+/// How many blocks run sequentially after a block whose speculation did not pay, before the
+/// next attempt (the workload may have changed).
+const SPECULATION_BACKOFF_BLOCKS: u32 = 8;
 
 impl Chain {
     fn new(
@@ -209,6 +222,7 @@ impl Chain {
             block_ids: FxHashSet::default(),
             executed: None,
             in_flight: None,
+            speculation_backoff: 0,
         })
     }
 
@@ -229,7 +243,7 @@ impl Chain {
             height: 0,
             previous: [0; 32],
             timestamp_ms: config.genesis_time_ms,
-            transactions_root: BlockBody::transactions_root(std::iter::empty()),
+            transactions_root: BlockBody::default().root(),
             state_checksum: [0; 32],
         };
         Ok(GenesisBuilder::new(Self::new(
@@ -419,12 +433,26 @@ impl Chain {
             self.window.contains_many(&ids)
         });
         self.block_ids.clear();
+        let mut speculations = match self.speculate(txs) {
+            Ok(s) => s,
+            Err(e) => {
+                self.journal.clear();
+                return Err(e);
+            }
+        };
+        let (mut speculated, mut confirmed) = (0, 0);
         let mut body = BodyBuilder::default();
         let mut fuel_left = MAX_BLOCK_FUEL;
         let mut results = Vec::with_capacity(txs.len());
         for (i, tx) in txs.iter().enumerate() {
             let known = in_window.as_ref().map(|w| w[i]);
-            let result = match self.apply_tx(time_ms, tx, known, &mut fuel_left) {
+            let spec = speculations.as_mut().and_then(|s| s[i].take());
+            speculated += u32::from(spec.is_some());
+            let applied = self.apply_tx(time_ms, tx, known, &mut fuel_left, spec);
+            let result = match applied.map(|(result, from_speculation)| {
+                confirmed += u32::from(from_speculation);
+                result
+            }) {
                 Ok(result) => result,
                 Err(e) => {
                     self.journal.clear();
@@ -457,27 +485,95 @@ impl Chain {
             },
             ids,
         });
-        Ok(ExecutedBlock { header, results })
+        if speculated > 0 && f64::from(confirmed) < MIN_CONFIRMED_SHARE * f64::from(speculated) {
+            self.speculation_backoff = SPECULATION_BACKOFF_BLOCKS;
+        }
+        Ok(ExecutedBlock {
+            header,
+            results,
+            speculated,
+            confirmed,
+        })
+    }
+
+    /// Runs the block's transactions speculatively on all cores, when the pipeline asks for
+    /// it and there is more than one thread to run them; `None` otherwise.
+    fn speculate(
+        &mut self,
+        txs: &[PreparedTx],
+    ) -> Result<Option<Vec<Option<Speculation>>>, ChainError> {
+        if !self.pipeline.parallel_execute || rayon::current_num_threads() < 2 || txs.len() < 2 {
+            return Ok(None);
+        }
+        if self.speculation_backoff > 0 {
+            self.speculation_backoff -= 1;
+            return Ok(None);
+        }
+        debug_assert!(
+            self.journal.is_empty(),
+            "speculation reads the block's start"
+        );
+        // Resolve (and compile, if need be) every called contract first, on this thread.
+        let mut executors = Executors::default();
+        for tx in txs.iter().filter(|tx| parallel::speculable(tx)) {
+            for action in &tx.tx.transaction.actions {
+                if let std::collections::hash_map::Entry::Vacant(slot) =
+                    executors.entry(action.account)
+                {
+                    slot.insert(self.code.get(
+                        action.account,
+                        &mut self.journal,
+                        self.store.as_ref(),
+                        &self.runtime,
+                    )?);
+                }
+            }
+        }
+        parallel::speculate(&self.runtime, self.store.as_ref(), &executors, txs).map(Some)
     }
 
     /// One transaction of the block being executed: validate → authorize → execute →
     /// finalize.
+    ///
+    /// With `spec`, its speculative run: used as it is when nothing it read has been written
+    /// since the block started (the second value returned is then `true`), else discarded.
     fn apply_tx(
         &mut self,
         time_ms: u64,
         tx: &PreparedTx,
         in_window: Option<bool>,
         fuel_left: &mut u64,
-    ) -> Result<TxResult, ChainError> {
+        spec: Option<Speculation>,
+    ) -> Result<(TxResult, bool), ChainError> {
         if let Err(e) = self.validate(time_ms, tx, in_window) {
-            return Ok(TxResult::Rejected(e));
+            return Ok((TxResult::Rejected(e), false));
         }
         if let Err(e) = self.authorize(tx)? {
-            return Ok(TxResult::Rejected(e));
+            return Ok((TxResult::Rejected(e), false));
         }
         let intrinsic = FUEL_PER_TX + FUEL_PER_TX_BYTE * tx.bytes.len() as u64;
         if *fuel_left < intrinsic + FUEL_PER_ACTION {
-            return Ok(TxResult::Rejected(TxError::BlockFull));
+            return Ok((TxResult::Rejected(TxError::BlockFull), false));
+        }
+        if let Some(spec) = spec
+            && self.still_valid(&spec, *fuel_left - intrinsic)
+        {
+            let fuel_used = intrinsic + spec.action_fuel.iter().sum::<u64>();
+            if spec.failed_action.is_none() {
+                for (key, value) in spec.writes {
+                    self.journal.write_block(key, value);
+                }
+            }
+            *fuel_left -= fuel_used.min(*fuel_left);
+            self.block_ids.insert(tx.id);
+            let receipt = TxReceipt {
+                id: tx.id,
+                outcome: spec.outcome,
+                failed_action: spec.failed_action,
+                fuel_used,
+                console: spec.console,
+            };
+            return Ok((TxResult::Included(receipt), true));
         }
         // Execute: every action against one checkpoint of the journal.
         self.journal.checkpoint();
@@ -519,13 +615,27 @@ impl Chain {
         }
         *fuel_left -= fuel_used.min(*fuel_left);
         self.block_ids.insert(tx.id);
-        Ok(TxResult::Included(TxReceipt {
+        let receipt = TxReceipt {
             id: tx.id,
             outcome,
             failed_action,
             fuel_used,
             console,
-        }))
+        };
+        Ok((TxResult::Included(receipt), false))
+    }
+
+    /// Whether a speculative run is what running the transaction now would give: no key it
+    /// read was written earlier in this block, and every action would get the full fuel it
+    /// had (`fuel_left` is what the block has left after the transaction's intrinsic charge).
+    fn still_valid(&self, spec: &Speculation, mut fuel_left: u64) -> bool {
+        for &fuel in &spec.action_fuel {
+            if fuel_left < FUEL_PER_ACTION {
+                return false;
+            }
+            fuel_left -= fuel;
+        }
+        spec.reads.iter().all(|key| !self.journal.contains(key))
     }
 
     /// The checks that need no state but the replay window: admission limits, expiration,
@@ -663,7 +773,7 @@ impl Chain {
         }
     }
 
-    /// sha256 over every committed entry in key order: a digest of the whole state, for
+    /// BLAKE3 over every committed entry in key order: a digest of the whole state, for
     /// audits. Unlike the block checksum it does not depend on history.
     pub fn state_digest(&self) -> Result<[u8; 32], ChainError> {
         Ok(crate::verify::digest_entries(&self.store.entries()?))

@@ -23,6 +23,32 @@ type Slot = Option<Vec<u8>>;
 /// the key was not in the overlay at all).
 type Undo = (Vec<u8>, Option<Slot>);
 
+/// Counts one write of `key` = `value` against a transaction's limits (`writes` made and
+/// `bytes` written so far): every path that writes for a transaction counts the same way.
+pub(crate) fn count_write(
+    writes: &mut u32,
+    bytes: &mut u64,
+    key: &[u8],
+    value: Option<&[u8]>,
+) -> Result<(), Abort> {
+    let added = key.len() as u64 + value.map_or(0, |v| v.len() as u64);
+    if *writes >= MAX_TX_WRITES {
+        return Err(Abort::new(
+            AbortCode::LimitExceeded,
+            format!("a transaction may write at most {MAX_TX_WRITES} times"),
+        ));
+    }
+    if *bytes + added > MAX_TX_WRITE_BYTES {
+        return Err(Abort::new(
+            AbortCode::LimitExceeded,
+            format!("a transaction may write at most {MAX_TX_WRITE_BYTES} bytes"),
+        ));
+    }
+    *writes += 1;
+    *bytes += added;
+    Ok(())
+}
+
 /// The pending block's state over a [`StateStore`].
 #[derive(Default)]
 pub struct Journal {
@@ -72,23 +98,14 @@ impl Journal {
     /// Sets (`Some`) or deletes (`None`) `key` in the running transaction, within the
     /// transaction's write limits.
     pub fn set(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), Abort> {
-        let bytes = key.len() as u64 + value.map_or(0, |v| v.len() as u64);
-        if self.tx_writes >= MAX_TX_WRITES {
-            return Err(Abort::new(
-                AbortCode::LimitExceeded,
-                format!("a transaction may write at most {MAX_TX_WRITES} times"),
-            ));
-        }
-        if self.tx_bytes + bytes > MAX_TX_WRITE_BYTES {
-            return Err(Abort::new(
-                AbortCode::LimitExceeded,
-                format!("a transaction may write at most {MAX_TX_WRITE_BYTES} bytes"),
-            ));
-        }
-        self.tx_writes += 1;
-        self.tx_bytes += bytes;
+        count_write(&mut self.tx_writes, &mut self.tx_bytes, key, value)?;
         self.set_unchecked(key, value.map(<[u8]>::to_vec));
         Ok(())
+    }
+
+    /// Whether the pending block wrote `key` (a transaction's included).
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.overlay.contains_key(key)
     }
 
     fn set_unchecked(&mut self, key: &[u8], value: Slot) {

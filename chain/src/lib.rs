@@ -45,6 +45,7 @@ pub mod window;
 
 mod execute;
 mod host;
+mod parallel;
 
 pub use block::{BlockHeader, BlockId};
 pub use chain::{Chain, ChainConfig, ExecutedBlock, TxReceipt, TxResult};

@@ -28,6 +28,9 @@ pub struct Pipeline {
     /// Let the store's durable sync of block N run while block N+1 executes; otherwise each
     /// block is durable before the next one starts.
     pub overlap_commit: bool,
+    /// Execute a block's transactions speculatively on all cores, then finalize them in order
+    /// (`crate::parallel`); otherwise one at a time. Only has an effect with several threads.
+    pub parallel_execute: bool,
 }
 
 impl Pipeline {
@@ -37,6 +40,7 @@ impl Pipeline {
         batch_dedup: true,
         early_encode: true,
         overlap_commit: true,
+        parallel_execute: true,
     };
     /// Every stage off: the plain sequential path.
     pub const NONE: Self = Self {
@@ -44,17 +48,19 @@ impl Pipeline {
         batch_dedup: false,
         early_encode: false,
         overlap_commit: false,
+        parallel_execute: false,
     };
 
     /// The switches as `name=on|off` pairs, for reports.
     pub fn describe(&self) -> String {
         let on = |b: bool| if b { "on" } else { "off" };
         format!(
-            "batch_verify={} batch_dedup={} early_encode={} overlap_commit={}",
+            "batch_verify={} batch_dedup={} early_encode={} overlap_commit={} parallel_execute={}",
             on(self.batch_verify),
             on(self.batch_dedup),
             on(self.early_encode),
-            on(self.overlap_commit)
+            on(self.overlap_commit),
+            on(self.parallel_execute)
         )
     }
 }

@@ -28,12 +28,13 @@ pub struct BlockRecord {
 /// The deferred durable sync of one block ([`StateStore::commit_deferred`]).
 pub type SyncJob = Box<dyn FnOnce() -> io::Result<()> + Send>;
 
-/// Where committed state and recent blocks live.
+/// Where committed state and recent blocks live. Shared by reference across the threads that
+/// execute a block in parallel, which only read it.
 ///
 /// Reads see only committed blocks. [`StateStore::commit`] applies one block's changes and
 /// records the block atomically: after a crash the store is at the last block whose commit
 /// returned, or a later one, never between two blocks.
-pub trait StateStore: Send {
+pub trait StateStore: Send + Sync {
     /// The committed value of `key`.
     fn get(&self, key: &[u8]) -> io::Result<Option<Cow<'_, [u8]>>>;
 

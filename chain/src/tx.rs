@@ -1,7 +1,6 @@
 //! Transactions: what a client sends, encoded deterministically with borsh.
 
 use borsh::{BorshDeserialize, BorshSerialize};
-use sha2::{Digest, Sha256};
 use tally_host_api::Name;
 use tally_host_api::limits::{
     MAX_ACTIONS_PER_TX, MAX_MESSAGE_LEN, MAX_SIGNATURES_PER_TX, MAX_TX_BYTES,
@@ -36,7 +35,7 @@ pub struct Transaction {
     pub actions: Vec<Action>,
 }
 
-/// A transaction id: sha256 of the unsigned transaction's borsh encoding. Signatures sign it,
+/// A transaction id: the BLAKE3 hash of the unsigned transaction's borsh encoding. Signatures sign it,
 /// and duplicates are detected by it; blocks commit to the signed bytes as well.
 pub type TxId = [u8; 32];
 
@@ -48,7 +47,7 @@ impl Transaction {
 
     /// Its id.
     pub fn id(&self) -> TxId {
-        Sha256::digest(self.encode()).into()
+        blake3::hash(&self.encode()).into()
     }
 }
 
@@ -205,7 +204,7 @@ impl SignedTransaction {
     /// is the unsigned encoding: one encoding gives both the block bytes and the id.
     pub(crate) fn id_from_encoding(&self, encoded: &[u8]) -> TxId {
         let unsigned = encoded.len() - 4 - self.signatures.len() * SIGNATURE_BYTES;
-        Sha256::digest(&encoded[..unsigned]).into()
+        blake3::hash(&encoded[..unsigned]).into()
     }
 }
 
@@ -220,27 +219,16 @@ pub struct BlockBody {
 }
 
 impl BlockBody {
-    /// The transactions root: sha256 over each transaction's signed encoding (length-prefixed)
-    /// and outcome, in order. It commits to the signatures too, so a stored block whose
-    /// signatures were swapped or altered no longer matches its header.
-    pub fn transactions_root<'a>(txs: impl Iterator<Item = (&'a [u8], bool)>) -> [u8; 32] {
-        let mut root = Sha256::new();
-        for (bytes, success) in txs {
-            root.update((bytes.len() as u32).to_le_bytes());
-            root.update(bytes);
-            root.update([success as u8]);
-        }
-        root.finalize().into()
+    /// The transactions root of a body's encoding: its BLAKE3 hash. The encoding holds each
+    /// transaction's exact signed bytes and its outcome, so the root commits to the signatures
+    /// too, and a stored block whose signatures were swapped or altered no longer matches its
+    /// header.
+    pub fn transactions_root(encoded_body: &[u8]) -> [u8; 32] {
+        blake3::hash(encoded_body).into()
     }
 
-    /// The root of this body, encoding each transaction again.
+    /// The root of this body (encoding it again).
     pub fn root(&self) -> [u8; 32] {
-        let encoded: Vec<Vec<u8>> = self.transactions.iter().map(|t| t.encode()).collect();
-        Self::transactions_root(
-            encoded
-                .iter()
-                .map(Vec::as_slice)
-                .zip(self.success.iter().copied()),
-        )
+        Self::transactions_root(&borsh::to_vec(self).expect("encoding into a Vec cannot fail"))
     }
 }

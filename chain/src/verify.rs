@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
 use tally_runtime::Runtime;
 
 use crate::block::chain_checksum;
@@ -13,13 +12,13 @@ use crate::pipeline::prepare_block;
 use crate::state::{MemoryStore, StateStore};
 use crate::tx::BlockBody;
 
-/// sha256 over sorted entries: a digest of a whole state.
+/// BLAKE3 over sorted entries: a digest of a whole state.
 pub fn digest_entries(entries: &[(Vec<u8>, Vec<u8>)]) -> [u8; 32] {
-    let mut h = Sha256::new();
+    let mut h = blake3::Hasher::new();
     for (k, v) in entries {
-        h.update((k.len() as u32).to_le_bytes());
+        h.update(&(k.len() as u32).to_le_bytes());
         h.update(k);
-        h.update((v.len() as u32).to_le_bytes());
+        h.update(&(v.len() as u32).to_le_bytes());
         h.update(v);
     }
     h.finalize().into()

@@ -713,7 +713,7 @@ mod tampering {
             height: head.height + 1,
             previous: head.id(),
             timestamp_ms: head.timestamp_ms + 500,
-            transactions_root: BlockBody::transactions_root(std::iter::empty()),
+            transactions_root: BlockBody::default().root(),
             state_checksum: chain_checksum(
                 &head.state_checksum,
                 changes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
