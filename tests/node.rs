@@ -20,6 +20,14 @@ use tendermint_proto::v0_38::abci::{
 
 const TALLY: &str = env!("CARGO_BIN_EXE_tally");
 
+/// One network at a time: several validators already share two cores, and two networks at
+/// once made block times (and so these tests' waits) depend on what else was running.
+static ONE_NETWORK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_network() -> std::sync::MutexGuard<'static, ()> {
+    ONE_NETWORK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The `cometbft` binary, or `None` (after saying why) when it is missing outside CI.
 fn cometbft() -> Option<PathBuf> {
     let mut candidates: Vec<PathBuf> = std::env::var_os("COMETBFT")
@@ -293,6 +301,7 @@ fn one_validator_commits_transfers_answers_balances_and_resumes_without_replay()
     if cometbft().is_none() {
         return;
     }
+    let _one = one_network();
     let accounts = 50;
     let net = Net::start(1, 27_100, accounts);
     let url = net.rpcs[0].clone();
@@ -385,6 +394,7 @@ fn four_validators_agree_at_every_height_and_recover_from_kill_9_and_a_crash_bef
     if cometbft().is_none() {
         return;
     }
+    let _one = one_network();
     let accounts = 200;
     let net = Net::start(4, 27_200, accounts);
     let rpcs = net.rpcs.clone();
@@ -395,7 +405,7 @@ fn four_validators_agree_at_every_height_and_recover_from_kill_9_and_a_crash_bef
         10_000,
         "{report:#}"
     );
-    wait_for("200 blocks", Duration::from_secs(120), || {
+    wait_for("200 blocks", Duration::from_secs(240), || {
         rpcs.iter().all(|r| height(r) >= 201)
     });
     for h in 1..=200 {
@@ -464,6 +474,7 @@ fn bad_input_is_refused_at_check_tx_with_a_clear_code_and_log() {
     if cometbft().is_none() {
         return;
     }
+    let _one = one_network();
     let net = Net::start(1, 27_300, 10);
     let url = net.rpcs[0].clone();
     let tapos = head(&url);
