@@ -60,7 +60,10 @@ impl Command {
     /// Whether the command keeps sockets open to other processes (and must survive a peer
     /// that disconnects).
     pub fn serves_sockets(&self) -> bool {
-        matches!(self, Command::Node(_) | Command::Devnet(_) | Command::Load(_))
+        matches!(
+            self,
+            Command::Node(_) | Command::Devnet(_) | Command::Load(_)
+        )
     }
 
     /// Runs the subcommand.
