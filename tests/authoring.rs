@@ -863,3 +863,11 @@ fn readme_tutorial_in_rust_runs_as_written_from_an_empty_directory() {
         tutorial_runs_as_written("rust");
     }
 }
+
+#[test]
+fn abigen_and_new_help_have_examples() {
+    for cmd in ["abigen", "new"] {
+        let help = succeeds(&tally(&[cmd, "--help"], root()));
+        assert!(help.contains("Examples:"), "{cmd} --help:\n{help}");
+    }
+}

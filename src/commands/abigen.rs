@@ -17,9 +17,9 @@ use super::push::{Abi, Field};
 /// The language to generate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Lang {
-    /// A C header (include it after nothing else; it includes tally.h).
+    /// C, on sdk-c's tally.h (built with clang).
     C,
-    /// A Rust module for a contract on tally-host-api's `guest` feature, or for a client.
+    /// Rust, on tally-host-api (a contract uses its `guest` feature).
     Rust,
 }
 
