@@ -1,5 +1,6 @@
 //! One module per subcommand: its arguments, its `run`, and examples in its `--help`.
 
+mod abigen;
 mod account;
 mod bench;
 mod blocks;
@@ -10,6 +11,7 @@ mod get;
 mod init;
 mod load;
 pub(crate) mod local;
+mod new;
 mod node;
 mod plot;
 mod push;
@@ -28,8 +30,12 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Compile a C contract to WebAssembly.
+    /// Create a contract project (C or Rust): source, ABI, generated types, a test, a README.
+    New(new::NewArgs),
+    /// Compile a contract (C or Rust) to WebAssembly.
     Build(build::BuildArgs),
+    /// Generate a contract's action types (C or Rust) from its ABI file.
+    Abigen(abigen::AbigenArgs),
     /// Push signed transfers through the simplecoin contract and report transfers per second.
     Bench(bench::BenchArgs),
     /// Create a local chain in a data directory.
@@ -69,7 +75,9 @@ impl Command {
     /// Runs the subcommand.
     pub fn run(self) -> anyhow::Result<()> {
         match self {
+            Command::New(args) => new::run(args),
             Command::Build(args) => build::run(args),
+            Command::Abigen(args) => abigen::run(args),
             Command::Bench(args) => bench::run(args),
             Command::Init(args) => init::run(args),
             Command::Account(args) => account::run(args),
