@@ -210,3 +210,15 @@ fn account_names_are_distinct_and_valid() {
     assert_eq!(names.len(), 100_000);
     assert_eq!(account_name(0).to_string(), "u1");
 }
+
+#[test]
+fn issue_10_every_hostile_block_stays_within_the_block_fuel_budget() {
+    use tally_bench::hostile::{self, HOSTILE};
+    use tally_host_api::limits::MAX_BLOCK_FUEL;
+    let mut chain = hostile::chain().unwrap();
+    for h in HOSTILE {
+        let run = hostile::run(&mut chain, h).unwrap();
+        assert!(run.fuel <= MAX_BLOCK_FUEL, "{}: {} fuel", h.name, run.fuel);
+        assert!(run.included > 0, "{}", h.name);
+    }
+}
