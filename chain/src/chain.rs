@@ -775,8 +775,8 @@ impl Chain {
     pub fn sync(&mut self) -> Result<(), ChainError> {
         match self.in_flight.take().map(std::thread::JoinHandle::join) {
             None => Ok(()),
-            Some(Ok(result)) => result.map_err(ChainError::Store),
-            Some(Err(_)) => Err(ChainError::Store(std::io::Error::other(
+            Some(Ok(result)) => result.map_err(ChainError::from),
+            Some(Err(_)) => Err(ChainError::from(std::io::Error::other(
                 "the background sync thread panicked",
             ))),
         }
