@@ -2,12 +2,11 @@
 //! pending block's writes and the committed store.
 
 use std::borrow::Cow;
-use std::io;
 
 use rustc_hash::FxHashMap;
 use tally_host_api::{Host, HostError, Name, NodeFault};
 
-use crate::state::{StateStore, keys};
+use crate::state::{StateStore, StoreResult, keys};
 use crate::tx::Action;
 
 /// Writes of the running transaction, in order. Transactions touch few keys, so a vector
@@ -27,7 +26,7 @@ impl Pending {
         &'a self,
         store: &'a dyn StateStore,
         key: &[u8],
-    ) -> io::Result<Option<Cow<'a, [u8]>>> {
+    ) -> StoreResult<Option<Cow<'a, [u8]>>> {
         match self.writes.get(key) {
             Some(v) => Ok(v.as_deref().map(Cow::Borrowed)),
             None => store.get(key),
@@ -41,7 +40,7 @@ pub(crate) fn tx_get<'a>(
     pending: &'a Pending,
     store: &'a dyn StateStore,
     key: &[u8],
-) -> io::Result<Option<Cow<'a, [u8]>>> {
+) -> StoreResult<Option<Cow<'a, [u8]>>> {
     match tx.iter().rev().find(|(k, _)| k == key) {
         Some((_, v)) => Ok(v.as_deref().map(Cow::Borrowed)),
         None => pending.get(store, key),

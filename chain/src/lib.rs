@@ -29,6 +29,7 @@ pub mod pipeline;
 #[cfg(feature = "rocksdb")]
 pub mod rocks_store;
 pub mod state;
+pub mod store;
 pub mod system;
 pub mod tx;
 pub mod verify;
@@ -42,5 +43,6 @@ pub use error::{ChainError, TxError};
 pub use log_store::{LogOptions, LogStore};
 pub use pipeline::{Pipeline, Prepared};
 pub use state::{BlockRecord, MemoryStore, StateStore};
+pub use store::{Access, StoreError, StoreResult};
 pub use tally_host_api::Name;
 pub use tx::{Action, BlockBody, SignedTransaction, Transaction, Transfer, TxId, TxSignature};

@@ -4,17 +4,27 @@
 //! After Vilmo and GriffinDB: random small writes become sequential appends, and reads never
 //! touch the disk. Files in the store's directory:
 //!
+//! - `LOCK`: held with `flock` by the process that has the store open, exclusively by a
+//!   writer and shared by readers ([`crate::store::lock`]).
 //! - `log-<seq>.tlog`: a 12-byte header (`TALLYLOG`, format version u32 LE), then records
-//!   `[payload length u32 LE][crc32 of payload u32 LE][payload]`, where the payload is the
-//!   borsh of a [`BlockRecord`] (header, body, sorted changes). A new segment starts once one
-//!   passes [`LogOptions::segment_bytes`].
+//!   `[payload length u32][crc32 of payload u32][crc32 of the previous 8 bytes u32][payload]`
+//!   (little-endian), where the payload is the borsh of a [`BlockRecord`] (header, body,
+//!   sorted changes). A new segment starts once one passes [`LogOptions::segment_bytes`].
 //! - `snapshot-<height>.tsnap`: the whole state at a block: `TALLYSNP`, version, then borsh of
 //!   the header, the entry count and the entries, and a trailing crc32 of everything before.
 //!
-//! Opening loads the newest snapshot that checks out, replays the log records above it, and
-//! truncates the last segment at the first torn or corrupt record (a crash mid-append). A bad
-//! record in an earlier segment is not a torn write but damage, and opening fails rather than
-//! silently dropping committed blocks.
+//! Opening loads the newest snapshot and replays the log records above it. Every block is
+//! fsync'd before the next one is written, so after a crash only the very end of the last
+//! segment can hold a record that was never committed: a record cut short, or one whose
+//! checksum fails with nothing after it (power lost after the file grew but before its
+//! bytes reached the disk). Only that is cut off, and only by a writer. Anything else that
+//! fails a check is [`StoreError::Corrupted`], naming the file and the byte offset, and
+//! nothing is changed: a bad record with data after it, a damaged sealed segment, a damaged
+//! snapshot. The record header has its own checksum so that a damaged length cannot make
+//! an early record look like a torn tail.
+//!
+//! [`LogStore::open_read_only`] reads without writing anything: it ignores a torn tail
+//! instead of cutting it.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -26,15 +36,17 @@ use rustc_hash::FxHashMap;
 
 use crate::block::BlockHeader;
 use crate::state::{BlockRecord, StateStore, SyncJob, apply_changes, sorted_entries};
+use crate::store::{DirLock, StoreError, StoreResult};
 
 /// Live state: key to value.
 type StateMap = FxHashMap<Vec<u8>, Vec<u8>>;
 
 const LOG_MAGIC: &[u8; 8] = b"TALLYLOG";
 const SNAP_MAGIC: &[u8; 8] = b"TALLYSNP";
-const FORMAT_VERSION: u32 = 1;
+/// Version 2 added the record header's own checksum.
+const FORMAT_VERSION: u32 = 2;
 const FILE_HEADER_LEN: u64 = 12;
-const RECORD_HEADER_LEN: u64 = 8;
+const RECORD_HEADER_LEN: u64 = 12;
 
 /// Tuning of the log store.
 #[derive(Debug, Clone)]
@@ -82,14 +94,13 @@ pub struct LogStore {
     state_bytes: u64,
     head: Option<BlockHeader>,
     segments: Vec<Segment>,
-    active: File,
+    /// The segment appends go to; `None` when opened read-only.
+    active: Option<File>,
     index: VecDeque<BlockPos>,
     snapshot_height: Option<u64>,
     logged_since_snapshot: u64,
-}
-
-fn invalid(msg: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, msg)
+    /// Held for as long as the store is open.
+    _lock: DirLock,
 }
 
 fn segment_path(dir: &Path, seq: u64) -> PathBuf {
@@ -139,37 +150,127 @@ impl<W: Write> Write for CrcWriter<W> {
     }
 }
 
-/// What reading one record found.
-enum Read1 {
-    Record(BlockRecord, u64),
-    End,
-    Bad(String),
+/// `payload` framed as a log record.
+fn frame(payload: &[u8]) -> StoreResult<Vec<u8>> {
+    let len = u32::try_from(payload.len()).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a block record of {} bytes is too large", payload.len()),
+        )
+    })?;
+    let mut framed = Vec::with_capacity(payload.len() + RECORD_HEADER_LEN as usize);
+    framed.extend_from_slice(&len.to_le_bytes());
+    framed.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    let header_crc = crc32fast::hash(&framed);
+    framed.extend_from_slice(&header_crc.to_le_bytes());
+    framed.extend_from_slice(payload);
+    Ok(framed)
 }
 
-fn read_record(reader: &mut impl Read) -> io::Result<Read1> {
+/// A record header that passed its own checksum.
+struct RecordHeader {
+    len: u64,
+    payload_crc: u32,
+}
+
+fn parse_header(bytes: &[u8; RECORD_HEADER_LEN as usize]) -> Option<RecordHeader> {
+    let word = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
+    (crc32fast::hash(&bytes[..8]) == word(8)).then(|| RecordHeader {
+        len: word(0) as u64,
+        payload_crc: word(4),
+    })
+}
+
+/// What reading the record at some offset of a segment of known length found.
+enum Scan {
+    /// A good record and its framed length.
+    Record(BlockRecord, u64),
+    /// The segment ends here.
+    End,
+    /// A record that never finished: cut short, or failing its checksum with nothing after
+    /// it. Only the end of the last segment may hold one.
+    Torn(&'static str),
+    /// The record header fails its checksum, so its length cannot be trusted either.
+    BadHeader,
+    /// Damage that no crash explains.
+    Corrupt(String),
+}
+
+/// Reads the record at `offset` of a segment `file_len` bytes long, `reader` positioned there.
+fn scan_record(reader: &mut impl Read, offset: u64, file_len: u64) -> io::Result<Scan> {
+    let rest = file_len.saturating_sub(offset);
+    if rest == 0 {
+        return Ok(Scan::End);
+    }
+    if rest < RECORD_HEADER_LEN {
+        return Ok(Scan::Torn("the log ends inside a record header"));
+    }
     let mut header = [0u8; RECORD_HEADER_LEN as usize];
-    let mut got = 0;
-    while got < header.len() {
-        match reader.read(&mut header[got..])? {
-            0 if got == 0 => return Ok(Read1::End),
-            0 => return Ok(Read1::Bad("torn record header".into())),
-            n => got += n,
-        }
+    reader.read_exact(&mut header)?;
+    let Some(header) = parse_header(&header) else {
+        return Ok(Scan::BadHeader);
+    };
+    if header.len > rest - RECORD_HEADER_LEN {
+        return Ok(Scan::Torn("the log ends inside a record"));
     }
-    let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as u64;
-    let crc = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
-    let mut payload = Vec::new();
-    reader.take(len).read_to_end(&mut payload)?;
-    if (payload.len() as u64) < len {
-        return Ok(Read1::Bad("torn record".into()));
-    }
-    if crc32fast::hash(&payload) != crc {
-        return Ok(Read1::Bad("record checksum mismatch".into()));
+    let mut payload = vec![0u8; header.len as usize];
+    reader.read_exact(&mut payload)?;
+    let end = offset + RECORD_HEADER_LEN + header.len;
+    if crc32fast::hash(&payload) != header.payload_crc {
+        return Ok(if end == file_len {
+            Scan::Torn("the last record fails its checksum")
+        } else {
+            Scan::Corrupt(format!(
+                "record checksum mismatch, with {} more bytes of log after the record",
+                file_len - end
+            ))
+        });
     }
     match borsh::from_slice::<BlockRecord>(&payload) {
-        Ok(record) => Ok(Read1::Record(record, RECORD_HEADER_LEN + len)),
-        Err(e) => Ok(Read1::Bad(format!("undecodable record: {e}"))),
+        Ok(record) => Ok(Scan::Record(record, RECORD_HEADER_LEN + header.len)),
+        Err(e) => Ok(Scan::Corrupt(format!(
+            "record passes its checksum but does not decode: {e}"
+        ))),
     }
+}
+
+/// The offset of the first whole, checksummed record that starts after `from` in the
+/// segment at `path`, if any. A damaged record header hides where its record ends; if a good
+/// record follows somewhere, the damage is not a torn tail.
+fn good_record_after(path: &Path, from: u64, file_len: u64) -> io::Result<Option<u64>> {
+    const WINDOW: u64 = 1 << 20;
+    let mut file = File::open(path)?;
+    let mut buf = Vec::new();
+    let mut pos = from;
+    while pos + RECORD_HEADER_LEN <= file_len {
+        let n = (WINDOW + RECORD_HEADER_LEN).min(file_len - pos);
+        buf.resize(n as usize, 0);
+        file.seek(SeekFrom::Start(pos))?;
+        file.read_exact(&mut buf)?;
+        let candidates = n - RECORD_HEADER_LEN + 1;
+        for i in 0..candidates {
+            let at = i as usize;
+            let bytes: &[u8; RECORD_HEADER_LEN as usize] = buf[at..at + RECORD_HEADER_LEN as usize]
+                .try_into()
+                .expect("12 bytes");
+            let Some(header) = parse_header(bytes) else {
+                continue;
+            };
+            let start = pos + i + RECORD_HEADER_LEN;
+            if start + header.len > file_len {
+                continue;
+            }
+            let mut payload = vec![0u8; header.len as usize];
+            let mut f = File::open(path)?;
+            f.seek(SeekFrom::Start(start))?;
+            f.read_exact(&mut payload)?;
+            if crc32fast::hash(&payload) == header.payload_crc {
+                return Ok(Some(pos + i));
+            }
+        }
+        pos += candidates;
+    }
+    Ok(None)
 }
 
 impl LogStore {
@@ -177,31 +278,24 @@ impl LogStore {
     /// otherwise the caller must `sync_data` the returned handle of its segment before the
     /// next append (a crash of the process alone loses nothing: the bytes are in the page
     /// cache).
-    fn append(&mut self, block: &BlockRecord, sync: bool) -> io::Result<File> {
-        let payload = borsh::to_vec(block)?;
-        let len = u32::try_from(payload.len()).map_err(|_| {
-            invalid(format!(
-                "block record of {} bytes is too large",
-                payload.len()
-            ))
-        })?;
-        let mut framed = Vec::with_capacity(payload.len() + RECORD_HEADER_LEN as usize);
-        framed.extend_from_slice(&len.to_le_bytes());
-        framed.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        framed.extend_from_slice(&payload);
+    fn append(&mut self, block: &BlockRecord, sync: bool) -> StoreResult<File> {
+        let Some(active) = self.active.as_mut() else {
+            return Err(StoreError::ReadOnly);
+        };
+        let framed = frame(&borsh::to_vec(block)?)?;
         // The block counts as committed only once its record is on disk. If the append or the
         // sync fails (a full disk), cut the partial record off again: left in place, it would
-        // read as a torn tail on the next open and hide every block appended after it.
-        let mut appended = self.active.write_all(&framed);
+        // make the next open refuse the log (a bad record with data after it).
+        let mut appended = active.write_all(&framed);
         if sync {
-            appended = appended.and_then(|()| self.active.sync_data());
+            appended = appended.and_then(|()| active.sync_data());
         }
         if let Err(e) = appended {
             let size = self.segments.last().expect("an active segment").size;
-            let _ = self.active.set_len(size);
-            return Err(e);
+            let _ = active.set_len(size);
+            return Err(e.into());
         }
-        let written = self.active.try_clone()?;
+        let written = active.try_clone()?;
 
         let segment = self.segments.last_mut().expect("an active segment");
         let (seq, offset) = (segment.seq, segment.size);
@@ -213,10 +307,17 @@ impl LogStore {
         self.logged_since_snapshot += framed.len() as u64;
 
         if full {
+            // A sealed segment is durable to its last byte, so that only the end of the last
+            // segment can ever hold a torn record.
+            if !sync {
+                written.sync_data()?;
+            }
             let next = self.new_segment(seq + 1)?;
-            self.active = OpenOptions::new()
-                .append(true)
-                .open(segment_path(&self.dir, next))?;
+            self.active = Some(
+                OpenOptions::new()
+                    .append(true)
+                    .open(segment_path(&self.dir, next))?,
+            );
         }
         if self.logged_since_snapshot >= self.options.snapshot_min_bytes.max(self.state_bytes) {
             self.snapshot()?;
@@ -224,48 +325,87 @@ impl LogStore {
         Ok(written)
     }
 
-    /// Opens (or creates) the store in `dir`.
-    pub fn open(dir: impl AsRef<Path>, options: LogOptions) -> io::Result<Self> {
+    /// Opens (or creates) the store in `dir` for writing. Fails with
+    /// [`StoreError::Locked`] while another process has it open, and with
+    /// [`StoreError::Corrupted`] if it is damaged beyond a torn last record.
+    pub fn open(dir: impl AsRef<Path>, options: LogOptions) -> StoreResult<Self> {
         let dir = dir.as_ref().to_path_buf();
         fs::create_dir_all(&dir)?;
-        let mut store = Self {
-            active: File::open(&dir)?, // replaced below
+        let lock = DirLock::exclusive(&dir)?;
+        let mut store = Self::empty(dir, options, lock);
+        store.load_snapshot()?;
+        store.replay(true)?;
+        let seq = match store.segments.last() {
+            Some(s) => s.seq,
+            None => store.new_segment(0)?,
+        };
+        store.active = Some(
+            OpenOptions::new()
+                .append(true)
+                .open(segment_path(&store.dir, seq))?,
+        );
+        Ok(store)
+    }
+
+    /// Opens the store in `dir` for reading only: no file in `dir` is created, changed or
+    /// removed, and a torn last record is skipped rather than cut. Shares the lock with other
+    /// readers; fails with [`StoreError::Locked`] while a writer has the store open.
+    pub fn open_read_only(dir: impl AsRef<Path>) -> StoreResult<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        if !dir.is_dir() {
+            return Err(StoreError::Missing { dir });
+        }
+        let lock = DirLock::shared(&dir)?;
+        let mut store = Self::empty(dir, LogOptions::default(), lock);
+        store.load_snapshot()?;
+        store.replay(false)?;
+        Ok(store)
+    }
+
+    fn empty(dir: PathBuf, options: LogOptions, lock: DirLock) -> Self {
+        Self {
             dir,
             options,
             map: FxHashMap::default(),
             state_bytes: 0,
             head: None,
             segments: Vec::new(),
+            active: None,
             index: VecDeque::new(),
             snapshot_height: None,
             logged_since_snapshot: 0,
-        };
-        store.load_snapshot()?;
-        store.replay()?;
-        let seq = match store.segments.last() {
-            Some(s) => s.seq,
-            None => store.new_segment(0)?,
-        };
-        store.active = OpenOptions::new()
-            .append(true)
-            .open(segment_path(&store.dir, seq))?;
-        Ok(store)
+            _lock: lock,
+        }
     }
 
-    fn load_snapshot(&mut self) -> io::Result<()> {
-        for height in numbered(&self.dir, "snapshot-", ".tsnap")?
-            .into_iter()
-            .rev()
-        {
-            let bytes = fs::read(snapshot_path(&self.dir, height))?;
-            if let Some((head, map)) = Self::parse_snapshot(&bytes) {
-                self.state_bytes = map.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum();
-                self.map = map;
-                self.head = Some(head);
-                self.snapshot_height = Some(height);
-                return Ok(());
-            }
+    fn load_snapshot(&mut self) -> StoreResult<()> {
+        // The newest snapshot holds the state; older ones are deleted once a newer one is
+        // durable. A snapshot is renamed into place only once complete and synced, so one that
+        // fails its check is damage, not a crash: refuse it rather than replay a log that may
+        // no longer reach back far enough.
+        let Some(&height) = numbered(&self.dir, "snapshot-", ".tsnap")?.last() else {
+            return Ok(());
+        };
+        let path = snapshot_path(&self.dir, height);
+        let bytes = fs::read(&path)?;
+        let Some((head, map)) = Self::parse_snapshot(&bytes) else {
+            return Err(StoreError::corrupted(
+                path,
+                None,
+                "the snapshot fails its checksum or does not decode",
+            ));
+        };
+        if head.height != height {
+            return Err(StoreError::corrupted(
+                path,
+                None,
+                format!("the snapshot holds block {} instead", head.height),
+            ));
         }
+        self.state_bytes = map.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum();
+        self.map = map;
+        self.head = Some(head);
+        self.snapshot_height = Some(height);
         Ok(())
     }
 
@@ -291,59 +431,117 @@ impl LogStore {
         rest.is_empty().then_some((head, map))
     }
 
-    fn replay(&mut self) -> io::Result<()> {
+    /// Replays every segment. A writer (`repair`) cuts a torn tail off the last segment and
+    /// restarts a last segment whose creation was cut short; a reader only stops there.
+    fn replay(&mut self, repair: bool) -> StoreResult<()> {
         let seqs = numbered(&self.dir, "log-", ".tlog")?;
         for (i, &seq) in seqs.iter().enumerate() {
             let last = i + 1 == seqs.len();
             let path = segment_path(&self.dir, seq);
-            let mut reader = BufReader::with_capacity(1 << 20, File::open(&path)?);
-            let mut magic = [0u8; FILE_HEADER_LEN as usize];
-            let header_ok = reader.read_exact(&mut magic).is_ok()
-                && &magic[..8] == LOG_MAGIC
-                && u32::from_le_bytes(magic[8..].try_into().expect("4 bytes")) == FORMAT_VERSION;
+            let file = File::open(&path)?;
+            let file_len = file.metadata()?.len();
+            let mut reader = BufReader::with_capacity(1 << 20, file);
             let mut segment = Segment {
                 seq,
                 size: FILE_HEADER_LEN,
                 max_height: None,
             };
-            if !header_ok {
+            let mut magic = [0u8; FILE_HEADER_LEN as usize];
+            if file_len < FILE_HEADER_LEN || reader.read_exact(&mut magic).is_err() {
                 if !last {
-                    return Err(invalid(format!(
-                        "{}: not a Tally log segment",
-                        path.display()
-                    )));
+                    return Err(StoreError::corrupted(
+                        path,
+                        Some(0),
+                        "a sealed segment is shorter than its header",
+                    ));
                 }
-                // A crash while creating the segment: start it again.
-                drop(reader);
-                self.write_segment_header(seq)?;
+                // A crash while creating the segment, before anything was appended to it.
+                if repair {
+                    drop(reader);
+                    self.write_segment_header(seq)?;
+                }
                 self.segments.push(segment);
                 continue;
             }
-            loop {
-                match read_record(&mut reader)? {
-                    Read1::End => break,
-                    Read1::Record(record, len) => {
-                        self.replay_record(record, seq, segment.size, &mut segment)?;
-                        segment.size += len;
-                    }
-                    Read1::Bad(why) if last => {
-                        // A torn or corrupt tail: the crash happened before this block's
-                        // fdatasync returned, so it never counted as committed.
-                        drop(reader);
-                        let file = OpenOptions::new().write(true).open(&path)?;
-                        file.set_len(segment.size)?;
-                        file.sync_all()?;
-                        let _ = why;
-                        break;
-                    }
-                    Read1::Bad(why) => {
-                        return Err(invalid(format!(
-                            "{} at byte {}: {why} (not the last segment: the log is damaged)",
-                            path.display(),
-                            segment.size
-                        )));
-                    }
+            if &magic[..8] != LOG_MAGIC {
+                // Its header was synced before any record went in, so this is damage, unless
+                // the file is no longer than a header: a crash while creating it.
+                if !(last && file_len == FILE_HEADER_LEN) {
+                    return Err(StoreError::corrupted(
+                        path,
+                        Some(0),
+                        "not a Tally log segment (bad magic)",
+                    ));
                 }
+                if repair {
+                    drop(reader);
+                    self.write_segment_header(seq)?;
+                }
+                self.segments.push(segment);
+                continue;
+            }
+            let version = u32::from_le_bytes(magic[8..].try_into().expect("4 bytes"));
+            if version != FORMAT_VERSION {
+                return Err(StoreError::Version {
+                    path,
+                    found: version,
+                    expected: FORMAT_VERSION,
+                });
+            }
+            loop {
+                let offset = segment.size;
+                let torn = match scan_record(&mut reader, offset, file_len)? {
+                    Scan::End => break,
+                    Scan::Record(record, len) => {
+                        self.replay_record(record, &path, offset, &mut segment)?;
+                        segment.size += len;
+                        continue;
+                    }
+                    Scan::Corrupt(why) => {
+                        return Err(StoreError::corrupted(path, Some(offset), why));
+                    }
+                    Scan::Torn(why) if !last => {
+                        return Err(StoreError::corrupted(
+                            path,
+                            Some(offset),
+                            format!("{why}, in a sealed segment (not the last one)"),
+                        ));
+                    }
+                    Scan::Torn(why) => why,
+                    Scan::BadHeader => {
+                        let after = if last {
+                            good_record_after(&path, offset + 1, file_len)?
+                        } else {
+                            None
+                        };
+                        if !last || after.is_some() {
+                            return Err(StoreError::corrupted(
+                                path,
+                                Some(offset),
+                                match after {
+                                    Some(at) => format!(
+                                        "record header checksum mismatch, with a good record \
+                                         after it at byte {at}"
+                                    ),
+                                    None => "record header checksum mismatch, in a sealed \
+                                             segment (not the last one)"
+                                        .into(),
+                                },
+                            ));
+                        }
+                        "the last record's header is damaged and no record follows it"
+                    }
+                };
+                // A record that never finished: the crash came before its fdatasync returned,
+                // so the block never counted as committed.
+                let _ = torn;
+                if repair {
+                    drop(reader);
+                    let file = OpenOptions::new().write(true).open(&path)?;
+                    file.set_len(offset)?;
+                    file.sync_all()?;
+                }
+                break;
             }
             self.segments.push(segment);
         }
@@ -353,23 +551,25 @@ impl LogStore {
     fn replay_record(
         &mut self,
         record: BlockRecord,
-        seq: u64,
+        path: &Path,
         offset: u64,
         segment: &mut Segment,
-    ) -> io::Result<()> {
+    ) -> StoreResult<()> {
         let height = record.header.height;
         segment.max_height = Some(height);
         let applied = self.snapshot_height.is_some_and(|s| height <= s);
         if !applied {
             let expected = self.head.as_ref().map_or(0, |h| h.height + 1);
             if height != expected {
-                return Err(invalid(format!(
-                    "log record for block {height} where block {expected} was expected"
-                )));
+                return Err(StoreError::corrupted(
+                    path,
+                    Some(offset),
+                    format!("a record of block {height} where block {expected} was expected"),
+                ));
             }
             self.apply(&record);
         }
-        self.index_block(height, seq, offset);
+        self.index_block(height, segment.seq, offset);
         Ok(())
     }
 
@@ -422,7 +622,10 @@ impl LogStore {
     }
 
     /// Writes a snapshot of the whole state at the head, then drops what it makes redundant.
-    pub fn snapshot(&mut self) -> io::Result<()> {
+    pub fn snapshot(&mut self) -> StoreResult<()> {
+        if self.active.is_none() {
+            return Err(StoreError::ReadOnly);
+        }
         let Some(head) = self.head.clone() else {
             return Ok(());
         };
@@ -471,15 +674,15 @@ impl LogStore {
 }
 
 impl StateStore for LogStore {
-    fn get(&self, key: &[u8]) -> io::Result<Option<Cow<'_, [u8]>>> {
+    fn get(&self, key: &[u8]) -> StoreResult<Option<Cow<'_, [u8]>>> {
         Ok(self.map.get(key).map(|v| Cow::Borrowed(v.as_slice())))
     }
 
-    fn commit(&mut self, block: &BlockRecord) -> io::Result<()> {
+    fn commit(&mut self, block: &BlockRecord) -> StoreResult<()> {
         self.append(block, true).map(|_| ())
     }
 
-    fn commit_deferred(&mut self, block: &BlockRecord) -> io::Result<Option<SyncJob>> {
+    fn commit_deferred(&mut self, block: &BlockRecord) -> StoreResult<Option<SyncJob>> {
         let file = self.append(block, false)?;
         Ok(Some(Box::new(move || file.sync_data())))
     }
@@ -488,17 +691,28 @@ impl StateStore for LogStore {
         self.head.as_ref()
     }
 
-    fn block(&self, height: u64) -> io::Result<Option<BlockRecord>> {
+    fn block(&self, height: u64) -> StoreResult<Option<BlockRecord>> {
         let Some(pos) = self.index.iter().find(|p| p.height == height) else {
             return Ok(None);
         };
-        let mut file = File::open(segment_path(&self.dir, pos.seq))?;
+        let path = segment_path(&self.dir, pos.seq);
+        let mut file = File::open(&path)?;
+        let file_len = file.metadata()?.len();
         file.seek(SeekFrom::Start(pos.offset))?;
-        match read_record(&mut BufReader::new(file))? {
-            Read1::Record(record, _) if record.header.height == height => Ok(Some(record)),
-            Read1::Record(..) => Err(invalid(format!("block {height} is not where indexed"))),
-            Read1::End => Err(invalid(format!("block {height} is missing from the log"))),
-            Read1::Bad(why) => Err(invalid(format!("block {height}: {why}"))),
+        let corrupt = |why: String| StoreError::corrupted(&path, Some(pos.offset), why);
+        match scan_record(&mut BufReader::new(file), pos.offset, file_len)? {
+            Scan::Record(record, _) if record.header.height == height => Ok(Some(record)),
+            Scan::Record(record, _) => Err(corrupt(format!(
+                "block {height} was indexed here, but the record holds block {}",
+                record.header.height
+            ))),
+            Scan::End | Scan::Torn(_) => Err(corrupt(format!(
+                "block {height} was indexed here, but the log ends"
+            ))),
+            Scan::BadHeader => Err(corrupt(format!(
+                "block {height}: record header checksum mismatch"
+            ))),
+            Scan::Corrupt(why) => Err(corrupt(format!("block {height}: {why}"))),
         }
     }
 
@@ -506,7 +720,7 @@ impl StateStore for LogStore {
         self.index.front().map_or(0, |p| p.height)
     }
 
-    fn entries(&self) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    fn entries(&self) -> StoreResult<Vec<(Vec<u8>, Vec<u8>)>> {
         Ok(sorted_entries(&self.map))
     }
 

@@ -10,10 +10,14 @@
 //! - a 256 MiB LRU block cache with index and filter blocks in it, so memory stays bounded;
 //! - 64 MiB memtables and LZ4: fewer, cheaper flushes;
 //! - `increase_parallelism` over the machine's cores for flushes and compactions.
+//!
+//! Locking: RocksDB's own `LOCK` file keeps a second writer out; its error becomes
+//! [`StoreError::Locked`]. [`RocksStore::open_read_only`] takes no lock and writes nothing:
+//! RocksDB's read-only mode reads the state as of the last write that finished, even while
+//! a writer goes on.
 
 use std::borrow::Cow;
-use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, DBCompressionType, IteratorMode, Options,
@@ -22,14 +26,25 @@ use rocksdb::{
 
 use crate::block::BlockHeader;
 use crate::state::{BlockRecord, StateStore};
+use crate::store::{StoreError, StoreResult};
 
 const STATE: &str = "state";
 const BLOCKS: &str = "blocks";
 const META: &str = "meta";
 const HEAD: &[u8] = b"head";
 
-fn io_err(e: rocksdb::Error) -> io::Error {
-    io::Error::other(e.into_string())
+/// A RocksDB error of the store in `dir`, by kind.
+fn store_err(dir: &Path, writing: bool, e: rocksdb::Error) -> StoreError {
+    match e.kind() {
+        rocksdb::ErrorKind::Corruption => StoreError::corrupted(dir, None, e.into_string()),
+        // RocksDB says so only in its message: "While lock file: <dir>/LOCK: Resource
+        // temporarily unavailable".
+        rocksdb::ErrorKind::IOError if e.as_ref().contains("lock file") => StoreError::Locked {
+            dir: dir.to_path_buf(),
+            writing,
+        },
+        _ => StoreError::Io(std::io::Error::other(e.into_string())),
+    }
 }
 
 /// The RocksDB store.
@@ -38,13 +53,31 @@ pub struct RocksStore {
     head: Option<BlockHeader>,
     retain: u64,
     first_retained: u64,
-    dir: std::path::PathBuf,
+    dir: PathBuf,
+    read_only: bool,
 }
 
 impl RocksStore {
-    /// Opens (or creates) the store in `dir`, keeping `retain` blocks.
-    pub fn open(dir: impl AsRef<Path>, retain: u64) -> io::Result<Self> {
-        let dir = dir.as_ref().to_path_buf();
+    /// Opens (or creates) the store in `dir` for writing, keeping `retain` blocks. Fails with
+    /// [`StoreError::Locked`] while another process has it open for writing.
+    pub fn open(dir: impl AsRef<Path>, retain: u64) -> StoreResult<Self> {
+        Self::open_with(dir.as_ref(), retain, false)
+    }
+
+    /// Opens the store in `dir` for reading only: nothing in `dir` is created or changed, and
+    /// a writer may keep running meanwhile.
+    pub fn open_read_only(dir: impl AsRef<Path>) -> StoreResult<Self> {
+        let dir = dir.as_ref();
+        if !dir.join("CURRENT").is_file() {
+            return Err(StoreError::Missing {
+                dir: dir.to_path_buf(),
+            });
+        }
+        Self::open_with(dir, 1, true)
+    }
+
+    fn open_with(dir: &Path, retain: u64, read_only: bool) -> StoreResult<Self> {
+        let dir = dir.to_path_buf();
         let cache = Cache::new_lru_cache(256 << 20);
         let mut table = BlockBasedOptions::default();
         table.set_block_cache(&cache);
@@ -58,8 +91,8 @@ impl RocksStore {
         let mut other = Options::default();
         other.set_compression_type(DBCompressionType::Lz4);
         let mut db_opts = Options::default();
-        db_opts.create_if_missing(true);
-        db_opts.create_missing_column_families(true);
+        db_opts.create_if_missing(!read_only);
+        db_opts.create_missing_column_families(!read_only);
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as i32;
         db_opts.increase_parallelism(cores);
         let cfs = vec![
@@ -67,12 +100,19 @@ impl RocksStore {
             ColumnFamilyDescriptor::new(BLOCKS, other.clone()),
             ColumnFamilyDescriptor::new(META, other),
         ];
-        let db = DB::open_cf_descriptors(&db_opts, &dir, cfs).map_err(io_err)?;
+        let err = |e| store_err(&dir, !read_only, e);
+        let db = if read_only {
+            DB::open_cf_descriptors_read_only(&db_opts, &dir, cfs, false).map_err(err)?
+        } else {
+            DB::open_cf_descriptors(&db_opts, &dir, cfs).map_err(err)?
+        };
         let head = match db
             .get_cf(db.cf_handle(META).expect("meta cf"), HEAD)
-            .map_err(io_err)?
+            .map_err(err)?
         {
-            Some(bytes) => Some(borsh::from_slice(&bytes)?),
+            Some(bytes) => Some(borsh::from_slice(&bytes).map_err(|e| {
+                StoreError::corrupted(&dir, None, format!("the head record does not decode: {e}"))
+            })?),
             None => None,
         };
         let first_retained = db
@@ -82,27 +122,44 @@ impl RocksStore {
             )
             .next()
             .transpose()
-            .map_err(io_err)?
-            .map_or(0, |(k, _)| {
-                u64::from_be_bytes(k[..8].try_into().expect("8-byte key"))
-            });
+            .map_err(err)?
+            .map(|(k, _)| {
+                k.get(..8)
+                    .and_then(|k| k.try_into().ok())
+                    .map(u64::from_be_bytes)
+                    .ok_or_else(|| StoreError::corrupted(&dir, None, "a block key is not 8 bytes"))
+            })
+            .transpose()?
+            .unwrap_or(0);
         Ok(Self {
             db,
             head,
             retain: retain.max(1),
             first_retained,
             dir,
+            read_only,
         })
+    }
+
+    fn err(&self, e: rocksdb::Error) -> StoreError {
+        store_err(&self.dir, !self.read_only, e)
     }
 }
 
 impl StateStore for RocksStore {
-    fn get(&self, key: &[u8]) -> io::Result<Option<Cow<'_, [u8]>>> {
+    fn get(&self, key: &[u8]) -> StoreResult<Option<Cow<'_, [u8]>>> {
         let cf = self.db.cf_handle(STATE).expect("state cf");
-        Ok(self.db.get_cf(cf, key).map_err(io_err)?.map(Cow::Owned))
+        Ok(self
+            .db
+            .get_cf(cf, key)
+            .map_err(|e| self.err(e))?
+            .map(Cow::Owned))
     }
 
-    fn commit(&mut self, block: &BlockRecord) -> io::Result<()> {
+    fn commit(&mut self, block: &BlockRecord) -> StoreResult<()> {
+        if self.read_only {
+            return Err(StoreError::ReadOnly);
+        }
         let (state, blocks, meta) = (
             self.db.cf_handle(STATE).expect("state cf"),
             self.db.cf_handle(BLOCKS).expect("blocks cf"),
@@ -124,7 +181,9 @@ impl StateStore for RocksStore {
         batch.put_cf(meta, HEAD, borsh::to_vec(&block.header)?);
         let mut options = WriteOptions::default();
         options.set_sync(true);
-        self.db.write_opt(batch, &options).map_err(io_err)?;
+        self.db
+            .write_opt(batch, &options)
+            .map_err(|e| self.err(e))?;
         self.first_retained = first.max(self.first_retained);
         self.head = Some(block.header.clone());
         Ok(())
@@ -134,10 +193,20 @@ impl StateStore for RocksStore {
         self.head.as_ref()
     }
 
-    fn block(&self, height: u64) -> io::Result<Option<BlockRecord>> {
+    fn block(&self, height: u64) -> StoreResult<Option<BlockRecord>> {
         let cf = self.db.cf_handle(BLOCKS).expect("blocks cf");
-        match self.db.get_cf(cf, height.to_be_bytes()).map_err(io_err)? {
-            Some(bytes) => Ok(Some(borsh::from_slice(&bytes)?)),
+        match self
+            .db
+            .get_cf(cf, height.to_be_bytes())
+            .map_err(|e| self.err(e))?
+        {
+            Some(bytes) => Ok(Some(borsh::from_slice(&bytes).map_err(|e| {
+                StoreError::corrupted(
+                    &self.dir,
+                    None,
+                    format!("block {height} does not decode: {e}"),
+                )
+            })?)),
             None => Ok(None),
         }
     }
@@ -146,13 +215,13 @@ impl StateStore for RocksStore {
         self.first_retained
     }
 
-    fn entries(&self) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    fn entries(&self) -> StoreResult<Vec<(Vec<u8>, Vec<u8>)>> {
         let cf = self.db.cf_handle(STATE).expect("state cf");
         self.db
             .iterator_cf(cf, IteratorMode::Start)
             .map(|kv| {
                 kv.map(|(k, v)| (k.into_vec(), v.into_vec()))
-                    .map_err(io_err)
+                    .map_err(|e| self.err(e))
             })
             .collect()
     }

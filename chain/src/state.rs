@@ -9,6 +9,7 @@ use rustc_hash::FxHashMap;
 use tally_host_api::Name;
 
 use crate::block::BlockHeader;
+pub use crate::store::{StoreError, StoreResult};
 
 /// A key's new value in a block, or `None` if the block deleted it.
 pub type Change = (Vec<u8>, Option<Vec<u8>>);
@@ -30,21 +31,22 @@ pub type SyncJob = Box<dyn FnOnce() -> io::Result<()> + Send>;
 
 /// Where committed state and recent blocks live.
 ///
-/// Reads see only committed blocks. [`StateStore::commit`] applies one block's changes and
+/// Errors are [`StoreError`]s: I/O, corruption (its own kind), a lock held by another
+/// process, or a write to a store opened read-only. Reads see only committed blocks. [`StateStore::commit`] applies one block's changes and
 /// records the block atomically: after a crash the store is at the last block whose commit
 /// returned, or a later one, never between two blocks.
 pub trait StateStore: Send {
     /// The committed value of `key`.
-    fn get(&self, key: &[u8]) -> io::Result<Option<Cow<'_, [u8]>>>;
+    fn get(&self, key: &[u8]) -> StoreResult<Option<Cow<'_, [u8]>>>;
 
     /// Commits `block` and prunes blocks more than the retention depth below it.
-    fn commit(&mut self, block: &BlockRecord) -> io::Result<()>;
+    fn commit(&mut self, block: &BlockRecord) -> StoreResult<()>;
 
     /// [`StateStore::commit`], except that the block may not be durable yet when it returns:
     /// the returned job makes it durable, and may run on another thread while the caller
     /// goes on (reads see the block at once). The caller runs the job before the next commit.
     /// Stores without a separate sync step commit durably and return `None`.
-    fn commit_deferred(&mut self, block: &BlockRecord) -> io::Result<Option<SyncJob>> {
+    fn commit_deferred(&mut self, block: &BlockRecord) -> StoreResult<Option<SyncJob>> {
         self.commit(block).map(|()| None)
     }
 
@@ -52,13 +54,13 @@ pub trait StateStore: Send {
     fn head(&self) -> Option<&BlockHeader>;
 
     /// A retained block.
-    fn block(&self, height: u64) -> io::Result<Option<BlockRecord>>;
+    fn block(&self, height: u64) -> StoreResult<Option<BlockRecord>>;
 
     /// The lowest height whose block is still retained.
     fn first_retained(&self) -> u64;
 
     /// Every committed entry, sorted by key (for audits and snapshots; not a hot path).
-    fn entries(&self) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>>;
+    fn entries(&self) -> StoreResult<Vec<(Vec<u8>, Vec<u8>)>>;
 
     /// Bytes the store occupies on disk (0 for memory).
     fn disk_bytes(&self) -> u64;
@@ -107,11 +109,11 @@ pub(crate) fn sorted_entries(map: &FxHashMap<Vec<u8>, Vec<u8>>) -> Vec<(Vec<u8>,
 }
 
 impl StateStore for MemoryStore {
-    fn get(&self, key: &[u8]) -> io::Result<Option<Cow<'_, [u8]>>> {
+    fn get(&self, key: &[u8]) -> StoreResult<Option<Cow<'_, [u8]>>> {
         Ok(self.map.get(key).map(|v| Cow::Borrowed(v.as_slice())))
     }
 
-    fn commit(&mut self, block: &BlockRecord) -> io::Result<()> {
+    fn commit(&mut self, block: &BlockRecord) -> StoreResult<()> {
         apply_changes(&mut self.map, &block.changes);
         self.blocks.push_back(block.clone());
         while self.blocks.len() as u64 > self.retain {
@@ -124,7 +126,7 @@ impl StateStore for MemoryStore {
         self.blocks.back().map(|b| &b.header)
     }
 
-    fn block(&self, height: u64) -> io::Result<Option<BlockRecord>> {
+    fn block(&self, height: u64) -> StoreResult<Option<BlockRecord>> {
         let first = self.first_retained();
         Ok(height
             .checked_sub(first)
@@ -136,7 +138,7 @@ impl StateStore for MemoryStore {
         self.blocks.front().map_or(0, |b| b.header.height)
     }
 
-    fn entries(&self) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    fn entries(&self) -> StoreResult<Vec<(Vec<u8>, Vec<u8>)>> {
         Ok(sorted_entries(&self.map))
     }
 

@@ -779,14 +779,14 @@ mod stores {
         }
     }
 
-    /// The byte offset of the last record in a segment.
+    /// The byte offset of the last record in a segment (12-byte file and record headers).
     fn last_record_offset(bytes: &[u8]) -> usize {
         let mut at = 12;
         let mut last = at;
-        while at + 8 <= bytes.len() {
+        while at + 12 <= bytes.len() {
             let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
             last = at;
-            at += 8 + len;
+            at += 12 + len;
         }
         last
     }
@@ -813,6 +813,10 @@ mod stores {
         let err = LogStore::open(dir.path(), log_options())
             .err()
             .expect("an error");
-        assert!(err.to_string().contains("damaged"), "{err}");
+        assert!(err.is_corruption(), "{err}");
+        assert!(
+            err.to_string().contains(&first.display().to_string()),
+            "{err}"
+        );
     }
 }
