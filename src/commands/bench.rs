@@ -9,7 +9,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use tally_chain::workload::{self, BenchConfig, Distribution};
-use tally_chain::{Chain, ChainConfig, Pipeline};
+use tally_chain::{Access, Chain, ChainConfig, Pipeline};
 use tally_runtime::{Runtime, RuntimeConfig};
 
 use super::store::{StoreKind, open_store};
@@ -258,7 +258,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         runtime.cache_stats()
     );
 
-    let store = open_store(args.store, &data.join("store"), chain_config.retain_blocks)?;
+    let store = open_store(
+        args.store,
+        &data.join("store"),
+        chain_config.retain_blocks,
+        Access::ReadWrite,
+    )?;
     let mut chain = Chain::open(runtime, store, chain_config.clone())?;
     let bar = ProgressBar::new(config.transfers).with_style(
         ProgressStyle::with_template("{spinner} {bar:40} {pos}/{len} transfers ({per_sec}, {eta})")
@@ -284,6 +289,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             args.store,
             &dir.path().join("store"),
             chain_config.retain_blocks,
+            Access::ReadWrite,
         )?;
         let mut chain = Chain::open(runtime, store, chain_config.clone())?;
         chain.set_native(workload::SIMPLECOIN, executor);

@@ -42,7 +42,7 @@ fn parse_key(key: &str) -> anyhow::Result<Vec<u8>> {
 pub fn run(args: GetArgs) -> anyhow::Result<()> {
     let contract = parse_name(&args.contract)?;
     let key = parse_key(&args.key)?;
-    let local = Local::open(&args.data)?;
+    let local = Local::open_read_only(&args.data)?;
     let value = local.chain.get(contract, &key)?;
     let as_u64 = value
         .as_ref()
@@ -84,7 +84,7 @@ pub struct BalanceArgs {
 
 pub fn run_balance(args: BalanceArgs) -> anyhow::Result<()> {
     let (account, contract) = (parse_name(&args.account)?, parse_name(&args.contract)?);
-    let local = Local::open(&args.data)?;
+    let local = Local::open_read_only(&args.data)?;
     let balance = tally_chain::workload::balance(&local.chain, contract, account)?.unwrap_or(0);
     output(
         args.json,

@@ -17,7 +17,8 @@ use anyhow::{Context, bail};
 use ed25519_dalek::SigningKey;
 use serde::{Deserialize, Serialize};
 use tally_chain::{
-    Action, BlockHeader, Chain, ChainConfig, Name, SignedTransaction, Transaction, TxReceipt,
+    Access, Action, BlockHeader, Chain, ChainConfig, Name, SignedTransaction, Transaction,
+    TxReceipt,
 };
 use tally_runtime::{Runtime, RuntimeConfig};
 
@@ -122,8 +123,17 @@ pub struct Local {
 }
 
 impl Local {
-    /// Opens the chain in `dir`.
+    /// Opens the chain in `dir` to push blocks.
     pub fn open(dir: &Path) -> anyhow::Result<Self> {
+        Self::open_with(dir, Access::ReadWrite)
+    }
+
+    /// Opens the chain in `dir` to read it: no file in `dir` is written.
+    pub fn open_read_only(dir: &Path) -> anyhow::Result<Self> {
+        Self::open_with(dir, Access::ReadOnly)
+    }
+
+    fn open_with(dir: &Path, access: Access) -> anyhow::Result<Self> {
         let file: ChainFile = read_json(&dir.join("chain.json"))?;
         if file.version != LAYOUT_VERSION {
             bail!(
@@ -135,10 +145,15 @@ impl Local {
         let keystore: Keystore = read_json(&dir.join("keystore.json"))?;
         let config = file.config()?;
         let runtime = Arc::new(Runtime::new(RuntimeConfig {
-            cache_dir: Some(dir.join("modules")),
+            cache_dir: module_cache(dir, access),
             ..RuntimeConfig::default()
         })?);
-        let store = open_store(file.store_kind()?, &dir.join("store"), config.retain_blocks)?;
+        let store = open_store(
+            file.store_kind()?,
+            &dir.join("store"),
+            config.retain_blocks,
+            access,
+        )?;
         let chain = Chain::open(runtime, store, config.clone())?;
         if chain.account_key(tally_chain::system::SYSTEM)? != config.system_key {
             bail!(
@@ -226,8 +241,14 @@ impl Local {
     }
 }
 
+/// The module cache of the data directory `dir`. A reader keeps compiled modules in memory
+/// only: read-only commands write no file, the cache's included.
+fn module_cache(dir: &Path, access: Access) -> Option<PathBuf> {
+    (access == Access::ReadWrite).then(|| dir.join("modules"))
+}
+
 /// Opens the chain of a local-chain directory, or of a `tally bench --data` directory (which
-/// has no keystore: only reading commands work on it).
+/// has no keystore), read-only: for `tally blocks` and `tally verify`.
 pub fn open_chain(dir: &Path) -> anyhow::Result<Chain> {
     if !dir.join("chain.json").exists() && dir.join("bench.json").exists() {
         let marker: serde_json::Value = read_json(&dir.join("bench.json"))?;
@@ -244,10 +265,15 @@ pub fn open_chain(dir: &Path) -> anyhow::Result<Chain> {
             ..ChainConfig::default()
         };
         let runtime = Arc::new(Runtime::new(RuntimeConfig::default())?);
-        let store = open_store(store, &dir.join("store"), config.retain_blocks)?;
+        let store = open_store(
+            store,
+            &dir.join("store"),
+            config.retain_blocks,
+            Access::ReadOnly,
+        )?;
         return Ok(Chain::open(runtime, store, config)?);
     }
-    Ok(Local::open(dir)?.chain)
+    Ok(Local::open_read_only(dir)?.chain)
 }
 
 /// Parses a name argument with a readable error.
