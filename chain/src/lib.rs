@@ -42,7 +42,9 @@ pub use chain::{Chain, ChainConfig, NativeContract, TxReceipt};
 pub use error::{ChainError, TxError};
 pub use log_store::{LogOptions, LogStore};
 pub use pipeline::{Pipeline, Prepared};
-pub use state::{BlockRecord, MemoryStore, StateStore};
+pub use state::{
+    BlockArchive, BlockRecord, Commit, Durability, Entries, MemoryStore, StateStore, StoreStats,
+};
 pub use store::{Access, StoreError, StoreResult};
 pub use tally_host_api::Name;
 pub use tx::{Action, BlockBody, SignedTransaction, Transaction, Transfer, TxId, TxSignature};

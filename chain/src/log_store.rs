@@ -1,203 +1,228 @@
-//! The `log` store: all live state in RAM, one checksummed append per block, `fdatasync`
-//! before the block counts as committed, periodic snapshots to bound replay.
+//! The `log` store: after Vilmo, QMDB and GriffinDB, an in-memory index over append-only
+//! logs, with the cold state in a sorted run that a background merge rewrites.
 //!
-//! After Vilmo and GriffinDB: random small writes become sequential appends, and reads never
-//! touch the disk. Files in the store's directory:
+//! - **The log.** Each block commit is one checksummed append to the active segment
+//!   (`log-<seq>.tlog`); the block is durable per its [`Durability`]. A segment past
+//!   [`LogOptions::segment_bytes`] is synced and sealed, and the next one starts (the
+//!   directory is synced too, so the new file survives a power cut).
+//! - **The index.** Every key changed by a block above the run maps to where its latest change
+//!   lies in the log: 12 bytes per key ([`crate::store::index`]). Values stay on disk; a
+//!   bounded cache keeps the hot ones ([`crate::store::cache`]).
+//! - **The run** (`run-<height>.trun`): the whole state at one block, sorted, with a sparse
+//!   index and a bloom filter in memory ([`crate::store::run`]). A lookup that misses the
+//!   index and the cache reads one 4 KiB block of it.
+//! - **Snapshot and compaction, in the background.** Once the log above the run outgrows
+//!   both [`LogOptions::snapshot_min_bytes`] and the run, a thread merges the run with those
+//!   blocks into the next run ([`crate::store::merge`]), syncs it and renames it into place.
+//!   Commits go on meanwhile and never wait for it: the next commit after it finishes swaps
+//!   the run in, the index drops the keys the run now holds (a few shards per commit), and
+//!   segments that hold neither unmerged changes nor retained blocks are deleted. A merge's
+//!   output depends only on the blocks, never on its timing, and the consensus checksum is
+//!   computed by the chain from each block's changes, so neither can depend on when a merge
+//!   ran.
+//! - **Retention.** Each commit says the lowest height to keep ([`Commit::retain_from`]);
+//!   older blocks leave the archive, and their segments go once merged.
 //!
-//! - `LOCK`: held with `flock` by the process that has the store open, exclusively by a
-//!   writer and shared by readers ([`crate::store::lock`]).
-//! - `log-<seq>.tlog`: a 12-byte header (`TALLYLOG`, format version u32 LE), then records
-//!   `[payload length u32][crc32 of payload u32][crc32 of the previous 8 bytes u32][payload]`
-//!   (little-endian), where the payload is the borsh of a [`BlockRecord`] (header, body,
-//!   sorted changes). A new segment starts once one passes [`LogOptions::segment_bytes`].
-//! - `snapshot-<height>.tsnap`: the whole state at a block: `TALLYSNP`, version, then borsh of
-//!   the header, the entry count and the entries, and a trailing crc32 of everything before.
+//! Opening loads the newest run and replays the blocks above it. Every block is durable
+//! before anything after it is written, so after a crash only the very end of the last
+//! segment can hold an unfinished record: one cut short, or one failing its checksum with
+//! nothing after it. Only that is cut off, and only by a writer. Anything else that fails a
+//! check is [`StoreError::Corrupted`], naming the file and the byte offset, and nothing is
+//! changed. [`LogStore::open_read_only`] changes no file at all.
 //!
-//! Opening loads the newest snapshot and replays the log records above it. Every block is
-//! fsync'd before the next one is written, so after a crash only the very end of the last
-//! segment can hold a record that was never committed: a record cut short, or one whose
-//! checksum fails with nothing after it (power lost after the file grew but before its
-//! bytes reached the disk). Only that is cut off, and only by a writer. Anything else that
-//! fails a check is [`StoreError::Corrupted`], naming the file and the byte offset, and
-//! nothing is changed: a bad record with data after it, a damaged sealed segment, a damaged
-//! snapshot. The record header has its own checksum so that a damaged length cannot make
-//! an early record look like a torn tail.
-//!
-//! [`LogStore::open_read_only`] reads without writing anything: it ignores a torn tail
-//! instead of cutting it.
+//! Files are reached through [`Vfs`], so tests can cut the power at any operation
+//! ([`crate::store::vfs::FaultFs`]).
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-
-use rustc_hash::FxHashMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::block::BlockHeader;
-use crate::state::{BlockRecord, StateStore, SyncJob, apply_changes, sorted_entries};
-use crate::store::{DirLock, StoreError, StoreResult};
-
-/// Live state: key to value.
-type StateMap = FxHashMap<Vec<u8>, Vec<u8>>;
+use crate::state::{
+    BlockArchive, BlockRecord, Commit, Durability, Entries, StateStore, StoreStats,
+};
+use crate::store::cache::ValueCache;
+use crate::store::crash;
+use crate::store::index::{Index, Loc, SHARDS, key_hash};
+use crate::store::merge::{MergeBlock, MergeDone, MergeJob, Merger, run_merge, run_path};
+use crate::store::record::{
+    self, ChangeCursor, FileReader, RECORD_HEADER_LEN, change_offsets, parse_header,
+    read_change_at, read_prefix, write_block_record,
+};
+use crate::store::run::{FileWriter, Run};
+use crate::store::vfs::{RealFs, VFile, VLock, Vfs};
+use crate::store::{StoreError, StoreResult};
 
 const LOG_MAGIC: &[u8; 8] = b"TALLYLOG";
-const SNAP_MAGIC: &[u8; 8] = b"TALLYSNP";
-/// Version 2 added the record header's own checksum.
-const FORMAT_VERSION: u32 = 2;
+/// Version 2 added the record header's own checksum; version 3 the record kind and
+/// `retain_from` in the payload.
+const FORMAT_VERSION: u32 = 3;
 const FILE_HEADER_LEN: u64 = 12;
-const RECORD_HEADER_LEN: u64 = 12;
+
+/// Most blocks one merge reads at once: each holds a 16 KiB buffer, so at most 16 MiB.
+const MAX_MERGE_BLOCKS: usize = 1024;
+
+/// How long one commit may spend dropping merged keys from the index before it leaves the
+/// rest to the next commits.
+const SWEEP_BUDGET: Duration = Duration::from_millis(2);
 
 /// Tuning of the log store.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LogOptions {
-    /// Blocks kept below the head.
+    /// At most this many blocks are kept below the head, whatever commits ask (`u64::MAX`:
+    /// only what commits ask).
     pub retain_blocks: u64,
     /// A new log segment starts after this many bytes.
     pub segment_bytes: u64,
-    /// A snapshot is written once the log since the last one exceeds both this and the size
-    /// of the live state, so replay reads at most about twice the state and snapshots cost at
-    /// most one extra write of each logged byte.
+    /// A merge (the next snapshot) starts once the log above the run exceeds both this and
+    /// the run's size, so the run is rewritten at most once per its own size of log: write
+    /// amplification stays near 2–3.
     pub snapshot_min_bytes: u64,
+    /// Bytes the value cache may hold.
+    pub cache_bytes: usize,
+    /// Run merges on a background thread (else inline in the commit that triggers them:
+    /// slower commits, same results; for tests that compare the two).
+    pub background: bool,
+    /// The file system (the real one but in power-loss tests).
+    pub vfs: Arc<dyn Vfs>,
+}
+
+impl std::fmt::Debug for LogOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogOptions")
+            .field("retain_blocks", &self.retain_blocks)
+            .field("segment_bytes", &self.segment_bytes)
+            .field("snapshot_min_bytes", &self.snapshot_min_bytes)
+            .field("cache_bytes", &self.cache_bytes)
+            .field("background", &self.background)
+            .finish()
+    }
 }
 
 impl Default for LogOptions {
     fn default() -> Self {
         Self {
-            retain_blocks: 512,
+            retain_blocks: u64::MAX,
+            // 64 MiB: a segment is deleted whole, so this is the granularity of reclaimed
+            // disk; Vilmo and Kafka use segments of this order.
             segment_bytes: 64 << 20,
-            snapshot_min_bytes: 256 << 20,
+            // 64 MiB: below this, rewriting the run costs more than replaying the log.
+            snapshot_min_bytes: 64 << 20,
+            // 64 MiB: the hot accounts of a 10M-account Zipf workload fit (about 600k
+            // entries of 100 bytes).
+            cache_bytes: 64 << 20,
+            background: true,
+            vfs: Arc::new(RealFs),
         }
     }
 }
 
-#[derive(Debug)]
 struct Segment {
     seq: u64,
+    file: Arc<dyn VFile>,
     size: u64,
     max_height: Option<u64>,
 }
 
-/// Where a retained block's record lies.
+/// Where a block's record lies.
 #[derive(Debug, Clone, Copy)]
 struct BlockPos {
     height: u64,
     seq: u64,
     offset: u64,
+    len: u64,
 }
 
-/// The embedded default store. See the module docs for the format.
+impl BlockPos {
+    /// The location just past its record.
+    fn end(&self) -> Loc {
+        Loc::new(self.seq, self.offset + RECORD_HEADER_LEN + self.len)
+    }
+}
+
+/// State used by reads, behind a `RefCell` since reads take `&self`.
+struct Reads {
+    cache: ValueCache,
+    key: Vec<u8>,
+    value: Vec<u8>,
+    block: Vec<u8>,
+    gets: u64,
+    user_bytes: u64,
+    disk_bytes: u64,
+}
+
+struct Merging {
+    handle: JoinHandle<StoreResult<Option<MergeDone>>>,
+    cancel: Arc<AtomicBool>,
+}
+
+/// After a merge: dropping merged keys from the index, shard by shard.
+struct Sweep {
+    next_shard: usize,
+    /// Index entries before this location are in the run.
+    end: Loc,
+}
+
+/// The embedded default store. See the module docs.
 pub struct LogStore {
     dir: PathBuf,
     options: LogOptions,
-    map: FxHashMap<Vec<u8>, Vec<u8>>,
-    state_bytes: u64,
+    vfs: Arc<dyn Vfs>,
+    read_only: bool,
+    segments: VecDeque<Segment>,
+    /// Every block record still in the log, ascending.
+    blocks: VecDeque<BlockPos>,
+    retain_from: u64,
     head: Option<BlockHeader>,
-    segments: Vec<Segment>,
-    /// The segment appends go to; `None` when opened read-only.
-    active: Option<File>,
-    index: VecDeque<BlockPos>,
-    snapshot_height: Option<u64>,
-    logged_since_snapshot: u64,
-    /// Held for as long as the store is open.
-    _lock: DirLock,
+    index: Index,
+    run: Option<Arc<Run>>,
+    reads: RefCell<Reads>,
+    syncing: Option<JoinHandle<io::Result<()>>>,
+    merging: Option<Merging>,
+    sweep: Option<Sweep>,
+    /// The next `maybe_merge` merges whatever the log holds ([`LogStore::snapshot`]).
+    force_merge: bool,
+    stats: StoreStats,
+    _lock: VLock,
 }
 
 fn segment_path(dir: &Path, seq: u64) -> PathBuf {
     dir.join(format!("log-{seq:08}.tlog"))
 }
 
-fn snapshot_path(dir: &Path, height: u64) -> PathBuf {
-    dir.join(format!("snapshot-{height:020}.tsnap"))
-}
-
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
-/// Files in `dir` named `<prefix><number><suffix>`, sorted by number.
-fn numbered(dir: &Path, prefix: &str, suffix: &str) -> io::Result<Vec<u64>> {
-    let mut found = Vec::new();
-    for entry in fs::read_dir(dir)? {
-        let name = entry?.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if let Some(n) = name
-            .strip_prefix(prefix)
-            .and_then(|r| r.strip_suffix(suffix))
-            .and_then(|n| n.parse().ok())
-        {
-            found.push(n);
-        }
-    }
+/// Files in `names` called `<prefix><number><suffix>`, sorted by number.
+fn numbered(names: &[String], prefix: &str, suffix: &str) -> Vec<u64> {
+    let mut found: Vec<u64> = names
+        .iter()
+        .filter_map(|name| {
+            name.strip_prefix(prefix)?
+                .strip_suffix(suffix)?
+                .parse()
+                .ok()
+        })
+        .collect();
     found.sort_unstable();
-    Ok(found)
+    found
 }
 
-/// A writer that feeds a crc32 of everything written.
-struct CrcWriter<W> {
-    inner: W,
-    crc: crc32fast::Hasher,
-}
-
-impl<W: Write> Write for CrcWriter<W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.crc.update(&buf[..n]);
-        Ok(n)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
-}
-
-/// `payload` framed as a log record.
-fn frame(payload: &[u8]) -> StoreResult<Vec<u8>> {
-    let len = u32::try_from(payload.len()).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("a block record of {} bytes is too large", payload.len()),
-        )
-    })?;
-    let mut framed = Vec::with_capacity(payload.len() + RECORD_HEADER_LEN as usize);
-    framed.extend_from_slice(&len.to_le_bytes());
-    framed.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
-    let header_crc = crc32fast::hash(&framed);
-    framed.extend_from_slice(&header_crc.to_le_bytes());
-    framed.extend_from_slice(payload);
-    Ok(framed)
-}
-
-/// A record header that passed its own checksum.
-struct RecordHeader {
-    len: u64,
-    payload_crc: u32,
-}
-
-fn parse_header(bytes: &[u8; RECORD_HEADER_LEN as usize]) -> Option<RecordHeader> {
-    let word = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
-    (crc32fast::hash(&bytes[..8]) == word(8)).then(|| RecordHeader {
-        len: word(0) as u64,
-        payload_crc: word(4),
-    })
-}
-
-/// What reading the record at some offset of a segment of known length found.
+/// What reading the record at some offset of a segment found.
 enum Scan {
-    /// A good record and its framed length.
-    Record(BlockRecord, u64),
-    /// The segment ends here.
+    /// A whole record: its payload length, retain_from and header.
+    Record(u64, u64, BlockHeader),
     End,
-    /// A record that never finished: cut short, or failing its checksum with nothing after
-    /// it. Only the end of the last segment may hold one.
     Torn(&'static str),
-    /// The record header fails its checksum, so its length cannot be trusted either.
     BadHeader,
-    /// Damage that no crash explains.
     Corrupt(String),
 }
 
-/// Reads the record at `offset` of a segment `file_len` bytes long, `reader` positioned there.
-fn scan_record(reader: &mut impl Read, offset: u64, file_len: u64) -> io::Result<Scan> {
+/// Reads the record at `offset` of `file` (`file_len` bytes), checking its checksums.
+fn scan_record(file: &(dyn VFile + 'static), offset: u64, file_len: u64) -> io::Result<Scan> {
     let rest = file_len.saturating_sub(offset);
     if rest == 0 {
         return Ok(Scan::End);
@@ -206,17 +231,16 @@ fn scan_record(reader: &mut impl Read, offset: u64, file_len: u64) -> io::Result
         return Ok(Scan::Torn("the log ends inside a record header"));
     }
     let mut header = [0u8; RECORD_HEADER_LEN as usize];
-    reader.read_exact(&mut header)?;
+    file.read_exact_at(&mut header, offset)?;
     let Some(header) = parse_header(&header) else {
         return Ok(Scan::BadHeader);
     };
     if header.len > rest - RECORD_HEADER_LEN {
         return Ok(Scan::Torn("the log ends inside a record"));
     }
-    let mut payload = vec![0u8; header.len as usize];
-    reader.read_exact(&mut payload)?;
-    let end = offset + RECORD_HEADER_LEN + header.len;
-    if crc32fast::hash(&payload) != header.payload_crc {
+    let start = offset + RECORD_HEADER_LEN;
+    let end = start + header.len;
+    if !record::payload_crc_ok(file, start, header.len, header.payload_crc)? {
         return Ok(if end == file_len {
             Scan::Torn("the last record fails its checksum")
         } else {
@@ -226,27 +250,29 @@ fn scan_record(reader: &mut impl Read, offset: u64, file_len: u64) -> io::Result
             ))
         });
     }
-    match borsh::from_slice::<BlockRecord>(&payload) {
-        Ok(record) => Ok(Scan::Record(record, RECORD_HEADER_LEN + header.len)),
-        Err(e) => Ok(Scan::Corrupt(format!(
-            "record passes its checksum but does not decode: {e}"
-        ))),
+    let mut reader = FileReader::new(file, start, end, 256);
+    match read_prefix(&mut reader) {
+        Ok(Some(prefix)) => Ok(Scan::Record(header.len, prefix.retain_from, prefix.header)),
+        Ok(None) => Ok(Scan::Corrupt("a record of an unknown kind".into())),
+        Err(e) => Ok(Scan::Corrupt(format!("the record does not decode: {e}"))),
     }
 }
 
-/// The offset of the first whole, checksummed record that starts after `from` in the
-/// segment at `path`, if any. A damaged record header hides where its record ends; if a good
-/// record follows somewhere, the damage is not a torn tail.
-fn good_record_after(path: &Path, from: u64, file_len: u64) -> io::Result<Option<u64>> {
+/// The offset of the first whole, checksummed record that starts after `from` in `file`. A
+/// damaged record header hides where its record ends; if a good record follows somewhere, the
+/// damage is not a torn tail.
+fn good_record_after(
+    file: &(dyn VFile + 'static),
+    from: u64,
+    file_len: u64,
+) -> io::Result<Option<u64>> {
     const WINDOW: u64 = 1 << 20;
-    let mut file = File::open(path)?;
     let mut buf = Vec::new();
     let mut pos = from;
     while pos + RECORD_HEADER_LEN <= file_len {
         let n = (WINDOW + RECORD_HEADER_LEN).min(file_len - pos);
         buf.resize(n as usize, 0);
-        file.seek(SeekFrom::Start(pos))?;
-        file.read_exact(&mut buf)?;
+        file.read_exact_at(&mut buf, pos)?;
         let candidates = n - RECORD_HEADER_LEN + 1;
         for i in 0..candidates {
             let at = i as usize;
@@ -257,14 +283,9 @@ fn good_record_after(path: &Path, from: u64, file_len: u64) -> io::Result<Option
                 continue;
             };
             let start = pos + i + RECORD_HEADER_LEN;
-            if start + header.len > file_len {
-                continue;
-            }
-            let mut payload = vec![0u8; header.len as usize];
-            let mut f = File::open(path)?;
-            f.seek(SeekFrom::Start(start))?;
-            f.read_exact(&mut payload)?;
-            if crc32fast::hash(&payload) == header.payload_crc {
+            if start + header.len <= file_len
+                && record::payload_crc_ok(file, start, header.len, header.payload_crc)?
+            {
                 return Ok(Some(pos + i));
             }
         }
@@ -273,77 +294,34 @@ fn good_record_after(path: &Path, from: u64, file_len: u64) -> io::Result<Option
     Ok(None)
 }
 
-impl LogStore {
-    /// Appends `block` and applies it. With `sync` the record is on disk when this returns;
-    /// otherwise the caller must `sync_data` the returned handle of its segment before the
-    /// next append (a crash of the process alone loses nothing: the bytes are in the page
-    /// cache).
-    fn append(&mut self, block: &BlockRecord, sync: bool) -> StoreResult<File> {
-        let Some(active) = self.active.as_mut() else {
-            return Err(StoreError::ReadOnly);
-        };
-        let framed = frame(&borsh::to_vec(block)?)?;
-        // The block counts as committed only once its record is on disk. If the append or the
-        // sync fails (a full disk), cut the partial record off again: left in place, it would
-        // make the next open refuse the log (a bad record with data after it).
-        let mut appended = active.write_all(&framed);
-        if sync {
-            appended = appended.and_then(|()| active.sync_data());
-        }
-        if let Err(e) = appended {
-            let size = self.segments.last().expect("an active segment").size;
-            let _ = active.set_len(size);
-            return Err(e.into());
-        }
-        let written = active.try_clone()?;
-
-        let segment = self.segments.last_mut().expect("an active segment");
-        let (seq, offset) = (segment.seq, segment.size);
-        segment.size += framed.len() as u64;
-        segment.max_height = Some(block.header.height);
-        let full = segment.size >= self.options.segment_bytes;
-        self.apply(block);
-        self.index_block(block.header.height, seq, offset);
-        self.logged_since_snapshot += framed.len() as u64;
-
-        if full {
-            // A sealed segment is durable to its last byte, so that only the end of the last
-            // segment can ever hold a torn record.
-            if !sync {
-                written.sync_data()?;
-            }
-            let next = self.new_segment(seq + 1)?;
-            self.active = Some(
-                OpenOptions::new()
-                    .append(true)
-                    .open(segment_path(&self.dir, next))?,
-            );
-        }
-        if self.logged_since_snapshot >= self.options.snapshot_min_bytes.max(self.state_bytes) {
-            self.snapshot()?;
-        }
-        Ok(written)
+fn check_changes(block: &BlockRecord) -> StoreResult<()> {
+    if block.changes.windows(2).all(|w| w[0].0 < w[1].0) {
+        return Ok(());
     }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "block {}: its changes must be sorted by key, each key once",
+            block.header.height
+        ),
+    )
+    .into())
+}
 
+impl LogStore {
     /// Opens (or creates) the store in `dir` for writing. Fails with
     /// [`StoreError::Locked`] while another process has it open, and with
     /// [`StoreError::Corrupted`] if it is damaged beyond a torn last record.
     pub fn open(dir: impl AsRef<Path>, options: LogOptions) -> StoreResult<Self> {
         let dir = dir.as_ref().to_path_buf();
-        fs::create_dir_all(&dir)?;
-        let lock = DirLock::exclusive(&dir)?;
-        let mut store = Self::empty(dir, options, lock);
-        store.load_snapshot()?;
-        store.replay(true)?;
-        let seq = match store.segments.last() {
-            Some(s) => s.seq,
-            None => store.new_segment(0)?,
-        };
-        store.active = Some(
-            OpenOptions::new()
-                .append(true)
-                .open(segment_path(&store.dir, seq))?,
-        );
+        let vfs = options.vfs.clone();
+        vfs.create_dir_all(&dir)?;
+        let lock = vfs.lock(&dir, true)?;
+        let mut store = Self::empty(dir, options, lock, false);
+        store.load()?;
+        if store.segments.is_empty() {
+            store.new_segment(0)?;
+        }
         Ok(store)
     }
 
@@ -351,390 +329,828 @@ impl LogStore {
     /// removed, and a torn last record is skipped rather than cut. Shares the lock with other
     /// readers; fails with [`StoreError::Locked`] while a writer has the store open.
     pub fn open_read_only(dir: impl AsRef<Path>) -> StoreResult<Self> {
+        Self::open_read_only_with(dir, LogOptions::default())
+    }
+
+    /// [`LogStore::open_read_only`] with `options` (its file system and cache).
+    pub fn open_read_only_with(dir: impl AsRef<Path>, options: LogOptions) -> StoreResult<Self> {
         let dir = dir.as_ref().to_path_buf();
-        if !dir.is_dir() {
+        let vfs = options.vfs.clone();
+        if !vfs.dir_exists(&dir) {
             return Err(StoreError::Missing { dir });
         }
-        let lock = DirLock::shared(&dir)?;
-        let mut store = Self::empty(dir, LogOptions::default(), lock);
-        store.load_snapshot()?;
-        store.replay(false)?;
+        let lock = vfs.lock(&dir, false)?;
+        let mut store = Self::empty(dir, options, lock, true);
+        store.load()?;
         Ok(store)
     }
 
-    fn empty(dir: PathBuf, options: LogOptions, lock: DirLock) -> Self {
+    fn empty(dir: PathBuf, options: LogOptions, lock: VLock, read_only: bool) -> Self {
         Self {
+            vfs: options.vfs.clone(),
+            reads: RefCell::new(Reads {
+                cache: ValueCache::new(options.cache_bytes),
+                key: Vec::new(),
+                value: Vec::new(),
+                block: Vec::new(),
+                gets: 0,
+                user_bytes: 0,
+                disk_bytes: 0,
+            }),
             dir,
             options,
-            map: FxHashMap::default(),
-            state_bytes: 0,
+            read_only,
+            segments: VecDeque::new(),
+            blocks: VecDeque::new(),
+            retain_from: 0,
             head: None,
-            segments: Vec::new(),
-            active: None,
-            index: VecDeque::new(),
-            snapshot_height: None,
-            logged_since_snapshot: 0,
+            index: Index::default(),
+            run: None,
+            syncing: None,
+            merging: None,
+            sweep: None,
+            force_merge: false,
+            stats: StoreStats::default(),
             _lock: lock,
         }
     }
 
-    fn load_snapshot(&mut self) -> StoreResult<()> {
-        // The newest snapshot holds the state; older ones are deleted once a newer one is
-        // durable. A snapshot is renamed into place only once complete and synced, so one that
-        // fails its check is damage, not a crash: refuse it rather than replay a log that may
-        // no longer reach back far enough.
-        let Some(&height) = numbered(&self.dir, "snapshot-", ".tsnap")?.last() else {
-            return Ok(());
+    fn run_height(&self) -> Option<u64> {
+        self.run.as_ref().map(|r| r.head().height)
+    }
+
+    fn segment(&self, seq: u64) -> Option<&Segment> {
+        let first = self.segments.front()?.seq;
+        self.segments.get(seq.checked_sub(first)? as usize)
+    }
+
+    fn segment_file(&self, loc: Loc) -> StoreResult<&Arc<dyn VFile>> {
+        self.segment(loc.seq()).map(|s| &s.file).ok_or_else(|| {
+            StoreError::corrupted(
+                segment_path(&self.dir, loc.seq()),
+                Some(loc.offset()),
+                "the index points into a segment that is gone",
+            )
+        })
+    }
+
+    /// Loads the newest run and replays the log above it.
+    fn load(&mut self) -> StoreResult<()> {
+        let names = self.vfs.list(&self.dir)?;
+        if !self.read_only {
+            // Leftovers of a merge that a crash interrupted.
+            for name in names.iter().filter(|n| n.ends_with(".tmp")) {
+                self.vfs.remove(&self.dir.join(name))?;
+            }
+        }
+        let runs = numbered(&names, "run-", ".trun");
+        if let Some(&height) = runs.last() {
+            let run = Run::open(&*self.vfs, &run_path(&self.dir, height))?;
+            if run.head().height != height {
+                return Err(StoreError::corrupted(
+                    run_path(&self.dir, height),
+                    None,
+                    format!("the run holds block {} instead", run.head().height),
+                ));
+            }
+            self.run = Some(Arc::new(run));
+            if !self.read_only {
+                for &old in &runs[..runs.len() - 1] {
+                    self.vfs.remove(&run_path(&self.dir, old))?;
+                }
+            }
+        }
+        let seqs = numbered(&names, "log-", ".tlog");
+        for (i, &seq) in seqs.iter().enumerate() {
+            self.replay_segment(seq, i + 1 == seqs.len())?;
+        }
+        self.head = match (self.blocks.back(), &self.run) {
+            (Some(_), _) => self.head.take(),
+            (None, Some(run)) => Some(run.head().clone()),
+            (None, None) => None,
         };
-        let path = snapshot_path(&self.dir, height);
-        let bytes = fs::read(&path)?;
-        let Some((head, map)) = Self::parse_snapshot(&bytes) else {
+        if let (Some(run), Some(first)) = (&self.run, self.blocks.front())
+            && first.height > run.head().height + 1
+        {
             return Err(StoreError::corrupted(
-                path,
-                None,
-                "the snapshot fails its checksum or does not decode",
-            ));
-        };
-        if head.height != height {
-            return Err(StoreError::corrupted(
-                path,
-                None,
-                format!("the snapshot holds block {} instead", head.height),
+                segment_path(&self.dir, first.seq),
+                Some(first.offset),
+                format!(
+                    "the log starts at block {} but the run ends at block {}",
+                    first.height,
+                    run.head().height
+                ),
             ));
         }
-        self.state_bytes = map.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum();
-        self.map = map;
-        self.head = Some(head);
-        self.snapshot_height = Some(height);
+        if !self.read_only {
+            self.delete_dead_segments()?;
+        }
+        self.stats.index_keys = self.index.len() as u64;
         Ok(())
     }
 
-    fn parse_snapshot(bytes: &[u8]) -> Option<(BlockHeader, StateMap)> {
-        let body_len = bytes.len().checked_sub(4)?;
-        let (body, trailer) = bytes.split_at(body_len);
-        if crc32fast::hash(body) != u32::from_le_bytes(trailer.try_into().ok()?)
-            || body.get(..8)? != SNAP_MAGIC
-            || u32::from_le_bytes(body.get(8..12)?.try_into().ok()?) != FORMAT_VERSION
-        {
-            return None;
-        }
-        let mut rest = &body[12..];
-        let head: BlockHeader = borsh::BorshDeserialize::deserialize(&mut rest).ok()?;
-        let count: u64 = borsh::BorshDeserialize::deserialize(&mut rest).ok()?;
-        let mut map = FxHashMap::default();
-        map.reserve(count.min(1 << 26) as usize);
-        for _ in 0..count {
-            let k: Vec<u8> = borsh::BorshDeserialize::deserialize(&mut rest).ok()?;
-            let v: Vec<u8> = borsh::BorshDeserialize::deserialize(&mut rest).ok()?;
-            map.insert(k, v);
-        }
-        rest.is_empty().then_some((head, map))
-    }
-
-    /// Replays every segment. A writer (`repair`) cuts a torn tail off the last segment and
-    /// restarts a last segment whose creation was cut short; a reader only stops there.
-    fn replay(&mut self, repair: bool) -> StoreResult<()> {
-        let seqs = numbered(&self.dir, "log-", ".tlog")?;
-        for (i, &seq) in seqs.iter().enumerate() {
-            let last = i + 1 == seqs.len();
-            let path = segment_path(&self.dir, seq);
-            let file = File::open(&path)?;
-            let file_len = file.metadata()?.len();
-            let mut reader = BufReader::with_capacity(1 << 20, file);
-            let mut segment = Segment {
-                seq,
-                size: FILE_HEADER_LEN,
-                max_height: None,
-            };
-            let mut magic = [0u8; FILE_HEADER_LEN as usize];
-            if file_len < FILE_HEADER_LEN || reader.read_exact(&mut magic).is_err() {
-                if !last {
-                    return Err(StoreError::corrupted(
-                        path,
-                        Some(0),
-                        "a sealed segment is shorter than its header",
-                    ));
-                }
-                // A crash while creating the segment, before anything was appended to it.
-                if repair {
-                    drop(reader);
-                    self.write_segment_header(seq)?;
-                }
-                self.segments.push(segment);
-                continue;
-            }
-            if &magic[..8] != LOG_MAGIC {
-                // Its header was synced before any record went in, so this is damage, unless
-                // the file is no longer than a header: a crash while creating it.
-                if !(last && file_len == FILE_HEADER_LEN) {
-                    return Err(StoreError::corrupted(
-                        path,
-                        Some(0),
-                        "not a Tally log segment (bad magic)",
-                    ));
-                }
-                if repair {
-                    drop(reader);
-                    self.write_segment_header(seq)?;
-                }
-                self.segments.push(segment);
-                continue;
-            }
-            let version = u32::from_le_bytes(magic[8..].try_into().expect("4 bytes"));
-            if version != FORMAT_VERSION {
-                return Err(StoreError::Version {
+    fn replay_segment(&mut self, seq: u64, last: bool) -> StoreResult<()> {
+        let path = segment_path(&self.dir, seq);
+        let file = if self.read_only {
+            self.vfs.open_read(&path)?
+        } else {
+            self.vfs.open_append(&path)?
+        };
+        let file_len = file.len()?;
+        let segment = Segment {
+            seq,
+            file: file.clone(),
+            size: FILE_HEADER_LEN,
+            max_height: None,
+        };
+        let mut magic = [0u8; FILE_HEADER_LEN as usize];
+        let whole = file_len >= FILE_HEADER_LEN && file.read_exact_at(&mut magic, 0).is_ok();
+        if !whole || &magic[..8] != LOG_MAGIC {
+            // Its header was synced before any record went in, so this is damage, unless the
+            // file is no longer than a header: a crash while creating it.
+            if !(last && file_len <= FILE_HEADER_LEN) {
+                return Err(StoreError::corrupted(
                     path,
-                    found: version,
-                    expected: FORMAT_VERSION,
-                });
+                    Some(0),
+                    "not a Tally log segment (bad or missing header)",
+                ));
             }
-            loop {
-                let offset = segment.size;
-                let torn = match scan_record(&mut reader, offset, file_len)? {
-                    Scan::End => break,
-                    Scan::Record(record, len) => {
-                        self.replay_record(record, &path, offset, &mut segment)?;
-                        segment.size += len;
-                        continue;
-                    }
-                    Scan::Corrupt(why) => {
-                        return Err(StoreError::corrupted(path, Some(offset), why));
-                    }
-                    Scan::Torn(why) if !last => {
+            if !self.read_only {
+                file.set_len(0)?;
+                file.append(&Self::segment_header())?;
+                file.sync()?;
+            }
+            self.segments.push_back(segment);
+            return Ok(());
+        }
+        let version = u32::from_le_bytes(magic[8..].try_into().expect("4 bytes"));
+        if version != FORMAT_VERSION {
+            return Err(StoreError::Version {
+                path,
+                found: version,
+                expected: FORMAT_VERSION,
+            });
+        }
+        // In the list before its records replay: the index confirms keys by reading them back.
+        self.segments.push_back(segment);
+        loop {
+            let offset = self.segments.back().expect("pushed").size;
+            let torn = match scan_record(&*file, offset, file_len)? {
+                Scan::End => break,
+                Scan::Record(len, retain_from, header) => {
+                    self.replay_record(&path, &file, seq, offset, len, retain_from, header)?;
+                    let segment = self.segments.back_mut().expect("pushed");
+                    segment.max_height = self.blocks.back().map(|b| b.height);
+                    segment.size += RECORD_HEADER_LEN + len;
+                    continue;
+                }
+                Scan::Corrupt(why) => return Err(StoreError::corrupted(path, Some(offset), why)),
+                Scan::Torn(why) if !last => {
+                    return Err(StoreError::corrupted(
+                        path,
+                        Some(offset),
+                        format!("{why}, in a sealed segment (not the last one)"),
+                    ));
+                }
+                Scan::Torn(why) => why,
+                Scan::BadHeader => {
+                    let after = if last {
+                        good_record_after(&*file, offset + 1, file_len)?
+                    } else {
+                        None
+                    };
+                    if !last || after.is_some() {
                         return Err(StoreError::corrupted(
                             path,
                             Some(offset),
-                            format!("{why}, in a sealed segment (not the last one)"),
+                            match after {
+                                Some(at) => format!(
+                                    "record header checksum mismatch, with a good record after \
+                                     it at byte {at}"
+                                ),
+                                None => "record header checksum mismatch, in a sealed segment \
+                                         (not the last one)"
+                                    .into(),
+                            },
                         ));
                     }
-                    Scan::Torn(why) => why,
-                    Scan::BadHeader => {
-                        let after = if last {
-                            good_record_after(&path, offset + 1, file_len)?
-                        } else {
-                            None
-                        };
-                        if !last || after.is_some() {
-                            return Err(StoreError::corrupted(
-                                path,
-                                Some(offset),
-                                match after {
-                                    Some(at) => format!(
-                                        "record header checksum mismatch, with a good record \
-                                         after it at byte {at}"
-                                    ),
-                                    None => "record header checksum mismatch, in a sealed \
-                                             segment (not the last one)"
-                                        .into(),
-                                },
-                            ));
-                        }
-                        "the last record's header is damaged and no record follows it"
-                    }
-                };
-                // A record that never finished: the crash came before its fdatasync returned,
-                // so the block never counted as committed.
-                let _ = torn;
-                if repair {
-                    drop(reader);
-                    let file = OpenOptions::new().write(true).open(&path)?;
-                    file.set_len(offset)?;
-                    file.sync_all()?;
+                    "the last record's header is damaged and no record follows it"
                 }
-                break;
+            };
+            // A record that never finished: the crash came before its sync returned, so the
+            // block never counted as committed.
+            let _ = torn;
+            if !self.read_only {
+                file.set_len(offset)?;
+                file.sync()?;
             }
-            self.segments.push(segment);
+            break;
         }
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn replay_record(
         &mut self,
-        record: BlockRecord,
         path: &Path,
+        file: &Arc<dyn VFile>,
+        seq: u64,
         offset: u64,
-        segment: &mut Segment,
+        len: u64,
+        retain_from: u64,
+        header: BlockHeader,
     ) -> StoreResult<()> {
-        let height = record.header.height;
-        segment.max_height = Some(height);
-        let applied = self.snapshot_height.is_some_and(|s| height <= s);
-        if !applied {
-            let expected = self.head.as_ref().map_or(0, |h| h.height + 1);
-            if height != expected {
-                return Err(StoreError::corrupted(
-                    path,
-                    Some(offset),
-                    format!("a record of block {height} where block {expected} was expected"),
-                ));
-            }
-            self.apply(&record);
+        let height = header.height;
+        let run_height = self.run_height();
+        let expected = match (self.blocks.back(), run_height) {
+            (Some(b), _) => Some(b.height + 1),
+            (None, Some(_)) => None, // the log may start anywhere at or below the run
+            (None, None) => Some(0),
+        };
+        if expected.is_some_and(|e| e != height) {
+            return Err(StoreError::corrupted(
+                path,
+                Some(offset),
+                format!(
+                    "a record of block {height} where block {} was expected",
+                    expected.expect("some")
+                ),
+            ));
         }
-        self.index_block(height, segment.seq, offset);
-        Ok(())
-    }
-
-    fn apply(&mut self, record: &BlockRecord) {
-        for (k, v) in &record.changes {
-            if let Some(old) = self.map.get(k) {
-                self.state_bytes -= (k.len() + old.len()) as u64;
-            }
-            if let Some(v) = v {
-                self.state_bytes += (k.len() + v.len()) as u64;
+        if run_height.is_none_or(|r| height > r) {
+            let (_, mut cursor) = ChangeCursor::new(&**file, offset, len, 1 << 20)
+                .map_err(|e| StoreError::corrupted(path, Some(offset), e.to_string()))?;
+            let (mut key, mut value, mut previous) = (Vec::new(), Vec::new(), Vec::new());
+            let mut first = true;
+            while let Some((at, present)) = cursor
+                .next_into(&mut key, &mut value)
+                .map_err(|e| StoreError::corrupted(path, Some(offset), e.to_string()))?
+            {
+                if !first && previous >= key {
+                    return Err(StoreError::corrupted(
+                        path,
+                        Some(offset),
+                        "changes out of order",
+                    ));
+                }
+                first = false;
+                self.index_change(&key, present.then_some(value.as_slice()), Loc::new(seq, at))?;
+                std::mem::swap(&mut previous, &mut key);
             }
         }
-        apply_changes(&mut self.map, &record.changes);
-        self.head = Some(record.header.clone());
-    }
-
-    fn index_block(&mut self, height: u64, seq: u64, offset: u64) {
-        self.index.push_back(BlockPos {
+        self.blocks.push_back(BlockPos {
             height,
             seq,
             offset,
+            len,
         });
-        let head = self.head.as_ref().map_or(height, |h| h.height);
-        while self
-            .index
-            .front()
-            .is_some_and(|f| f.height + self.options.retain_blocks <= head)
-        {
-            self.index.pop_front();
-        }
+        self.retain_from = retain_from;
+        self.head = Some(header);
+        Ok(())
     }
 
-    fn write_segment_header(&self, seq: u64) -> io::Result<()> {
-        let path = segment_path(&self.dir, seq);
-        let mut file = File::create(&path)?;
-        file.write_all(LOG_MAGIC)?;
-        file.write_all(&FORMAT_VERSION.to_le_bytes())?;
-        file.sync_all()?;
-        sync_dir(&self.dir)
+    fn segment_header() -> Vec<u8> {
+        let mut h = LOG_MAGIC.to_vec();
+        h.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        h
     }
 
-    fn new_segment(&mut self, seq: u64) -> io::Result<u64> {
-        self.write_segment_header(seq)?;
-        self.segments.push(Segment {
+    fn new_segment(&mut self, seq: u64) -> StoreResult<()> {
+        let file = self.vfs.create(&segment_path(&self.dir, seq))?;
+        file.append(&Self::segment_header())?;
+        file.sync()?;
+        crash::point("rotate");
+        // The new file's name must survive a power cut before anything is written to it.
+        self.vfs.sync_dir(&self.dir)?;
+        self.stats.disk_bytes_written += FILE_HEADER_LEN;
+        self.segments.push_back(Segment {
             seq,
+            file,
             size: FILE_HEADER_LEN,
             max_height: None,
         });
-        Ok(seq)
+        Ok(())
     }
 
-    /// Writes a snapshot of the whole state at the head, then drops what it makes redundant.
-    pub fn snapshot(&mut self) -> StoreResult<()> {
-        if self.active.is_none() {
-            return Err(StoreError::ReadOnly);
+    /// Points `key` at its change at `loc` in the index and the cache.
+    fn index_change(&mut self, key: &[u8], value: Option<&[u8]>, loc: Loc) -> StoreResult<()> {
+        let hash = key_hash(key);
+        let reads = self.reads.get_mut();
+        let (segments, dir) = (&self.segments, &self.dir);
+        let mut scratch = (Vec::new(), Vec::new());
+        self.index.insert(hash, loc, |old| {
+            if reads.cache.confirms(hash, old, key) {
+                return Ok::<_, StoreError>(true);
+            }
+            let first = segments.front().map_or(0, |s| s.seq);
+            let seg = old
+                .seq()
+                .checked_sub(first)
+                .and_then(|i| segments.get(i as usize))
+                .ok_or_else(|| {
+                    StoreError::corrupted(
+                        segment_path(dir, old.seq()),
+                        Some(old.offset()),
+                        "the index points into a segment that is gone",
+                    )
+                })?;
+            let (_, n) = read_change_at(&*seg.file, old.offset(), &mut scratch.0, &mut scratch.1)?;
+            reads.disk_bytes += n;
+            Ok(scratch.0 == key)
+        })?;
+        reads.cache.update(hash, key, value, loc);
+        Ok(())
+    }
+
+    /// Waits for the background sync of the last block, if any.
+    fn finish_sync(&mut self) -> StoreResult<()> {
+        match self.syncing.take().map(JoinHandle::join) {
+            None => Ok(()),
+            Some(Ok(result)) => result.map_err(StoreError::from),
+            Some(Err(_)) => Err(io::Error::other("the background sync thread panicked").into()),
         }
-        let Some(head) = self.head.clone() else {
+    }
+
+    /// Installs a finished merge, if one finished (never waits for one).
+    fn poll_merge(&mut self, wait: bool) -> StoreResult<()> {
+        let finished = self
+            .merging
+            .as_ref()
+            .is_some_and(|m| wait || m.handle.is_finished());
+        if !finished {
             return Ok(());
-        };
-        let path = snapshot_path(&self.dir, head.height);
-        let tmp = path.with_extension("tmp");
-        {
-            let file = File::create(&tmp)?;
-            let mut w = CrcWriter {
-                inner: BufWriter::with_capacity(1 << 20, file),
-                crc: crc32fast::Hasher::new(),
-            };
-            w.write_all(SNAP_MAGIC)?;
-            w.write_all(&FORMAT_VERSION.to_le_bytes())?;
-            borsh::BorshSerialize::serialize(&head, &mut w)?;
-            borsh::BorshSerialize::serialize(&(self.map.len() as u64), &mut w)?;
-            for (k, v) in &self.map {
-                borsh::BorshSerialize::serialize(k, &mut w)?;
-                borsh::BorshSerialize::serialize(v, &mut w)?;
-            }
-            let crc = w.crc.clone().finalize();
-            let mut inner = w.inner;
-            inner.write_all(&crc.to_le_bytes())?;
-            inner.into_inner().map_err(|e| e.into_error())?.sync_all()?;
         }
-        fs::rename(&tmp, &path)?;
-        sync_dir(&self.dir)?;
-        self.snapshot_height = Some(head.height);
-        self.logged_since_snapshot = 0;
-        for old in numbered(&self.dir, "snapshot-", ".tsnap")? {
-            if old < head.height {
-                fs::remove_file(snapshot_path(&self.dir, old))?;
-            }
-        }
-        // A segment can go once the snapshot covers it and it holds no retained block.
-        let keep_from = self.index.front().map_or(head.height, |p| p.height);
-        let active = self.segments.last().map(|s| s.seq);
-        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.segments)
-            .into_iter()
-            .partition(|s| Some(s.seq) != active && s.max_height.is_none_or(|m| m < keep_from));
-        self.segments = kept;
-        for s in gone {
-            fs::remove_file(segment_path(&self.dir, s.seq))?;
+        let merging = self.merging.take().expect("checked");
+        let done = merging
+            .handle
+            .join()
+            .map_err(|_| io::Error::other("the merge thread panicked"))??;
+        if let Some(done) = done {
+            self.install(done)?;
         }
         Ok(())
     }
+
+    fn install(&mut self, done: MergeDone) -> StoreResult<()> {
+        let started = Instant::now();
+        let run = Arc::new(Run::open(&*self.vfs, &done.path)?);
+        let old = self.run.replace(run);
+        self.stats.snapshots += 1;
+        self.stats.disk_bytes_written += done.written;
+        self.stats.background_bytes_read += done.read;
+        self.stats.longest_snapshot_ms = self
+            .stats
+            .longest_snapshot_ms
+            .max(done.took.as_secs_f64() * 1e3);
+        crash::point("snapshot-installed");
+        if let Some(old) = old {
+            self.vfs.remove(old.path())?;
+            self.vfs.sync_dir(&self.dir)?;
+        }
+        let end = self
+            .blocks
+            .iter()
+            .find(|b| b.height == done.height)
+            .map(BlockPos::end)
+            .expect("the merged head is in the log");
+        self.reads.get_mut().cache.forget_locations();
+        self.sweep = Some(Sweep { next_shard: 0, end });
+        self.note_pause(started);
+        Ok(())
+    }
+
+    fn note_pause(&mut self, started: Instant) {
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        self.stats.longest_pause_ms = self.stats.longest_pause_ms.max(ms);
+    }
+
+    /// Drops merged keys from the index for a while; once all are gone, deletes dead
+    /// segments.
+    fn sweep_step(&mut self, budget: Option<Duration>) -> StoreResult<()> {
+        let Some(sweep) = self.sweep.as_mut() else {
+            return Ok(());
+        };
+        let started = Instant::now();
+        let end = sweep.end;
+        while sweep.next_shard < SHARDS {
+            self.index.retain_shard(sweep.next_shard, |loc| loc < end);
+            sweep.next_shard += 1;
+            if budget.is_some_and(|b| started.elapsed() >= b) {
+                break;
+            }
+        }
+        let done = sweep.next_shard == SHARDS;
+        if done {
+            self.sweep = None;
+            self.delete_dead_segments()?;
+        }
+        self.stats.index_keys = self.index.len() as u64;
+        self.note_pause(started);
+        Ok(())
+    }
+
+    /// Deletes sealed segments whose blocks are all merged into the run and below the
+    /// retention height, oldest first.
+    fn delete_dead_segments(&mut self) -> StoreResult<()> {
+        if self.sweep.is_some() {
+            return Ok(());
+        }
+        let run_height = self.run_height();
+        let mut deleted = false;
+        while self.segments.len() > 1 {
+            let front = &self.segments[0];
+            let dead = match front.max_height {
+                None => true,
+                Some(max) => run_height.is_some_and(|r| max <= r) && max < self.retain_from,
+            };
+            if !dead {
+                break;
+            }
+            let seq = front.seq;
+            self.vfs.remove(&segment_path(&self.dir, seq))?;
+            crash::point("compact-delete");
+            self.segments.pop_front();
+            while self.blocks.front().is_some_and(|b| b.seq == seq) {
+                self.blocks.pop_front();
+            }
+            self.stats.segments_deleted += 1;
+            deleted = true;
+        }
+        if deleted {
+            self.vfs.sync_dir(&self.dir)?;
+        }
+        Ok(())
+    }
+
+    /// Starts a merge if the log above the run has grown enough and none is running.
+    fn maybe_merge(&mut self) -> StoreResult<()> {
+        if self.merging.is_some() || self.sweep.is_some() || self.read_only {
+            return Ok(());
+        }
+        let run_height = self.run_height();
+        let above: Vec<BlockPos> = self
+            .blocks
+            .iter()
+            .filter(|b| run_height.is_none_or(|r| b.height > r))
+            .take(MAX_MERGE_BLOCKS)
+            .copied()
+            .collect();
+        let Some(last) = above.last() else {
+            return Ok(());
+        };
+        let bytes: u64 = above.iter().map(|b| b.len).sum();
+        let threshold = self
+            .options
+            .snapshot_min_bytes
+            .max(self.run.as_ref().map_or(0, |r| r.size()));
+        if !self.force_merge && bytes < threshold && above.len() < MAX_MERGE_BLOCKS {
+            return Ok(());
+        }
+        let mut blocks = Vec::with_capacity(above.len());
+        for b in &above {
+            let seg = self
+                .segment(b.seq)
+                .expect("blocks above the run have segments");
+            blocks.push(MergeBlock {
+                height: b.height,
+                file: seg.file.clone(),
+                path: segment_path(&self.dir, b.seq),
+                offset: b.offset,
+                len: b.len,
+            });
+        }
+        let head = self.block_header(last).map_err(|e| {
+            StoreError::corrupted(
+                segment_path(&self.dir, last.seq),
+                Some(last.offset),
+                e.to_string(),
+            )
+        })?;
+        let cancel = Arc::new(AtomicBool::new(false));
+        let job = MergeJob {
+            vfs: self.vfs.clone(),
+            dir: self.dir.clone(),
+            run: self.run.clone(),
+            blocks,
+            head,
+            cancel: cancel.clone(),
+        };
+        if self.options.background {
+            let handle = std::thread::Builder::new()
+                .name("tally-merge".into())
+                .spawn(move || run_merge(job))
+                .map_err(StoreError::from)?;
+            self.merging = Some(Merging { handle, cancel });
+        } else if let Some(done) = run_merge(job)? {
+            self.install(done)?;
+            self.sweep_step(None)?;
+        }
+        Ok(())
+    }
+
+    fn block_header(&self, pos: &BlockPos) -> io::Result<BlockHeader> {
+        let file = &self.segment(pos.seq).expect("a block's segment").file;
+        let start = pos.offset + RECORD_HEADER_LEN;
+        let mut reader = FileReader::new(&**file, start, start + pos.len, 256);
+        read_prefix(&mut reader)?
+            .map(|p| p.header)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not a block record"))
+    }
+
+    /// Waits for a running merge and installs it, then finishes the index sweep (for tests
+    /// and for closing).
+    pub fn settle(&mut self) -> StoreResult<()> {
+        self.poll_merge(true)?;
+        self.sweep_step(None)
+    }
+
+    /// Merges everything committed into a new run now, whatever its size, and waits for it
+    /// (for tests; commits trigger merges on their own).
+    pub fn snapshot(&mut self) -> StoreResult<()> {
+        if self.read_only {
+            return Err(StoreError::ReadOnly);
+        }
+        self.settle()?;
+        self.force_merge = true;
+        let background = std::mem::replace(&mut self.options.background, false);
+        let result = self.maybe_merge();
+        self.force_merge = false;
+        self.options.background = background;
+        result?;
+        self.settle()
+    }
+
+    /// Counters of the store's work so far.
+    fn current_stats(&self) -> StoreStats {
+        let reads = self.reads.borrow();
+        StoreStats {
+            gets: reads.gets,
+            user_bytes_read: reads.user_bytes,
+            disk_bytes_read: reads.disk_bytes,
+            cache_hits: reads.cache.hits,
+            memory_bytes: (self.index.heap_bytes()
+                + reads.cache.heap_bytes()
+                + self.run.as_ref().map_or(0, |r| r.heap_bytes())) as u64,
+            index_keys: self.index.len() as u64,
+            ..self.stats.clone()
+        }
+    }
+
+    /// Reads `key` from the index (the log) or the run, filling the cache.
+    fn read(&self, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
+        let hash = key_hash(key);
+        let mut guard = self.reads.borrow_mut();
+        let reads = &mut *guard;
+        reads.gets += 1;
+        if let Some(value) = reads.cache.get(hash, key) {
+            let value = value.map(<[u8]>::to_vec);
+            reads.user_bytes += key.len() as u64 + value.as_ref().map_or(0, |v| v.len() as u64);
+            return Ok(value);
+        }
+        let mut present = false;
+        let found = self.index.find(hash, |loc| {
+            let file = self.segment_file(loc)?;
+            let (p, n) = read_change_at(&**file, loc.offset(), &mut reads.key, &mut reads.value)
+                .map_err(|e| {
+                    StoreError::corrupted(
+                        segment_path(&self.dir, loc.seq()),
+                        Some(loc.offset()),
+                        format!("a change the index points at does not read: {e}"),
+                    )
+                })?;
+            reads.disk_bytes += n;
+            present = p;
+            Ok::<_, StoreError>(reads.key == key)
+        })?;
+        let (value, loc) = match found {
+            Some(loc) => (present.then(|| reads.value.clone()), Some(loc)),
+            None => match &self.run {
+                Some(run) => {
+                    let (value, n) = run.get(key, hash, &mut reads.block)?;
+                    reads.disk_bytes += n;
+                    (value, None)
+                }
+                None => (None, None),
+            },
+        };
+        reads.cache.put(hash, key, value.as_deref(), loc);
+        reads.user_bytes += key.len() as u64 + value.as_ref().map_or(0, |v| v.len() as u64);
+        Ok(value)
+    }
+
+    /// The blocks above the run, as merge inputs.
+    fn unmerged(&self) -> Vec<MergeBlock> {
+        let run_height = self.run_height();
+        self.blocks
+            .iter()
+            .filter(|b| run_height.is_none_or(|r| b.height > r))
+            .map(|b| MergeBlock {
+                height: b.height,
+                file: self
+                    .segment(b.seq)
+                    .expect("blocks above the run have segments")
+                    .file
+                    .clone(),
+                path: segment_path(&self.dir, b.seq),
+                offset: b.offset,
+                len: b.len,
+            })
+            .collect()
+    }
 }
 
-impl StateStore for LogStore {
-    fn get(&self, key: &[u8]) -> StoreResult<Option<Cow<'_, [u8]>>> {
-        Ok(self.map.get(key).map(|v| Cow::Borrowed(v.as_slice())))
-    }
-
-    fn commit(&mut self, block: &BlockRecord) -> StoreResult<()> {
-        self.append(block, true).map(|_| ())
-    }
-
-    fn commit_deferred(&mut self, block: &BlockRecord) -> StoreResult<Option<SyncJob>> {
-        let file = self.append(block, false)?;
-        Ok(Some(Box::new(move || file.sync_data())))
-    }
-
+impl BlockArchive for LogStore {
     fn head(&self) -> Option<&BlockHeader> {
         self.head.as_ref()
     }
 
     fn block(&self, height: u64) -> StoreResult<Option<BlockRecord>> {
-        let Some(pos) = self.index.iter().find(|p| p.height == height) else {
+        if height < self.first_retained() {
+            return Ok(None);
+        }
+        let Some(first) = self.blocks.front() else {
+            return Ok(None);
+        };
+        let Some(pos) = height
+            .checked_sub(first.height)
+            .and_then(|i| self.blocks.get(i as usize))
+            .filter(|p| p.height == height)
+        else {
             return Ok(None);
         };
         let path = segment_path(&self.dir, pos.seq);
-        let mut file = File::open(&path)?;
-        let file_len = file.metadata()?.len();
-        file.seek(SeekFrom::Start(pos.offset))?;
         let corrupt = |why: String| StoreError::corrupted(&path, Some(pos.offset), why);
-        match scan_record(&mut BufReader::new(file), pos.offset, file_len)? {
-            Scan::Record(record, _) if record.header.height == height => Ok(Some(record)),
-            Scan::Record(record, _) => Err(corrupt(format!(
+        let file = self.segment_file(Loc::new(pos.seq, pos.offset))?;
+        let mut bytes = vec![0u8; (RECORD_HEADER_LEN + pos.len) as usize];
+        file.read_exact_at(&mut bytes, pos.offset)
+            .map_err(|e| corrupt(format!("block {height}: {e}")))?;
+        let header = parse_header(bytes[..12].try_into().expect("12 bytes"))
+            .ok_or_else(|| corrupt(format!("block {height}: record header checksum mismatch")))?;
+        let payload = &bytes[RECORD_HEADER_LEN as usize..];
+        if header.len != pos.len || crc32fast::hash(payload) != header.payload_crc {
+            return Err(corrupt(format!("block {height}: record checksum mismatch")));
+        }
+        let (_, record) =
+            record::decode_block(payload).map_err(|e| corrupt(format!("block {height}: {e}")))?;
+        if record.header.height != height {
+            return Err(corrupt(format!(
                 "block {height} was indexed here, but the record holds block {}",
                 record.header.height
-            ))),
-            Scan::End | Scan::Torn(_) => Err(corrupt(format!(
-                "block {height} was indexed here, but the log ends"
-            ))),
-            Scan::BadHeader => Err(corrupt(format!(
-                "block {height}: record header checksum mismatch"
-            ))),
-            Scan::Corrupt(why) => Err(corrupt(format!("block {height}: {why}"))),
+            )));
         }
+        Ok(Some(record))
     }
 
     fn first_retained(&self) -> u64 {
-        self.index.front().map_or(0, |p| p.height)
+        let first = self.blocks.front().map_or(0, |b| b.height);
+        first
+            .max(self.retain_from)
+            .min(self.head.as_ref().map_or(0, |h| h.height))
+    }
+}
+
+impl StateStore for LogStore {
+    fn get(&self, key: &[u8]) -> StoreResult<Option<Cow<'_, [u8]>>> {
+        Ok(self.read(key)?.map(Cow::Owned))
     }
 
-    fn entries(&self) -> StoreResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        Ok(sorted_entries(&self.map))
+    fn commit(&mut self, block: &BlockRecord, commit: Commit) -> StoreResult<()> {
+        if self.read_only {
+            return Err(StoreError::ReadOnly);
+        }
+        let height = block.header.height;
+        let expected = self.head.as_ref().map_or(0, |h| h.height + 1);
+        if height != expected {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("block {height} committed where block {expected} was expected"),
+            )
+            .into());
+        }
+        check_changes(block)?;
+        let started = Instant::now();
+        self.finish_sync()?;
+        self.poll_merge(false)?;
+        self.note_pause(started);
+
+        let cap_from = (height + 1).saturating_sub(self.options.retain_blocks);
+        let retain_from = commit
+            .retain_from
+            .max(cap_from)
+            .max(self.retain_from)
+            .min(height);
+        let segment = self.segments.back_mut().expect("an active segment");
+        let (seq, offset) = (segment.seq, segment.size);
+        let mut out = FileWriter::new(segment.file.clone());
+        let appended = write_block_record(block, retain_from, &mut out)
+            .and_then(|len| out.flush().map(|()| len).map_err(StoreError::from))
+            .and_then(|len| match commit.durability {
+                Durability::Immediate => segment.file.sync().map(|()| len).map_err(Into::into),
+                _ => Ok(len),
+            });
+        let len = match appended {
+            Ok(len) => len,
+            Err(e) => {
+                // The block did not commit. Cut the partial record off again: left in place,
+                // it would make the next open refuse the log (a bad record with data after).
+                let _ = segment.file.set_len(offset);
+                return Err(e);
+            }
+        };
+        let file = segment.file.clone();
+        segment.size += RECORD_HEADER_LEN + len;
+        segment.max_height = Some(height);
+        let full = segment.size >= self.options.segment_bytes;
+        if commit.durability == Durability::Background {
+            let file = file.clone();
+            self.syncing = Some(
+                std::thread::Builder::new()
+                    .name("tally-sync".into())
+                    .spawn(move || file.sync())
+                    .map_err(StoreError::from)?,
+            );
+        }
+
+        let mut user_bytes = 0;
+        for ((key, value), at) in block.changes.iter().zip(change_offsets(block)) {
+            user_bytes += key.len() as u64 + value.as_ref().map_or(0, |v| v.len() as u64);
+            self.index_change(key, value.as_deref(), Loc::new(seq, offset + at))?;
+        }
+        self.blocks.push_back(BlockPos {
+            height,
+            seq,
+            offset,
+            len,
+        });
+        self.head = Some(block.header.clone());
+        self.retain_from = retain_from;
+        self.stats.commits += 1;
+        self.stats.user_bytes_written += user_bytes;
+        self.stats.disk_bytes_written += RECORD_HEADER_LEN + len;
+        self.stats.index_keys = self.index.len() as u64;
+
+        if full {
+            let started = Instant::now();
+            // A sealed segment is durable to its last byte, so that only the end of the last
+            // segment can ever hold a torn record.
+            self.finish_sync()?;
+            file.sync()?;
+            self.new_segment(seq + 1)?;
+            self.note_pause(started);
+        }
+        self.sweep_step(Some(SWEEP_BUDGET))?;
+        if self.sweep.is_none() {
+            self.delete_dead_segments()?;
+        }
+        self.maybe_merge()
+    }
+
+    fn sync(&mut self) -> StoreResult<()> {
+        self.finish_sync()?;
+        if let Some(segment) = self.segments.back()
+            && !self.read_only
+        {
+            segment.file.sync()?;
+        }
+        Ok(())
+    }
+
+    fn entries(&self) -> StoreResult<Entries<'_>> {
+        let mut merger = Merger::new(self.run.as_ref(), &self.unmerged())?;
+        Ok(Box::new(std::iter::from_fn(move || {
+            let (mut key, mut value) = (Vec::new(), Vec::new());
+            match merger.next_into(&mut key, &mut value) {
+                Ok(true) => Some(Ok((key, value))),
+                Ok(false) => None,
+                Err(e) => Some(Err(e)),
+            }
+        })))
     }
 
     fn disk_bytes(&self) -> u64 {
-        fs::read_dir(&self.dir)
-            .map(|rd| {
-                rd.filter_map(|e| e.ok()?.metadata().ok())
-                    .map(|m| m.len())
-                    .sum()
-            })
-            .unwrap_or(0)
+        self.segments.iter().map(|s| s.size).sum::<u64>()
+            + self.run.as_ref().map_or(0, |r| r.size())
     }
 
     fn kind(&self) -> &'static str {
         "log"
+    }
+
+    fn stats(&self) -> StoreStats {
+        self.current_stats()
+    }
+}
+
+impl Drop for LogStore {
+    fn drop(&mut self) {
+        // A background sync finishes; a merge stops early (its temporary file is deleted at
+        // the next open).
+        let _ = self.finish_sync();
+        if let Some(merging) = self.merging.take() {
+            merging
+                .cancel
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = merging.handle.join();
+        }
     }
 }

@@ -586,10 +586,12 @@ mod stores {
                     LogStore::open(
                         dir,
                         LogOptions {
-                            retain_blocks: retain,
-                            // Small, so the suite exercises rotation and snapshots.
+                            // Small, so the suite exercises rotation, snapshots and
+                            // compaction.
                             segment_bytes: 64 << 10,
                             snapshot_min_bytes: 128 << 10,
+                            retain_blocks: retain,
+                            ..LogOptions::default()
                         },
                     )
                     .unwrap(),
@@ -645,6 +647,51 @@ mod stores {
             assert!(v.replayed, "{kind}");
             assert_eq!(v.transactions, config().transfers, "{kind}");
             assert_eq!(v.state_digest, chain.state_digest().unwrap(), "{kind}");
+        }
+    }
+
+    #[test]
+    fn issue_14_the_checksum_is_the_same_with_compaction_on_off_and_across_snapshots() {
+        let expected = reference_checksum();
+        let expected_digest = {
+            let mut chain = chain_on(Box::new(MemoryStore::new(512)), 512);
+            workload::run(&mut chain, &config(), &mut |_| {}).unwrap();
+            chain.state_digest().unwrap()
+        };
+        // Off: one segment, no snapshot. On: tiny segments and snapshots, inline or in the
+        // background, and a forced snapshot at every restart.
+        let settings: [(&str, u64, u64, bool); 4] = [
+            ("off", 1 << 30, 1 << 40, false),
+            ("inline", 16 << 10, 8 << 10, false),
+            ("background", 16 << 10, 8 << 10, true),
+            ("background, big", 256 << 10, 64 << 10, true),
+        ];
+        for (what, segment_bytes, snapshot_min_bytes, background) in settings {
+            let dir = tempfile::tempdir().unwrap();
+            let options = || LogOptions {
+                segment_bytes,
+                snapshot_min_bytes,
+                background,
+                ..LogOptions::default()
+            };
+            let mut partial = config();
+            partial.transfers = 2_000;
+            let mut store = LogStore::open(dir.path(), options()).unwrap();
+            store.snapshot().unwrap();
+            let mut chain = chain_on(Box::new(store), 8);
+            workload::run(&mut chain, &partial, &mut |_| {}).unwrap();
+            drop(chain);
+            let mut store = LogStore::open(dir.path(), options()).unwrap();
+            store.snapshot().unwrap();
+            let mut chain = chain_on(Box::new(store), 8);
+            let report = workload::resume(&mut chain, &config(), &mut |_| {}).unwrap();
+            assert_eq!(report.state_checksum, expected, "{what}");
+            assert_eq!(chain.state_digest().unwrap(), expected_digest, "{what}");
+            let stats = chain.store().stats();
+            if snapshot_min_bytes < 1 << 30 {
+                assert!(stats.snapshots > 0, "{what}: {stats:?}");
+            }
+            verify(chain.store(), chain.runtime().clone(), chain.config()).unwrap();
         }
     }
 
@@ -719,9 +766,9 @@ mod stores {
 
     fn log_options() -> LogOptions {
         LogOptions {
-            retain_blocks: 512,
             segment_bytes: 1 << 30,
             snapshot_min_bytes: 1 << 30,
+            ..LogOptions::default()
         }
     }
 
@@ -796,9 +843,9 @@ mod stores {
         let dir = tempfile::tempdir().unwrap();
         {
             let options = LogOptions {
-                retain_blocks: 512,
                 segment_bytes: 1,
                 snapshot_min_bytes: 1 << 30,
+                ..LogOptions::default()
             };
             let mut chain = chain_on(Box::new(LogStore::open(dir.path(), options).unwrap()), 512);
             let mut cfg = config();

@@ -1,7 +1,16 @@
-//! Store internals shared by the backends: the error type, the directory lock, the access mode.
+//! Store internals: the error type, the directory lock and the access mode, which every
+//! backend shares, and the parts of the log store (its file layer, index, cache, log records,
+//! sorted runs and merges).
 
+pub mod cache;
+pub mod crash;
 pub mod error;
+pub mod index;
 pub mod lock;
+pub mod merge;
+pub mod record;
+pub mod run;
+pub mod vfs;
 
 pub use error::{StoreError, StoreResult};
 pub use lock::DirLock;
