@@ -12,7 +12,7 @@ use crate::block::{BlockHeader, BlockId, chain_checksum};
 use crate::crypto;
 use crate::error::{ChainError, TxError};
 use crate::host::{ActionHost, Pending, TxWrites, tx_get, tx_set};
-use crate::state::{BlockRecord, Change, StateStore, keys};
+use crate::state::{BlockRecord, Change, Commit, Durability, StateStore, keys};
 use crate::system::{self, NewAccount, SYSTEM, SetCode};
 use crate::tx::{Action, BlockBody, SignedTransaction, Transaction, TxId};
 
@@ -97,8 +97,6 @@ pub struct Chain {
     tx_writes: TxWrites,
     /// Whether `finish_block` may leave the store's durable sync running in the background.
     overlap_commit: bool,
-    /// The durable sync of the last block, when it runs in the background.
-    in_flight: Option<std::thread::JoinHandle<std::io::Result<()>>>,
 }
 
 /// An executor that replaces a contract's wasm for baselines (`tally bench --baseline`): plain
@@ -180,7 +178,6 @@ impl Chain {
             pending_body: PendingBody::default(),
             tx_writes: Vec::new(),
             overlap_commit: false,
-            in_flight: None,
         };
         if fresh {
             chain.genesis()?;
@@ -739,16 +736,17 @@ impl Chain {
             body: self.pending_body.take_encoded(),
             changes,
         };
-        // At most one block's sync is in flight: the previous one must be durable before the
-        // next is written.
-        self.sync()?;
-        if self.overlap_commit {
-            if let Some(sync) = self.store.commit_deferred(&record)? {
-                self.in_flight = Some(std::thread::spawn(sync));
-            }
-        } else {
-            self.store.commit(&record)?;
-        }
+        // With the overlap on, the store syncs the block in the background and finishes that
+        // before its next commit.
+        let commit = Commit {
+            durability: if self.overlap_commit {
+                Durability::Background
+            } else {
+                Durability::Immediate
+            },
+            retain_from: (record.header.height + 1).saturating_sub(self.config.retain_blocks),
+        };
+        self.store.commit(&record, commit)?;
         self.pending_id_set.clear();
         let ids: Vec<TxId> = self.pending_ids.drain(..).map(|(id, _)| id).collect();
         self.recent_ids.extend(ids.iter().copied());
@@ -773,19 +771,13 @@ impl Chain {
     /// store can then no longer promise that the last block survives a crash, so the node
     /// must stop.
     pub fn sync(&mut self) -> Result<(), ChainError> {
-        match self.in_flight.take().map(std::thread::JoinHandle::join) {
-            None => Ok(()),
-            Some(Ok(result)) => result.map_err(ChainError::from),
-            Some(Err(_)) => Err(ChainError::from(std::io::Error::other(
-                "the background sync thread panicked",
-            ))),
-        }
+        Ok(self.store.sync()?)
     }
 
     /// sha256 over every committed entry in key order: a digest of the whole state, for
     /// audits. Unlike the block checksum it does not depend on history.
     pub fn state_digest(&self) -> Result<[u8; 32], ChainError> {
-        Ok(crate::verify::digest_entries(&self.store.entries()?))
+        crate::verify::digest_entries(self.store.entries()?)
     }
 }
 
@@ -807,13 +799,6 @@ fn with_host(
         key: Vec::with_capacity(64),
     };
     f(&mut host)
-}
-
-impl Drop for Chain {
-    fn drop(&mut self) {
-        // A sync still running in the background finishes before the chain goes away.
-        let _ = self.sync();
-    }
 }
 
 /// A failed receipt's reason, for callers that only need the text.
