@@ -28,7 +28,30 @@ impl StoreKind {
     }
 }
 
-/// Opens a store of `kind` in `dir`, keeping `retain` blocks. With [`Access::ReadOnly`]
+/// The log store's options: the defaults, or for tests that need rotation and snapshots
+/// to come up in short runs, `TALLY_LOG_SEGMENT_BYTES` and `TALLY_LOG_SNAPSHOT_BYTES`.
+fn log_options() -> anyhow::Result<LogOptions> {
+    let mut options = LogOptions::default();
+    let var = |name: &str| -> anyhow::Result<Option<u64>> {
+        std::env::var(name)
+            .ok()
+            .map(|v| {
+                v.parse()
+                    .with_context(|| format!("{name}={v:?} is not a number of bytes"))
+            })
+            .transpose()
+    };
+    if let Some(n) = var("TALLY_LOG_SEGMENT_BYTES")? {
+        options.segment_bytes = n;
+    }
+    if let Some(n) = var("TALLY_LOG_SNAPSHOT_BYTES")? {
+        options.snapshot_min_bytes = n;
+    }
+    Ok(options)
+}
+
+/// Opens a store of `kind` in `dir`. The chain says with each commit which blocks to keep;
+/// `retain` only sizes the memory store. With [`Access::ReadOnly`]
 /// nothing in `dir` is created or changed (for `tally blocks`, `verify`, `get`, `balance`).
 pub fn open_store(
     kind: StoreKind,
@@ -43,13 +66,7 @@ pub fn open_store(
             if read_only {
                 LogStore::open_read_only(dir)
             } else {
-                LogStore::open(
-                    dir,
-                    LogOptions {
-                        retain_blocks: retain,
-                        ..LogOptions::default()
-                    },
-                )
+                LogStore::open(dir, log_options()?)
             }
             .with_context(|| format!("cannot open the log store in {}", dir.display()))?,
         ),
