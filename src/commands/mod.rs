@@ -11,6 +11,8 @@ mod local;
 mod plot;
 mod push;
 mod store;
+mod storebench;
+mod storebench_workload;
 mod wasmi_baseline;
 
 use clap::{Parser, Subcommand};
@@ -46,6 +48,8 @@ pub enum Command {
     Blocks(blocks::BlocksArgs),
     /// Verify every stored block and the state.
     Verify(blocks::VerifyArgs),
+    /// Compare state stores on a storage workload (GriffinDB, IAVL or transfers).
+    Storebench(storebench::StorebenchArgs),
 }
 
 impl Command {
@@ -62,6 +66,7 @@ impl Command {
             Command::Balance(args) => get::run_balance(args),
             Command::Blocks(args) => blocks::run(args),
             Command::Verify(args) => blocks::run_verify(args),
+            Command::Storebench(args) => storebench::run(args),
         }
     }
 }
