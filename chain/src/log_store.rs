@@ -34,12 +34,12 @@
 //! ([`crate::store::vfs::FaultFs`]).
 
 use std::borrow::Cow;
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -146,15 +146,46 @@ impl BlockPos {
     }
 }
 
-/// State used by reads, behind a `RefCell` since reads take `&self`.
+/// Shards of the value cache: reads take `&self` and may come from several threads at once
+/// (parallel execution reads the store from every core), so each shard has its own lock.
+const CACHE_SHARDS: usize = 32;
+
+/// What reads share: the value cache and the read counters.
 struct Reads {
-    cache: ValueCache,
-    key: Vec<u8>,
-    value: Vec<u8>,
-    block: Vec<u8>,
-    gets: u64,
-    user_bytes: u64,
-    disk_bytes: u64,
+    shards: Vec<Mutex<ValueCache>>,
+    gets: AtomicU64,
+    user_bytes: AtomicU64,
+    disk_bytes: AtomicU64,
+}
+
+impl Reads {
+    fn new(budget: usize) -> Self {
+        Self {
+            shards: (0..CACHE_SHARDS)
+                .map(|_| Mutex::new(ValueCache::new(budget / CACHE_SHARDS)))
+                .collect(),
+            gets: AtomicU64::new(0),
+            user_bytes: AtomicU64::new(0),
+            disk_bytes: AtomicU64::new(0),
+        }
+    }
+
+    fn shard_of(hash: u64) -> usize {
+        // The top bits: the index uses them for its shards too, the cache's sets the low ones.
+        (hash >> 40) as usize % CACHE_SHARDS
+    }
+
+    fn lock(&self, hash: u64) -> MutexGuard<'_, ValueCache> {
+        self.shards[Self::shard_of(hash)]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn shard_mut(&mut self, hash: u64) -> &mut ValueCache {
+        self.shards[Self::shard_of(hash)]
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 struct Merging {
@@ -182,7 +213,7 @@ pub struct LogStore {
     head: Option<BlockHeader>,
     index: Index,
     run: Option<Arc<Run>>,
-    reads: RefCell<Reads>,
+    reads: Reads,
     syncing: Option<JoinHandle<io::Result<()>>>,
     merging: Option<Merging>,
     sweep: Option<Sweep>,
@@ -191,6 +222,12 @@ pub struct LogStore {
     stats: StoreStats,
     _lock: VLock,
 }
+
+/// Parallel execution shares the store by reference across threads: it must be `Sync`.
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<LogStore>();
+};
 
 fn segment_path(dir: &Path, seq: u64) -> PathBuf {
     dir.join(format!("log-{seq:08}.tlog"))
@@ -348,15 +385,7 @@ impl LogStore {
     fn empty(dir: PathBuf, options: LogOptions, lock: VLock, read_only: bool) -> Self {
         Self {
             vfs: options.vfs.clone(),
-            reads: RefCell::new(Reads {
-                cache: ValueCache::new(options.cache_bytes),
-                key: Vec::new(),
-                value: Vec::new(),
-                block: Vec::new(),
-                gets: 0,
-                user_bytes: 0,
-                disk_bytes: 0,
-            }),
+            reads: Reads::new(options.cache_bytes),
             dir,
             options,
             read_only,
@@ -635,11 +664,12 @@ impl LogStore {
     /// Points `key` at its change at `loc` in the index and the cache.
     fn index_change(&mut self, key: &[u8], value: Option<&[u8]>, loc: Loc) -> StoreResult<()> {
         let hash = key_hash(key);
-        let reads = self.reads.get_mut();
         let (segments, dir) = (&self.segments, &self.dir);
+        let cache = self.reads.shard_mut(hash);
         let mut scratch = (Vec::new(), Vec::new());
+        let mut read = 0;
         self.index.insert(hash, loc, |old| {
-            if reads.cache.confirms(hash, old, key) {
+            if cache.confirms(hash, old, key) {
                 return Ok::<_, StoreError>(true);
             }
             let first = segments.front().map_or(0, |s| s.seq);
@@ -655,10 +685,11 @@ impl LogStore {
                     )
                 })?;
             let (_, n) = read_change_at(&*seg.file, old.offset(), &mut scratch.0, &mut scratch.1)?;
-            reads.disk_bytes += n;
+            read += n;
             Ok(scratch.0 == key)
         })?;
-        reads.cache.update(hash, key, value, loc);
+        cache.update(hash, key, value, loc);
+        *self.reads.disk_bytes.get_mut() += read;
         Ok(())
     }
 
@@ -713,7 +744,12 @@ impl LogStore {
             .find(|b| b.height == done.height)
             .map(BlockPos::end)
             .expect("the merged head is in the log");
-        self.reads.get_mut().cache.forget_locations();
+        for shard in &mut self.reads.shards {
+            shard
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner())
+                .forget_locations();
+        }
         self.sweep = Some(Sweep { next_shard: 0, end });
         self.note_pause(started);
         Ok(())
@@ -882,14 +918,19 @@ impl LogStore {
 
     /// Counters of the store's work so far.
     fn current_stats(&self) -> StoreStats {
-        let reads = self.reads.borrow();
+        let (mut hits, mut cache_bytes) = (0, 0);
+        for shard in &self.reads.shards {
+            let cache = shard.lock().unwrap_or_else(|e| e.into_inner());
+            hits += cache.hits;
+            cache_bytes += cache.heap_bytes();
+        }
         StoreStats {
-            gets: reads.gets,
-            user_bytes_read: reads.user_bytes,
-            disk_bytes_read: reads.disk_bytes,
-            cache_hits: reads.cache.hits,
+            gets: self.reads.gets.load(Ordering::Relaxed),
+            user_bytes_read: self.reads.user_bytes.load(Ordering::Relaxed),
+            disk_bytes_read: self.reads.disk_bytes.load(Ordering::Relaxed),
+            cache_hits: hits,
             memory_bytes: (self.index.heap_bytes()
-                + reads.cache.heap_bytes()
+                + cache_bytes
                 + self.run.as_ref().map_or(0, |r| r.heap_bytes())) as u64,
             index_keys: self.index.len() as u64,
             ..self.stats.clone()
@@ -899,42 +940,48 @@ impl LogStore {
     /// Reads `key` from the index (the log) or the run, filling the cache.
     fn read(&self, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
         let hash = key_hash(key);
-        let mut guard = self.reads.borrow_mut();
-        let reads = &mut *guard;
-        reads.gets += 1;
-        if let Some(value) = reads.cache.get(hash, key) {
+        let reads = &self.reads;
+        reads.gets.fetch_add(1, Ordering::Relaxed);
+        let user = |value: &Option<Vec<u8>>| {
+            let n = key.len() + value.as_ref().map_or(0, Vec::len);
+            reads.user_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        };
+        if let Some(value) = reads.lock(hash).get(hash, key) {
             let value = value.map(<[u8]>::to_vec);
-            reads.user_bytes += key.len() as u64 + value.as_ref().map_or(0, |v| v.len() as u64);
+            user(&value);
             return Ok(value);
         }
+        let (mut k, mut v) = (Vec::new(), Vec::new());
         let mut present = false;
+        let mut read = 0;
         let found = self.index.find(hash, |loc| {
             let file = self.segment_file(loc)?;
-            let (p, n) = read_change_at(&**file, loc.offset(), &mut reads.key, &mut reads.value)
-                .map_err(|e| {
-                    StoreError::corrupted(
-                        segment_path(&self.dir, loc.seq()),
-                        Some(loc.offset()),
-                        format!("a change the index points at does not read: {e}"),
-                    )
-                })?;
-            reads.disk_bytes += n;
+            let (p, n) = read_change_at(&**file, loc.offset(), &mut k, &mut v).map_err(|e| {
+                StoreError::corrupted(
+                    segment_path(&self.dir, loc.seq()),
+                    Some(loc.offset()),
+                    format!("a change the index points at does not read: {e}"),
+                )
+            })?;
+            read += n;
             present = p;
-            Ok::<_, StoreError>(reads.key == key)
+            Ok::<_, StoreError>(k == key)
         })?;
         let (value, loc) = match found {
-            Some(loc) => (present.then(|| reads.value.clone()), Some(loc)),
+            Some(loc) => (present.then_some(v), Some(loc)),
             None => match &self.run {
                 Some(run) => {
-                    let (value, n) = run.get(key, hash, &mut reads.block)?;
-                    reads.disk_bytes += n;
+                    let mut block = Vec::new();
+                    let (value, n) = run.get(key, hash, &mut block)?;
+                    read += n;
                     (value, None)
                 }
                 None => (None, None),
             },
         };
-        reads.cache.put(hash, key, value.as_deref(), loc);
-        reads.user_bytes += key.len() as u64 + value.as_ref().map_or(0, |v| v.len() as u64);
+        reads.disk_bytes.fetch_add(read, Ordering::Relaxed);
+        reads.lock(hash).put(hash, key, value.as_deref(), loc);
+        user(&value);
         Ok(value)
     }
 
