@@ -50,13 +50,12 @@ pub fn verify_signatures(tx: &SignedTransaction, id: &TxId) -> Result<(), TxErro
     Ok(())
 }
 
-/// [`verify_signatures`] for many transactions: batches of [`VERIFY_BATCH`] signatures on all
-/// cores. The result for each transaction is the one `verify_signatures` gives (a batch
-/// that fails is verified again one signature at a time to find the bad ones).
-pub fn verify_many(txs: &[SignedTransaction], ids: &[TxId]) -> Vec<Result<(), TxError>> {
-    assert_eq!(txs.len(), ids.len(), "one id per transaction");
-    let pairs: Vec<(&SignedTransaction, &TxId)> = txs.iter().zip(ids).collect();
-    pairs
+/// [`verify_signatures`] for many transactions, each with its id: batches of
+/// [`VERIFY_BATCH`] signatures on all cores. The result for each transaction is the one
+/// `verify_signatures` gives (a batch that fails is verified again one signature at a time to
+/// find the bad ones).
+pub fn verify_many(items: &[(&SignedTransaction, &TxId)]) -> Vec<Result<(), TxError>> {
+    items
         .par_chunks(VERIFY_BATCH)
         .flat_map_iter(|chunk| {
             let mut verifier = batch::Verifier::new();
@@ -165,7 +164,8 @@ mod tests {
             })
             .collect();
         let ids: Vec<TxId> = txs.iter().map(|t| t.transaction.id()).collect();
-        let batched = verify_many(&txs, &ids);
+        let items: Vec<_> = txs.iter().zip(&ids).collect();
+        let batched = verify_many(&items);
         for (i, (tx, id)) in txs.iter().zip(&ids).enumerate() {
             assert_eq!(batched[i], verify_signatures(tx, id), "transaction {i}");
             assert_eq!(batched[i].is_ok(), i != 7 && i != 300, "transaction {i}");

@@ -124,14 +124,15 @@ pub trait BlockArchive {
     fn first_retained(&self) -> u64;
 }
 
-/// Where committed state lives, with the block archive beside it.
+/// Where committed state lives, with the block archive beside it. Shared by reference across
+/// the threads that execute a block in parallel, which only read it.
 ///
 /// Errors are [`StoreError`]s: I/O, corruption (its own kind), a lock held by another
 /// process, or a write to a store opened read-only. Reads see only committed blocks.
 /// [`StateStore::commit`] applies one block's changes and records the block atomically:
 /// after a crash the store is at the last block whose commit was durable, or a later one,
 /// never between two blocks.
-pub trait StateStore: BlockArchive + Send {
+pub trait StateStore: BlockArchive + Send + Sync {
     /// The committed value of `key`.
     fn get(&self, key: &[u8]) -> StoreResult<Option<Cow<'_, [u8]>>>;
 

@@ -7,8 +7,11 @@
 //! - [`limits`]: every limit a contract runs under, each with where its number came from;
 //! - [`error`]: why an action aborts, as stable numeric codes;
 //! - [`name`]: EOS-style 64-bit account and action names;
+//! - feature `borsh`: `message`, action data as borsh, and the traits of the types
+//!   `tally abigen --lang rust` generates (for contracts, clients and tests alike);
 //! - [`Host`]: what the node provides to a running action (its message and its state);
-//! - feature `guest`: `guest`, the same imports as safe Rust for contracts;
+//! - feature `guest`: `guest`, the same imports as safe Rust for contracts, with the
+//!   `contract!` macro for their entry point and `no_std` boilerplate;
 //! - feature `host`: [`linker::add_to_linker`] registers every import on a wasmtime `Linker`,
 //!   bounds-checking every guest pointer and charging fuel for every call.
 //!
@@ -41,6 +44,8 @@ pub mod name;
 pub mod guest;
 #[cfg(feature = "host")]
 pub mod linker;
+#[cfg(feature = "borsh")]
+pub mod message;
 
 pub use error::{Abort, AbortCode, HostError, NodeFault};
 pub use name::Name;
