@@ -1,5 +1,6 @@
 //! One store suite, run against every backend: the same checksum, resumption after a
-//! restart, duplicates across restarts, pruning, and the log store's torn-tail handling.
+//! restart, duplicates across restarts, pruning, the log store's torn-tail handling, and the
+//! same checksum whatever the log store's compaction and snapshots do.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -25,9 +26,10 @@ fn backends() -> Vec<(&'static str, Open)> {
                     dir,
                     LogOptions {
                         retain_blocks: retain,
-                        // Small, so the suite exercises rotation and snapshots.
+                        // Small, so the suite exercises rotation, snapshots and compaction.
                         segment_bytes: 64 << 10,
                         snapshot_min_bytes: 128 << 10,
+                        ..LogOptions::default()
                     },
                 )
                 .unwrap(),
@@ -168,9 +170,9 @@ fn segments(dir: &Path) -> Vec<std::path::PathBuf> {
 
 fn log_options() -> LogOptions {
     LogOptions {
-        retain_blocks: 512,
         segment_bytes: 1 << 30,
         snapshot_min_bytes: 1 << 30,
+        ..LogOptions::default()
     }
 }
 
@@ -228,14 +230,14 @@ fn a_torn_or_flipped_last_record_is_dropped_on_open() {
     }
 }
 
-/// The byte offset of the last record in a segment.
+/// The byte offset of the last record in a segment (12-byte file and record headers).
 fn last_record_offset(bytes: &[u8]) -> usize {
     let mut at = 12;
     let mut last = at;
-    while at + 8 <= bytes.len() {
+    while at + 12 <= bytes.len() {
         let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
         last = at;
-        at += 8 + len;
+        at += 12 + len;
     }
     last
 }
@@ -245,9 +247,9 @@ fn damage_before_the_last_segment_is_an_error_not_a_silent_loss() {
     let dir = tempfile::tempdir().unwrap();
     {
         let options = LogOptions {
-            retain_blocks: 512,
             segment_bytes: 1,
             snapshot_min_bytes: 1 << 30,
+            ..LogOptions::default()
         };
         let mut chain = chain_on(Box::new(LogStore::open(dir.path(), options).unwrap()), 512);
         let mut cfg = config();
@@ -262,5 +264,54 @@ fn damage_before_the_last_segment_is_an_error_not_a_silent_loss() {
     let err = LogStore::open(dir.path(), log_options())
         .err()
         .expect("an error");
-    assert!(err.to_string().contains("damaged"), "{err}");
+    assert!(err.is_corruption(), "{err}");
+    assert!(
+        err.to_string().contains(&first.display().to_string()),
+        "{err}"
+    );
+}
+
+#[test]
+fn issue_14_the_checksum_is_the_same_with_compaction_on_off_and_across_snapshots() {
+    let expected = reference_checksum();
+    let expected_digest = {
+        let mut chain = chain_on(Box::new(MemoryStore::new(512)), 512);
+        workload::run(&mut chain, &config(), &mut |_| {}).unwrap();
+        chain.state_digest().unwrap()
+    };
+    // Off: one segment, no snapshot. On: tiny segments and snapshots, inline or in the
+    // background, and a forced snapshot at every restart.
+    let settings: [(&str, u64, u64, bool); 4] = [
+        ("off", 1 << 30, 1 << 40, false),
+        ("inline", 16 << 10, 8 << 10, false),
+        ("background", 16 << 10, 8 << 10, true),
+        ("background, big", 256 << 10, 64 << 10, true),
+    ];
+    for (what, segment_bytes, snapshot_min_bytes, background) in settings {
+        let dir = tempfile::tempdir().unwrap();
+        let options = || LogOptions {
+            segment_bytes,
+            snapshot_min_bytes,
+            background,
+            ..LogOptions::default()
+        };
+        let mut partial = config();
+        partial.transfers = 2_000;
+        let mut store = LogStore::open(dir.path(), options()).unwrap();
+        store.snapshot().unwrap();
+        let mut chain = chain_on(Box::new(store), 8);
+        workload::run(&mut chain, &partial, &mut |_| {}).unwrap();
+        drop(chain);
+        let mut store = LogStore::open(dir.path(), options()).unwrap();
+        store.snapshot().unwrap();
+        let mut chain = chain_on(Box::new(store), 8);
+        let report = workload::run(&mut chain, &config(), &mut |_| {}).unwrap();
+        assert_eq!(report.state_checksum, expected, "{what}");
+        assert_eq!(chain.state_digest().unwrap(), expected_digest, "{what}");
+        let stats = chain.store().stats();
+        if snapshot_min_bytes < 1 << 30 {
+            assert!(stats.snapshots > 0, "{what}: {stats:?}");
+        }
+        verify(chain.store(), chain.runtime().clone(), chain.config()).unwrap();
+    }
 }

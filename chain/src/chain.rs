@@ -7,9 +7,7 @@
 //! writes, charge the block's fuel, record the receipt). Then the block's sorted changes are
 //! chained into the state checksum, and [`Chain::commit`] makes the block durable.
 
-use std::io;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use rustc_hash::FxHashSet;
 use tally_host_api::limits::{FUEL_PER_ACTION, FUEL_PER_TX, FUEL_PER_TX_BYTE, MAX_BLOCK_FUEL};
@@ -24,7 +22,7 @@ use crate::genesis::{Genesis, GenesisBuilder};
 use crate::journal::Journal;
 use crate::parallel::{self, Executors, Speculation};
 use crate::pipeline::{Check, Pipeline, PreparedTx, prepare_block};
-use crate::state::{BlockRecord, StateStore, keys};
+use crate::state::{BlockRecord, Commit, Durability, StateStore, keys};
 use crate::tx::{BlockBody, SignedTransaction, TxId};
 use crate::window::ReplayWindow;
 
@@ -179,8 +177,6 @@ pub struct Chain {
     /// Ids included in the block being executed (kept between blocks for its capacity).
     block_ids: FxHashSet<TxId>,
     executed: Option<Executed>,
-    /// The durable sync of the last committed block, when it runs in the background.
-    in_flight: Option<JoinHandle<io::Result<()>>>,
     /// Blocks to run sequentially before speculating again (see [`MIN_CONFIRMED_SHARE`]).
     speculation_backoff: u32,
 }
@@ -221,7 +217,6 @@ impl Chain {
             key: Vec::with_capacity(64),
             block_ids: FxHashSet::default(),
             executed: None,
-            in_flight: None,
             speculation_backoff: 0,
         })
     }
@@ -729,18 +724,17 @@ impl Chain {
 
     fn commit_durably(&mut self) -> Result<BlockHeader, ChainError> {
         let Executed { record, ids } = self.executed.take().expect("checked by the caller");
-        // At most one block's sync is in flight: the previous one must be durable before the
-        // next is written.
-        let written = self.sync().and_then(|()| {
-            if self.pipeline.overlap_commit {
-                if let Some(job) = self.store.commit_deferred(&record)? {
-                    self.in_flight = Some(std::thread::spawn(job));
-                }
+        // With the overlap on, the store syncs the block in the background and finishes that
+        // before its next commit.
+        let commit = Commit {
+            durability: if self.pipeline.overlap_commit {
+                Durability::Background
             } else {
-                self.store.commit(&record)?;
-            }
-            Ok(())
-        });
+                Durability::Immediate
+            },
+            retain_from: (record.header.height + 1).saturating_sub(self.config.retain_blocks),
+        };
+        let written = self.store.commit(&record, commit).map_err(ChainError::from);
         if let Err(e) = written {
             self.code.discard_block();
             return Err(e);
@@ -764,25 +758,12 @@ impl Chain {
     /// store can then no longer promise that the last block survives a crash, so the node
     /// must stop.
     pub fn sync(&mut self) -> Result<(), ChainError> {
-        match self.in_flight.take().map(JoinHandle::join) {
-            None => Ok(()),
-            Some(Ok(result)) => result.map_err(ChainError::Store),
-            Some(Err(_)) => Err(ChainError::Store(io::Error::other(
-                "the background sync thread panicked",
-            ))),
-        }
+        Ok(self.store.sync()?)
     }
 
     /// BLAKE3 over every committed entry in key order: a digest of the whole state, for
     /// audits. Unlike the block checksum it does not depend on history.
     pub fn state_digest(&self) -> Result<[u8; 32], ChainError> {
-        Ok(crate::verify::digest_entries(&self.store.entries()?))
-    }
-}
-
-impl Drop for Chain {
-    fn drop(&mut self) {
-        // A sync still running in the background finishes before the chain goes away.
-        let _ = self.sync();
+        crate::verify::digest_entries(self.store.entries()?)
     }
 }

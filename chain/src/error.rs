@@ -3,6 +3,8 @@
 use tally_host_api::{Abort, Name};
 use tally_runtime::{DeployError, RuntimeError};
 
+use crate::store::StoreError;
+
 /// Why a transaction was rejected before it ran. A rejected transaction is not included in
 /// any block and changes nothing.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -111,9 +113,9 @@ pub enum ChainError {
     /// The runtime failed (not the contract).
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
-    /// The state store failed.
+    /// The state store failed: I/O, corruption, a lock held by another process.
     #[error("state store: {0}")]
-    Store(#[from] std::io::Error),
+    Store(#[from] StoreError),
     /// Stored state is inconsistent (a code hash without its code, …).
     #[error("corrupt state: {0}")]
     Corrupt(String),
@@ -134,4 +136,11 @@ pub enum ChainError {
     /// The store holds no chain and no genesis was given to create one.
     #[error("the store is empty: create the chain with a genesis (`tally init`)")]
     NoGenesis,
+}
+
+impl From<std::io::Error> for ChainError {
+    /// An I/O error of the store (a [`StoreError`] carried inside one comes back out whole).
+    fn from(error: std::io::Error) -> Self {
+        Self::Store(error.into())
+    }
 }

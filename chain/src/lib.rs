@@ -38,6 +38,7 @@ pub mod pipeline;
 #[cfg(feature = "rocksdb")]
 pub mod rocks_store;
 pub mod state;
+pub mod store;
 pub mod system;
 pub mod tx;
 pub mod verify;
@@ -54,6 +55,9 @@ pub use error::{ChainError, TxError};
 pub use genesis::{Genesis, GenesisBuilder};
 pub use log_store::{LogOptions, LogStore};
 pub use pipeline::{Check, Pipeline, PreparedTx, prepare_block};
-pub use state::{BlockRecord, MemoryStore, StateStore};
+pub use state::{
+    BlockArchive, BlockRecord, Commit, Durability, Entries, MemoryStore, StateStore, StoreStats,
+};
+pub use store::{Access, StoreError, StoreResult};
 pub use tally_host_api::Name;
 pub use tx::{Action, BlockBody, SignedTransaction, Transaction, Transfer, TxId, TxSignature};

@@ -9,19 +9,22 @@ use crate::block::chain_checksum;
 use crate::chain::{Chain, ChainConfig, TxResult};
 use crate::error::ChainError;
 use crate::pipeline::prepare_block;
-use crate::state::{MemoryStore, StateStore};
+use crate::state::{MemoryStore, StateStore, StoreResult};
 use crate::tx::BlockBody;
 
 /// BLAKE3 over sorted entries: a digest of a whole state.
-pub fn digest_entries(entries: &[(Vec<u8>, Vec<u8>)]) -> [u8; 32] {
+pub fn digest_entries(
+    entries: impl IntoIterator<Item = StoreResult<(Vec<u8>, Vec<u8>)>>,
+) -> Result<[u8; 32], ChainError> {
     let mut h = blake3::Hasher::new();
-    for (k, v) in entries {
+    for entry in entries {
+        let (k, v) = entry?;
         h.update(&(k.len() as u32).to_le_bytes());
-        h.update(k);
+        h.update(&k);
         h.update(&(v.len() as u32).to_le_bytes());
-        h.update(v);
+        h.update(&v);
     }
-    h.finalize().into()
+    Ok(h.finalize().into())
 }
 
 /// What [`verify`] checked.
@@ -158,7 +161,7 @@ pub fn verify(
         }
         previous = Some(record.header);
     }
-    let state_digest = digest_entries(&store.entries()?);
+    let state_digest = digest_entries(store.entries()?)?;
     if let Some(chain) = &replay
         && chain.state_digest()? != state_digest
     {

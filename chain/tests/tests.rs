@@ -11,8 +11,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use common::*;
 use tally_chain::state::keys;
 use tally_chain::{
-    BlockHeader, BlockRecord, Chain, ChainConfig, ChainError, Genesis, MemoryStore,
-    SignedTransaction, StateStore, Transfer, TxError, TxResult, prepare_block,
+    BlockArchive, BlockHeader, BlockRecord, Chain, ChainConfig, ChainError, Commit, Entries,
+    Genesis, MemoryStore, SignedTransaction, StateStore, StoreResult, Transfer, TxError, TxResult,
+    prepare_block,
 };
 use tally_host_api::AbortCode;
 use tally_host_api::limits::{
@@ -302,26 +303,29 @@ struct FailingStore {
     fail: Arc<AtomicBool>,
 }
 
-impl StateStore for FailingStore {
-    fn get(&self, key: &[u8]) -> io::Result<Option<Cow<'_, [u8]>>> {
-        if self.fail.load(Ordering::Relaxed) {
-            return Err(io::Error::other("the disk is gone"));
-        }
-        self.inner.get(key)
-    }
-    fn commit(&mut self, block: &BlockRecord) -> io::Result<()> {
-        self.inner.commit(block)
-    }
+impl BlockArchive for FailingStore {
     fn head(&self) -> Option<&BlockHeader> {
         self.inner.head()
     }
-    fn block(&self, height: u64) -> io::Result<Option<BlockRecord>> {
+    fn block(&self, height: u64) -> StoreResult<Option<BlockRecord>> {
         self.inner.block(height)
     }
     fn first_retained(&self) -> u64 {
         self.inner.first_retained()
     }
-    fn entries(&self) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+}
+
+impl StateStore for FailingStore {
+    fn get(&self, key: &[u8]) -> StoreResult<Option<Cow<'_, [u8]>>> {
+        if self.fail.load(Ordering::Relaxed) {
+            return Err(io::Error::other("the disk is gone").into());
+        }
+        self.inner.get(key)
+    }
+    fn commit(&mut self, block: &BlockRecord, commit: Commit) -> StoreResult<()> {
+        self.inner.commit(block, commit)
+    }
+    fn entries(&self) -> StoreResult<Entries<'_>> {
         self.inner.entries()
     }
     fn disk_bytes(&self) -> u64 {
@@ -593,28 +597,13 @@ mod tampering {
     }
 
     impl StateStore for Tampered {
-        fn get(&self, key: &[u8]) -> io::Result<Option<Cow<'_, [u8]>>> {
+        fn get(&self, key: &[u8]) -> StoreResult<Option<Cow<'_, [u8]>>> {
             self.inner.get(key)
         }
-        fn commit(&mut self, block: &BlockRecord) -> io::Result<()> {
-            self.inner.commit(block)
+        fn commit(&mut self, block: &BlockRecord, commit: Commit) -> StoreResult<()> {
+            self.inner.commit(block, commit)
         }
-        fn head(&self) -> Option<&BlockHeader> {
-            match &self.replaced {
-                Some(r) if r.header.height == self.inner.head()?.height => Some(&r.header),
-                _ => self.inner.head(),
-            }
-        }
-        fn block(&self, height: u64) -> io::Result<Option<BlockRecord>> {
-            match &self.replaced {
-                Some(r) if r.header.height == height => Ok(Some(r.clone())),
-                _ => self.inner.block(height),
-            }
-        }
-        fn first_retained(&self) -> u64 {
-            self.inner.first_retained()
-        }
-        fn entries(&self) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        fn entries(&self) -> StoreResult<Entries<'_>> {
             self.inner.entries()
         }
         fn disk_bytes(&self) -> u64 {
@@ -622,6 +611,24 @@ mod tampering {
         }
         fn kind(&self) -> &'static str {
             "tampered"
+        }
+    }
+
+    impl BlockArchive for Tampered {
+        fn head(&self) -> Option<&BlockHeader> {
+            match &self.replaced {
+                Some(r) if r.header.height == self.inner.head()?.height => Some(&r.header),
+                _ => self.inner.head(),
+            }
+        }
+        fn block(&self, height: u64) -> StoreResult<Option<BlockRecord>> {
+            match &self.replaced {
+                Some(r) if r.header.height == height => Ok(Some(r.clone())),
+                _ => self.inner.block(height),
+            }
+        }
+        fn first_retained(&self) -> u64 {
+            self.inner.first_retained()
         }
     }
 
@@ -694,7 +701,10 @@ mod tampering {
         for height in 0..=1 {
             store
                 .inner
-                .commit(&chain.store().block(height).unwrap().unwrap())
+                .commit(
+                    &chain.store().block(height).unwrap().unwrap(),
+                    Commit::default(),
+                )
                 .unwrap();
         }
         let err = verify(&store, chain.runtime().clone(), chain.config()).unwrap_err();
@@ -727,10 +737,13 @@ mod tampering {
         let mut store = MemoryStore::new(64);
         for height in 0..=head.height {
             store
-                .commit(&chain.store().block(height).unwrap().unwrap())
+                .commit(
+                    &chain.store().block(height).unwrap().unwrap(),
+                    Commit::default(),
+                )
                 .unwrap();
         }
-        store.commit(&forged).unwrap();
+        store.commit(&forged, Commit::default()).unwrap();
         let err = verify(&store, chain.runtime().clone(), chain.config()).unwrap_err();
         assert!(err.to_string().contains("replay"), "{err}");
     }

@@ -16,7 +16,7 @@ use tally_bench::report::{
 };
 use tally_bench::sampler::Distribution;
 use tally_bench::workload::{self, BenchConfig};
-use tally_chain::{Chain, ChainConfig, Pipeline};
+use tally_chain::{Access, Chain, ChainConfig, Pipeline};
 use tally_runtime::{Runtime, RuntimeConfig};
 
 use super::store::{StoreKind, open_store};
@@ -244,7 +244,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         runtime.cache_stats()
     );
 
-    let store = open_store(args.store, &data.join("store"), chain_config.retain_blocks)?;
+    let store = open_store(
+        args.store,
+        &data.join("store"),
+        chain_config.retain_blocks,
+        Access::ReadWrite,
+    )?;
     let mut chain = if store.head().is_some() {
         Chain::open(runtime, store, chain_config.clone())?
     } else {
@@ -270,6 +275,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             args.store,
             &dir.path().join("store"),
             chain_config.retain_blocks,
+            Access::ReadWrite,
         )?;
         let (mut chain, _) = workload::create(runtime, store, chain_config.clone(), &config)?;
         chain.set_native(workload::SIMPLECOIN, executor);

@@ -54,7 +54,7 @@ fn read(
         };
     }
     let data = data.context("give --data DIR or --rpc URL")?;
-    Ok(Local::open(data)?.chain.get(contract, key)?)
+    Ok(Local::open_read_only(data)?.chain.get(contract, key)?)
 }
 
 fn parse_key(key: &str) -> anyhow::Result<Vec<u8>> {

@@ -17,7 +17,7 @@ use anyhow::{Context, bail};
 use ed25519_dalek::SigningKey;
 use serde::{Deserialize, Serialize};
 use tally_chain::{
-    Action, BlockHeader, Chain, ChainConfig, Genesis, Name, SignedTransaction, Transaction,
+    Access, Action, BlockHeader, Chain, ChainConfig, Genesis, Name, SignedTransaction, Transaction,
     TxReceipt, TxResult,
 };
 use tally_runtime::{Runtime, RuntimeConfig};
@@ -118,10 +118,11 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<T> {
     serde_json::from_str(&text).with_context(|| format!("{} is not valid", path.display()))
 }
 
-/// The runtime of a local chain, with its module cache in the data directory.
-fn runtime(dir: &Path) -> anyhow::Result<Arc<Runtime>> {
+/// The runtime of a local chain, with its module cache in the data directory. A reader keeps
+/// compiled modules in memory only: read-only commands write no file, the cache's included.
+fn runtime(dir: &Path, access: Access) -> anyhow::Result<Arc<Runtime>> {
     Ok(Arc::new(Runtime::new(RuntimeConfig {
-        cache_dir: Some(dir.join("modules")),
+        cache_dir: (access == Access::ReadWrite).then(|| dir.join("modules")),
         ..RuntimeConfig::default()
     })?))
 }
@@ -134,8 +135,17 @@ pub struct Local {
 }
 
 impl Local {
-    /// Opens the chain in `dir`.
+    /// Opens the chain in `dir` to push blocks.
     pub fn open(dir: &Path) -> anyhow::Result<Self> {
+        Self::open_with(dir, Access::ReadWrite)
+    }
+
+    /// Opens the chain in `dir` to read it: no file in `dir` is written.
+    pub fn open_read_only(dir: &Path) -> anyhow::Result<Self> {
+        Self::open_with(dir, Access::ReadOnly)
+    }
+
+    fn open_with(dir: &Path, access: Access) -> anyhow::Result<Self> {
         let file: ChainFile = read_json(&dir.join("chain.json"))?;
         if file.version != LAYOUT_VERSION {
             bail!(
@@ -147,7 +157,12 @@ impl Local {
         let keystore: Keystore = read_json(&dir.join("keystore.json"))?;
         let config = file.config();
         let system_key = file.system_key()?;
-        let store = open_store(file.store_kind()?, &dir.join("store"), config.retain_blocks)?;
+        let store = open_store(
+            file.store_kind()?,
+            &dir.join("store"),
+            config.retain_blocks,
+            access,
+        )?;
         if store.head().is_none() {
             bail!(
                 "{} has no genesis block: `tally init` did not finish; remove the directory and \
@@ -155,7 +170,7 @@ impl Local {
                 dir.display()
             );
         }
-        let chain = Chain::open(runtime(dir)?, store, config)?;
+        let chain = Chain::open(runtime(dir, access)?, store, config)?;
         if chain.account_key(tally_chain::system::SYSTEM)? != Some(system_key) {
             bail!(
                 "{}: the store belongs to another chain (its system key differs from chain.json)",
@@ -205,8 +220,18 @@ impl Local {
         )?;
         let genesis = Genesis::with_system_key(system.verifying_key().to_bytes());
         let config = file.config();
-        let store = open_store(file.store_kind()?, &dir.join("store"), config.retain_blocks)?;
-        drop(Chain::create(runtime(dir)?, store, config, &genesis)?);
+        let store = open_store(
+            file.store_kind()?,
+            &dir.join("store"),
+            config.retain_blocks,
+            Access::ReadWrite,
+        )?;
+        drop(Chain::create(
+            runtime(dir, Access::ReadWrite)?,
+            store,
+            config,
+            &genesis,
+        )?);
         // chain.json last: a directory without it is not a chain, so an interrupted init can
         // simply run again.
         write_atomic(
@@ -259,7 +284,7 @@ impl Local {
 }
 
 /// Opens the chain of a local-chain directory, or of a `tally bench --data` directory (which
-/// has no keystore: only reading commands work on it).
+/// has no keystore), read-only: for `tally blocks` and `tally verify`.
 pub fn open_chain(dir: &Path) -> anyhow::Result<Chain> {
     if !dir.join("chain.json").exists() && dir.join("bench.json").exists() {
         let marker: serde_json::Value = read_json(&dir.join("bench.json"))?;
@@ -276,10 +301,15 @@ pub fn open_chain(dir: &Path) -> anyhow::Result<Chain> {
             ..ChainConfig::default()
         };
         let runtime = Arc::new(Runtime::new(RuntimeConfig::default())?);
-        let store = open_store(store, &dir.join("store"), config.retain_blocks)?;
+        let store = open_store(
+            store,
+            &dir.join("store"),
+            config.retain_blocks,
+            Access::ReadOnly,
+        )?;
         return Ok(Chain::open(runtime, store, config)?);
     }
-    Ok(Local::open(dir)?.chain)
+    Ok(Local::open_read_only(dir)?.chain)
 }
 
 /// Parses a name argument with a readable error.

@@ -16,6 +16,8 @@ mod node;
 mod plot;
 mod push;
 pub(crate) mod store;
+mod storebench;
+mod storebench_workload;
 
 use clap::{Parser, Subcommand};
 
@@ -60,6 +62,8 @@ pub enum Command {
     Devnet(devnet::DevnetArgs),
     /// Sign transfers, submit them to a network and measure committed transfers per second.
     Load(load::LoadArgs),
+    /// Compare state stores on a storage workload (GriffinDB, IAVL or transfers).
+    Storebench(storebench::StorebenchArgs),
 }
 
 impl Command {
@@ -90,6 +94,7 @@ impl Command {
             Command::Node(args) => node::run(args),
             Command::Devnet(args) => devnet::run(args),
             Command::Load(args) => load::run(args),
+            Command::Storebench(args) => storebench::run(args),
         }
     }
 }

@@ -116,7 +116,12 @@ impl Ledger {
             );
         }
         let config = chain_config(&file);
-        let store = open_store(StoreKind::Log, &store_dir(dir), config.retain_blocks)?;
+        let store = open_store(
+            StoreKind::Log,
+            &store_dir(dir),
+            config.retain_blocks,
+            tally_chain::Access::ReadWrite,
+        )?;
         let chain = Chain::open(runtime(dir)?, store, config)?;
         Ok(Some(Self { chain }))
     }
@@ -138,7 +143,12 @@ impl Ledger {
         let config = chain_config(&file);
         // A store left by an InitChain that crashed before node.json was written is replaced.
         let _ = std::fs::remove_dir_all(store_dir(dir));
-        let store = open_store(StoreKind::Log, &store_dir(dir), config.retain_blocks)?;
+        let store = open_store(
+            StoreKind::Log,
+            &store_dir(dir),
+            config.retain_blocks,
+            tally_chain::Access::ReadWrite,
+        )?;
         let mut chain = Chain::create(runtime(dir)?, store, config, genesis)?;
         chain.sync()?;
         write_atomic(
