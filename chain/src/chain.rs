@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use tally_host_api::{Abort, AbortCode, Host, HostError, Name};
-use tally_runtime::{Contract, Entry, Outcome, Receipt, Runtime};
+use tally_runtime::{Contract, Entry, Outcome, PrepareError, Receipt, Runtime};
 
 use crate::block::{BlockHeader, BlockId, chain_checksum};
 use crate::crypto;
@@ -634,7 +634,11 @@ impl Chain {
     fn set_code(&mut self, account: Name, code: &[u8]) -> Result<Receipt, ChainError> {
         let contract = match self.runtime.prepare(code) {
             Ok(c) => c,
-            Err(e) => return Ok(Self::system_failure(system::invalid(e.to_string()))),
+            // Only the deterministic reason enters the receipt; a node fault is no verdict.
+            Err(PrepareError::Rejected(e)) => {
+                return Ok(Self::system_failure(system::invalid(e.reason())));
+            }
+            Err(PrepareError::Node(e)) => return Err(e.into()),
         };
         let hash = *contract.code_hash();
         tx_set(

@@ -1,7 +1,7 @@
 //! Why the chain rejected a transaction, and faults of the node.
 
 use tally_host_api::{Abort, Name};
-use tally_runtime::{DeployError, RuntimeError};
+use tally_runtime::{DeployError, PrepareError, RuntimeError};
 
 /// Why a transaction was rejected before it ran. A rejected transaction is not included in
 /// any block and changes nothing.
@@ -95,4 +95,13 @@ pub enum ChainError {
     /// Setup operations need a pending block without transactions.
     #[error("setup operations (deploy, allocate) need a pending block without transactions")]
     NotSetupBlock,
+}
+
+impl From<PrepareError> for ChainError {
+    fn from(e: PrepareError) -> Self {
+        match e {
+            PrepareError::Rejected(e) => Self::Deploy(e),
+            PrepareError::Node(e) => Self::Runtime(e),
+        }
+    }
 }

@@ -1,76 +1,166 @@
-//! The store data of a running action, and instances that can be restored between actions.
+//! The store data of a running action, the guard that lends it the host, the runtime's private
+//! imports, and how a failed call becomes a receipt.
 
 use std::ops::Range;
 use std::ptr::NonNull;
 
-use tally_host_api::limits::MAX_CONSOLE_LEN;
-use tally_host_api::linker::WasmHost;
-use tally_host_api::{Abort, AbortCode, Host, HostError, Name, NodeFault};
-use wasmtime::{Memory, Trap};
+use tally_host_api::limits::{
+    DIRTY_CHUNK_BYTES, FUEL_PER_DIRTY_CHUNK, FUEL_PER_MEMORY_GROW, MAX_CONSOLE_LEN, MAX_STACK_BYTES,
+};
+use tally_host_api::linker::{WasmHost, charge};
+use tally_host_api::{Abort, AbortCode, Host, HostError, Name, NodeFault, Upsert};
+use wasmtime::{Caller, Linker, Memory, Store, Trap};
 
-/// The empty dirty range: `min`/`max` with any written range gives that range.
-#[allow(clippy::reversed_empty_ranges)]
-pub(crate) const NOTHING_WRITTEN: Range<usize> = usize::MAX..0;
+use crate::error::RuntimeError;
+use crate::instrument::PRIVATE_MODULE;
+
+/// Chunk indices a wasm store can name without trapping first: the dirty-chunk map is one
+/// 64 KiB page, a byte per chunk.
+const MAP_CHUNKS: usize = 1 << 16;
+
+/// The chunks of the contract's memory this action wrote, each recorded once.
+pub(crate) struct DirtyChunks {
+    /// One bit per chunk index below [`MAP_CHUNKS`].
+    marked: Box<[u64]>,
+    /// The marked chunks, in the order they were first written.
+    pub(crate) chunks: Vec<u32>,
+}
+
+impl DirtyChunks {
+    fn new() -> Self {
+        Self {
+            marked: vec![0; MAP_CHUNKS / 64].into_boxed_slice(),
+            chunks: Vec::new(),
+        }
+    }
+
+    fn is_marked(&self, chunk: u32) -> bool {
+        let chunk = chunk as usize;
+        chunk >= MAP_CHUNKS || self.marked[chunk / 64] & (1 << (chunk % 64)) != 0
+    }
+
+    /// Marks `chunk`; `false` if it was already marked (or cannot be written at all).
+    fn mark(&mut self, chunk: u32) -> bool {
+        if self.is_marked(chunk) {
+            return false;
+        }
+        let index = chunk as usize;
+        self.marked[index / 64] |= 1 << (index % 64);
+        self.chunks.push(chunk);
+        true
+    }
+
+    /// Forgets every mark, keeping the allocations.
+    pub(crate) fn clear(&mut self) {
+        for &chunk in &self.chunks {
+            let chunk = chunk as usize;
+            self.marked[chunk / 64] &= !(1 << (chunk % 64));
+        }
+        self.chunks.clear();
+    }
+}
+
+/// The chunks that `range` of a memory of `memory_len` bytes covers.
+fn chunks_of(range: Range<u64>, memory_len: usize) -> Range<u32> {
+    let end = range.end.min(memory_len as u64);
+    if range.start >= end {
+        return 0..0;
+    }
+    (range.start / DIRTY_CHUNK_BYTES) as u32..(end.div_ceil(DIRTY_CHUNK_BYTES)) as u32
+}
 
 /// The store data of an instance.
 ///
 /// It holds the embedder's [`Host`] as a raw pointer because wasmtime requires store data to
-/// be `'static`, while the host is borrowed only for the call to [`crate::Runtime::execute`].
-/// `execute` sets the pointer before it calls into wasm, and only host functions called from
-/// that wasm dereference it, so a pointer left over in a warm instance is never used.
+/// be `'static`, while the host is borrowed only for one call to [`crate::Runtime::execute`].
+/// The pointer is set only inside [`with_host`], which clears it again when the call returns
+/// or unwinds, so a warm instance never keeps one; a host function that runs without a host
+/// fails with a [`NodeFault`], never by dereferencing anything.
 pub(crate) struct ActionCtx {
-    host: NonNull<dyn Host>,
+    host: Option<NonNull<dyn Host>>,
     pub(crate) memory: Option<Memory>,
+    /// The instrumentation's dirty-chunk map (memory 1).
+    pub(crate) dirty_map: Option<Memory>,
     pub(crate) console: Vec<u8>,
-    /// Guest memory the host wrote during this action, as `low..high` (empty: `MAX..0`).
-    pub(crate) host_dirty: Range<usize>,
+    pub(crate) dirty: DirtyChunks,
 }
 
-// SAFETY: the pointer is only dereferenced by the thread running `execute`, which holds the
-// exclusive borrow it came from for the whole life of the store.
+// SAFETY: the pointer is only dereferenced by the thread running `with_host`, which holds the
+// exclusive borrow it came from for as long as the pointer is set.
 unsafe impl Send for ActionCtx {}
 
+/// The node fault of a host call made while no host is lent (a runtime bug, never UB).
+#[derive(Debug, thiserror::Error)]
+#[error("a host function ran while no host was lent to the instance")]
+struct NoHost;
+
 impl ActionCtx {
-    pub(crate) fn new(host: &mut dyn Host) -> Self {
+    pub(crate) fn new() -> Self {
         Self {
-            host: erase(host),
+            host: None,
             memory: None,
+            dirty_map: None,
             console: Vec::new(),
-            host_dirty: NOTHING_WRITTEN,
+            dirty: DirtyChunks::new(),
         }
     }
 
-    /// Points the context at the host of the action about to run.
-    pub(crate) fn set_host(&mut self, host: &mut dyn Host) {
-        self.host = erase(host);
+    fn host(&self) -> Option<&dyn Host> {
+        // SAFETY: see the type's docs: a set pointer is valid for the whole `with_host` call.
+        self.host.map(|host| unsafe { &*host.as_ptr() })
     }
 
-    fn host(&self) -> &dyn Host {
-        // SAFETY: see the type's docs.
-        unsafe { self.host.as_ref() }
+    fn host_mut(&mut self) -> Result<&mut dyn Host, HostError> {
+        match self.host {
+            // SAFETY: see the type's docs.
+            Some(host) => Ok(unsafe { &mut *host.as_ptr() }),
+            None => Err(NodeFault::new(NoHost).into()),
+        }
     }
+}
 
-    fn host_mut(&mut self) -> &mut dyn Host {
-        // SAFETY: see the type's docs.
-        unsafe { self.host.as_mut() }
+/// Lends `host` to the instance in `store` for the duration of `f`. A guard clears the
+/// pointer when `f` returns, fails or panics.
+pub(crate) fn with_host<R>(
+    store: &mut Store<ActionCtx>,
+    host: &mut dyn Host,
+    f: impl FnOnce(&mut Store<ActionCtx>) -> R,
+) -> R {
+    struct Lent<'s>(&'s mut Store<ActionCtx>);
+    impl Drop for Lent<'_> {
+        fn drop(&mut self) {
+            self.0.data_mut().host = None;
+        }
     }
+    let host: NonNull<dyn Host + '_> = NonNull::from(host);
+    // SAFETY: only the trait object's lifetime bound changes. The pointer lives in the store
+    // until `Lent` drops, which happens before this function returns (or while it unwinds),
+    // so it never outlives the borrow it came from.
+    let host: NonNull<dyn Host + 'static> = unsafe { std::mem::transmute(host) };
+    store.data_mut().host = Some(host);
+    let lent = Lent(store);
+    f(&mut *lent.0)
 }
 
 impl Host for ActionCtx {
     fn message(&self) -> &[u8] {
-        self.host().message()
+        // Without a host there is no message; only a runtime bug gets here.
+        self.host().map_or(&[], |host| host.message())
     }
     fn load(&mut self, key: &[u8]) -> Result<Option<&[u8]>, HostError> {
-        self.host_mut().load(key)
+        self.host_mut()?.load(key)
     }
     fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), HostError> {
-        self.host_mut().store(key, value)
+        self.host_mut()?.store(key, value)
+    }
+    fn upsert(&mut self, key: &[u8], value: &[u8]) -> Result<Upsert, HostError> {
+        self.host_mut()?.upsert(key, value)
     }
     fn remove(&mut self, key: &[u8]) -> Result<(), HostError> {
-        self.host_mut().remove(key)
+        self.host_mut()?.remove(key)
     }
     fn is_authorized(&self, account: Name) -> bool {
-        self.host().is_authorized(account)
+        self.host().is_some_and(|host| host.is_authorized(account))
     }
     fn print(&mut self, text: &[u8]) -> Result<(), HostError> {
         if self.console.len() + text.len() > MAX_CONSOLE_LEN as usize {
@@ -81,15 +171,8 @@ impl Host for ActionCtx {
             .into());
         }
         self.console.extend_from_slice(text);
-        self.host_mut().print(text)
+        self.host_mut()?.print(text)
     }
-}
-
-fn erase(host: &mut dyn Host) -> NonNull<dyn Host> {
-    let host: NonNull<dyn Host + '_> = NonNull::from(host);
-    // SAFETY: only the trait object's lifetime bound changes; see `ActionCtx` for why the
-    // pointer is never used after the borrow ends.
-    unsafe { std::mem::transmute(host) }
 }
 
 impl WasmHost for ActionCtx {
@@ -97,39 +180,107 @@ impl WasmHost for ActionCtx {
         self.memory
     }
 
-    fn wrote(&mut self, range: Range<usize>) {
-        if !range.is_empty() {
-            self.host_dirty.start = self.host_dirty.start.min(range.start);
-            self.host_dirty.end = self.host_dirty.end.max(range.end);
-        }
+    fn wrote(&mut self, range: Range<usize>) -> u64 {
+        // The host checked `range` against the memory, so every chunk of it exists.
+        let chunks = chunks_of(range.start as u64..range.end as u64, usize::MAX);
+        let newly = chunks.filter(|&chunk| self.dirty.mark(chunk)).count() as u64;
+        newly * FUEL_PER_DIRTY_CHUNK
     }
 }
 
-/// Turns an error from a call into wasm into a deterministic abort, or the node fault a host
-/// call met. Only the error's type and trap code are read, never wasmtime's text.
-pub(crate) fn classify(err: wasmtime::Error, fuel_limit: u64) -> Result<Abort, NodeFault> {
+type HostResult<T> = wasmtime::Result<T>;
+
+/// Registers the imports of module `__tally` that the instrumentation calls
+/// ([`crate::instrument::PRIVATE_IMPORTS`]).
+pub(crate) fn add_private_imports(linker: &mut Linker<ActionCtx>) -> wasmtime::Result<()> {
+    linker.func_wrap(
+        PRIVATE_MODULE,
+        "dirty_chunk",
+        |mut caller: Caller<'_, ActionCtx>, chunk: i32| -> HostResult<()> {
+            let chunk = chunk as u32;
+            if !caller.data().dirty.is_marked(chunk) {
+                charge(&mut caller, FUEL_PER_DIRTY_CHUNK)?;
+                caller.data_mut().dirty.mark(chunk);
+            }
+            // Mark the wasm-side map too, so later stores to this chunk stay in wasm.
+            if let Some(map) = caller.data().dirty_map
+                && let Some(byte) = map.data_mut(&mut caller).get_mut(chunk as usize)
+            {
+                *byte = 1;
+            }
+            Ok(())
+        },
+    )?;
+    linker.func_wrap(
+        PRIVATE_MODULE,
+        "mem_write",
+        |mut caller: Caller<'_, ActionCtx>, dst: i32, len: i32| -> HostResult<()> {
+            // wasmtime itself charges the operation per byte (see `engine::fuel_costs`).
+            let (dst, len) = (u64::from(dst as u32), u64::from(len as u32));
+            let memory_len = caller
+                .data()
+                .memory
+                .map_or(0, |memory| memory.data_size(&caller));
+            // Chunks past the memory are not marked: the operation traps before writing.
+            let chunks = chunks_of(dst..dst + len, memory_len);
+            let dirty = &mut caller.data_mut().dirty;
+            let newly = chunks.filter(|&chunk| dirty.mark(chunk)).count() as u64;
+            charge(&mut caller, newly * FUEL_PER_DIRTY_CHUNK)
+        },
+    )?;
+    linker.func_wrap(
+        PRIVATE_MODULE,
+        "grow",
+        |mut caller: Caller<'_, ActionCtx>, _pages: i32| -> HostResult<()> {
+            charge(&mut caller, FUEL_PER_MEMORY_GROW)
+        },
+    )?;
+    linker.func_wrap(
+        PRIVATE_MODULE,
+        "stack_exhausted",
+        |_caller: Caller<'_, ActionCtx>| -> HostResult<()> {
+            Err(wasmtime::Error::new(Abort::new(
+                AbortCode::StackOverflow,
+                format!("call stack exhausted: frames exceed {MAX_STACK_BYTES} bytes"),
+            )))
+        },
+    )?;
+    Ok(())
+}
+
+/// What a failed call into wasm means.
+pub(crate) enum Failure {
+    /// The contract failed: a receipt.
+    Abort(Abort),
+    /// The node failed: no receipt.
+    Node(RuntimeError),
+}
+
+/// Turns an error from a call into wasm into a deterministic abort, or into the node fault it
+/// is. Only the error's type and trap code are read, never wasmtime's text.
+pub(crate) fn classify(err: wasmtime::Error, fuel_limit: u64) -> Failure {
     let err = match err.downcast::<NodeFault>() {
-        Ok(fault) => return Err(fault),
+        Ok(fault) => return Failure::Node(RuntimeError::Host(fault)),
         Err(err) => err,
     };
-    Ok(classify_abort(&err, fuel_limit))
-}
-
-fn classify_abort(err: &wasmtime::Error, fuel_limit: u64) -> Abort {
     if let Some(abort) = err.downcast_ref::<Abort>() {
-        return abort.clone();
+        return Failure::Abort(abort.clone());
     }
     let Some(trap) = err.downcast_ref::<Trap>() else {
-        return Abort::new(AbortCode::Trap, "execution failed");
+        // Not a trap and not from a host function: the engine itself failed, which no
+        // contract can cause on purpose, and which another node may not see.
+        return Failure::Node(RuntimeError::Engine(format!("{err:#}")));
     };
     let (code, text) = match trap {
         Trap::OutOfFuel => {
-            return Abort::new(
+            return Failure::Abort(Abort::new(
                 AbortCode::OutOfFuel,
                 format!("the action used all of its {fuel_limit} fuel"),
-            );
+            ));
         }
-        Trap::StackOverflow => (AbortCode::StackOverflow, "call stack exhausted"),
+        // The deterministic limit (`stack_exhausted`) always comes first; reaching the native
+        // backstop means that proof failed, and the message says so.
+        Trap::StackOverflow => (AbortCode::StackOverflow, "native stack exhausted"),
         Trap::MemoryOutOfBounds => (AbortCode::Trap, "out-of-bounds memory access"),
         Trap::HeapMisaligned => (AbortCode::Trap, "misaligned memory access"),
         Trap::TableOutOfBounds => (AbortCode::Trap, "out-of-bounds table access"),
@@ -141,5 +292,71 @@ fn classify_abort(err: &wasmtime::Error, fuel_limit: u64) -> Abort {
         Trap::UnreachableCodeReached => (AbortCode::Trap, "unreachable executed"),
         _ => (AbortCode::Trap, "trap"),
     };
-    Abort::new(code, text)
+    Failure::Abort(Abort::new(code, text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixed;
+
+    impl Host for Fixed {
+        fn message(&self) -> &[u8] {
+            b"message"
+        }
+        fn load(&mut self, _: &[u8]) -> Result<Option<&[u8]>, HostError> {
+            Ok(Some(b"value"))
+        }
+        fn store(&mut self, _: &[u8], _: &[u8]) -> Result<(), HostError> {
+            Ok(())
+        }
+        fn remove(&mut self, _: &[u8]) -> Result<(), HostError> {
+            Ok(())
+        }
+        fn is_authorized(&self, _: Name) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn a_host_call_without_a_lent_host_is_a_node_fault() {
+        let mut ctx = ActionCtx::new();
+        assert!(matches!(ctx.load(b"k"), Err(HostError::Fault(_))));
+        assert!(matches!(ctx.store(b"k", b"v"), Err(HostError::Fault(_))));
+        assert_eq!(ctx.message(), b"");
+        assert!(!ctx.is_authorized(Name(1)));
+    }
+
+    #[test]
+    fn the_host_is_lent_only_for_the_call_even_when_it_panics() {
+        let engine = wasmtime::Engine::default();
+        let mut store = Store::new(&engine, ActionCtx::new());
+        let mut host = Fixed;
+        let seen = with_host(&mut store, &mut host, |store| {
+            store.data_mut().load(b"k").unwrap().map(<[u8]>::to_vec)
+        });
+        assert_eq!(seen.as_deref(), Some(&b"value"[..]));
+        assert!(store.data().host.is_none());
+
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            with_host(&mut store, &mut host, |_| panic!("a host bug"))
+        }));
+        assert!(panicked.is_err());
+        assert!(store.data().host.is_none());
+    }
+
+    #[test]
+    fn host_writes_mark_each_chunk_once_and_pay_for_it() {
+        let mut ctx = ActionCtx::new();
+        let chunk = DIRTY_CHUNK_BYTES as usize;
+        assert_eq!(ctx.wrote(10..20), FUEL_PER_DIRTY_CHUNK);
+        assert_eq!(ctx.wrote(30..40), 0);
+        assert_eq!(ctx.wrote(chunk - 1..chunk + 1), FUEL_PER_DIRTY_CHUNK);
+        assert_eq!(ctx.wrote(5 * chunk..5 * chunk), 0);
+        assert_eq!(ctx.wrote(8 * chunk..10 * chunk), 2 * FUEL_PER_DIRTY_CHUNK);
+        assert_eq!(ctx.dirty.chunks, vec![0, 1, 8, 9]);
+        ctx.dirty.clear();
+        assert_eq!(ctx.wrote(10..20), FUEL_PER_DIRTY_CHUNK);
+    }
 }
