@@ -154,6 +154,12 @@ pub const MAX_TABLE_ELEMENTS: u64 = 2_500;
 /// are far smaller: simplecoin's code is ~500 bytes, the Rust token's a few KiB.
 pub const MAX_CODE_SIZE: usize = 256 * 1024;
 
+/// Most bytes of code after the runtime's instrumentation, a safety net under
+/// [`MAX_CODE_SIZE`]: the instrumentation adds at most ~40 bytes per store (a 3-byte
+/// instruction at least) and ~40 per function, so ~12x the code plus 40 bytes per function.
+/// NEAR bounds its instrumented code too (`max_instrumented_code_size`, 16 MiB).
+pub const MAX_INSTRUMENTED_CODE_SIZE: usize = 16 * MAX_CODE_SIZE;
+
 /// Most bytes of one function body. NEAR allows 192 KiB (`max_function_body_size`); Tally's
 /// whole code section is [`MAX_CODE_SIZE`], and one function may use a quarter of it.
 pub const MAX_FUNCTION_BODY_SIZE: usize = 64 * 1024;

@@ -34,7 +34,7 @@
 
 use std::convert::Infallible;
 
-use tally_host_api::limits::MAX_STACK_BYTES;
+use tally_host_api::limits::{MAX_INSTRUMENTED_CODE_SIZE, MAX_STACK_BYTES};
 use wasm_encoder::reencode::{Error as ReencodeError, Reencode};
 use wasm_encoder::{
     BlockType, CodeSection, ConstExpr, ElementSection, EntityType, ExportKind, ExportSection,
@@ -232,9 +232,10 @@ pub(crate) fn instrument(wasm: &[u8], validated: &Validated) -> Result<Instrumen
             out.section(&section);
             imports_written = true;
         }
+        // Every section from exports (7) on comes after globals (6).
         if let Some((id, _)) = payload.as_section()
             && !globals_written
-            && matches!(id, 7 | 8 | 9 | 10 | 11 | 12)
+            && (SectionId::Export as u8..=SectionId::DataCount as u8).contains(&id)
         {
             let mut section = GlobalSection::new();
             added_globals(&mut section);
@@ -337,6 +338,13 @@ pub(crate) fn instrument(wasm: &[u8], validated: &Validated) -> Result<Instrumen
                     let (function, ok) = rewrite_body(&body, &frame, &mut shift)?;
                     reusable &= ok;
                     section.function(&function);
+                }
+                if section.byte_len() > MAX_INSTRUMENTED_CODE_SIZE {
+                    return Err(DeployError::TooMany {
+                        what: "instrumented code bytes",
+                        count: section.byte_len() as u64,
+                        limit: MAX_INSTRUMENTED_CODE_SIZE as u64,
+                    });
                 }
                 out.section(&section);
             }
