@@ -1433,3 +1433,28 @@ fn issue_10_the_deterministic_stack_limit_always_fires_before_the_native_one() {
         );
     }
 }
+
+#[test]
+fn issue_10_slow_operators_cost_what_they_take() {
+    use tally_host_api::limits::{FUEL_PER_FLOAT_DIVISION, FUEL_PER_INTEGER_DIVISION};
+    let fuel = |op: &str, ty: &str| {
+        run(
+            &format!("(drop ({ty}.{op} ({ty}.const 7) ({ty}.const 3)))"),
+            &mut TestHost::default(),
+        )
+        .fuel_used
+    };
+    let add = fuel("add", "i64");
+    assert_eq!(
+        fuel("div_u", "i64") - add,
+        u64::from(FUEL_PER_INTEGER_DIVISION) - 1
+    );
+    assert_eq!(
+        fuel("rem_s", "i32") - fuel("add", "i32"),
+        u64::from(FUEL_PER_INTEGER_DIVISION) - 1
+    );
+    assert_eq!(
+        fuel("div", "f64") - fuel("add", "f64"),
+        u64::from(FUEL_PER_FLOAT_DIVISION) - 1
+    );
+}
