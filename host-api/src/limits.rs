@@ -126,8 +126,10 @@ pub const MAX_WASM_STACK: usize = 4 * MAX_STACK_BYTES as usize;
 /// uncompressed. Contracts are small (simplecoin is under 1 KiB), so 1 MiB is generous.
 pub const MAX_MODULE_SIZE: usize = 1024 * 1024;
 
-/// Most functions a module may define. CosmWasm's `MAX_FUNCTIONS` is 20,000.
-pub const MAX_FUNCTIONS: usize = 20_000;
+/// Most functions a module may define. Compiling costs ~150 µs of CPU per function however
+/// small (the deploy benchmark's "max functions" shape), so CosmWasm's 20,000 took 3 s here;
+/// 2,048 takes ~0.3 s. NEAR allows 10,000 functions in 4 MiB of code, ~625 per 256 KiB.
+pub const MAX_FUNCTIONS: usize = 2_048;
 
 /// Most imports a module may declare. CosmWasm's `MAX_IMPORTS` is 100.
 pub const MAX_IMPORTS: usize = 100;
@@ -148,11 +150,12 @@ pub const MAX_TABLE_ELEMENTS: u64 = 2_500;
 // bounded statically at upload; the worst module these limits allow compiles in well under a
 // second (`cargo bench --bench runtime_limits -- deploy`, README).
 
-/// Most bytes of function bodies (the code section) a module may have. Compilation time is
-/// roughly linear in it: the densest code the other limits allow compiles at ~1 MiB/s here
-/// once instrumented, so 256 KiB keeps the worst deploy under half a second. Real contracts
-/// are far smaller: simplecoin's code is ~500 bytes, the Rust token's a few KiB.
-pub const MAX_CODE_SIZE: usize = 256 * 1024;
+/// Most bytes of function bodies (the code section) a module may have. Compile time is about
+/// linear in it, and worst for code that is all stores (each gains a dirty-chunk mark): 256
+/// KiB of `i32.store` took ~0.9-1.1 s of CPU to deploy, so 128 KiB keeps the worst shape near
+/// half a second (`cargo bench --bench runtime_limits -- deploy`). Real contracts are far
+/// smaller: simplecoin's code is ~500 bytes, the Rust token's a few KiB.
+pub const MAX_CODE_SIZE: usize = 128 * 1024;
 
 /// Most bytes of code after the runtime's instrumentation, a safety net under
 /// [`MAX_CODE_SIZE`]: the instrumentation adds at most ~40 bytes per store (a 3-byte
@@ -161,8 +164,9 @@ pub const MAX_CODE_SIZE: usize = 256 * 1024;
 pub const MAX_INSTRUMENTED_CODE_SIZE: usize = 16 * MAX_CODE_SIZE;
 
 /// Most bytes of one function body. NEAR allows 192 KiB (`max_function_body_size`); Tally's
-/// whole code section is [`MAX_CODE_SIZE`], and one function may use a quarter of it.
-pub const MAX_FUNCTION_BODY_SIZE: usize = 64 * 1024;
+/// whole code section is [`MAX_CODE_SIZE`], and one function may use a quarter of it
+/// (register allocation grows faster than linearly with a function's size).
+pub const MAX_FUNCTION_BODY_SIZE: usize = 32 * 1024;
 
 /// Most locals one function may declare (parameters not included). wasmparser allows 50,000;
 /// Cranelift zero-initialises each one, so 20,000 functions of 50,000 locals took ~90 s to
@@ -172,8 +176,8 @@ pub const MAX_FUNCTION_LOCALS: u32 = 1_024;
 
 /// Most locals all functions together may declare. NEAR allows 1,000,000 per contract
 /// (`max_locals_per_contract`) for 4 MiB contracts; scaled to [`MAX_CODE_SIZE`] that is
-/// ~64,000.
-pub const MAX_TOTAL_LOCALS: u64 = 64 * 1024;
+/// ~32,000.
+pub const MAX_TOTAL_LOCALS: u64 = 32 * 1024;
 
 /// Most parameters of a function type. NEAR allows 64 (`max_params_per_function`); CosmWasm
 /// 100.

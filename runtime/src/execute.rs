@@ -18,11 +18,12 @@ use crate::instrument::PRIVATE_MODULE;
 /// 64 KiB page, a byte per chunk.
 const MAP_CHUNKS: usize = 1 << 16;
 
-/// The chunks of the contract's memory this action wrote, each recorded once.
+/// Chunks of the contract's memory the host wrote during this action (wasm marks its own in
+/// the instance's map), and, once the action has ended, every chunk it dirtied.
 pub(crate) struct DirtyChunks {
     /// One bit per chunk index below [`MAP_CHUNKS`].
     marked: Box<[u64]>,
-    /// The marked chunks, in the order they were first written.
+    /// The marked chunks.
     pub(crate) chunks: Vec<u32>,
 }
 
@@ -34,13 +35,13 @@ impl DirtyChunks {
         }
     }
 
-    fn is_marked(&self, chunk: u32) -> bool {
+    pub(crate) fn is_marked(&self, chunk: u32) -> bool {
         let chunk = chunk as usize;
         chunk >= MAP_CHUNKS || self.marked[chunk / 64] & (1 << (chunk % 64)) != 0
     }
 
     /// Marks `chunk`; `false` if it was already marked (or cannot be written at all).
-    fn mark(&mut self, chunk: u32) -> bool {
+    pub(crate) fn mark(&mut self, chunk: u32) -> bool {
         if self.is_marked(chunk) {
             return false;
         }
@@ -181,11 +182,44 @@ impl WasmHost for ActionCtx {
     }
 
     fn wrote(&mut self, range: Range<usize>) -> u64 {
-        // The host checked `range` against the memory, so every chunk of it exists.
-        let chunks = chunks_of(range.start as u64..range.end as u64, usize::MAX);
-        let newly = chunks.filter(|&chunk| self.dirty.mark(chunk)).count() as u64;
-        newly * FUEL_PER_DIRTY_CHUNK
+        // The host checked `range` against the memory, so every chunk of it exists. The
+        // chunks are paid with all the others when the action ends ([`collect_dirty`]).
+        for chunk in chunks_of(range.start as u64..range.end as u64, usize::MAX) {
+            self.dirty.mark(chunk);
+        }
+        0
     }
+}
+
+/// After an action: gathers every chunk it dirtied (the instance's map and the host's own
+/// writes) into `dirty.chunks`, and returns the fuel they cost.
+///
+/// A successful action wrote only inside its memory, so only the map's first
+/// `memory length / 1 KiB` bytes can be set. A failed one may have marked the chunk of the
+/// out-of-bounds store that trapped, anywhere in the map, so then the whole map is read.
+/// Either way the count is the same on every node: it depends only on what the action did.
+pub(crate) fn collect_dirty(store: &mut Store<ActionCtx>, failed: bool) -> u64 {
+    let Some(map) = store.data().dirty_map else {
+        return 0;
+    };
+    let memory_len = store.data().memory.map_or(0, |m| m.data_size(&*store));
+    let (map, ctx) = map.data_and_store_mut(&mut *store);
+    let scanned = if failed {
+        map.len()
+    } else {
+        (memory_len as u64).div_ceil(DIRTY_CHUNK_BYTES) as usize
+    };
+    for (word_index, word) in map[..scanned.min(map.len())].chunks(8).enumerate() {
+        if word.iter().all(|&b| b == 0) {
+            continue;
+        }
+        for (i, &byte) in word.iter().enumerate() {
+            if byte != 0 {
+                ctx.dirty.mark((word_index * 8 + i) as u32);
+            }
+        }
+    }
+    ctx.dirty.chunks.len() as u64 * FUEL_PER_DIRTY_CHUNK
 }
 
 type HostResult<T> = wasmtime::Result<T>;
@@ -195,37 +229,20 @@ type HostResult<T> = wasmtime::Result<T>;
 pub(crate) fn add_private_imports(linker: &mut Linker<ActionCtx>) -> wasmtime::Result<()> {
     linker.func_wrap(
         PRIVATE_MODULE,
-        "dirty_chunk",
-        |mut caller: Caller<'_, ActionCtx>, chunk: i32| -> HostResult<()> {
-            let chunk = chunk as u32;
-            if !caller.data().dirty.is_marked(chunk) {
-                charge(&mut caller, FUEL_PER_DIRTY_CHUNK)?;
-                caller.data_mut().dirty.mark(chunk);
-            }
-            // Mark the wasm-side map too, so later stores to this chunk stay in wasm.
-            if let Some(map) = caller.data().dirty_map
-                && let Some(byte) = map.data_mut(&mut caller).get_mut(chunk as usize)
-            {
-                *byte = 1;
-            }
-            Ok(())
-        },
-    )?;
-    linker.func_wrap(
-        PRIVATE_MODULE,
         "mem_write",
         |mut caller: Caller<'_, ActionCtx>, dst: i32, len: i32| -> HostResult<()> {
-            // wasmtime itself charges the operation per byte (see `engine::fuel_costs`).
+            // wasmtime charges the operation per byte (see `engine::fuel_costs`), and the
+            // chunks are paid when the action ends ([`collect_dirty`]); this only marks them.
             let (dst, len) = (u64::from(dst as u32), u64::from(len as u32));
             let memory_len = caller
                 .data()
                 .memory
                 .map_or(0, |memory| memory.data_size(&caller));
             // Chunks past the memory are not marked: the operation traps before writing.
-            let chunks = chunks_of(dst..dst + len, memory_len);
-            let dirty = &mut caller.data_mut().dirty;
-            let newly = chunks.filter(|&chunk| dirty.mark(chunk)).count() as u64;
-            charge(&mut caller, newly * FUEL_PER_DIRTY_CHUNK)
+            for chunk in chunks_of(dst..dst + len, memory_len) {
+                caller.data_mut().dirty.mark(chunk);
+            }
+            Ok(())
         },
     )?;
     linker.func_wrap(
@@ -347,16 +364,18 @@ mod tests {
     }
 
     #[test]
-    fn host_writes_mark_each_chunk_once_and_pay_for_it() {
+    fn host_writes_mark_each_chunk_once() {
         let mut ctx = ActionCtx::new();
         let chunk = DIRTY_CHUNK_BYTES as usize;
-        assert_eq!(ctx.wrote(10..20), FUEL_PER_DIRTY_CHUNK);
-        assert_eq!(ctx.wrote(30..40), 0);
-        assert_eq!(ctx.wrote(chunk - 1..chunk + 1), FUEL_PER_DIRTY_CHUNK);
-        assert_eq!(ctx.wrote(5 * chunk..5 * chunk), 0);
-        assert_eq!(ctx.wrote(8 * chunk..10 * chunk), 2 * FUEL_PER_DIRTY_CHUNK);
+        ctx.wrote(10..20);
+        ctx.wrote(30..40);
+        ctx.wrote(chunk - 1..chunk + 1);
+        ctx.wrote(5 * chunk..5 * chunk);
+        ctx.wrote(8 * chunk..10 * chunk);
         assert_eq!(ctx.dirty.chunks, vec![0, 1, 8, 9]);
         ctx.dirty.clear();
-        assert_eq!(ctx.wrote(10..20), FUEL_PER_DIRTY_CHUNK);
+        assert!(!ctx.dirty.is_marked(8));
+        ctx.wrote(10..20);
+        assert_eq!(ctx.dirty.chunks, vec![0]);
     }
 }

@@ -2,19 +2,19 @@
 //! deterministic call-stack limit.
 //!
 //! - **Dirty chunks.** A fresh instance per action isolates actions but costs ~8 µs, most of
-//!   it resetting memory. Instead, every instruction that writes linear memory first looks up
-//!   the 1 KiB chunk it writes in a one-byte-per-chunk map (a second, private memory); the
-//!   first write to a chunk calls the runtime's `dirty_chunk`, which charges
-//!   [`FUEL_PER_DIRTY_CHUNK`](tally_host_api::limits::FUEL_PER_DIRTY_CHUNK) and records it.
-//!   After the action the runtime copies just those chunks back from the contract's snapshot
-//!   and resets every mutable global, and the instance is pristine again. A store that
-//!   crosses into the next chunk is covered because the runtime restores 16 bytes past each
-//!   dirty chunk (the widest store is 16 bytes). Host writes into guest memory
-//!   (`read_message`, `load`) are tracked by the runtime itself
-//!   ([`tally_host_api::linker::WasmHost::wrote`]).
+//!   it resetting memory. Instead, every instruction that writes linear memory also writes a 1
+//!   into a one-byte-per-1-KiB-chunk map (a second, private memory): two straight-line
+//!   instructions, no branch and no call, so instrumented code stays as cheap to compile as
+//!   the original. After the action the runtime reads the map, charges
+//!   [`FUEL_PER_DIRTY_CHUNK`](tally_host_api::limits::FUEL_PER_DIRTY_CHUNK) per marked chunk,
+//!   copies just those chunks back from the contract's snapshot and resets every mutable
+//!   global, and the instance is pristine again. A store that crosses into the next chunk is
+//!   covered because the runtime restores 16 bytes past each dirty chunk (the widest store is
+//!   16 bytes). Host writes into guest memory (`read_message`, `load`) are tracked by the
+//!   runtime itself ([`tally_host_api::linker::WasmHost::wrote`]).
 //! - **Bulk operations.** wasmtime charges `memory.fill/copy/init` and `table.*` per byte or
 //!   element (the engine pins those prices, see [`crate::engine`]); each bulk memory
-//!   operation is preceded by a call that records the chunks it writes and charges for them.
+//!   operation is preceded by a call that marks the chunks it writes.
 //!   `memory.grow` is preceded by a call that charges
 //!   [`FUEL_PER_MEMORY_GROW`](tally_host_api::limits::FUEL_PER_MEMORY_GROW).
 //! - **Stack.** Every function is charged its accounted frame size (see
@@ -61,9 +61,7 @@ pub(crate) const GLOBAL_EXPORT_PREFIX: &str = "__tally_global_";
 
 /// The runtime's private imports, in the order they are added: name and parameter count
 /// (every parameter is an i32; none has results).
-pub(crate) const PRIVATE_IMPORTS: [(&str, usize); 4] = [
-    // (chunk): the first write of this action to 1 KiB chunk `chunk`.
-    ("dirty_chunk", 1),
+pub(crate) const PRIVATE_IMPORTS: [(&str, usize); 3] = [
     // (dst, len): a bulk memory operation is about to write `len` bytes at `dst`.
     ("mem_write", 2),
     // (pages): `memory.grow` is about to run.
@@ -71,15 +69,14 @@ pub(crate) const PRIVATE_IMPORTS: [(&str, usize); 4] = [
     // (): the stack accounting passed `MAX_STACK_BYTES`.
     ("stack_exhausted", 0),
 ];
-const DIRTY_CHUNK: u32 = 0;
-const MEM_WRITE: u32 = 1;
-const GROW: u32 = 2;
-const STACK_EXHAUSTED: u32 = 3;
+const MEM_WRITE: u32 = 0;
+const GROW: u32 = 1;
+const STACK_EXHAUSTED: u32 = 2;
 const ADDED_FUNCTIONS: u32 = PRIVATE_IMPORTS.len() as u32;
 
-/// Accounted frame bytes of the scratch locals added to every function (at most seven
-/// 8-byte values and one 16-byte vector).
-pub(crate) const SCRATCH_FRAME_BYTES: u32 = 7 * 8 + 16;
+/// Accounted frame bytes of the scratch locals added to every function (at most six 8-byte
+/// values and one 16-byte vector).
+pub(crate) const SCRATCH_FRAME_BYTES: u32 = 6 * 8 + 16;
 
 /// log2 of `DIRTY_CHUNK_BYTES`: a write at byte `a` dirties chunk `a >> 10`.
 pub(crate) const CHUNK_SHIFT: u32 = 10;
@@ -275,8 +272,8 @@ pub(crate) fn instrument(wasm: &[u8], validated: &Validated) -> Result<Instrumen
                     .parse_memory_section(&mut section, reader.clone())
                     .map_err(reencode_error)?;
                 // The dirty-chunk map: one byte per 1 KiB chunk. A store at 64 MiB or more
-                // (chunk 65,536 or more, far past any memory a contract can have) traps here,
-                // exactly as the store itself would have.
+                // (chunk 65,536 or more, far past any memory a contract can have) traps on
+                // its mark, exactly as the store itself would have.
                 section.memory(MemoryType {
                     minimum: 1,
                     maximum: Some(1),
@@ -384,8 +381,6 @@ struct Scratch {
     b: u32,
     /// A length operand.
     len: u32,
-    /// The chunk a store writes.
-    chunk: u32,
     i64: u32,
     f32: u32,
     f64: u32,
@@ -448,9 +443,9 @@ const MAP: MemArg = MemArg {
     memory_index: 1,
 };
 
-/// With the address in `s.addr` and the store's static offset, calls `dirty_chunk` (the
-/// `call` instruction) unless the chunk is already marked.
-fn mark_chunk(f: &mut Function, s: &Scratch, static_offset: u64, call: &Instruction<'_>) {
+/// With the address in `s.addr` and the store's static offset, marks the chunk the store
+/// writes: `map[(addr + offset) >> 10] = 1`.
+fn mark_chunk(f: &mut Function, s: &Scratch, static_offset: u64) {
     f.instruction(&Instruction::LocalGet(s.addr));
     if static_offset == 0 {
         f.instruction(&Instruction::I32Const(CHUNK_SHIFT as i32));
@@ -464,13 +459,8 @@ fn mark_chunk(f: &mut Function, s: &Scratch, static_offset: u64, call: &Instruct
         f.instruction(&Instruction::I64ShrU);
         f.instruction(&Instruction::I32WrapI64);
     }
-    f.instruction(&Instruction::LocalTee(s.chunk));
-    f.instruction(&Instruction::I32Load8U(MAP));
-    f.instruction(&Instruction::I32Eqz);
-    f.instruction(&Instruction::If(BlockType::Empty));
-    f.instruction(&Instruction::LocalGet(s.chunk));
-    f.instruction(call);
-    f.instruction(&Instruction::End);
+    f.instruction(&Instruction::I32Const(1));
+    f.instruction(&Instruction::I32Store8(MAP));
 }
 
 /// The function index of private import `which` in a module with `imported` imports of its
@@ -502,14 +492,13 @@ fn rewrite_body(
         addr: base,
         b: base + 1,
         len: base + 2,
-        chunk: base + 3,
-        i64: base + 4,
-        f32: base + 5,
-        f64: base + 6,
-        v128: base + 7,
+        i64: base + 3,
+        f32: base + 4,
+        f64: base + 5,
+        v128: base + 6,
     };
     locals.extend([
-        (4, ValType::I32),
+        (3, ValType::I32),
         (1, ValType::I64),
         (1, ValType::F32),
         (1, ValType::F64),
@@ -571,7 +560,7 @@ fn rewrite_body(
             // [addr, value] -> mark the chunk -> [addr, value] -> store
             f.instruction(&Instruction::LocalSet(value));
             f.instruction(&Instruction::LocalSet(s.addr));
-            mark_chunk(&mut f, &s, static_offset, &call(DIRTY_CHUNK));
+            mark_chunk(&mut f, &s, static_offset);
             f.instruction(&Instruction::LocalGet(s.addr));
             f.instruction(&Instruction::LocalGet(value));
         } else {

@@ -313,11 +313,11 @@ impl Runtime {
                     .collect::<Result<_, PrepareError>>()?,
             ),
         };
+        let dirty_map = export(instrument::DIRTY_MAP_EXPORT)
+            .ok_or_else(|| missing(instrument::DIRTY_MAP_EXPORT))?;
         let restore = match instrumented.reusable {
             false => None,
             true => Some(RestoreExports {
-                dirty_map: export(instrument::DIRTY_MAP_EXPORT)
-                    .ok_or_else(|| missing(instrument::DIRTY_MAP_EXPORT))?,
                 stack: export(instrument::STACK_EXPORT)
                     .ok_or_else(|| missing(instrument::STACK_EXPORT))?,
                 globals: instrumented
@@ -340,6 +340,7 @@ impl Runtime {
             pre,
             exports: Exports {
                 memory,
+                dirty_map,
                 init,
                 dispatch,
                 restore,
@@ -519,14 +520,26 @@ fn run(
             }
         }
     };
-    let outcome = match result {
+    let mut outcome = match result {
         Ok(()) => Outcome::Success,
         Err(e) => match execute::classify(e, fuel) {
             Failure::Abort(abort) => Outcome::Failure(abort),
             Failure::Node(e) => return Err(e),
         },
     };
-    let fuel_used = fuel - store.get_fuel().unwrap_or(0);
+    // The memory the action dirtied is paid now that it is known; past the action's fuel
+    // the action fails as if it had run out while writing.
+    let restore_fuel = execute::collect_dirty(store, !matches!(outcome, Outcome::Success));
+    let mut fuel_used = (fuel - store.get_fuel().unwrap_or(0)).saturating_add(restore_fuel);
+    if fuel_used > fuel {
+        fuel_used = fuel;
+        if outcome == Outcome::Success {
+            outcome = Outcome::Failure(Abort::new(
+                AbortCode::OutOfFuel,
+                format!("the action used all of its {fuel} fuel"),
+            ));
+        }
+    }
     let console = std::mem::take(&mut store.data_mut().console);
     Ok(Receipt {
         outcome,

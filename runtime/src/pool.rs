@@ -37,6 +37,8 @@ pub(crate) enum Entries {
 /// The exports an instance is driven through, looked up by index once per module.
 pub(crate) struct Exports {
     pub memory: ModuleExport,
+    /// The instrumentation's dirty-chunk map.
+    pub dirty_map: ModuleExport,
     pub init: Option<ModuleExport>,
     pub dispatch: Dispatch,
     /// `None` for modules whose instances cannot be restored.
@@ -51,7 +53,6 @@ pub(crate) enum Dispatch {
 
 /// The exports restoring an instance needs.
 pub(crate) struct RestoreExports {
-    pub dirty_map: ModuleExport,
     pub stack: ModuleExport,
     /// The module's mutable globals.
     pub globals: Vec<ModuleExport>,
@@ -160,6 +161,10 @@ impl Slot {
             .get_module_export(&mut store, &exports.memory)
             .and_then(Extern::into_memory)?;
         store.data_mut().memory = Some(memory);
+        let dirty_map = instance
+            .get_module_export(&mut store, &exports.dirty_map)
+            .and_then(Extern::into_memory)?;
+        store.data_mut().dirty_map = Some(dirty_map);
         let init = match &exports.init {
             Some(export) => Some(typed(&mut store, &instance, export)?),
             None => None,
@@ -189,10 +194,6 @@ impl Slot {
                     .iter()
                     .map(&mut global)
                     .collect::<Option<Vec<_>>>()?;
-                let dirty_map = instance
-                    .get_module_export(&mut store, &restore.dirty_map)
-                    .and_then(Extern::into_memory)?;
-                store.data_mut().dirty_map = Some(dirty_map);
                 Some(Bound {
                     dirty_map,
                     stack,
@@ -223,8 +224,9 @@ impl Slot {
         Some(Pristine::take(self.memory.data(&self.store), globals))
     }
 
-    /// Puts the instance back into its pristine state; `false` if it cannot be (its memory
-    /// grew, or it would keep too much memory resident), and must then be dropped.
+    /// Puts the instance back into its pristine state, given the chunks the action dirtied
+    /// ([`crate::execute::collect_dirty`]); `false` if it cannot be (its memory grew, or it
+    /// would keep too much memory resident), and must then be dropped.
     pub(crate) fn restore(&mut self, pristine: &Pristine) -> bool {
         let Some(bound) = &self.bound else {
             return false;

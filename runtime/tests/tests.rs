@@ -699,20 +699,20 @@ fn with_apply(extra: &str) -> Vec<u8> {
     .unwrap()
 }
 
-#[test]
-fn issue_10_the_locals_compile_bomb_is_refused_without_compiling() {
-    // 20,000 functions declaring 50,000 locals each: ~160 KB that took ~90 s to compile.
+/// `functions` functions of type `apply` (the first exported as `apply`), each declaring
+/// `locals` unused i64 locals.
+fn locals_bomb(functions: usize, locals: u32) -> Vec<u8> {
     use wasm_encoder::{
         CodeSection, ExportKind, ExportSection, Function, FunctionSection, MemorySection,
         MemoryType, Module, TypeSection, ValType,
     };
     let mut types = TypeSection::new();
     types.ty().function([ValType::I64; 3], []);
-    let mut functions = FunctionSection::new();
+    let mut function_section = FunctionSection::new();
     let mut code = CodeSection::new();
-    for _ in 0..20_000 {
-        functions.function(0);
-        let mut f = Function::new([(50_000, ValType::I64)]);
+    for _ in 0..functions {
+        function_section.function(0);
+        let mut f = Function::new([(locals, ValType::I64)]);
         f.instruction(&wasm_encoder::Instruction::End);
         code.function(&f);
     }
@@ -730,21 +730,53 @@ fn issue_10_the_locals_compile_bomb_is_refused_without_compiling() {
     let mut module = Module::new();
     module
         .section(&types)
-        .section(&functions)
+        .section(&function_section)
         .section(&memory)
         .section(&exports)
         .section(&code);
-    let bomb = module.finish();
-    assert!(bomb.len() < 200_000, "{}", bomb.len());
+    module.finish()
+}
 
+#[test]
+fn issue_10_the_locals_compile_bomb_is_refused_without_compiling() {
+    use tally_host_api::limits::{MAX_FUNCTION_LOCALS, MAX_FUNCTIONS};
     let rt = runtime();
+    // The reported bomb: 20,000 functions of ~50,000 locals, ~160 KB that took ~90 s to
+    // compile. Its function count alone is now over the limit.
+    let bomb = locals_bomb(20_000, 49_990);
+    assert!(bomb.len() < 200_000, "{}", bomb.len());
     let err = rejection(&rt, &bomb);
+    assert!(
+        matches!(
+            err,
+            DeployError::TooMany {
+                what: "functions",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // As many functions as allowed, each with the most locals wasmparser accepts.
+    let err = rejection(&rt, &locals_bomb(MAX_FUNCTIONS, 49_990));
     assert!(
         matches!(
             err,
             DeployError::FunctionLimit {
                 what: "locals",
-                count: 50_000,
+                count: 49_990,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(rt.cache_stats().compiles, 0);
+    // At the per-function limit, the total limit stops it.
+    let err = rejection(&rt, &locals_bomb(MAX_FUNCTIONS, MAX_FUNCTION_LOCALS));
+    assert!(
+        matches!(
+            err,
+            DeployError::TooMany {
+                what: "locals in all functions",
                 ..
             }
         ),
