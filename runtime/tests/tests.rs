@@ -1490,3 +1490,35 @@ fn issue_10_slow_operators_cost_what_they_take() {
         u64::from(FUEL_PER_FLOAT_DIVISION) - 1
     );
 }
+
+#[test]
+fn issue_10_an_out_of_bounds_store_that_trapped_leaves_no_mark_behind() {
+    // Mode 1 stores past the end of its one page (and traps); mode 2 grows the memory so
+    // that the same address is inside it, and writes nothing there.
+    let code = wat::parse_str(
+        r#"(module
+          (import "env" "read_message" (func $read_message (param i32 i32) (result i32)))
+          (memory (export "memory") 1)
+          (func (export "apply") (param i64 i64 i64)
+            (drop (call $read_message (i32.const 0) (i32.const 1)))
+            (if (i32.eq (i32.load8_u (i32.const 0)) (i32.const 1))
+              (then (i32.store (i32.const 70000) (i32.const 1))))
+            (if (i32.eq (i32.load8_u (i32.const 0)) (i32.const 2))
+              (then (drop (memory.grow (i32.const 1)))))))"#,
+    )
+    .unwrap();
+    let action = |rt: &Runtime, c: &Contract, mode: u8| {
+        let mut host = TestHost {
+            message: vec![mode],
+            ..Default::default()
+        };
+        call(rt, c, &mut host)
+    };
+    let warm = runtime();
+    let c = warm.prepare(&code).unwrap();
+    assert_eq!(failure(&action(&warm, &c, 1)).code, AbortCode::Trap);
+    let after_trap = action(&warm, &c, 2);
+    let fresh = runtime();
+    let c = fresh.prepare(&code).unwrap();
+    assert_eq!(after_trap, action(&fresh, &c, 2));
+}
