@@ -521,6 +521,21 @@ fn restore(c: &mut Criterion) {
     let mut group = c.benchmark_group("restore");
     let rt = Runtime::new(RuntimeConfig::default()).unwrap();
     let writer = rt.prepare(&page_writer()).unwrap();
+    for memory in [1, 512] {
+        let empty = rt
+            .prepare(
+                &wat::parse_str(format!(
+                    r#"(module (memory (export "memory") {memory})
+                     (func (export "apply") (param i64 i64 i64)))"#
+                ))
+                .unwrap(),
+            )
+            .unwrap();
+        let mut host = MapHost::default();
+        group.bench_function(format!("empty action, {memory}-page memory"), |b| {
+            b.iter(|| rt.execute(&empty, entry(), &mut host).unwrap())
+        });
+    }
     for pages in [0u32, 1, 8, 32, 128] {
         let mut host = MapHost {
             message: pages.to_le_bytes().to_vec(),

@@ -63,6 +63,11 @@ pub const DIRTY_CHUNK_BYTES: u64 = 1024;
 /// `cargo bench --bench runtime_limits -- restore`.
 pub const FUEL_PER_DIRTY_CHUNK: u64 = 2_000;
 
+/// Fuel every action pays per page (64 KiB) of its memory, for reading the dirty-chunk map
+/// afterwards: ~4 µs for a 512-page memory (`cargo bench --bench runtime_limits -- restore`),
+/// ~8 ns per page, at ~0.3 ns per fuel.
+pub const FUEL_PER_MEMORY_PAGE: u64 = 32;
+
 /// Fuel per byte a bulk memory operation (`memory.fill`, `memory.copy`, `memory.init`)
 /// touches. NEAR charges one regular operation per byte (`linear_op_unit_cost` =
 /// `regular_op_cost`), and so does wasmtime's default table, which the runtime pins.

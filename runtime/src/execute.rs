@@ -5,7 +5,8 @@ use std::ops::Range;
 use std::ptr::NonNull;
 
 use tally_host_api::limits::{
-    DIRTY_CHUNK_BYTES, FUEL_PER_DIRTY_CHUNK, FUEL_PER_MEMORY_GROW, MAX_CONSOLE_LEN, MAX_STACK_BYTES,
+    DIRTY_CHUNK_BYTES, FUEL_PER_DIRTY_CHUNK, FUEL_PER_MEMORY_GROW, FUEL_PER_MEMORY_PAGE,
+    MAX_CONSOLE_LEN, MAX_STACK_BYTES, PAGE_SIZE,
 };
 use tally_host_api::linker::{WasmHost, charge};
 use tally_host_api::{Abort, AbortCode, Host, HostError, Name, NodeFault, Upsert};
@@ -192,7 +193,8 @@ impl WasmHost for ActionCtx {
 }
 
 /// After an action: gathers every chunk it dirtied (the instance's map and the host's own
-/// writes) into `dirty.chunks`, and returns the fuel they cost.
+/// writes) into `dirty.chunks`, and returns the fuel they and reading the map cost
+/// ([`FUEL_PER_DIRTY_CHUNK`] each, [`FUEL_PER_MEMORY_PAGE`] per page of memory).
 ///
 /// A successful action wrote only inside its memory, so only the map's first
 /// `memory length / 1 KiB` bytes can be set. A failed one may have marked the chunk of the
@@ -209,17 +211,29 @@ pub(crate) fn collect_dirty(store: &mut Store<ActionCtx>, failed: bool) -> u64 {
     } else {
         (memory_len as u64).div_ceil(DIRTY_CHUNK_BYTES) as usize
     };
-    for (word_index, word) in map[..scanned.min(map.len())].chunks(8).enumerate() {
-        if word.iter().all(|&b| b == 0) {
+    // Most of a big map is zero: skip it a block at a time, with a reduction the compiler
+    // vectorises (a byte at a time cost ~35 µs for a 512-page memory's 32 KiB map).
+    const BLOCK: usize = 256;
+    for (block_index, block) in map[..scanned.min(map.len())].chunks(BLOCK).enumerate() {
+        if or_all(block) == 0 {
             continue;
         }
-        for (i, &byte) in word.iter().enumerate() {
+        for (i, &byte) in block.iter().enumerate() {
             if byte != 0 {
-                ctx.dirty.mark((word_index * 8 + i) as u32);
+                ctx.dirty.mark((block_index * BLOCK + i) as u32);
             }
         }
     }
-    ctx.dirty.chunks.len() as u64 * FUEL_PER_DIRTY_CHUNK
+    let pages = (memory_len as u64).div_ceil(PAGE_SIZE);
+    ctx.dirty.chunks.len() as u64 * FUEL_PER_DIRTY_CHUNK + pages * FUEL_PER_MEMORY_PAGE
+}
+
+/// Every byte of `bytes` OR-ed together (zero if and only if all are zero).
+fn or_all(bytes: &[u8]) -> u64 {
+    // SAFETY: every bit pattern is a valid u64.
+    let (head, words, tail) = unsafe { bytes.align_to::<u64>() };
+    let edges = head.iter().chain(tail).fold(0u8, |acc, &b| acc | b);
+    words.iter().fold(u64::from(edges), |acc, &w| acc | w)
 }
 
 type HostResult<T> = wasmtime::Result<T>;

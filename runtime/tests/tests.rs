@@ -1522,3 +1522,22 @@ fn issue_10_an_out_of_bounds_store_that_trapped_leaves_no_mark_behind() {
     let c = fresh.prepare(&code).unwrap();
     assert_eq!(after_trap, action(&fresh, &c, 2));
 }
+
+#[test]
+fn issue_10_every_action_pays_for_reading_its_memorys_dirty_map() {
+    use tally_host_api::limits::FUEL_PER_MEMORY_PAGE;
+    let rt = runtime();
+    let empty = |pages: u32| {
+        let c = rt
+            .prepare(
+                &wat::parse_str(format!(
+                    r#"(module (memory (export "memory") {pages})
+                         (func (export "apply") (param i64 i64 i64)))"#
+                ))
+                .unwrap(),
+            )
+            .unwrap();
+        call(&rt, &c, &mut TestHost::default()).fuel_used
+    };
+    assert_eq!(empty(512) - empty(1), 511 * FUEL_PER_MEMORY_PAGE);
+}
