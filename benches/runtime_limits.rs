@@ -611,6 +611,37 @@ fn hostile_actions() -> Vec<(&'static str, String, Vec<u8>)> {
             vec![],
         ),
         (
+            // Dirty every 1 KiB chunk of the 32 MiB memory with one store each (the chunk fees
+            // are charged when the action ends, so they cap its fuel but not this work), then
+            // read it at random: the most memory a contract can make the node touch and
+            // restore.
+            "stride stores over 32 MiB, then random loads",
+            loop_of(
+                "(local.set $i (i32.const 0))
+                 (block $d (loop $w (br_if $d (i32.ge_u (local.get $i) (i32.const 33554432)))
+                   (i32.store8 (local.get $i) (i32.const 7))
+                   (local.set $i (i32.add (local.get $i) (i32.const 1024))) (br $w)))
+                 (local.set $x (i64.const 12345))",
+                "(local.set $x (i64.add (i64.mul (local.get $x) (i64.const 6364136223846793005)) (i64.load (i32.and (i32.wrap_i64 (i64.shr_u (local.get $x) (i64.const 20))) (i32.const 0x1fffff8)))))",
+            ),
+            vec![],
+        ),
+        (
+            // The same in a module that changes its table, so every action gets a fresh
+            // instance: every page it touches faults in, and the pool resets it afterwards.
+            "stride stores over 32 MiB in a fresh instance, then random loads",
+            loop_of(
+                "(table.set (i32.const 5) (ref.null func))
+                 (local.set $i (i32.const 0))
+                 (block $d (loop $w (br_if $d (i32.ge_u (local.get $i) (i32.const 33554432)))
+                   (i32.store8 (local.get $i) (i32.const 7))
+                   (local.set $i (i32.add (local.get $i) (i32.const 1024))) (br $w)))
+                 (local.set $x (i64.const 12345))",
+                "(local.set $x (i64.add (i64.mul (local.get $x) (i64.const 6364136223846793005)) (i64.load (i32.and (i32.wrap_i64 (i64.shr_u (local.get $x) (i64.const 20))) (i32.const 0x1fffff8)))))",
+            ),
+            vec![],
+        ),
+        (
             "dirty a new page per store",
             loop_of(
                 "",

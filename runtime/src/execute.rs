@@ -10,7 +10,7 @@ use tally_host_api::limits::{
 };
 use tally_host_api::linker::{WasmHost, charge};
 use tally_host_api::{Abort, AbortCode, Host, HostError, Name, NodeFault, Upsert};
-use wasmtime::{Caller, Linker, Memory, Store, Trap};
+use wasmtime::{Caller, Global, Linker, Memory, Store, Trap, Val};
 
 use crate::error::RuntimeError;
 use crate::instrument::PRIVATE_MODULE;
@@ -83,6 +83,8 @@ pub(crate) struct ActionCtx {
     pub(crate) memory: Option<Memory>,
     /// The instrumentation's dirty-chunk map (memory 1).
     pub(crate) dirty_map: Option<Memory>,
+    /// The instrumentation's count of chunks marked since the last charge point.
+    pub(crate) new_chunks: Option<Global>,
     pub(crate) console: Vec<u8>,
     pub(crate) dirty: DirtyChunks,
 }
@@ -102,6 +104,7 @@ impl ActionCtx {
             host: None,
             memory: None,
             dirty_map: None,
+            new_chunks: None,
             console: Vec::new(),
             dirty: DirtyChunks::new(),
         }
@@ -193,19 +196,34 @@ impl WasmHost for ActionCtx {
 }
 
 /// After an action: gathers every chunk it dirtied (the instance's map and the host's own
-/// writes) into `dirty.chunks`, and returns the fuel they and reading the map cost
-/// ([`FUEL_PER_DIRTY_CHUNK`] each, [`FUEL_PER_MEMORY_PAGE`] per page of memory).
+/// writes) into `dirty.chunks`, and returns the fuel still owed for them and for reading the
+/// map: [`FUEL_PER_DIRTY_CHUNK`] for each chunk no charge point paid for yet, and
+/// [`FUEL_PER_MEMORY_PAGE`] per page of memory.
 ///
 /// A successful action wrote only inside its memory, so only the map's first
 /// `memory length / 1 KiB` bytes can be set. A failed one may have marked the chunk of the
 /// out-of-bounds store that trapped, anywhere in the map, so then the whole map is read.
 /// Either way the count is the same on every node: it depends only on what the action did.
 pub(crate) fn collect_dirty(store: &mut Store<ActionCtx>, failed: bool) -> u64 {
-    let Some(map) = store.data().dirty_map else {
+    let (Some(map), Some(new_chunks)) = (store.data().dirty_map, store.data().new_chunks) else {
         return 0;
     };
+    // Chunks wasm marked after its last charge point.
+    let pending = match new_chunks.get(&mut *store) {
+        Val::I32(n) => u64::from(n as u32),
+        _ => 0,
+    };
+    // Resetting an i32 global with an i32 cannot fail.
+    let _ = new_chunks.set(&mut *store, Val::I32(0));
     let memory_len = store.data().memory.map_or(0, |m| m.data_size(&*store));
     let (map, ctx) = map.data_and_store_mut(&mut *store);
+    // Chunks only the host wrote (wasm marks its own in the map, and paid for them).
+    let host_only = ctx
+        .dirty
+        .chunks
+        .iter()
+        .filter(|&&chunk| map.get(chunk as usize).is_some_and(|&b| b == 0))
+        .count() as u64;
     let scanned = if failed {
         map.len()
     } else {
@@ -225,7 +243,7 @@ pub(crate) fn collect_dirty(store: &mut Store<ActionCtx>, failed: bool) -> u64 {
         }
     }
     let pages = (memory_len as u64).div_ceil(PAGE_SIZE);
-    ctx.dirty.chunks.len() as u64 * FUEL_PER_DIRTY_CHUNK + pages * FUEL_PER_MEMORY_PAGE
+    (pending + host_only) * FUEL_PER_DIRTY_CHUNK + pages * FUEL_PER_MEMORY_PAGE
 }
 
 /// Every byte of `bytes` OR-ed together (zero if and only if all are zero).
@@ -243,20 +261,32 @@ type HostResult<T> = wasmtime::Result<T>;
 pub(crate) fn add_private_imports(linker: &mut Linker<ActionCtx>) -> wasmtime::Result<()> {
     linker.func_wrap(
         PRIVATE_MODULE,
+        "charge_chunks",
+        |mut caller: Caller<'_, ActionCtx>, chunks: i32| -> HostResult<()> {
+            charge(&mut caller, u64::from(chunks as u32) * FUEL_PER_DIRTY_CHUNK)
+        },
+    )?;
+    linker.func_wrap(
+        PRIVATE_MODULE,
         "mem_write",
         |mut caller: Caller<'_, ActionCtx>, dst: i32, len: i32| -> HostResult<()> {
-            // wasmtime charges the operation per byte (see `engine::fuel_costs`), and the
-            // chunks are paid when the action ends ([`collect_dirty`]); this only marks them.
+            // wasmtime charges the operation per byte (see `engine::fuel_costs`); this marks
+            // the chunks it writes in the map and pays for those not marked yet, before a
+            // byte is written.
             let (dst, len) = (u64::from(dst as u32), u64::from(len as u32));
             let memory_len = caller
                 .data()
                 .memory
                 .map_or(0, |memory| memory.data_size(&caller));
+            let Some(map) = caller.data().dirty_map else {
+                return Ok(());
+            };
             // Chunks past the memory are not marked: the operation traps before writing.
-            for chunk in chunks_of(dst..dst + len, memory_len) {
-                caller.data_mut().dirty.mark(chunk);
-            }
-            Ok(())
+            let chunks = chunks_of(dst..dst + len, memory_len);
+            let map = &mut map.data_mut(&mut caller)[chunks.start as usize..chunks.end as usize];
+            let newly = map.iter().filter(|&&b| b == 0).count() as u64;
+            map.fill(1);
+            charge(&mut caller, newly * FUEL_PER_DIRTY_CHUNK)
         },
     )?;
     linker.func_wrap(

@@ -315,6 +315,8 @@ impl Runtime {
         };
         let dirty_map = export(instrument::DIRTY_MAP_EXPORT)
             .ok_or_else(|| missing(instrument::DIRTY_MAP_EXPORT))?;
+        let new_chunks = export(instrument::NEW_CHUNKS_EXPORT)
+            .ok_or_else(|| missing(instrument::NEW_CHUNKS_EXPORT))?;
         let restore = match instrumented.reusable {
             false => None,
             true => Some(RestoreExports {
@@ -341,6 +343,7 @@ impl Runtime {
             exports: Exports {
                 memory,
                 dirty_map,
+                new_chunks,
                 init,
                 dispatch,
                 restore,
@@ -527,8 +530,9 @@ fn run(
             Failure::Node(e) => return Err(e),
         },
     };
-    // The memory the action dirtied is paid now that it is known; past the action's fuel
-    // the action fails as if it had run out while writing.
+    // What the action still owes for the memory it dirtied (the chunks after its last charge
+    // point, those only the host wrote) and for reading the map; past the action's fuel it
+    // fails as if it had run out while writing.
     let restore_fuel = execute::collect_dirty(store, !matches!(outcome, Outcome::Success));
     let mut fuel_used = (fuel - store.get_fuel().unwrap_or(0)).saturating_add(restore_fuel);
     if fuel_used > fuel {

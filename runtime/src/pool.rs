@@ -39,6 +39,8 @@ pub(crate) struct Exports {
     pub memory: ModuleExport,
     /// The instrumentation's dirty-chunk map.
     pub dirty_map: ModuleExport,
+    /// The instrumentation's count of chunks marked since the last charge point.
+    pub new_chunks: ModuleExport,
     pub init: Option<ModuleExport>,
     pub dispatch: Dispatch,
     /// `None` for modules whose instances cannot be restored.
@@ -165,6 +167,10 @@ impl Slot {
             .get_module_export(&mut store, &exports.dirty_map)
             .and_then(Extern::into_memory)?;
         store.data_mut().dirty_map = Some(dirty_map);
+        let new_chunks = instance
+            .get_module_export(&mut store, &exports.new_chunks)
+            .and_then(Extern::into_global)?;
+        store.data_mut().new_chunks = Some(new_chunks);
         let init = match &exports.init {
             Some(export) => Some(typed(&mut store, &instance, export)?),
             None => None,

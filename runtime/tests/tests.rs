@@ -1207,10 +1207,10 @@ fn issue_10_an_action_pays_for_each_chunk_it_dirties() {
     let same_chunk = write_at(&rt, &c, &[100, 200]);
     let first_and_last = write_at(&rt, &c, &[100, last]);
     assert!(first_and_last.is_success(), "{first_and_last:?}");
-    // One more chunk, and the two wasm instructions that call for it.
+    // One more chunk, and the few instructions of the charge point that pays for it.
     let extra = first_and_last.fuel_used - same_chunk.fuel_used;
     assert!(
-        (FUEL_PER_DIRTY_CHUNK..FUEL_PER_DIRTY_CHUNK + 4).contains(&extra),
+        (FUEL_PER_DIRTY_CHUNK..=FUEL_PER_DIRTY_CHUNK + 8).contains(&extra),
         "{extra}"
     );
     // Both bytes were restored: a reader of the whole memory sees them pristine, so writing
@@ -1540,4 +1540,27 @@ fn issue_10_every_action_pays_for_reading_its_memorys_dirty_map() {
         call(&rt, &c, &mut TestHost::default()).fuel_used
     };
     assert_eq!(empty(512) - empty(1), 511 * FUEL_PER_MEMORY_PAGE);
+}
+
+#[test]
+fn issue_10_a_loop_cannot_dirty_memory_it_has_not_paid_for() {
+    // One store per 1 KiB chunk over 32 MiB would cost ~67M fuel in chunks; the loop runs out
+    // at the charge point of its header, long before the host call after it.
+    let c = wat::parse_str(format!(
+        r#"(module {IMPORTS}
+          (memory (export "memory") 512)
+          (data (i32.const 0) "done")
+          (func (export "apply") (param i64 i64 i64) (local $i i32)
+            (block $d (loop $w (br_if $d (i32.ge_u (local.get $i) (i32.const 33554432)))
+              (i32.store8 offset=4096 (local.get $i) (i32.const 7))
+              (local.set $i (i32.add (local.get $i) (i32.const 1024))) (br $w)))
+            (call $store (i32.const 0) (i32.const 4) (i32.const 0) (i32.const 4))))"#
+    ))
+    .unwrap();
+    let rt = runtime();
+    let c = rt.prepare(&c).unwrap();
+    let mut host = TestHost::default();
+    let r = call(&rt, &c, &mut host);
+    assert_eq!(failure(&r).code, AbortCode::OutOfFuel);
+    assert!(host.state.is_empty(), "the loop finished before paying");
 }
