@@ -2,16 +2,20 @@
 //! deterministic call-stack limit.
 //!
 //! - **Dirty chunks.** A fresh instance per action isolates actions but costs ~8 µs, most of
-//!   it resetting memory. Instead, every instruction that writes linear memory also writes a 1
-//!   into a one-byte-per-1-KiB-chunk map (a second, private memory): two straight-line
-//!   instructions, no branch and no call, so instrumented code stays as cheap to compile as
-//!   the original. After the action the runtime reads the map, charges
-//!   [`FUEL_PER_DIRTY_CHUNK`](tally_host_api::limits::FUEL_PER_DIRTY_CHUNK) per marked chunk,
-//!   copies just those chunks back from the contract's snapshot and resets every mutable
-//!   global, and the instance is pristine again. A store that crosses into the next chunk is
-//!   covered because the runtime restores 16 bytes past each dirty chunk (the widest store is
-//!   16 bytes). Host writes into guest memory (`read_message`, `load`) are tracked by the
-//!   runtime itself ([`tally_host_api::linker::WasmHost::wrote`]).
+//!   it resetting memory. Instead, every instruction that writes linear memory also marks the
+//!   1 KiB chunk it writes in a one-byte-per-chunk map (a second, private memory), and counts
+//!   the chunk in a global if it was not marked yet: straight-line code, no branch and no
+//!   call, so instrumented code stays cheap to compile. At every *charge point* (each
+//!   function's entry and each loop's header) a non-zero count is paid through the runtime's
+//!   `charge_chunks`, [`FUEL_PER_DIRTY_CHUNK`](tally_host_api::limits::FUEL_PER_DIRTY_CHUNK)
+//!   each, and reset; the runtime pays what is left when the action ends. So the memory an
+//!   action can dirty without paying is bounded by the stores of one loop-free, call-free
+//!   stretch of code, and no loop can run over memory it has not paid for. After the action
+//!   the runtime copies just the marked chunks back from the contract's snapshot and resets
+//!   every mutable global, and the instance is pristine again. A store that crosses into the
+//!   next chunk is covered because the runtime restores 16 bytes past each dirty chunk (the
+//!   widest store is 16 bytes). Host writes into guest memory (`read_message`, `load`) are
+//!   tracked by the runtime itself ([`tally_host_api::linker::WasmHost::wrote`]).
 //! - **Bulk operations.** wasmtime charges `memory.fill/copy/init` and `table.*` per byte or
 //!   element (the engine pins those prices, see [`crate::engine`]); each bulk memory
 //!   operation is preceded by a call that marks the chunks it writes.
@@ -56,12 +60,16 @@ pub(crate) const PRIVATE_MODULE: &str = "__tally";
 pub(crate) const DIRTY_MAP_EXPORT: &str = "__tally_dirty_map";
 /// The added export of the stack-height global.
 pub(crate) const STACK_EXPORT: &str = "__tally_stack";
+/// The added export of the global counting chunks marked since the last charge point.
+pub(crate) const NEW_CHUNKS_EXPORT: &str = "__tally_new_chunks";
 /// Prefix of the added exports of the module's own mutable globals, by global index.
 pub(crate) const GLOBAL_EXPORT_PREFIX: &str = "__tally_global_";
 
 /// The runtime's private imports, in the order they are added: name and parameter count
 /// (every parameter is an i32; none has results).
-pub(crate) const PRIVATE_IMPORTS: [(&str, usize); 3] = [
+pub(crate) const PRIVATE_IMPORTS: [(&str, usize); 4] = [
+    // (chunks): a charge point found this many newly marked chunks.
+    ("charge_chunks", 1),
     // (dst, len): a bulk memory operation is about to write `len` bytes at `dst`.
     ("mem_write", 2),
     // (pages): `memory.grow` is about to run.
@@ -69,9 +77,10 @@ pub(crate) const PRIVATE_IMPORTS: [(&str, usize); 3] = [
     // (): the stack accounting passed `MAX_STACK_BYTES`.
     ("stack_exhausted", 0),
 ];
-const MEM_WRITE: u32 = 0;
-const GROW: u32 = 1;
-const STACK_EXHAUSTED: u32 = 2;
+const CHARGE_CHUNKS: u32 = 0;
+const MEM_WRITE: u32 = 1;
+const GROW: u32 = 2;
+const STACK_EXHAUSTED: u32 = 3;
 const ADDED_FUNCTIONS: u32 = PRIVATE_IMPORTS.len() as u32;
 
 /// Accounted frame bytes of the scratch locals added to every function (at most six 8-byte
@@ -191,6 +200,7 @@ pub(crate) fn instrument(wasm: &[u8], validated: &Validated) -> Result<Instrumen
     let ty_i32_i32 = l.type_count + 1;
     let ty_unit = l.type_count + 2;
     let stack_global = l.global_count;
+    let new_chunks_global = l.global_count + 1;
 
     let mut out = Module::new();
     let mut imports_written = false;
@@ -212,7 +222,8 @@ pub(crate) fn instrument(wasm: &[u8], validated: &Validated) -> Result<Instrumen
             mutable: true,
             shared: false,
         };
-        section.global(ty, &ConstExpr::i32_const(0));
+        section.global(ty, &ConstExpr::i32_const(0)); // the stack height
+        section.global(ty, &ConstExpr::i32_const(0)); // chunks marked since the last charge
     };
 
     for payload in Parser::new(0).parse_all(wasm) {
@@ -299,6 +310,7 @@ pub(crate) fn instrument(wasm: &[u8], validated: &Validated) -> Result<Instrumen
                     .map_err(reencode_error)?;
                 section.export(DIRTY_MAP_EXPORT, ExportKind::Memory, 1);
                 section.export(STACK_EXPORT, ExportKind::Global, stack_global);
+                section.export(NEW_CHUNKS_EXPORT, ExportKind::Global, new_chunks_global);
                 for &index in &l.mutable_globals {
                     section.export(
                         &format!("{GLOBAL_EXPORT_PREFIX}{index}"),
@@ -331,6 +343,7 @@ pub(crate) fn instrument(wasm: &[u8], validated: &Validated) -> Result<Instrumen
                             .get(defined)
                             .ok_or_else(|| invalid("validation measured another module"))?,
                         stack_global,
+                        new_chunks_global,
                     };
                     let (function, ok) = rewrite_body(&body, &frame, &mut shift)?;
                     reusable &= ok;
@@ -371,6 +384,7 @@ struct Frame {
     /// Accounted bytes charged on entry and refunded on exit.
     bytes: u32,
     stack_global: u32,
+    new_chunks_global: u32,
 }
 
 /// The scratch locals added to every function, numbered from its first free local.
@@ -444,8 +458,9 @@ const MAP: MemArg = MemArg {
 };
 
 /// With the address in `s.addr` and the store's static offset, marks the chunk the store
-/// writes: `map[(addr + offset) >> 10] = 1`.
-fn mark_chunk(f: &mut Function, s: &Scratch, static_offset: u64) {
+/// writes and counts it if it was not marked yet:
+/// `new += (map[c] == 0); map[c] = 1` where `c = (addr + offset) >> 10`.
+fn mark_chunk(f: &mut Function, s: &Scratch, static_offset: u64, new_chunks: u32) {
     f.instruction(&Instruction::LocalGet(s.addr));
     if static_offset == 0 {
         f.instruction(&Instruction::I32Const(CHUNK_SHIFT as i32));
@@ -459,8 +474,26 @@ fn mark_chunk(f: &mut Function, s: &Scratch, static_offset: u64) {
         f.instruction(&Instruction::I64ShrU);
         f.instruction(&Instruction::I32WrapI64);
     }
+    f.instruction(&Instruction::LocalTee(s.len));
+    f.instruction(&Instruction::LocalGet(s.len));
+    f.instruction(&Instruction::I32Load8U(MAP));
+    f.instruction(&Instruction::I32Eqz);
+    f.instruction(&Instruction::GlobalGet(new_chunks));
+    f.instruction(&Instruction::I32Add);
+    f.instruction(&Instruction::GlobalSet(new_chunks));
     f.instruction(&Instruction::I32Const(1));
     f.instruction(&Instruction::I32Store8(MAP));
+}
+
+/// A charge point: pays for the chunks marked since the last one, if any.
+fn charge_point(f: &mut Function, new_chunks: u32, charge: &Instruction<'_>) {
+    f.instruction(&Instruction::GlobalGet(new_chunks));
+    f.instruction(&Instruction::If(BlockType::Empty));
+    f.instruction(&Instruction::GlobalGet(new_chunks));
+    f.instruction(charge);
+    f.instruction(&Instruction::I32Const(0));
+    f.instruction(&Instruction::GlobalSet(new_chunks));
+    f.instruction(&Instruction::End);
 }
 
 /// The function index of private import `which` in a module with `imported` imports of its
@@ -523,6 +556,7 @@ fn rewrite_body(
     f.instruction(&call(STACK_EXHAUSTED));
     f.instruction(&Instruction::Unreachable);
     f.instruction(&Instruction::End);
+    charge_point(&mut f, frame.new_chunks_global, &call(CHARGE_CHUNKS));
     // The body, in a block that every exit leaves through.
     let result = match frame.result {
         None => BlockType::Empty,
@@ -560,7 +594,7 @@ fn rewrite_body(
             // [addr, value] -> mark the chunk -> [addr, value] -> store
             f.instruction(&Instruction::LocalSet(value));
             f.instruction(&Instruction::LocalSet(s.addr));
-            mark_chunk(&mut f, &s, static_offset);
+            mark_chunk(&mut f, &s, static_offset, frame.new_chunks_global);
             f.instruction(&Instruction::LocalGet(s.addr));
             f.instruction(&Instruction::LocalGet(value));
         } else {
@@ -588,7 +622,11 @@ fn rewrite_body(
                 _ => {}
             }
         }
+        let is_loop = matches!(op, Operator::Loop { .. });
         f.instruction(&shift.instruction(op).map_err(reencode_error)?);
+        if is_loop {
+            charge_point(&mut f, frame.new_chunks_global, &call(CHARGE_CHUNKS));
+        }
     }
     Ok((f, reusable))
 }
