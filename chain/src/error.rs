@@ -1,7 +1,7 @@
 //! Why the chain rejected a transaction, and faults of the node.
 
 use tally_host_api::{Abort, Name};
-use tally_runtime::{DeployError, RuntimeError};
+use tally_runtime::{DeployError, PrepareError, RuntimeError};
 
 use crate::store::StoreError;
 
@@ -142,5 +142,14 @@ impl From<std::io::Error> for ChainError {
     /// An I/O error of the store (a [`StoreError`] carried inside one comes back out whole).
     fn from(error: std::io::Error) -> Self {
         Self::Store(error.into())
+    }
+}
+
+impl From<PrepareError> for ChainError {
+    fn from(e: PrepareError) -> Self {
+        match e {
+            PrepareError::Rejected(e) => Self::Deploy(e),
+            PrepareError::Node(e) => Self::Runtime(e),
+        }
     }
 }

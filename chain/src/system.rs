@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tally_host_api::limits::{FUEL_PER_CODE_BYTE, FUEL_PER_SYSTEM_ACTION};
 use tally_host_api::{Abort, AbortCode, Name};
 
-use tally_runtime::{Contract, DeployError, Entry, Outcome, Receipt};
+use tally_runtime::{Contract, Entry, Outcome, PrepareError, Receipt};
 
 use crate::error::ChainError;
 use crate::execute::{Env, failure};
@@ -153,7 +153,11 @@ pub(crate) fn set_code(
     }
     let contract = match env.runtime.prepare(code) {
         Ok(c) => c,
-        Err(e) => return Ok(failure(invalid(deploy_reason(&e)), deploy_fuel)),
+        // Only the deterministic reason enters the receipt; a node fault is no verdict.
+        Err(PrepareError::Rejected(e)) => {
+            return Ok(failure(invalid(e.reason()), deploy_fuel));
+        }
+        Err(PrepareError::Node(e)) => return Err(e.into()),
     };
     let mut receipt = install(env, account, code, contract, fuel - deploy_fuel)?;
     receipt.fuel_used += deploy_fuel;
@@ -186,15 +190,4 @@ pub(crate) fn install(
         data: Vec::new(),
     };
     env.run_wasm(&contract, account, &init, Entry::Init, fuel)
-}
-
-/// Why a module was refused, in Tally's own words: the text enters receipts, so it must not
-/// carry a parser's or compiler's messages, which may change between versions.
-pub(crate) fn deploy_reason(e: &DeployError) -> String {
-    match e {
-        DeployError::Invalid(_) => "the module is not valid WebAssembly".into(),
-        DeployError::Instantiate(_) => "the module cannot be instantiated".into(),
-        // Every other variant is built from Tally's own text and numbers.
-        other => format!("the module was refused: {other}"),
-    }
 }

@@ -50,6 +50,15 @@ pub mod message;
 pub use error::{Abort, AbortCode, HostError, NodeFault};
 pub use name::Name;
 
+/// What an [`Host::upsert`] found under its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upsert {
+    /// The key did not exist: the write grows the state.
+    Inserted,
+    /// The key existed and now holds the new value.
+    Updated,
+}
+
 /// What a node provides to one running action.
 ///
 /// Keys are relative to the running contract: the implementation namespaces them by the
@@ -67,6 +76,21 @@ pub trait Host {
 
     /// Sets `key` to `value` in this contract's namespace.
     fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), HostError>;
+
+    /// Sets `key` like [`Host::store`], and says whether the key is new, which prices state
+    /// growth ([`limits::FUEL_PER_NEW_KEY`]). The runtime calls this, not `store`.
+    ///
+    /// The default looks the key up first; a host that learns it while writing (a journal
+    /// insert returns the old entry) should override it to save the second lookup.
+    fn upsert(&mut self, key: &[u8], value: &[u8]) -> Result<Upsert, HostError> {
+        let existed = self.load(key)?.is_some();
+        self.store(key, value)?;
+        Ok(if existed {
+            Upsert::Updated
+        } else {
+            Upsert::Inserted
+        })
+    }
 
     /// Deletes `key` from this contract's namespace (a no-op if absent).
     fn remove(&mut self, key: &[u8]) -> Result<(), HostError>;
