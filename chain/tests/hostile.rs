@@ -165,7 +165,7 @@ fn hostile_uploads_are_refused_with_a_precise_error() {
         (
             "every import twice",
             wat::parse_str(&all_imports_twice).unwrap(),
-            "more than once",
+            "declared twice",
         ),
         (
             "a data segment far outside its memory",
@@ -200,7 +200,7 @@ fn hostile_uploads_are_refused_with_a_precise_error() {
         (
             "not wasm at all",
             b"\0asm\x01\0\0\0garbage".to_vec(),
-            "not valid WebAssembly",
+            "invalid WebAssembly",
         ),
     ];
     let mut chain = coin_chain(&[]);

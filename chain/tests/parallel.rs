@@ -161,9 +161,10 @@ fn a_transaction_whose_later_actions_would_get_less_fuel_in_order_runs_again() {
     use tally_chain::TxResult;
     use tally_host_api::AbortCode;
     use tally_host_api::limits::{FUEL_PER_ACTION, MAX_BLOCK_FUEL};
-    // `burn` counts down from 1.6M, five instructions a turn: about 8M fuel, and succeeds.
+    // `burn` counts down from 1.2M, five instructions and a loop-header charge point a turn:
+    // about 8M fuel, and succeeds.
     let burn = hostile(
-        "(local $n i32) (local.set $n (i32.const 1600000))
+        "(local $n i32) (local.set $n (i32.const 1200000))
          (loop $l (br_if $l (local.tee $n (i32.sub (local.get $n) (i32.const 1)))))",
     );
     let spin = hostile("(loop $l (br $l))");
