@@ -113,8 +113,10 @@ pub fn prepare(txs: &[SignedTransaction], check_signatures: bool, p: &Pipeline) 
         txs.iter().map(|tx| prepare_one(tx, false)).collect()
     };
     if check_signatures && p.batch_verify {
-        let ids: Vec<TxId> = prepared.iter().map(|p| p.id).collect();
-        for (p, result) in prepared.iter_mut().zip(crypto::verify_many(txs, &ids)) {
+        let items: Vec<(&SignedTransaction, &TxId)> =
+            txs.iter().zip(prepared.iter().map(|p| &p.id)).collect();
+        let results = crypto::verify_many(&items);
+        for (p, result) in prepared.iter_mut().zip(results) {
             p.signatures = Some(result);
         }
     }

@@ -1,0 +1,231 @@
+//! Points of the Ed25519 curve, eight at a time (one per lane), and their decompression.
+//!
+//! The formulas are curve25519-dalek's serial ones (extended coordinates of Hisil, Wong,
+//! Carter and Dawson, via "completed" points), so each lane computes what dalek would.
+
+#![allow(non_snake_case)] // X, Y, Z, T: the coordinates' names in the formulas
+
+use core::arch::x86_64::*;
+
+use super::field::{D, D2, F8, SQRT_M1};
+
+/// Eight points in extended coordinates: x = X/Z, y = Y/T... precisely x = X/Z, y = Y/Z,
+/// xy = T/Z. Coordinates are reduced.
+#[derive(Clone, Copy)]
+pub struct Ext8 {
+    pub X: F8,
+    pub Y: F8,
+    pub Z: F8,
+    pub T: F8,
+}
+
+/// Eight affine points as an addend: (y + x, y − x, 2d·x·y), each reduced.
+#[derive(Clone, Copy)]
+pub struct AffineNiels8 {
+    pub y_plus_x: F8,
+    pub y_minus_x: F8,
+    pub xy2d: F8,
+}
+
+impl AffineNiels8 {
+    /// The points themselves (negated in the lanes of `negate`), in extended coordinates:
+    /// with a = y + x and b = y − x (swapped to negate), (X : Y : Z : T) = (2(a − b) :
+    /// 2(a + b) : 4 : (a − b)(a + b)), which is (4x : 4y : 4 : 4xy).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub fn to_extended(self, negate: __mmask8) -> Ext8 {
+        let a = self.y_plus_x.select(negate, &self.y_minus_x);
+        let b = self.y_minus_x.select(negate, &self.y_plus_x);
+        let two_x = a.sub(&b).carry();
+        let two_y = a.add(&b).carry();
+        let mut four = F8::zero();
+        four.0[0] = _mm512_set1_epi64(4);
+        Ext8 {
+            X: two_x.add(&two_x).carry(),
+            Y: two_y.add(&two_y).carry(),
+            Z: four,
+            T: two_x.mul(&two_y),
+        }
+    }
+}
+
+/// Eight points as an addend in projective form: (Y + X, Y − X, Z, 2d·T).
+#[derive(Clone, Copy)]
+pub struct ProjectiveNiels8 {
+    pub Y_plus_X: F8,
+    pub Y_minus_X: F8,
+    pub Z: F8,
+    pub T2d: F8,
+}
+
+/// The four coordinates of a "completed" point: x = X/Z, y = Y/T.
+struct Completed8 {
+    X: F8,
+    Y: F8,
+    Z: F8,
+    T: F8,
+}
+
+impl Completed8 {
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn to_extended(&self) -> Ext8 {
+        Ext8 {
+            X: self.X.mul(&self.T),
+            Y: self.Y.mul(&self.Z),
+            Z: self.Z.mul(&self.T),
+            T: self.X.mul(&self.Y),
+        }
+    }
+}
+
+impl Ext8 {
+    /// The identity (0, 1) in every lane.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub fn identity() -> Ext8 {
+        Ext8 {
+            X: F8::zero(),
+            Y: F8::one(),
+            Z: F8::one(),
+            T: F8::zero(),
+        }
+    }
+
+    /// `b` in the lanes of `mask`, `self` in the others.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub fn select(&self, mask: __mmask8, b: &Ext8) -> Ext8 {
+        Ext8 {
+            X: self.X.select(mask, &b.X),
+            Y: self.Y.select(mask, &b.Y),
+            Z: self.Z.select(mask, &b.Z),
+            T: self.T.select(mask, &b.T),
+        }
+    }
+
+    /// `self + q` in the lanes not in `negate`, `self − q` in those: negating an affine
+    /// point swaps y + x with y − x and negates 2dxy, which here swaps the completed point's
+    /// Z and T.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub fn add_affine(&self, q: &AffineNiels8, negate: __mmask8) -> Ext8 {
+        let ypx = q.y_plus_x.select(negate, &q.y_minus_x);
+        let ymx = q.y_minus_x.select(negate, &q.y_plus_x);
+        let PP = self.Y.add(&self.X).mul(&ypx);
+        let MM = self.Y.sub(&self.X).mul(&ymx);
+        let Txy2d = self.T.mul(&q.xy2d);
+        let Z2 = self.Z.add(&self.Z).carry();
+        let plus = Z2.add(&Txy2d);
+        let minus = Z2.sub(&Txy2d);
+        Completed8 {
+            X: PP.sub(&MM),
+            Y: PP.add(&MM),
+            Z: plus.select(negate, &minus),
+            T: minus.select(negate, &plus),
+        }
+        .to_extended()
+    }
+
+    /// `self` as an addend for [`Ext8::add_projective`].
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub fn to_projective_niels(self) -> ProjectiveNiels8 {
+        ProjectiveNiels8 {
+            Y_plus_X: self.Y.add(&self.X),
+            Y_minus_X: self.Y.sub(&self.X),
+            Z: self.Z,
+            T2d: self.T.mul(&F8::splat(&D2)),
+        }
+    }
+
+    /// `self + q`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub fn add_projective(&self, q: &ProjectiveNiels8) -> Ext8 {
+        let PP = self.Y.add(&self.X).mul(&q.Y_plus_X);
+        let MM = self.Y.sub(&self.X).mul(&q.Y_minus_X);
+        let TT2d = self.T.mul(&q.T2d);
+        let ZZ = self.Z.mul(&q.Z);
+        let ZZ2 = ZZ.add(&ZZ).carry();
+        Completed8 {
+            X: PP.sub(&MM),
+            Y: PP.add(&MM),
+            Z: ZZ2.add(&TT2d),
+            T: ZZ2.sub(&TT2d),
+        }
+        .to_extended()
+    }
+
+    /// `self + self`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub fn double(&self) -> Ext8 {
+        let XX = self.X.square();
+        let YY = self.Y.square();
+        let ZZ = self.Z.square();
+        let ZZ2 = ZZ.add(&ZZ).carry();
+        let X_plus_Y_sq = self.X.add(&self.Y).square();
+        let YY_plus_XX = YY.add(&XX).carry();
+        let YY_minus_XX = YY.sub(&XX).carry();
+        Completed8 {
+            X: X_plus_Y_sq.sub(&YY_plus_XX),
+            Y: YY_plus_XX,
+            Z: YY_minus_XX,
+            T: ZZ2.sub(&YY_minus_XX),
+        }
+        .to_extended()
+    }
+
+    /// The lanes whose point is the identity.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub fn is_identity(&self) -> __mmask8 {
+        self.X.is_zero() & self.Y.eq(&self.Z)
+    }
+}
+
+/// Decompresses eight encodings at once exactly as curve25519-dalek's
+/// `CompressedEdwardsY::decompress` does (its `sqrt_ratio_i`, step by step): returns the
+/// lanes that are points and each lane's affine (x, y), reduced. Non-canonical y (from p to
+/// 2²⁵⁵ − 1) is taken mod p, and the sign bit of x = 0 is ignored, as ZIP-215 wants.
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub fn decompress(encodings: &[[u8; 32]; 8]) -> (__mmask8, F8, F8) {
+    let mut sign: __mmask8 = 0;
+    for (lane, e) in encodings.iter().enumerate() {
+        sign |= (e[31] >> 7) << lane;
+    }
+    let y = F8::from_bytes(encodings);
+    let one = F8::one();
+    let yy = y.square();
+    let u = yy.sub(&one).carry(); // y² − 1
+    let v = yy.mul(&F8::splat(&D)).add(&one).carry(); // d·y² + 1
+    // sqrt_ratio_i(u, v): r = (u·v³)·(u·v⁷)^((p−5)/8).
+    let v3 = v.square().mul(&v);
+    let v7 = v3.square().mul(&v);
+    let mut r = u.mul(&v3).mul(&u.mul(&v7).pow_p58());
+    let check = v.mul(&r.square());
+    let minus_u = u.neg().carry();
+    let correct_sign = check.eq(&u);
+    let flipped_sign = check.eq(&minus_u);
+    let flipped_sign_i = check.eq(&minus_u.mul(&F8::splat(&SQRT_M1)));
+    let r_prime = r.mul(&F8::splat(&SQRT_M1));
+    r = r.select(flipped_sign | flipped_sign_i, &r_prime);
+    // The non-negative root, then the sign the encoding asks for.
+    let r_negative = r.is_negative();
+    let negate = r_negative ^ sign;
+    let x = r.select(negate, &r.neg().carry());
+    (correct_sign | flipped_sign, x, y.carry())
+}
+
+/// The affine-Niels form of eight affine points.
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub fn affine_niels(x: &F8, y: &F8) -> AffineNiels8 {
+    AffineNiels8 {
+        y_plus_x: y.add(x).carry(),
+        y_minus_x: y.sub(x).carry(),
+        xy2d: x.mul(y).mul(&F8::splat(&D2)),
+    }
+}
