@@ -244,3 +244,26 @@ fn multiscalar_multiplication_agrees_with_curve25519_dalek_at_every_window_width
         );
     }
 }
+
+#[test]
+fn eight_lane_sha512_matches_sha2() {
+    if skip() {
+        return;
+    }
+    for round in 0..20u64 {
+        let messages: [[u8; 96]; 8] = core::array::from_fn(|l| {
+            let mut m = [0u8; 96];
+            m[..64].copy_from_slice(&bytes(round * 8 + l as u64));
+            m[64..].copy_from_slice(&bytes(7777 + round * 8 + l as u64)[..32]);
+            if round == 0 {
+                m = [(l as u8).wrapping_mul(0x55); 96]; // all-equal bytes, 0x00 and 0xff among them
+            }
+            m
+        });
+        // SAFETY: the CPU has AVX-512F (checked by `skip`).
+        let digests = unsafe { super::sha512::sha512_96(&messages) };
+        for (m, d) in messages.iter().zip(digests) {
+            assert_eq!(d, <[u8; 64]>::from(Sha512::digest(m)));
+        }
+    }
+}
