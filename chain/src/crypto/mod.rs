@@ -179,19 +179,27 @@ pub fn verify_many_with(
             })
         })
         .collect();
-    // One batch per thread (or a multiple of the threads, for blocks beyond VERIFY_BATCH a
-    // thread), so that batches are as large as they can be and the threads finish together.
-    let batches = sigs
-        .len()
-        .div_ceil(VERIFY_BATCH)
-        .next_multiple_of(rayon::current_num_threads())
-        .min(sigs.len().div_ceil(MIN_BATCH))
-        .max(1);
-    let batch = sigs.len().div_ceil(batches).max(1);
-    let valid: Vec<bool> = sigs
-        .par_chunks(batch)
-        .flat_map_iter(|chunk| verify_batch(chunk, backend, Keys::shared()))
-        .collect();
+    let valid: Vec<bool> = match backend {
+        // Parallel inside a batch: as large a batch as VERIFY_BATCH allows, on every core.
+        Backend::Avx512 => sigs
+            .chunks(VERIFY_BATCH)
+            .flat_map(|chunk| verify_batch(chunk, backend, Keys::shared()))
+            .collect(),
+        // One batch per thread (a multiple of the threads for blocks beyond VERIFY_BATCH a
+        // thread), as large as can be, the threads finishing together.
+        Backend::Dalek => {
+            let batches = sigs
+                .len()
+                .div_ceil(VERIFY_BATCH)
+                .next_multiple_of(rayon::current_num_threads())
+                .min(sigs.len().div_ceil(MIN_BATCH))
+                .max(1);
+            let batch = sigs.len().div_ceil(batches).max(1);
+            sigs.par_chunks(batch)
+                .flat_map_iter(|chunk| verify_batch(chunk, backend, Keys::shared()))
+                .collect()
+        }
+    };
     let mut start = 0;
     items
         .iter()

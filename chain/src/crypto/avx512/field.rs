@@ -238,6 +238,26 @@ impl F8 {
     #[inline]
     #[target_feature(enable = "avx512f")]
     pub fn mul(&self, g: &F8) -> F8 {
+        // SAFETY: this function has AVX-512F.
+        unsafe { self.mul_inline(g) }
+    }
+
+    /// [`F8::mul`], always inlined: a point operation is a few multiplications, and LLVM
+    /// declines to inline one this large (it then copies both operands through memory for
+    /// each call), so the point operations on the hot path use this.
+    ///
+    /// # Safety
+    /// Only in code compiled with AVX-512F: the body of a
+    /// `#[target_feature(enable = "avx512f")]` function (into which this is inlined).
+    #[inline(always)]
+    pub unsafe fn mul_inline(&self, g: &F8) -> F8 {
+        // SAFETY: the caller runs with AVX-512F (this function's contract).
+        unsafe { self.mul_body(g) }
+    }
+
+    #[inline(always)]
+    #[allow(unsafe_op_in_unsafe_fn)] // every statement is an intrinsic; see `mul_inline`
+    unsafe fn mul_body(&self, g: &F8) -> F8 {
         let [f0, f1, f2, f3, f4, f5, f6, f7, f8, f9] = self.0;
         let [g0, g1, g2, g3, g4, g5, g6, g7, g8, g9] = g.0;
         // Only the low 32 bits of a lane take part in `vpmuludq`, so `g` may carry garbage in
@@ -405,6 +425,23 @@ impl F8 {
     #[inline]
     #[target_feature(enable = "avx512f")]
     pub fn square(&self) -> F8 {
+        // SAFETY: this function has AVX-512F.
+        unsafe { self.square_inline() }
+    }
+
+    /// [`F8::square`], always inlined; see [`F8::mul_inline`].
+    ///
+    /// # Safety
+    /// As for [`F8::mul_inline`].
+    #[inline(always)]
+    pub unsafe fn square_inline(&self) -> F8 {
+        // SAFETY: the caller runs with AVX-512F (this function's contract).
+        unsafe { self.square_body() }
+    }
+
+    #[inline(always)]
+    #[allow(unsafe_op_in_unsafe_fn)] // every statement is an intrinsic; see `mul_inline`
+    unsafe fn square_body(&self) -> F8 {
         let [f0, f1, f2, f3, f4, f5, f6, f7, f8, f9] = self.0;
         let f0_2 = _mm512_add_epi64(f0, f0);
         let f1_2 = _mm512_add_epi64(f1, f1);

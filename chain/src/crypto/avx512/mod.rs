@@ -21,6 +21,7 @@ use std::sync::OnceLock;
 
 use curve25519_dalek::constants::ED25519_BASEPOINT_COMPRESSED;
 use curve25519_dalek::scalar::Scalar;
+use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
 use super::Keys;
@@ -57,83 +58,125 @@ struct Candidate {
 /// Table rows 0 and 1: the identity and the base point.
 const BASEPOINT_ROW: u32 = 1;
 
+/// Signatures (or keys) per rayon task when decoding: eight SIMD groups, enough to
+/// amortise a task, few enough to spread a block over every core.
+const TASK: usize = 64;
+
+/// A signature's decoded parts, before the table is laid out.
+struct Decoded {
+    key: u32,
+    r: Row,
+    s: Scalar,
+    k: Scalar,
+}
+
 #[target_feature(enable = "avx512f")]
 fn verify_batch_avx512(items: &[SigItem], keys: &Keys) -> Vec<bool> {
-    let mut table: Vec<Row> = Vec::with_capacity(2 + 2 * items.len());
+    // Each distinct key once, however many times it signs.
+    let mut key_slot: FxHashMap<&[u8; 32], u32> = FxHashMap::default();
+    let mut distinct: Vec<&[u8; 32]> = Vec::new();
+    for item in items {
+        key_slot.entry(item.public_key).or_insert_with(|| {
+            distinct.push(item.public_key);
+            distinct.len() as u32 - 1
+        });
+    }
+    // Their rows: cached, or decompressed eight at a time and cached.
+    let key_rows: Vec<Option<Row>> = distinct
+        .par_chunks(TASK)
+        .flat_map_iter(|chunk| {
+            let mut rows: Vec<Option<Row>> = chunk.iter().map(|k| keys.rows.get(k)).collect();
+            let missing: Vec<usize> = (0..chunk.len()).filter(|&i| rows[i].is_none()).collect();
+            for group in missing.chunks(8) {
+                let (is_point, decoded) = decompress_rows(group.iter().map(|&i| chunk[i]));
+                for (lane, &i) in group.iter().enumerate() {
+                    if is_point >> lane & 1 == 1 {
+                        keys.rows.insert(chunk[i], decoded[lane]);
+                        rows[i] = Some(decoded[lane]);
+                    }
+                }
+            }
+            rows
+        })
+        .collect();
+    // Each signature: `s` canonical, its key a point, its `R` a point (eight at a time),
+    // and its challenge (eight at a time). Anything that does not decode settles its
+    // signature as invalid here, outside the equation, so it cannot spoil the batch.
+    let decoded: Vec<Option<Decoded>> = items
+        .par_chunks(TASK)
+        .flat_map_iter(|chunk| {
+            let mut out: Vec<Option<Decoded>> = (0..chunk.len()).map(|_| None).collect();
+            let mut pending = Vec::with_capacity(chunk.len());
+            for (i, item) in chunk.iter().enumerate() {
+                let s_bytes: [u8; 32] = item.signature[32..].try_into().expect("32 bytes");
+                let s = Option::<Scalar>::from(Scalar::from_canonical_bytes(s_bytes));
+                let key = key_slot[item.public_key];
+                if let (Some(s), Some(_)) = (s, key_rows[key as usize]) {
+                    pending.push((i, key, s));
+                }
+            }
+            for group in pending.chunks(8) {
+                let (is_point, rows) = decompress_rows(group.iter().map(|&(i, _, _)| {
+                    <&[u8; 32]>::try_from(&chunk[i].signature[..32]).expect("32 bytes")
+                }));
+                let valid: Vec<(usize, usize)> = (0..group.len())
+                    .filter(|lane| is_point >> lane & 1 == 1)
+                    .map(|lane| (lane, group[lane].0))
+                    .collect();
+                let k = challenges(chunk, valid.iter().map(|&(_, i)| i));
+                for (&(lane, i), k) in valid.iter().zip(k) {
+                    let (_, key, s) = group[lane];
+                    out[i] = Some(Decoded {
+                        key,
+                        r: rows[lane],
+                        s,
+                        k,
+                    });
+                }
+            }
+            out
+        })
+        .collect();
+
+    // The table: the identity, the base point, the keys, then each signature's `R`.
+    let mut table: Vec<Row> = Vec::with_capacity(2 + distinct.len() + items.len());
     table.push(msm::IDENTITY_ROW);
     table.push(basepoint_row());
-
-    // Keys: from the cache, or decompressed eight at a time and cached. A key signs only
-    // once per batch in the table, whatever the number of its signatures.
-    let mut key_slot: FxHashMap<&[u8; 32], Option<u32>> = FxHashMap::default();
-    let mut key_rows: Vec<u32> = Vec::new();
-    let mut missing: Vec<&[u8; 32]> = Vec::new();
-    for item in items {
-        if key_slot.contains_key(item.public_key) {
-            continue;
-        }
-        let slot = match keys.rows.get(item.public_key) {
+    let key_table_rows: Vec<u32> = key_rows
+        .iter()
+        .map(|row| match row {
             Some(row) => {
-                table.push(row);
-                key_rows.push(table.len() as u32 - 1);
-                Some(key_rows.len() as u32 - 1)
+                table.push(*row);
+                table.len() as u32 - 1
             }
-            None => {
-                missing.push(item.public_key);
-                None
-            }
-        };
-        key_slot.insert(item.public_key, slot);
-    }
-    for chunk in missing.chunks(8) {
-        let decoded = decompress_rows(chunk.iter().copied());
-        for (key, row) in chunk.iter().zip(decoded) {
-            if let Some(row) = row {
-                keys.rows.insert(key, row);
-                table.push(row);
-                key_rows.push(table.len() as u32 - 1);
-                key_slot.insert(key, Some(key_rows.len() as u32 - 1));
-            }
+            None => 0,
+        })
+        .collect();
+    let mut candidates: Vec<Candidate> = Vec::with_capacity(items.len());
+    for (i, d) in decoded.into_iter().enumerate() {
+        if let Some(d) = d {
+            table.push(d.r);
+            candidates.push(Candidate {
+                item: i,
+                key: d.key,
+                r_row: table.len() as u32 - 1,
+                s: d.s,
+                k: d.k,
+            });
         }
-    }
-
-    // Each `R`, eight at a time, for the signatures whose `s` and key decoded.
-    let mut pending: Vec<(usize, u32, Scalar)> = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let s_bytes: [u8; 32] = item.signature[32..].try_into().expect("32 bytes");
-        let s = Option::<Scalar>::from(Scalar::from_canonical_bytes(s_bytes));
-        if let (Some(s), Some(Some(key))) = (s, key_slot.get(item.public_key)) {
-            pending.push((i, *key, s));
-        }
-    }
-    let mut candidates: Vec<Candidate> = Vec::with_capacity(pending.len());
-    for chunk in pending.chunks(8) {
-        let decoded =
-            decompress_rows(chunk.iter().map(|&(i, _, _)| {
-                <&[u8; 32]>::try_from(&items[i].signature[..32]).expect("32 bytes")
-            }));
-        for (&(i, key, s), row) in chunk.iter().zip(decoded) {
-            if let Some(row) = row {
-                table.push(row);
-                candidates.push(Candidate {
-                    item: i,
-                    key,
-                    r_row: table.len() as u32 - 1,
-                    s,
-                    k: Scalar::ZERO,
-                });
-            }
-        }
-    }
-    for chunk in candidates.chunks_mut(8) {
-        challenges(items, chunk);
     }
 
     let mut coefficients = Coefficients::new();
     let z: Vec<Scalar> = candidates.iter().map(|_| coefficients.next()).collect();
     // Closures inherit the function's target features.
-    let batch =
-        |range: Range<usize>| batch_holds(&candidates[range.clone()], &z[range], &key_rows, &table);
+    let batch = |range: Range<usize>| {
+        batch_holds(
+            &candidates[range.clone()],
+            &z[range],
+            &key_table_rows,
+            &table,
+        )
+    };
     let single = |c: usize| zip215::verify_one(&items[candidates[c].item], &keys.points);
     let holds = zip215::settle(candidates.len(), &batch, &single);
     let mut valid = vec![false; items.len()];
@@ -174,33 +217,37 @@ fn batch_holds(candidates: &[Candidate], z: &[Scalar], key_rows: &[u32], table: 
     msm::is_identity_times_8(&terms, table)
 }
 
-/// Sets `k = SHA-512(R ‖ A ‖ M) mod ℓ` for up to eight candidates: eight at a time when all
+/// `k = SHA-512(R ‖ A ‖ M) mod ℓ` for up to eight of `items`: eight at a time when all
 /// messages are 32 bytes (transaction ids), one at a time otherwise.
 #[target_feature(enable = "avx512f")]
-fn challenges(items: &[SigItem], chunk: &mut [Candidate]) {
-    if chunk.iter().all(|c| items[c.item].message.len() == 32) {
+fn challenges(items: &[SigItem], which: impl Iterator<Item = usize> + Clone) -> Vec<Scalar> {
+    if which.clone().all(|i| items[i].message.len() == 32) {
         let mut blocks = [[0u8; 96]; 8];
-        for (block, c) in blocks.iter_mut().zip(chunk.iter()) {
-            let item = &items[c.item];
+        for (block, i) in blocks.iter_mut().zip(which.clone()) {
+            let item = &items[i];
             block[..32].copy_from_slice(&item.signature[..32]);
             block[32..64].copy_from_slice(item.public_key);
             block[64..].copy_from_slice(item.message);
         }
         let digests = sha512::sha512_96(&blocks);
-        for (c, digest) in chunk.iter_mut().zip(digests) {
-            c.k = Scalar::from_bytes_mod_order_wide(&digest);
-        }
+        which
+            .zip(digests)
+            .map(|(_, digest)| Scalar::from_bytes_mod_order_wide(&digest))
+            .collect()
     } else {
-        for c in chunk {
-            let item = &items[c.item];
-            c.k = challenge(&item.signature[..32], item.public_key, item.message);
-        }
+        which
+            .map(|i| {
+                let item = &items[i];
+                challenge(&item.signature[..32], item.public_key, item.message)
+            })
+            .collect()
     }
 }
 
-/// The table rows of up to eight encoded points, `None` for an encoding that is no point.
+/// Up to eight encoded points decompressed: the lanes that are points, and each lane's
+/// table row.
 #[target_feature(enable = "avx512f")]
-fn decompress_rows<'a>(encodings: impl Iterator<Item = &'a [u8; 32]>) -> Vec<Option<Row>> {
+fn decompress_rows<'a>(encodings: impl Iterator<Item = &'a [u8; 32]>) -> (u8, [Row; 8]) {
     let mut lanes = [[0u8; 32]; 8];
     let mut n = 0;
     for (lane, e) in lanes.iter_mut().zip(encodings) {
@@ -208,10 +255,8 @@ fn decompress_rows<'a>(encodings: impl Iterator<Item = &'a [u8; 32]>) -> Vec<Opt
         n += 1;
     }
     let (is_point, x, y) = point::decompress(&lanes);
-    let rows = msm::rows(&point::affine_niels(&x, &y));
-    (0..n)
-        .map(|lane| (is_point >> lane & 1 == 1).then_some(rows[lane]))
-        .collect()
+    let used = if n == 8 { 0xff } else { (1u8 << n) - 1 };
+    (is_point & used, msm::rows(&point::affine_niels(&x, &y)))
 }
 
 /// The base point's table row, computed once.
@@ -219,8 +264,10 @@ fn basepoint_row() -> Row {
     static ROW: OnceLock<Row> = OnceLock::new();
     *ROW.get_or_init(|| {
         // SAFETY: only `verify_batch_avx512` calls this, on a CPU with AVX-512F.
-        let rows = unsafe { decompress_rows(std::iter::once(&ED25519_BASEPOINT_COMPRESSED.0)) };
-        rows[0].expect("the base point decompresses")
+        let (is_point, rows) =
+            unsafe { decompress_rows(std::iter::once(&ED25519_BASEPOINT_COMPRESSED.0)) };
+        assert_eq!(is_point, 1, "the base point decompresses");
+        rows[0]
     })
 }
 

@@ -10,6 +10,8 @@
 
 use core::arch::x86_64::*;
 
+use rayon::prelude::*;
+
 use super::field::{F8, limbs};
 use super::point::{AffineNiels8, Ext8};
 
@@ -109,8 +111,23 @@ fn recode(scalar: &[u8; 32], c: usize, out: &mut [i16]) {
     debug_assert_eq!(carry, 0, "the windows hold every bit");
 }
 
+/// A point in extended coordinates as 40 limbs (X, Y, Z, T), reduced: one lane's bucket.
+type Limbs = [u64; 40];
+
+/// The identity, (0 : 1 : 1 : 0).
+const IDENTITY_LIMBS: Limbs = {
+    let mut p = [0u64; 40];
+    p[10] = 1;
+    p[20] = 1;
+    p
+};
+
 /// Σ scalarᵢ·pointᵢ over `terms`, the points being `table` rows, with the result multiplied
 /// by the cofactor 8 and compared with the identity: the batch equation's check.
+///
+/// Windows are independent until their sums are combined, so they run in parallel on
+/// rayon's threads: one batch uses every core, and a batch as large as a block keeps
+/// Pippenger's buckets full.
 #[target_feature(enable = "avx512f")]
 pub fn is_identity_times_8(terms: &[Term], table: &[Row]) -> bool {
     assert!(
@@ -119,115 +136,85 @@ pub fn is_identity_times_8(terms: &[Term], table: &[Row]) -> bool {
     );
     assert_eq!(table.first(), Some(&IDENTITY_ROW), "row 0 is the identity");
     assert!(terms.iter().all(|t| (t.row as usize) < table.len()));
-    let n = terms.len();
-    if n == 0 {
+    if terms.is_empty() {
         return true;
     }
     let c = window_bits(terms);
     let windows = SCALAR_BITS.div_ceil(c);
-    let half = 1usize << (c - 1);
-    // Window-major, so that sorting a window reads its digits in order.
-    let mut digits = vec![0i16; n * windows];
-    let mut one = vec![0i16; windows];
-    for (t, term) in terms.iter().enumerate() {
-        recode(&term.scalar, c, &mut one);
-        for (w, d) in one.iter().enumerate() {
-            digits[w * n + t] = *d;
-        }
-    }
-    // Per window: bucket b's entries are entries[start[b]..start[b + 1]], each a row number
-    // shifted left once, with the low bit set to subtract.
-    let mut start = vec![0u32; half + 2];
-    let mut fill = vec![0u32; half + 2];
-    let mut entries = vec![0u32; n];
-    // The buckets of one group of eight windows, one window per lane: [bucket][coordinate
-    // limb][lane], coordinates X, Y, Z, T.
-    let mut buckets = vec![[[0u64; 8]; 40]; half + 1];
-    let mut window_sums: Vec<[u64; 40]> = Vec::with_capacity(windows.next_multiple_of(8));
-    for group in 0..windows.div_ceil(8) {
-        reset_to_identity(&mut buckets);
-        for slot in 0..8 {
-            let w = group * 8 + slot;
-            if w >= windows {
-                break;
+    // Term-major: each term's digits in one place, recoded in parallel.
+    let mut digits = vec![0i16; terms.len() * windows];
+    digits
+        .par_chunks_mut(windows * 256)
+        .zip(terms.par_chunks(256))
+        .for_each(|(digits, terms)| {
+            for (d, t) in digits.chunks_mut(windows).zip(terms) {
+                recode(&t.scalar, c, d);
             }
-            let digits = &digits[w * n..(w + 1) * n];
-            start.fill(0);
-            for d in digits {
-                start[d.unsigned_abs() as usize + 1] += 1;
-            }
-            // Digit 0 adds nothing: its entries are counted in start[1] and skipped.
-            let zeros = start[1];
-            start[1] = 0;
-            for b in 1..start.len() {
-                start[b] += start[b - 1];
-            }
-            fill.copy_from_slice(&start);
-            for (term, &d) in terms.iter().zip(digits) {
-                if d != 0 {
-                    let b = d.unsigned_abs() as usize;
-                    entries[fill[b] as usize] = (term.row << 1) | (d < 0) as u32;
-                    fill[b] += 1;
-                }
-            }
-            debug_assert_eq!(start[half + 1] as usize + zeros as usize, n);
-            fill_buckets(&start, &entries, table, slot, &mut buckets);
-        }
-        let sums = combine_buckets(&buckets);
-        let lanes = [
-            sums.X.to_lanes(),
-            sums.Y.to_lanes(),
-            sums.Z.to_lanes(),
-            sums.T.to_lanes(),
-        ];
-        for slot in 0..8 {
-            let mut point = [0u64; 40];
-            for (k, coordinate) in lanes.iter().enumerate() {
-                point[10 * k..10 * k + 10].copy_from_slice(&coordinate[slot]);
-            }
-            window_sums.push(point);
-        }
-    }
+        });
+    // Each window's buckets, then Σ j·bucketⱼ per window, eight windows a group.
+    let buckets: Vec<Vec<Limbs>> = (0..windows)
+        .into_par_iter()
+        .map(|w| window_buckets(terms, &digits, windows, w, c, table))
+        .collect();
+    let sums: Vec<Limbs> = buckets
+        .par_chunks(8)
+        .flat_map_iter(|group| combine_buckets(group, 1 << (c - 1)))
+        .collect();
     // Horner over the windows, the same point in every lane.
     let mut acc = Ext8::identity();
     for w in (0..windows).rev() {
         for _ in 0..c {
             acc = acc.double();
         }
-        let p = &window_sums[w];
-        let coordinate = |k: usize| -> [[u64; 10]; 8] {
-            [p[10 * k..10 * k + 10].try_into().expect("10 limbs"); 8]
-        };
-        let sum = Ext8 {
-            X: F8::from_lanes(&coordinate(0)),
-            Y: F8::from_lanes(&coordinate(1)),
-            Z: F8::from_lanes(&coordinate(2)),
-            T: F8::from_lanes(&coordinate(3)),
-        };
-        acc = acc.add_projective(&sum.to_projective_niels());
+        acc = acc.add_projective(&Ext8::splat(&sums[w]).to_projective_niels());
     }
     let acc = acc.double().double().double();
     acc.is_identity() & 1 == 1
 }
 
-/// Every bucket of every lane to the identity (X = 0, Y = 1, Z = 1, T = 0).
-fn reset_to_identity(buckets: &mut [[[u64; 8]; 40]]) {
-    for b in buckets.iter_mut() {
-        *b = [[0; 8]; 40];
-        b[10] = [1; 8];
-        b[20] = [1; 8];
+/// Window `w`'s buckets (index 0 unused), each the sum of the points whose digit in this
+/// window is its index, signed.
+#[target_feature(enable = "avx512f")]
+fn window_buckets(
+    terms: &[Term],
+    digits: &[i16],
+    windows: usize,
+    w: usize,
+    c: usize,
+    table: &[Row],
+) -> Vec<Limbs> {
+    let half = 1usize << (c - 1);
+    let digit = |t: usize| digits[t * windows + w];
+    // Counting sort: bucket b's entries are entries[start[b]..start[b + 1]], each a row
+    // number shifted left once, with the low bit set to subtract. Digit 0 adds nothing.
+    let mut start = vec![0u32; half + 2];
+    for t in 0..terms.len() {
+        let d = digit(t);
+        if d != 0 {
+            start[d.unsigned_abs() as usize + 1] += 1;
+        }
     }
+    for b in 1..start.len() {
+        start[b] += start[b - 1];
+    }
+    let mut fill = start.clone();
+    let mut entries = vec![0u32; start[half + 1] as usize];
+    for (t, term) in terms.iter().enumerate() {
+        let d = digit(t);
+        if d != 0 {
+            let b = d.unsigned_abs() as usize;
+            entries[fill[b] as usize] = (term.row << 1) | (d < 0) as u32;
+            fill[b] += 1;
+        }
+    }
+    let mut buckets = vec![IDENTITY_LIMBS; half + 1];
+    fill_buckets(&start, &entries, table, &mut buckets);
+    buckets
 }
 
-/// Sums each bucket's entries into lane `slot` of `buckets`, eight buckets at a time.
+/// Sums each bucket's entries, eight buckets at a time (one per lane).
 #[target_feature(enable = "avx512f")]
-fn fill_buckets(
-    start: &[u32],
-    entries: &[u32],
-    table: &[Row],
-    slot: usize,
-    buckets: &mut [[[u64; 8]; 40]],
-) {
+fn fill_buckets(start: &[u32], entries: &[u32], table: &[Row], buckets: &mut [Limbs]) {
     /// Where a lane is: its bucket (0 for none) and the entries it has left.
     #[derive(Clone, Copy)]
     struct Lane {
@@ -242,26 +229,29 @@ fn fill_buckets(
     }; 8];
     let mut next_bucket = 1;
     let mut acc = Ext8::identity();
-    let mut stored = [[0u64; 8]; 40];
     loop {
         // Lanes whose bucket is done hand it over and take the next one, which starts from
         // its first point rather than from the identity (an addition saved per bucket).
         let mut starting: __mmask8 = 0;
-        let mut flushed = false;
+        let mut finished: __mmask8 = 0;
+        for (l, lane) in lanes.iter().enumerate() {
+            if lane.pos == lane.end && lane.bucket != 0 {
+                finished |= 1 << l;
+            }
+        }
+        if finished != 0 {
+            let lanes_limbs = acc.to_lanes();
+            for (l, lane) in lanes.iter().enumerate() {
+                if finished >> l & 1 == 1 {
+                    buckets[lane.bucket] = lanes_limbs[l];
+                }
+            }
+        }
         for (l, lane) in lanes.iter_mut().enumerate() {
             if lane.pos != lane.end {
                 continue;
             }
-            if lane.bucket != 0 {
-                if !flushed {
-                    store(&acc, &mut stored);
-                    flushed = true;
-                }
-                for (k, limb) in stored.iter().enumerate() {
-                    buckets[lane.bucket][k][slot] = limb[l];
-                }
-                lane.bucket = 0;
-            }
+            lane.bucket = 0;
             while next_bucket + 1 < start.len() && start[next_bucket] == start[next_bucket + 1] {
                 next_bucket += 1;
             }
@@ -337,39 +327,19 @@ fn gather(table: &[Row], index: &[i32; 8]) -> AffineNiels8 {
     }
 }
 
-/// All 40 limbs of `p`'s lanes into `out[limb][lane]`.
-#[inline]
+/// Σ j·bucketⱼ for up to eight windows' `buckets` (of `half` + 1 each, index 0 unused), one
+/// window per lane, by running sums from the top bucket down; the identity for windows
+/// past the last.
 #[target_feature(enable = "avx512f")]
-fn store(p: &Ext8, out: &mut [[u64; 8]; 40]) {
-    for (k, f) in [&p.X, &p.Y, &p.Z, &p.T].into_iter().enumerate() {
-        for i in 0..10 {
-            // SAFETY: `out[10k + i]` is 64 writable bytes; no alignment requirement.
-            unsafe { _mm512_storeu_si512(out[10 * k + i].as_mut_ptr().cast(), f.0[i]) };
-        }
-    }
-}
-
-/// Lane by lane, Σ j·bucketⱼ, by running sums from the top bucket down.
-#[inline(never)]
-#[target_feature(enable = "avx512f")]
-fn combine_buckets(buckets: &[[[u64; 8]; 40]]) -> Ext8 {
-    macro_rules! load {
-        ($b:expr, $k:expr) => {
-            // SAFETY: `b[10k + i]` is 64 readable bytes; no alignment requirement.
-            F8(limbs!(i => unsafe { _mm512_loadu_si512($b[10 * $k + i].as_ptr().cast()) }))
-        };
-    }
+fn combine_buckets(windows: &[Vec<Limbs>], half: usize) -> [Limbs; 8] {
     let mut running = Ext8::identity();
     let mut total = Ext8::identity();
-    for b in buckets[1..].iter().rev() {
-        let bucket = Ext8 {
-            X: load!(b, 0),
-            Y: load!(b, 1),
-            Z: load!(b, 2),
-            T: load!(b, 3),
-        };
+    for b in (1..=half).rev() {
+        let bucket = Ext8::from_lanes(&core::array::from_fn(|l| {
+            windows.get(l).map_or(IDENTITY_LIMBS, |w| w[b])
+        }));
         running = running.add_projective(&bucket.to_projective_niels());
         total = total.add_projective(&running.to_projective_niels());
     }
-    total
+    total.to_lanes()
 }

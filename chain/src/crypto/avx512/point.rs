@@ -44,7 +44,8 @@ impl AffineNiels8 {
             X: two_x.add(&two_x).carry(),
             Y: two_y.add(&two_y).carry(),
             Z: four,
-            T: two_x.mul(&two_y),
+            // SAFETY: this function has AVX-512F, which `mul_inline` needs.
+            T: unsafe { two_x.mul_inline(&two_y) },
         }
     }
 }
@@ -70,11 +71,14 @@ impl Completed8 {
     #[inline]
     #[target_feature(enable = "avx512f")]
     fn to_extended(&self) -> Ext8 {
-        Ext8 {
-            X: self.X.mul(&self.T),
-            Y: self.Y.mul(&self.Z),
-            Z: self.Z.mul(&self.T),
-            T: self.X.mul(&self.Y),
+        // SAFETY: this function has AVX-512F, which `mul_inline` needs.
+        unsafe {
+            Ext8 {
+                X: self.X.mul_inline(&self.T),
+                Y: self.Y.mul_inline(&self.Z),
+                Z: self.Z.mul_inline(&self.T),
+                T: self.X.mul_inline(&self.Y),
+            }
         }
     }
 }
@@ -90,6 +94,47 @@ impl Ext8 {
             Z: F8::one(),
             T: F8::zero(),
         }
+    }
+
+    /// Lane `l` from `lanes[l]`: X, Y, Z, T, ten limbs each, reduced.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub fn from_lanes(lanes: &[[u64; 40]; 8]) -> Ext8 {
+        let coordinate = |k: usize| -> [[u64; 10]; 8] {
+            core::array::from_fn(|l| lanes[l][10 * k..10 * k + 10].try_into().expect("10 limbs"))
+        };
+        Ext8 {
+            X: F8::from_lanes(&coordinate(0)),
+            Y: F8::from_lanes(&coordinate(1)),
+            Z: F8::from_lanes(&coordinate(2)),
+            T: F8::from_lanes(&coordinate(3)),
+        }
+    }
+
+    /// The same point, 40 limbs, in every lane.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub fn splat(limbs: &[u64; 40]) -> Ext8 {
+        Ext8::from_lanes(&[*limbs; 8])
+    }
+
+    /// Each lane's X, Y, Z, T limbs.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub fn to_lanes(self) -> [[u64; 40]; 8] {
+        let coordinates = [
+            self.X.to_lanes(),
+            self.Y.to_lanes(),
+            self.Z.to_lanes(),
+            self.T.to_lanes(),
+        ];
+        let mut out = [[0u64; 40]; 8];
+        for (l, lane) in out.iter_mut().enumerate() {
+            for (k, coordinate) in coordinates.iter().enumerate() {
+                lane[10 * k..10 * k + 10].copy_from_slice(&coordinate[l]);
+            }
+        }
+        out
     }
 
     /// `b` in the lanes of `mask`, `self` in the others.
@@ -112,9 +157,14 @@ impl Ext8 {
     pub fn add_affine(&self, q: &AffineNiels8, negate: __mmask8) -> Ext8 {
         let ypx = q.y_plus_x.select(negate, &q.y_minus_x);
         let ymx = q.y_minus_x.select(negate, &q.y_plus_x);
-        let PP = self.Y.add(&self.X).mul(&ypx);
-        let MM = self.Y.sub(&self.X).mul(&ymx);
-        let Txy2d = self.T.mul(&q.xy2d);
+        // SAFETY: this function has AVX-512F, which `mul_inline` needs.
+        let (PP, MM, Txy2d) = unsafe {
+            (
+                self.Y.add(&self.X).mul_inline(&ypx),
+                self.Y.sub(&self.X).mul_inline(&ymx),
+                self.T.mul_inline(&q.xy2d),
+            )
+        };
         let Z2 = self.Z.add(&self.Z).carry();
         let plus = Z2.add(&Txy2d);
         let minus = Z2.sub(&Txy2d);
@@ -135,7 +185,8 @@ impl Ext8 {
             Y_plus_X: self.Y.add(&self.X),
             Y_minus_X: self.Y.sub(&self.X),
             Z: self.Z,
-            T2d: self.T.mul(&F8::splat(&D2)),
+            // SAFETY: this function has AVX-512F, which `mul_inline` needs.
+            T2d: unsafe { self.T.mul_inline(&F8::splat(&D2)) },
         }
     }
 
@@ -143,10 +194,15 @@ impl Ext8 {
     #[inline]
     #[target_feature(enable = "avx512f")]
     pub fn add_projective(&self, q: &ProjectiveNiels8) -> Ext8 {
-        let PP = self.Y.add(&self.X).mul(&q.Y_plus_X);
-        let MM = self.Y.sub(&self.X).mul(&q.Y_minus_X);
-        let TT2d = self.T.mul(&q.T2d);
-        let ZZ = self.Z.mul(&q.Z);
+        // SAFETY: this function has AVX-512F, which `mul_inline` needs.
+        let (PP, MM, TT2d, ZZ) = unsafe {
+            (
+                self.Y.add(&self.X).mul_inline(&q.Y_plus_X),
+                self.Y.sub(&self.X).mul_inline(&q.Y_minus_X),
+                self.T.mul_inline(&q.T2d),
+                self.Z.mul_inline(&q.Z),
+            )
+        };
         let ZZ2 = ZZ.add(&ZZ).carry();
         Completed8 {
             X: PP.sub(&MM),
@@ -161,11 +217,17 @@ impl Ext8 {
     #[inline]
     #[target_feature(enable = "avx512f")]
     pub fn double(&self) -> Ext8 {
-        let XX = self.X.square();
-        let YY = self.Y.square();
-        let ZZ = self.Z.square();
+        // SAFETY: this function has AVX-512F, which `square_inline` needs.
+        let (XX, YY, ZZ) = unsafe {
+            (
+                self.X.square_inline(),
+                self.Y.square_inline(),
+                self.Z.square_inline(),
+            )
+        };
         let ZZ2 = ZZ.add(&ZZ).carry();
-        let X_plus_Y_sq = self.X.add(&self.Y).square();
+        // SAFETY: as above.
+        let X_plus_Y_sq = unsafe { self.X.add(&self.Y).square_inline() };
         let YY_plus_XX = YY.add(&XX).carry();
         let YY_minus_XX = YY.sub(&XX).carry();
         Completed8 {

@@ -178,8 +178,9 @@ fn affine_compress(x: &F8, y: &F8) -> [[u8; 32]; 8] {
 fn row_of(p: &EdwardsPoint) -> Row {
     let e = p.compress().0;
     // SAFETY: the callers check for AVX-512F first.
-    let rows = unsafe { super::decompress_rows(std::iter::once(&e)) };
-    rows[0].expect("a point")
+    let (is_point, rows) = unsafe { super::decompress_rows(std::iter::once(&e)) };
+    assert_eq!(is_point, 1, "a point");
+    rows[0]
 }
 
 /// Σ sᵢPᵢ − Q with Q = dalek's value of Σ sᵢPᵢ: the identity, so `is_identity_times_8` must
