@@ -1,5 +1,6 @@
 //! Criterion benches of signature verification, each backend side by side (issue 13).
-//! Run: `cargo bench --bench verify` (or `cargo bench --bench verify -- batch` for one group).
+//! Run: `cargo bench --bench verify` (or `cargo bench --bench verify -- batch` for one group,
+//! `-- whole` for the whole-process figure alone).
 //!
 //! - `single`: one signature, ed25519-zebra against `zip215::verify_one` (key cached or not);
 //! - `batch N`: one batch of N signatures on one thread: ed25519-zebra's batch verifier (what
@@ -8,10 +9,14 @@
 //! - `block`: `verify_many` on a block of 10,000 transfers with every core, against the
 //!   previous implementation (ed25519-zebra, batches of 256 on rayon).
 //!
+//! Before the criterion groups, the whole-process figure: signatures per second of
+//! `verify_many` on 10,000 signatures with every core, each variant run 5 times, interleaved
+//! (A B C A B C …) so that a noisy minute slows all alike; the median is printed.
+//!
 //! Signatures are over 32-byte transaction ids, with keys from a pool of 4,096 as in
 //! `tally bench` (`workload::KEY_POOL`).
 
-use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, Throughput, criterion_group};
 use ed25519_dalek::{Signer, SigningKey};
 use rayon::prelude::*;
 use tally_chain::crypto::{self, Backend, Keys, SigItem, zip215};
@@ -94,7 +99,17 @@ fn single(c: &mut Criterion) {
     group.finish();
 }
 
+/// A pool of one thread: the AVX-512 backend parallelises inside a batch, so a per-batch
+/// comparison runs every variant on one core.
+fn one_thread() -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("a thread")
+}
+
 fn batch(c: &mut Criterion) {
+    let pool = one_thread();
     for n in [256, 2500] {
         let sigs = signatures(n);
         let items = items(&sigs);
@@ -105,12 +120,12 @@ fn batch(c: &mut Criterion) {
         for (name, backend) in backends() {
             let warm = Keys::new(crypto::KEY_CACHE_ENTRIES);
             group.bench_function(format!("{name}, keys cached"), |b| {
-                b.iter(|| crypto::verify_batch(&items, backend, &warm))
+                b.iter(|| pool.install(|| crypto::verify_batch(&items, backend, &warm)))
             });
             group.bench_function(format!("{name}, no key cache"), |b| {
                 b.iter_batched(
                     || Keys::new(0),
-                    |cold| crypto::verify_batch(&items, backend, &cold),
+                    |cold| pool.install(|| crypto::verify_batch(&items, backend, &cold)),
                     BatchSize::LargeInput,
                 )
             });
@@ -189,5 +204,66 @@ fn block(c: &mut Criterion) {
     group.finish();
 }
 
+/// Signatures per second of each variant on `n` signatures with every core: the median of
+/// `runs`, the variants interleaved run by run.
+fn whole_process(n: usize, runs: usize) {
+    let txs = signed_block(n);
+    let ids: Vec<TxId> = txs.iter().map(|t| t.transaction.id()).collect();
+    let items: Vec<(&SignedTransaction, &TxId)> = txs.iter().zip(&ids).collect();
+    let mut variants: Vec<(String, Box<dyn Fn() -> bool>)> = vec![(
+        "zebra (before)".into(),
+        Box::new(|| zebra_verify_many(&items).iter().all(|ok| *ok)),
+    )];
+    for (name, backend) in backends() {
+        let items = &items;
+        variants.push((
+            name.into(),
+            Box::new(move || {
+                crypto::verify_many_with(items, backend)
+                    .iter()
+                    .all(|r| r.is_ok())
+            }),
+        ));
+    }
+    // Warm the key caches and the code once.
+    for (_, run) in &variants {
+        assert!(run());
+    }
+    let mut rates = vec![Vec::new(); variants.len()];
+    for _ in 0..runs {
+        for ((_, run), rates) in variants.iter().zip(&mut rates) {
+            let t = std::time::Instant::now();
+            assert!(run());
+            rates.push(n as f64 / t.elapsed().as_secs_f64());
+        }
+    }
+    println!(
+        "verify_many, {n} signatures, {} threads, median of {runs} interleaved runs:",
+        rayon::current_num_threads()
+    );
+    for ((name, _), mut rates) in variants.iter().zip(rates) {
+        rates.sort_by(f64::total_cmp);
+        println!(
+            "  {name:<16} {:>9.0} signatures/s (runs from {:.0} to {:.0})",
+            rates[runs / 2],
+            rates[0],
+            rates[runs - 1]
+        );
+    }
+}
+
 criterion_group!(benches, single, batch, block);
-criterion_main!(benches);
+
+fn main() {
+    // `cargo bench --bench verify` runs everything; `-- <filter>` only the matching criterion
+    // groups, and `-- whole` only the whole-process figure.
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    if filters.is_empty() || filters.iter().any(|f| f == "whole") {
+        whole_process(10_000, 5);
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
