@@ -403,6 +403,62 @@ fn a_batch_of_only_valid_signatures_of_every_kind_verifies() {
     }
 }
 
+/// The batch equation on `backend` alone, without the bisection and single checks that
+/// would hide a wrong equation behind correct results.
+fn batch_equation_holds(items: &[SigItem], backend: Backend, keys: &Keys) -> bool {
+    match backend {
+        Backend::Dalek => zip215::batch_equation_holds(items, &keys.points),
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx512 => avx512::batch_equation_holds(items, keys),
+        #[cfg(not(target_arch = "x86_64"))]
+        Backend::Avx512 => unreachable!("not available"),
+    }
+}
+
+/// Issue 13: the batch equation itself is the cofactored one. Results would stay right with
+/// a cofactorless equation (a batch it rejects falls back to single checks), but every
+/// batch holding a torsion component would then cost single checks, and a block of them
+/// could be made to. The equation must hold for valid signatures of every kind, in one
+/// batch, and fail when one invalid signature joins them.
+#[test]
+fn the_batch_equation_holds_for_torsion_components_and_fails_for_an_invalid_signature() {
+    let cases: Vec<Case> = corpus(12).into_iter().collect();
+    let valid: Vec<SigItem> = cases.iter().filter(|c| c.valid).map(Case::item).collect();
+    // Bad only in the equation: every part decodes.
+    let bad = cases
+        .iter()
+        .find(|c| c.kind == "small-order A, R = rB, s = r + 1")
+        .expect("in the corpus");
+    let mut with_bad = valid.clone();
+    with_bad.insert(valid.len() / 2, bad.item());
+    let mut small_order = Vec::new();
+    for A in small_order_encodings() {
+        for R in small_order_encodings() {
+            small_order.push((A, sig_bytes(&R, &[0; 32])));
+        }
+    }
+    let vectors: Vec<SigItem> = small_order
+        .iter()
+        .map(|(key, sig)| SigItem {
+            public_key: key,
+            signature: sig,
+            message: b"Zcash",
+        })
+        .collect();
+    for backend in backends() {
+        let keys = Keys::new(64);
+        assert!(batch_equation_holds(&valid, backend, &keys), "{backend:?}");
+        assert!(
+            batch_equation_holds(&vectors, backend, &keys),
+            "{backend:?}: the 196 vectors"
+        );
+        assert!(
+            !batch_equation_holds(&with_bad, backend, &keys),
+            "{backend:?}: one invalid"
+        );
+    }
+}
+
 /// Shows the corpus decides something: the cofactorless equation `[s]B = R + [k]A`, which
 /// ZIP-215 replaced, rejects signatures the corpus holds as valid. A batch built on it
 /// would accept or reject those depending on its random coefficients.

@@ -124,6 +124,19 @@ pub fn verify_batch(items: &[SigItem], keys: &KeyCache) -> Vec<bool> {
     valid
 }
 
+/// Whether the batch equation alone holds for `items`, all of which must decode: no
+/// bisection and no single checks behind it, for tests of the equation itself.
+#[cfg(test)]
+pub(super) fn batch_equation_holds(items: &[SigItem], keys: &KeyCache) -> bool {
+    let parsed: Vec<Parsed> = items
+        .iter()
+        .map(|i| parse(i, keys).expect("every signature decodes"))
+        .collect();
+    let mut coefficients = Coefficients::new();
+    let z: Vec<Scalar> = parsed.iter().map(|_| coefficients.next()).collect();
+    batch_holds(&parsed, &z)
+}
+
 /// Which of `len` signatures are valid, given `batch` (does the batch equation hold for
 /// this range of them, with fixed coefficients) and `single` (is this one valid).
 pub(super) fn settle(

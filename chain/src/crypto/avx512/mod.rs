@@ -72,6 +72,66 @@ struct Decoded {
 
 #[target_feature(enable = "avx512f")]
 fn verify_batch_avx512(items: &[SigItem], keys: &Keys) -> Vec<bool> {
+    let batch = Batch::decode(items, keys);
+    let c = &batch.candidates;
+    // Closures inherit the function's target features.
+    let holds = |range: Range<usize>| batch.holds(range);
+    let single = |i: usize| zip215::verify_one(&items[c[i].item], &keys.points);
+    let mut valid = vec![false; items.len()];
+    for (c, h) in c.iter().zip(zip215::settle(c.len(), &holds, &single)) {
+        valid[c.item] = h;
+    }
+    valid
+}
+
+/// Whether the batch equation alone holds for `items`, all of which must decode: no
+/// bisection and no single checks behind it, for tests of the equation itself.
+#[cfg(test)]
+pub(super) fn batch_equation_holds(items: &[SigItem], keys: &Keys) -> bool {
+    assert!(available());
+    // SAFETY: the CPU has AVX-512F, checked above.
+    unsafe {
+        let batch = Batch::decode(items, keys);
+        assert_eq!(
+            batch.candidates.len(),
+            items.len(),
+            "every signature decodes"
+        );
+        batch.holds(0..items.len())
+    }
+}
+
+/// A batch's signatures decoded, with their coefficients and the table of their points.
+struct Batch {
+    candidates: Vec<Candidate>,
+    /// The random coefficient of each candidate.
+    z: Vec<Scalar>,
+    /// The table row of each distinct key (0 for one that is no point).
+    key_rows: Vec<u32>,
+    table: Vec<Row>,
+}
+
+impl Batch {
+    /// Decodes `items` on every core: keys (through the cache), `s`, `R` and the challenges.
+    #[target_feature(enable = "avx512f")]
+    fn decode(items: &[SigItem], keys: &Keys) -> Batch {
+        decode(items, keys)
+    }
+
+    /// The batch equation over the candidates in `range`.
+    #[target_feature(enable = "avx512f")]
+    fn holds(&self, range: Range<usize>) -> bool {
+        batch_holds(
+            &self.candidates[range.clone()],
+            &self.z[range],
+            &self.key_rows,
+            &self.table,
+        )
+    }
+}
+
+#[target_feature(enable = "avx512f")]
+fn decode(items: &[SigItem], keys: &Keys) -> Batch {
     // Each distinct key once, however many times it signs.
     let mut key_slot: FxHashMap<&[u8; 32], u32> = FxHashMap::default();
     let mut distinct: Vec<&[u8; 32]> = Vec::new();
@@ -168,22 +228,12 @@ fn verify_batch_avx512(items: &[SigItem], keys: &Keys) -> Vec<bool> {
 
     let mut coefficients = Coefficients::new();
     let z: Vec<Scalar> = candidates.iter().map(|_| coefficients.next()).collect();
-    // Closures inherit the function's target features.
-    let batch = |range: Range<usize>| {
-        batch_holds(
-            &candidates[range.clone()],
-            &z[range],
-            &key_table_rows,
-            &table,
-        )
-    };
-    let single = |c: usize| zip215::verify_one(&items[candidates[c].item], &keys.points);
-    let holds = zip215::settle(candidates.len(), &batch, &single);
-    let mut valid = vec![false; items.len()];
-    for (c, h) in candidates.iter().zip(holds) {
-        valid[c.item] = h;
+    Batch {
+        candidates,
+        z,
+        key_rows: key_table_rows,
+        table,
     }
-    valid
 }
 
 /// The batch equation over `candidates`:
