@@ -44,7 +44,7 @@ fn signatures(n: usize) -> Vec<([u8; 32], [u8; 64], [u8; 32])> {
         .collect()
 }
 
-fn items(sigs: &[([u8; 32], [u8; 64], [u8; 32])]) -> Vec<SigItem<'_>> {
+fn items_of(sigs: &[([u8; 32], [u8; 64], [u8; 32])]) -> Vec<SigItem<'_>> {
     sigs.iter()
         .map(|(key, sig, msg)| SigItem {
             public_key: key,
@@ -78,7 +78,7 @@ fn backends() -> Vec<(&'static str, Backend)> {
 
 fn single(c: &mut Criterion) {
     let sigs = signatures(1);
-    let item = items(&sigs)[0];
+    let item = items_of(&sigs)[0];
     let (key, sig, msg) = sigs[0];
     let mut group = c.benchmark_group("verify/single");
     group.bench_function("zebra", |b| {
@@ -112,7 +112,7 @@ fn batch(c: &mut Criterion) {
     let pool = one_thread();
     for n in [256, 2500] {
         let sigs = signatures(n);
-        let items = items(&sigs);
+        let items = items_of(&sigs);
         let mut group = c.benchmark_group(format!("verify/batch {n}"));
         group.sample_size(10);
         group.throughput(Throughput::Elements(n as u64));
@@ -129,6 +129,21 @@ fn batch(c: &mut Criterion) {
                     BatchSize::LargeInput,
                 )
             });
+        }
+        if n == 2500 {
+            // What invalid signatures cost: bisection for a few, single checks for many.
+            for (label, every) in [("2 invalid", n / 2), ("every 16th invalid", 16)] {
+                let mut bad = sigs.clone();
+                for s in bad.iter_mut().step_by(every) {
+                    s.1[40] ^= 1;
+                }
+                let bad_items = items_of(&bad);
+                let warm = Keys::new(crypto::KEY_CACHE_ENTRIES);
+                let backend = Backend::best();
+                group.bench_function(format!("{backend:?}, {label}"), |b| {
+                    b.iter(|| pool.install(|| crypto::verify_batch(&bad_items, backend, &warm)))
+                });
+            }
         }
         group.finish();
     }
