@@ -541,59 +541,13 @@ impl F8 {
         ])
     }
 
-    /// `self` squared `k` times.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    pub fn square_n(&self, k: u32) -> F8 {
-        let mut f = *self;
-        for _ in 0..k {
-            f = f.square();
-        }
-        f
-    }
-
-    /// `(self^(2²⁵⁰ − 1), self^11)`: the shared start of inversion and of the square root.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn pow22501(&self) -> (F8, F8) {
-        let t0 = self.square(); // 2
-        let t1 = t0.square_n(2); // 8
-        let t2 = self.mul(&t1); // 9
-        let t3 = t0.mul(&t2); // 11
-        let t4 = t3.square(); // 22
-        let t5 = t2.mul(&t4); // 2⁵ − 1
-        let t6 = t5.square_n(5);
-        let t7 = t6.mul(&t5); // 2¹⁰ − 1
-        let t8 = t7.square_n(10);
-        let t9 = t8.mul(&t7); // 2²⁰ − 1
-        let t10 = t9.square_n(20);
-        let t11 = t10.mul(&t9); // 2⁴⁰ − 1
-        let t12 = t11.square_n(10);
-        let t13 = t12.mul(&t7); // 2⁵⁰ − 1
-        let t14 = t13.square_n(50);
-        let t15 = t14.mul(&t13); // 2¹⁰⁰ − 1
-        let t16 = t15.square_n(100);
-        let t17 = t16.mul(&t15); // 2²⁰⁰ − 1
-        let t18 = t17.square_n(50);
-        let t19 = t18.mul(&t13); // 2²⁵⁰ − 1
-        (t19, t3)
-    }
-
-    /// `self^((p − 5)/8) = self^(2²⁵² − 3)`, for square roots.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    pub fn pow_p58(&self) -> F8 {
-        let (t19, _) = self.pow22501();
-        t19.square_n(2).mul(self)
-    }
-
     /// `self^(p − 2)`: the inverse of a non-zero element, 0 for 0.
     #[cfg(test)]
     #[inline]
     #[target_feature(enable = "avx512f")]
     pub fn invert(&self) -> F8 {
-        let (t19, t3) = self.pow22501();
-        t19.square_n(5).mul(&t3)
+        let (t19, t3) = pow22501_each(&[*self]);
+        square_n_each(t19, 5)[0].mul(&t3[0])
     }
 
     /// The unique representative below p, with every limb within its width; `self` must be
@@ -681,6 +635,67 @@ impl F8 {
             out
         })
     }
+}
+
+/// Each element squared `k` times. The squarings of different elements are independent, so
+/// the CPU overlaps them: a chain of squarings alone waits on each one's carries.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn square_n_each<const N: usize>(mut x: [F8; N], k: u32) -> [F8; N] {
+    for _ in 0..k {
+        for f in &mut x {
+            // SAFETY: this function has AVX-512F, which `square_inline` needs.
+            *f = unsafe { f.square_inline() };
+        }
+    }
+    x
+}
+
+/// `a[j]·b[j]` for each j.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn mul_each<const N: usize>(a: &[F8; N], b: &[F8; N]) -> [F8; N] {
+    let mut out = *a;
+    for (o, b) in out.iter_mut().zip(b) {
+        // SAFETY: this function has AVX-512F, which `mul_inline` needs.
+        *o = unsafe { o.mul_inline(b) };
+    }
+    out
+}
+
+/// `x^((p − 5)/8) = x^(2²⁵² − 3)` for each element of `x`, the exponentiations interleaved.
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub fn pow_p58_each<const N: usize>(x: &[F8; N]) -> [F8; N] {
+    let (t19, _) = pow22501_each(x);
+    mul_each(&square_n_each(t19, 2), x)
+}
+
+/// `(x^(2²⁵⁰ − 1), x^11)` for each element: the shared start of inversion and square root.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn pow22501_each<const N: usize>(x: &[F8; N]) -> ([F8; N], [F8; N]) {
+    let t0 = square_n_each(*x, 1); // 2
+    let t1 = square_n_each(t0, 2); // 8
+    let t2 = mul_each(x, &t1); // 9
+    let t3 = mul_each(&t0, &t2); // 11
+    let t4 = square_n_each(t3, 1); // 22
+    let t5 = mul_each(&t2, &t4); // 2⁵ − 1
+    let t6 = square_n_each(t5, 5);
+    let t7 = mul_each(&t6, &t5); // 2¹⁰ − 1
+    let t8 = square_n_each(t7, 10);
+    let t9 = mul_each(&t8, &t7); // 2²⁰ − 1
+    let t10 = square_n_each(t9, 20);
+    let t11 = mul_each(&t10, &t9); // 2⁴⁰ − 1
+    let t12 = square_n_each(t11, 10);
+    let t13 = mul_each(&t12, &t7); // 2⁵⁰ − 1
+    let t14 = square_n_each(t13, 50);
+    let t15 = mul_each(&t14, &t13); // 2¹⁰⁰ − 1
+    let t16 = square_n_each(t15, 100);
+    let t17 = mul_each(&t16, &t15); // 2²⁰⁰ − 1
+    let t18 = square_n_each(t17, 50);
+    let t19 = mul_each(&t18, &t13); // 2²⁵⁰ − 1
+    (t19, t3)
 }
 
 /// `v`, hidden from the optimiser. A product of `vpmuludq` whose only use is as another

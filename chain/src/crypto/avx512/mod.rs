@@ -175,23 +175,26 @@ fn decode(items: &[SigItem], keys: &Keys) -> Batch {
                     pending.push((i, key, s));
                 }
             }
-            for group in pending.chunks(8) {
-                let (is_point, rows) = decompress_rows(group.iter().map(|&(i, _, _)| {
+            // Sixteen at a time: two sets of eight, their square roots interleaved.
+            for pair in pending.chunks(16) {
+                let decoded = decompress_rows_16(pair.iter().map(|&(i, _, _)| {
                     <&[u8; 32]>::try_from(&chunk[i].signature[..32]).expect("32 bytes")
                 }));
-                let valid: Vec<(usize, usize)> = (0..group.len())
-                    .filter(|lane| is_point >> lane & 1 == 1)
-                    .map(|lane| (lane, group[lane].0))
-                    .collect();
-                let k = challenges(chunk, valid.iter().map(|&(_, i)| i));
-                for (&(lane, i), k) in valid.iter().zip(k) {
-                    let (_, key, s) = group[lane];
-                    out[i] = Some(Decoded {
-                        key,
-                        r: rows[lane],
-                        s,
-                        k,
-                    });
+                for (group, (is_point, rows)) in pair.chunks(8).zip(decoded) {
+                    let valid: Vec<(usize, usize)> = (0..group.len())
+                        .filter(|lane| is_point >> lane & 1 == 1)
+                        .map(|lane| (lane, group[lane].0))
+                        .collect();
+                    let k = challenges(chunk, valid.iter().map(|&(_, i)| i));
+                    for (&(lane, i), k) in valid.iter().zip(k) {
+                        let (_, key, s) = group[lane];
+                        out[i] = Some(Decoded {
+                            key,
+                            r: rows[lane],
+                            s,
+                            k,
+                        });
+                    }
                 }
             }
             out
@@ -292,6 +295,25 @@ fn challenges(items: &[SigItem], which: impl Iterator<Item = usize> + Clone) -> 
             })
             .collect()
     }
+}
+
+/// Up to sixteen encoded points decompressed, as two sets of eight: the lanes that are
+/// points, and each lane's table row.
+#[target_feature(enable = "avx512f")]
+fn decompress_rows_16<'a>(encodings: impl Iterator<Item = &'a [u8; 32]>) -> [(u8, [Row; 8]); 2] {
+    let mut sets = [[[0u8; 32]; 8]; 2];
+    let mut n = 0usize;
+    for (lane, e) in sets.iter_mut().flatten().zip(encodings) {
+        *lane = *e;
+        n += 1;
+    }
+    let decoded = point::decompress_each(&sets);
+    core::array::from_fn(|j| {
+        let (is_point, x, y) = decoded[j];
+        let used = n.saturating_sub(8 * j).min(8);
+        let mask = if used == 8 { 0xff } else { (1u8 << used) - 1 };
+        (is_point & mask, msm::rows(&point::affine_niels(&x, &y)))
+    })
 }
 
 /// Up to eight encoded points decompressed: the lanes that are points, and each lane's

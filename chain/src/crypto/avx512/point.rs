@@ -7,7 +7,7 @@
 
 use core::arch::x86_64::*;
 
-use super::field::{D, D2, F8, SQRT_M1};
+use super::field::{D, D2, F8, SQRT_M1, pow_p58_each};
 
 /// Eight points in extended coordinates: x = X/Z, y = Y/T... precisely x = X/Z, y = Y/Z,
 /// xy = T/Z. Coordinates are reduced.
@@ -254,31 +254,50 @@ impl Ext8 {
 #[inline]
 #[target_feature(enable = "avx512f")]
 pub fn decompress(encodings: &[[u8; 32]; 8]) -> (__mmask8, F8, F8) {
-    let mut sign: __mmask8 = 0;
-    for (lane, e) in encodings.iter().enumerate() {
-        sign |= (e[31] >> 7) << lane;
-    }
-    let y = F8::from_bytes(encodings);
+    decompress_each(&[*encodings])[0]
+}
+
+/// [`decompress`] for `N` sets of eight encodings, their square roots interleaved (a chain
+/// of 250 squarings alone waits on each one's carries).
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub fn decompress_each<const N: usize>(sets: &[[[u8; 32]; 8]; N]) -> [(__mmask8, F8, F8); N] {
     let one = F8::one();
-    let yy = y.square();
-    let u = yy.sub(&one).carry(); // y² − 1
-    let v = yy.mul(&F8::splat(&D)).add(&one).carry(); // d·y² + 1
+    let mut u = [one; N];
+    let mut v = [one; N];
+    let mut v3 = [one; N];
+    let mut y = [one; N];
+    let mut base = [one; N];
+    for j in 0..N {
+        y[j] = F8::from_bytes(&sets[j]);
+        let yy = y[j].square();
+        u[j] = yy.sub(&one).carry(); // y² − 1
+        v[j] = yy.mul(&F8::splat(&D)).add(&one).carry(); // d·y² + 1
+        v3[j] = v[j].square().mul(&v[j]);
+        let v7 = v3[j].square().mul(&v[j]);
+        base[j] = u[j].mul(&v7);
+    }
     // sqrt_ratio_i(u, v): r = (u·v³)·(u·v⁷)^((p−5)/8).
-    let v3 = v.square().mul(&v);
-    let v7 = v3.square().mul(&v);
-    let mut r = u.mul(&v3).mul(&u.mul(&v7).pow_p58());
-    let check = v.mul(&r.square());
-    let minus_u = u.neg().carry();
-    let correct_sign = check.eq(&u);
-    let flipped_sign = check.eq(&minus_u);
-    let flipped_sign_i = check.eq(&minus_u.mul(&F8::splat(&SQRT_M1)));
-    let r_prime = r.mul(&F8::splat(&SQRT_M1));
-    r = r.select(flipped_sign | flipped_sign_i, &r_prime);
-    // The non-negative root, then the sign the encoding asks for.
-    let r_negative = r.is_negative();
-    let negate = r_negative ^ sign;
-    let x = r.select(negate, &r.neg().carry());
-    (correct_sign | flipped_sign, x, y.carry())
+    let powered = pow_p58_each(&base);
+    core::array::from_fn(|j| {
+        let (u, v) = (u[j], v[j]);
+        let mut r = u.mul(&v3[j]).mul(&powered[j]);
+        let check = v.mul(&r.square());
+        let minus_u = u.neg().carry();
+        let correct_sign = check.eq(&u);
+        let flipped_sign = check.eq(&minus_u);
+        let flipped_sign_i = check.eq(&minus_u.mul(&F8::splat(&SQRT_M1)));
+        let r_prime = r.mul(&F8::splat(&SQRT_M1));
+        r = r.select(flipped_sign | flipped_sign_i, &r_prime);
+        // The non-negative root, then the sign the encoding asks for.
+        let mut sign: __mmask8 = 0;
+        for (lane, e) in sets[j].iter().enumerate() {
+            sign |= (e[31] >> 7) << lane;
+        }
+        let negate = r.is_negative() ^ sign;
+        let x = r.select(negate, &r.neg().carry());
+        (correct_sign | flipped_sign, x, y[j].carry())
+    })
 }
 
 /// The affine-Niels form of eight affine points.
