@@ -7,8 +7,15 @@
 //! depending on the batch's random coefficients, so nodes that batch differently could
 //! disagree on which transactions are valid.
 //!
-//! Decompressed public keys are kept in a bounded [`KeyCache`] shared by every thread, so an
-//! account's key is decompressed once, not once per signature.
+//! Two backends check batches, chosen at run time ([`Backend::best`]): [`avx512`], which
+//! puts a different signature in each lane of AVX-512F registers, and [`zip215`] on
+//! curve25519-dalek (its AVX2 code on other x86-64 CPUs), which is also the reference every
+//! result is defined by: batched or not, on any backend, batch size or thread count, a
+//! signature gets the result [`zip215::verify_one`] gives it. No build flag is needed; a
+//! binary built anywhere uses AVX-512 where the CPU has it.
+//!
+//! Decompressed public keys are kept in bounded caches shared by every thread ([`Keys`]), so
+//! an account's key is decompressed once, not once per signature.
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx512;
@@ -29,14 +36,15 @@ use crate::error::TxError;
 use crate::tx::{SignedTransaction, TxId};
 
 /// Signatures per batch at most. A batch's multiscalar multiplication costs less per
-/// signature the larger it is (Pippenger's buckets are shared: 10.2 µs a signature at 5,000
-/// against 11.7 at 2,500 and 12.6 at 1,250 on the AVX-512 backend, benches/verify.rs), so
-/// [`verify_many`] gives each thread one batch; this bounds a batch's working set (about
-/// 0.6 KiB a signature, 5 MiB at the bound) for huge blocks.
+/// signature the larger it is (Pippenger's buckets are shared; on the AVX-512 backend, CPU
+/// time a signature fell from 12.6 µs at 1,250 to 11.7 at 2,500 and 10.2 at 5,000 on this
+/// loaded machine), so [`verify_many`] gives the AVX-512 backend whole blocks, which it
+/// spreads over every core itself, and the dalek backend one batch per thread. The bound
+/// keeps a batch's working set (about 0.6 KiB a signature) near 5 MiB for huge blocks.
 pub const VERIFY_BATCH: usize = 8192;
 
-/// Fewest signatures [`verify_many`] gives a thread of its own: below this, the fixed cost
-/// of a batch's multiscalar multiplication (combining its buckets) outweighs the gain.
+/// Fewest signatures [`verify_many`] gives a thread of its own on the dalek backend: below
+/// this, the fixed cost of a batch's multiscalar multiplication outweighs the gain.
 const MIN_BATCH: usize = 64;
 
 /// What batch verification runs on. Every backend gives every signature the same result;
