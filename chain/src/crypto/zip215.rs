@@ -20,6 +20,7 @@
 
 #![allow(non_snake_case)] // A, R, B: the names the equations use
 
+use std::collections::HashMap;
 use std::iter::once;
 use std::ops::Range;
 
@@ -28,7 +29,6 @@ use curve25519_dalek::edwards::{CompressedEdwardsY, EdwardsPoint};
 use curve25519_dalek::scalar::Scalar;
 use curve25519_dalek::traits::{IsIdentity, VartimeMultiscalarMul};
 use rand_core::{OsRng, RngCore};
-use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha512};
 
 use super::key_cache::KeyCache;
@@ -214,7 +214,9 @@ fn bisect(
 /// that a key signing many times is one point of the multiscalar multiplication.
 fn batch_holds(parsed: &[Parsed], z: &[Scalar]) -> bool {
     let mut b = Scalar::ZERO;
-    let mut by_key: FxHashMap<&[u8; 32], usize> = FxHashMap::default();
+    // Keyed by bytes a signer chooses: std's randomly seeded hasher, so that no one can send
+    // keys that collide in it (FxHash has no such defence).
+    let mut by_key: HashMap<&[u8; 32], usize> = HashMap::with_capacity(parsed.len());
     let (mut a_points, mut a_coeffs) = (Vec::new(), Vec::new());
     for (p, z) in parsed.iter().zip(z) {
         b -= z * p.s;

@@ -16,6 +16,7 @@ mod msm;
 mod point;
 mod sha512;
 
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::OnceLock;
 
@@ -133,7 +134,9 @@ impl Batch {
 #[target_feature(enable = "avx512f")]
 fn decode(items: &[SigItem], keys: &Keys) -> Batch {
     // Each distinct key once, however many times it signs.
-    let mut key_slot: FxHashMap<&[u8; 32], u32> = FxHashMap::default();
+    // Keyed by bytes a signer chooses: std's randomly seeded hasher, so that no one can send
+    // keys that collide in it (FxHash has no such defence).
+    let mut key_slot: HashMap<&[u8; 32], u32> = HashMap::with_capacity(items.len());
     let mut distinct: Vec<&[u8; 32]> = Vec::new();
     for item in items {
         key_slot.entry(item.public_key).or_insert_with(|| {
