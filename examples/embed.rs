@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 
 use tally_chain::Transfer;
-use tally_chain::workload::{SIMPLECOIN, SIMPLECOIN_WASM, TRANSFER};
 use tally_host_api::{Host, HostError, Name};
 use tally_runtime::{Entry, Runtime, RuntimeConfig};
 
@@ -62,7 +61,11 @@ impl MapHost {
     }
 }
 
+/// simplecoin, built from contracts/simplecoin.c.
+const SIMPLECOIN_WASM: &[u8] = include_bytes!("../contracts/simplecoin.wasm");
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let simplecoin: Name = "simplecoin".parse()?;
     let runtime = Runtime::new(RuntimeConfig::default())?;
     let contract = runtime.prepare(SIMPLECOIN_WASM)?; // validate + compile once
     let mut host = MapHost::default();
@@ -71,13 +74,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let alice: Name = "alice".parse()?;
     let transfer = Entry::Action {
-        receiver: SIMPLECOIN,
-        code: SIMPLECOIN,
-        action: TRANSFER,
+        receiver: simplecoin,
+        code: simplecoin,
+        action: "transfer".parse()?,
     };
     for amount in [100, 250, 2_000_000] {
         host.message = Transfer {
-            from: SIMPLECOIN,
+            from: simplecoin,
             to: alice,
             amount,
             memo: "from embed.rs".into(),
@@ -93,7 +96,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         println!(
             "after transfer of {amount}: simplecoin {}, alice {} ({} fuel)",
-            host.balance(SIMPLECOIN),
+            host.balance(simplecoin),
             host.balance(alice),
             receipt.fuel_used
         );

@@ -1,11 +1,20 @@
 //! `tally`: build, deploy and benchmark WebAssembly smart contracts.
 
 mod commands;
+mod node;
 
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let cli = commands::Cli::parse();
+    if !cli.command.serves_sockets() {
+        // Output to a closed pipe (`tally blocks | head`) ends the process quietly, as it does
+        // for any Unix filter, instead of panicking in `println!`. Not for the commands that
+        // serve connections: a write to a unix socket whose peer went away would then kill
+        // the node instead of failing that one connection (std ignores SIGPIPE by default).
+        // SAFETY: restoring the default disposition of one signal, before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     match cli.command.run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {

@@ -214,12 +214,33 @@ fn help_has_examples() {
     }
 }
 
+#[test]
+fn issue_10_output_to_a_closed_pipe_ends_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    assert!(tally(&["init", "--data", d]).status.success());
+    // `tally blocks | head -0`: the reader is gone before tally writes anything.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tally"))
+        .args(["blocks", "--data", d])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+        "{stderr}"
+    );
+}
+
 mod crash {
     use super::*;
     use std::sync::Arc;
     use std::time::Duration;
+    use tally_bench::workload::{INITIAL_BALANCE, SIMPLECOIN, account_name};
     use tally_chain::verify::verify;
-    use tally_chain::workload::{self, INITIAL_BALANCE, SIMPLECOIN, account_name};
     use tally_chain::{Chain, ChainConfig, LogOptions, LogStore, StateStore};
     use tally_runtime::{Runtime, RuntimeConfig};
 
@@ -258,6 +279,9 @@ mod crash {
             "rocksdb" => Box::new(tally_chain::rocks_store::RocksStore::open(path, 512).unwrap()),
             other => panic!("no store {other}"),
         };
+        if store.head().is_none() {
+            return 0; // killed before the genesis block was committed
+        }
         let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
         let chain = Chain::open(runtime, store, ChainConfig::default()).unwrap();
         let report = verify(chain.store(), chain.runtime().clone(), chain.config()).unwrap();
@@ -265,9 +289,9 @@ mod crash {
         if chain.head().height >= 1 {
             let total: u64 = (0..ACCOUNTS)
                 .map(|i| {
-                    workload::balance(&chain, SIMPLECOIN, account_name(i))
-                        .unwrap()
-                        .unwrap_or(0)
+                    let v = chain.get(SIMPLECOIN, &account_name(i).0.to_le_bytes());
+                    v.unwrap()
+                        .map_or(0, |v| u64::from_le_bytes(v[..8].try_into().unwrap()))
                 })
                 .sum();
             assert_eq!(total, ACCOUNTS * INITIAL_BALANCE, "coins not conserved");
@@ -679,5 +703,290 @@ mod local_chain {
         ok(&["init", "--data", b.to_str().unwrap()]);
         std::fs::copy(a.join("chain.json"), b.join("chain.json")).unwrap();
         fails(&["verify", "--data", b.to_str().unwrap()], "another chain");
+    }
+}
+
+/// Issue 10 items 5 and 6, end to end: one writer per data directory, and read-only commands
+/// that never touch a file.
+mod store_integrity {
+    use super::*;
+    use std::path::PathBuf;
+    use std::time::{Duration, Instant};
+
+    /// Every file under `dir` with its bytes.
+    fn tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut todo = vec![dir.to_path_buf()];
+        while let Some(d) = todo.pop() {
+            for entry in std::fs::read_dir(d).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    todo.push(path);
+                } else {
+                    out.push((path.clone(), std::fs::read(&path).unwrap()));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// A child process that is killed (SIGKILL) when dropped, even by a failing test.
+    struct KillOnDrop(std::process::Child);
+
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    /// Runs tally, killing it after `secs`: with the fix reverted, a second writer would run
+    /// its whole benchmark instead of failing at once.
+    fn tally_within(args: &[&str], secs: u64) -> Output {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tally"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if start.elapsed() > Duration::from_secs(secs) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("tally {args:?} was still running after {secs} s: it was not refused");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.wait_with_output().unwrap()
+    }
+
+    fn failure(out: &Output) -> String {
+        assert!(!out.status.success(), "expected a failure");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    #[test]
+    fn issue_10_a_second_process_on_a_data_dir_in_use_is_refused_clearly() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().to_str().unwrap();
+        let args = [
+            "bench",
+            "--data",
+            d,
+            "--transfers",
+            "5000000",
+            "--accounts",
+            "1000",
+            "--block-size",
+            "1000",
+        ];
+        let writer = KillOnDrop(
+            Command::new(env!("CARGO_BIN_EXE_tally"))
+                .args(args)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        // Wait until the writer has committed blocks past genesis.
+        let log = tmp.path().join("store").join("log-00000000.tlog");
+        let start = Instant::now();
+        while std::fs::metadata(&log).map_or(0, |m| m.len()) < 64 << 10 {
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "the writer never committed"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let store = tmp.path().join("store").display().to_string();
+        let second = failure(&tally_within(&args, 60));
+        assert!(
+            second.contains("in use by another tally process") && second.contains(&store),
+            "{second}"
+        );
+        let reader = failure(&tally_within(&["blocks", "--data", d], 60));
+        assert!(
+            reader.contains("in use by another tally process") && reader.contains(&store),
+            "{reader}"
+        );
+        drop(writer); // kill -9
+        // The lock died with its process; the store is whole.
+        let verified: serde_json::Value =
+            serde_json::from_str(&stdout(&tally(&["verify", "--json", "--data", d]))).unwrap();
+        assert_eq!(verified["ok"], true);
+    }
+
+    #[test]
+    fn issue_10_read_only_commands_change_no_file_even_with_a_torn_tail() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("chain");
+        let d = dir.to_str().unwrap();
+        for args in [
+            &["init", "--data", d][..],
+            &["account", "create", "simplecoin", "--data", d],
+            &[
+                "deploy",
+                "simplecoin",
+                "contracts/simplecoin.wasm",
+                "--data",
+                d,
+            ],
+            &[
+                "push",
+                "simplecoin",
+                "transfer",
+                "simplecoin",
+                "alice",
+                "7",
+                "m",
+                "--auth",
+                "simplecoin",
+                "--data",
+                d,
+            ],
+        ] {
+            stdout(&tally(args));
+        }
+        // A crash in the middle of the last append: its record is cut short.
+        let log = dir.join("store").join("log-00000000.tlog");
+        let bytes = std::fs::read(&log).unwrap();
+        std::fs::write(&log, &bytes[..bytes.len() - 10]).unwrap();
+        let before = tree(&dir);
+        let head = |out: &Output| {
+            serde_json::from_str::<serde_json::Value>(&stdout(out)).unwrap()["head"].clone()
+        };
+        let h = head(&tally(&["blocks", "--json", "--data", d]));
+        stdout(&tally(&["verify", "--data", d]));
+        stdout(&tally(&["get", "simplecoin", "name:alice", "--data", d]));
+        stdout(&tally(&["balance", "alice", "--data", d]));
+        assert_eq!(tree(&dir), before, "a read-only command changed a file");
+        // A writer repairs the tail and goes on from the last whole block.
+        stdout(&tally(&[
+            "push",
+            "simplecoin",
+            "transfer",
+            "simplecoin",
+            "alice",
+            "7",
+            "m2",
+            "--auth",
+            "simplecoin",
+            "--data",
+            d,
+        ]));
+        let after = head(&tally(&["blocks", "--json", "--data", d]));
+        assert_eq!(after.as_u64().unwrap(), h.as_u64().unwrap() + 1);
+        stdout(&tally(&["verify", "--data", d]));
+    }
+
+    #[test]
+    fn issue_10_a_corrupt_log_is_reported_and_left_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().to_str().unwrap();
+        let bench = [
+            "bench",
+            "--data",
+            d,
+            "--transfers",
+            "3000",
+            "--accounts",
+            "50",
+            "--block-size",
+            "500",
+        ];
+        stdout(&tally(&bench));
+        let log = tmp.path().join("store").join("log-00000000.tlog");
+        let mut bytes = std::fs::read(&log).unwrap();
+        // Inside the setup block's record, with the six transfer blocks after it.
+        bytes[200] ^= 0x10;
+        std::fs::write(&log, &bytes).unwrap();
+        let before = tree(tmp.path());
+        for args in [&["blocks", "--data", d][..], &["verify", "--data", d]] {
+            let err = failure(&tally(args));
+            assert!(
+                err.contains("corrupt store") && err.contains(&log.display().to_string()),
+                "{err}"
+            );
+        }
+        let err = failure(&tally(&bench));
+        assert!(err.contains("corrupt store"), "{err}");
+        assert_eq!(tree(tmp.path()), before, "a refused open changed a file");
+    }
+}
+
+/// Issue 14: `kill -9` at forced points of the log store's background work. Each point aborts
+/// the process there (`TALLY_TEST_CRASH_AT`); the store reopens at a committed block, `tally
+/// verify` passes, and resuming the run ends at the uninterrupted run's checksum.
+mod store_crash_points {
+    use super::*;
+
+    fn bench(dir: &Path) -> Vec<String> {
+        [
+            "bench",
+            "--data",
+            dir.to_str().unwrap(),
+            // 600 blocks: more than the 512 retained, so old segments die and get deleted.
+            "--transfers",
+            "30000",
+            "--accounts",
+            "2000",
+            "--block-size",
+            "50",
+            "--dist",
+            "zipf",
+            "--json",
+            "-",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    }
+
+    fn checksum(out: &Output) -> serde_json::Value {
+        serde_json::from_str::<serde_json::Value>(&stdout(out)).unwrap()["state_checksum"].clone()
+    }
+
+    #[test]
+    fn issue_14_kill_9_during_rotation_snapshot_and_compaction_loses_nothing() {
+        let fresh = tempfile::tempdir().unwrap();
+        let args = bench(fresh.path());
+        let expected = checksum(&tally(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+        for point in [
+            "rotate",
+            "snapshot-written",
+            "snapshot-renamed",
+            "snapshot-installed",
+            "compact-delete",
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let args = bench(dir.path());
+            let crashed = Command::new(env!("CARGO_BIN_EXE_tally"))
+                .args(&args)
+                .env("TALLY_TEST_CRASH_AT", format!("{point}:2"))
+                // Small segments and snapshots, so every point comes up in a short run.
+                .env("TALLY_LOG_SEGMENT_BYTES", "65536")
+                .env("TALLY_LOG_SNAPSHOT_BYTES", "131072")
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&crashed.stderr);
+            assert!(
+                !crashed.status.success() && err.contains(&format!("crash point {point}")),
+                "{point}: the run did not crash there: {err}"
+            );
+            let d = dir.path().to_str().unwrap();
+            let verified: serde_json::Value =
+                serde_json::from_str(&stdout(&tally(&["verify", "--json", "--data", d]))).unwrap();
+            assert_eq!(verified["ok"], true, "{point}");
+            let resumed = Command::new(env!("CARGO_BIN_EXE_tally"))
+                .args(&args)
+                .env("TALLY_LOG_SEGMENT_BYTES", "65536")
+                .env("TALLY_LOG_SNAPSHOT_BYTES", "131072")
+                .output()
+                .unwrap();
+            assert_eq!(checksum(&resumed), expected, "{point}");
+            stdout(&tally(&["verify", "--data", d]));
+        }
     }
 }

@@ -1,9 +1,8 @@
 //! Block headers and the chained state checksum.
 
 use borsh::{BorshDeserialize, BorshSerialize};
-use sha2::{Digest, Sha256};
 
-/// A block id: sha256 of the header's borsh encoding.
+/// A block id: the BLAKE3 hash of the header's borsh encoding.
 pub type BlockId = [u8; 32];
 
 /// What a block commits to.
@@ -16,9 +15,10 @@ pub struct BlockHeader {
     /// Block time, milliseconds since the Unix epoch. Set by the producer, never read from a
     /// local clock during execution.
     pub timestamp_ms: u64,
-    /// sha256 over the ids and outcomes of the block's transactions, in order.
+    /// BLAKE3 over the signed bytes and outcomes of the block's transactions, in order
+    /// ([`crate::BlockBody::transactions_root`]).
     pub transactions_root: [u8; 32],
-    /// sha256(previous block's checksum ‖ sha256(this block's state changes, sorted by key)).
+    /// BLAKE3(previous block's checksum ‖ BLAKE3(this block's state changes, sorted by key)).
     /// It depends only on the logical changes, never on how a store lays them out.
     pub state_checksum: [u8; 32],
 }
@@ -26,7 +26,7 @@ pub struct BlockHeader {
 impl BlockHeader {
     /// The block's id.
     pub fn id(&self) -> BlockId {
-        Sha256::digest(borsh::to_vec(self).expect("encoding into a Vec cannot fail")).into()
+        blake3::hash(&borsh::to_vec(self).expect("encoding into a Vec cannot fail")).into()
     }
 }
 
@@ -36,25 +36,28 @@ pub fn ref_prefix(id: &BlockId) -> u32 {
 }
 
 /// Chains `changes` (sorted by key, `None` = deleted) onto `previous`.
+///
+/// The changes are encoded into one buffer and hashed at once, which lets BLAKE3 hash many
+/// chunks in parallel SIMD lanes instead of one 64-byte block at a time.
 pub fn chain_checksum<'a>(
     previous: &[u8; 32],
     changes: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)>,
 ) -> [u8; 32] {
-    let mut inner = Sha256::new();
+    let mut encoded = Vec::new();
     for (key, value) in changes {
-        inner.update((key.len() as u32).to_le_bytes());
-        inner.update(key);
+        encoded.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        encoded.extend_from_slice(key);
         match value {
             Some(v) => {
-                inner.update([1]);
-                inner.update((v.len() as u32).to_le_bytes());
-                inner.update(v);
+                encoded.push(1);
+                encoded.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                encoded.extend_from_slice(v);
             }
-            None => inner.update([0]),
+            None => encoded.push(0),
         }
     }
-    let mut outer = Sha256::new();
+    let mut outer = blake3::Hasher::new();
     outer.update(previous);
-    outer.update(inner.finalize());
+    outer.update(blake3::hash(&encoded).as_bytes());
     outer.finalize().into()
 }

@@ -1,32 +1,39 @@
-//! The chain: checks and executes transactions sequentially against a pending block and
-//! commits blocks.
+//! The chain: executes blocks of transactions against the journal and commits them.
+//!
+//! One block, as [`Chain::execute_block`] runs it, transaction by transaction:
+//! [validate](Chain::validate) (admission, expiration, TaPoS, duplicates) →
+//! [authorize](Chain::authorize) (signatures and registered keys) → execute (each action
+//! through [`Env::run_action`] against a journal checkpoint) → finalize (keep or discard the
+//! writes, charge the block's fuel, record the receipt). Then the block's sorted changes are
+//! chained into the state checksum, and [`Chain::commit`] makes the block durable.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
-use rustc_hash::{FxHashMap, FxHashSet};
-use tally_host_api::{Abort, AbortCode, Host, HostError, Name};
-use tally_runtime::{Contract, Entry, Outcome, Receipt, Runtime};
+use rustc_hash::FxHashSet;
+use tally_host_api::limits::{FUEL_PER_ACTION, FUEL_PER_TX, FUEL_PER_TX_BYTE, MAX_BLOCK_FUEL};
+use tally_host_api::{Abort, Name};
+use tally_runtime::{Outcome, Runtime};
 
 use crate::block::{BlockHeader, BlockId, chain_checksum};
-use crate::crypto;
+use crate::code::{CodeMap, NativeContract};
 use crate::error::{ChainError, TxError};
-use crate::host::{ActionHost, Pending, TxWrites, tx_get, tx_set};
-use crate::state::{BlockRecord, Change, StateStore, keys};
-use crate::system::{self, NewAccount, SYSTEM, SetCode};
-use crate::tx::{Action, BlockBody, SignedTransaction, Transaction, TxId};
-
-/// How many recent blocks a transaction may reference (TaPoS). `ref_block_num` has 16 bits,
-/// as in EOS, whose `block_summary` table keeps the same 65,536 entries.
-const TAPOS_WINDOW: usize = 1 << 16;
+use crate::execute::Env;
+use crate::genesis::{Genesis, GenesisBuilder};
+use crate::journal::Journal;
+use crate::parallel::{self, Executors, Speculation};
+use crate::pipeline::{Check, Pipeline, PreparedTx, prepare_block};
+use crate::state::{BlockRecord, Commit, Durability, StateStore, keys};
+use crate::tx::{BlockBody, SignedTransaction, TxId};
+use crate::window::ReplayWindow;
 
 /// Chain parameters fixed at genesis.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChainConfig {
     /// Time of the genesis block, ms since the Unix epoch.
     pub genesis_time_ms: u64,
-    /// Block time advances by this much per block (EOS: 500 ms). Block time is logical: it
-    /// never comes from a local clock, so replay derives the same blocks.
+    /// How far apart [`Chain::next_block_time_ms`] puts blocks (EOS: 500 ms). A node under
+    /// consensus passes the agreed block time to [`Chain::execute_block`] instead; block time
+    /// never comes from a local clock during execution.
     pub block_interval_ms: u64,
     /// Longest a transaction may live past the block time. Duplicates are detected among the
     /// blocks of this window, so it must fit in the retained blocks.
@@ -36,8 +43,6 @@ pub struct ChainConfig {
     /// Whether signatures and authorities are checked. Off only to measure execution alone:
     /// a chain that does not check signatures trusts every `authorization` list.
     pub check_signatures: bool,
-    /// The public key of the system account `tally`, written at genesis.
-    pub system_key: Option<[u8; 32]>,
 }
 
 impl Default for ChainConfig {
@@ -49,7 +54,6 @@ impl Default for ChainConfig {
             max_tx_lifetime_ms: 120_000,
             retain_blocks: 512,
             check_signatures: true,
-            system_key: None,
         }
     }
 }
@@ -63,8 +67,10 @@ pub struct TxReceipt {
     pub outcome: Outcome,
     /// The index of the failing action, if one failed.
     pub failed_action: Option<usize>,
-    /// Fuel used by all its actions.
+    /// Fuel it used: its intrinsic charge and all its actions'.
     pub fuel_used: u64,
+    /// What its actions printed, in order (for authors; never part of consensus data).
+    pub console: Vec<u8>,
 }
 
 impl TxReceipt {
@@ -72,82 +78,125 @@ impl TxReceipt {
     pub fn is_success(&self) -> bool {
         matches!(self.outcome, Outcome::Success)
     }
+
+    /// Why it failed, if it did.
+    pub fn failure(&self) -> Option<&Abort> {
+        match &self.outcome {
+            Outcome::Success => None,
+            Outcome::Failure(abort) => Some(abort),
+        }
+    }
 }
 
-/// A single-node chain over a [`StateStore`].
-pub struct Chain {
-    runtime: Arc<Runtime>,
-    store: Box<dyn StateStore>,
-    config: ChainConfig,
-    head: BlockHeader,
-    head_id: BlockId,
-    /// `(height, prefix)` of the latest block with each `height % TAPOS_WINDOW`.
-    recent: Vec<(u64, u32)>,
-    /// Ids of transactions included within the lifetime window, and per block (by block
-    /// time) which ones, so they can be forgotten once they could no longer be valid.
-    recent_ids: FxHashSet<TxId>,
-    id_blocks: VecDeque<(u64, Vec<TxId>)>,
-    contracts: FxHashMap<Name, Arc<Contract>>,
-    natives: FxHashMap<Name, NativeContract>,
-    pending: Pending,
-    pending_ids: Vec<(TxId, bool)>,
-    /// Ids included in the pending block (they join `recent_ids` at commit).
-    pending_id_set: FxHashSet<TxId>,
-    pending_body: PendingBody,
-    tx_writes: TxWrites,
-    /// Whether `finish_block` may leave the store's durable sync running in the background.
-    overlap_commit: bool,
-    /// The durable sync of the last block, when it runs in the background.
-    in_flight: Option<std::thread::JoinHandle<std::io::Result<()>>>,
+/// What a block did with one of the transactions it was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxResult {
+    /// Included in the block, successful or not.
+    Included(TxReceipt),
+    /// Not included: it could not be valid in this block. It changed nothing.
+    Rejected(TxError),
 }
 
-/// An executor that replaces a contract's wasm for baselines (`tally bench --baseline`): plain
-/// Rust, or another engine, over the same [`Host`] a wasm contract sees. It shows what the
-/// runtime costs.
-pub type NativeContract = Arc<dyn Fn(&mut dyn Host) -> Result<(), HostError> + Send + Sync>;
+impl TxResult {
+    /// The receipt of an included transaction.
+    pub fn receipt(&self) -> Option<&TxReceipt> {
+        match self {
+            Self::Included(receipt) => Some(receipt),
+            Self::Rejected(_) => None,
+        }
+    }
 
-/// The pending block's body, kept encoded: each transaction's borsh is appended as it is
-/// included, so committing needs no encoding pass and no copy of the transactions. The bytes
-/// are exactly borsh of the [`BlockBody`] (tested).
+    /// Whether it was included and succeeded.
+    pub fn is_success(&self) -> bool {
+        self.receipt().is_some_and(TxReceipt::is_success)
+    }
+}
+
+/// A block that [`Chain::execute_block`] ran: its header and one result per transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutedBlock {
+    /// The header, with the new state checksum.
+    pub header: BlockHeader,
+    /// One result per transaction given, in order.
+    pub results: Vec<TxResult>,
+    /// Transactions run speculatively in parallel (0 when the block ran sequentially).
+    pub speculated: u32,
+    /// Of those, how many were finalized from their speculative run, needing no re-execution.
+    pub confirmed: u32,
+}
+
+/// A block executed and not yet committed.
+struct Executed {
+    record: BlockRecord,
+    ids: Vec<TxId>,
+}
+
+/// The pending block's body as it grows: the signed bytes of each included transaction
+/// appended, so committing needs no encoding pass.
 #[derive(Default)]
-struct PendingBody {
-    setup: bool,
+struct BodyBuilder {
     count: u32,
     transactions: Vec<u8>,
     success: Vec<bool>,
+    ids: Vec<TxId>,
 }
 
-impl PendingBody {
-    fn push(&mut self, tx: &SignedTransaction, encoded: Option<&[u8]>, success: bool) {
-        match encoded {
-            Some(bytes) => self.transactions.extend_from_slice(bytes),
-            None => borsh::BorshSerialize::serialize(tx, &mut self.transactions)
-                .expect("encoding into a Vec cannot fail"),
-        }
+impl BodyBuilder {
+    fn push(&mut self, tx: &PreparedTx, success: bool) {
+        self.transactions.extend_from_slice(&tx.bytes);
         self.count += 1;
         self.success.push(success);
+        self.ids.push(tx.id);
     }
 
-    /// borsh of the body, leaving an empty body behind.
-    fn take_encoded(&mut self) -> Vec<u8> {
-        let body = std::mem::take(self);
-        let mut out = Vec::with_capacity(body.transactions.len() + body.success.len() + 9);
-        out.push(body.setup as u8);
-        out.extend_from_slice(&body.count.to_le_bytes());
-        out.extend_from_slice(&body.transactions);
-        out.extend_from_slice(&(body.success.len() as u32).to_le_bytes());
-        out.extend(body.success.iter().map(|&s| s as u8));
-        out
+    /// borsh of the [`BlockBody`], the transactions root and the ids.
+    fn finish(self) -> (Vec<u8>, [u8; 32], Vec<TxId>) {
+        let mut body = Vec::with_capacity(self.transactions.len() + self.success.len() + 8);
+        body.extend_from_slice(&self.count.to_le_bytes());
+        body.extend_from_slice(&self.transactions);
+        body.extend_from_slice(&(self.success.len() as u32).to_le_bytes());
+        body.extend(self.success.iter().map(|&s| s as u8));
+        let root = BlockBody::transactions_root(&body);
+        (body, root, self.ids)
     }
 }
 
+/// A chain over a [`StateStore`]: the library entry point of a node.
+pub struct Chain {
+    pub(crate) runtime: Arc<Runtime>,
+    pub(crate) store: Box<dyn StateStore>,
+    config: ChainConfig,
+    pipeline: Pipeline,
+    head: BlockHeader,
+    head_id: BlockId,
+    window: ReplayWindow,
+    pub(crate) code: CodeMap,
+    pub(crate) journal: Journal,
+    /// Scratch space for state keys, reused by every host call.
+    pub(crate) key: Vec<u8>,
+    /// Ids included in the block being executed (kept between blocks for its capacity).
+    block_ids: FxHashSet<TxId>,
+    executed: Option<Executed>,
+    /// Blocks to run sequentially before speculating again (see [`MIN_CONFIRMED_SHARE`]).
+    speculation_backoff: u32,
+}
+
+/// Below this share of speculative runs confirmed, speculation costs more than it saves: on two
+/// threads it takes half an execution's wall time per transaction, and every run that fails
+/// validation costs a whole execution again. Whether a block speculates never changes its
+/// result, only how fast it is reached.
+const MIN_CONFIRMED_SHARE: f64 = 0.6;
+
+/// How many blocks run sequentially after a block whose speculation did not pay, before the
+/// next attempt (the workload may have changed).
+const SPECULATION_BACKOFF_BLOCKS: u32 = 8;
+
 impl Chain {
-    /// Opens a chain on `store`: writes the genesis block if the store is empty, or resumes
-    /// at its last committed block.
-    pub fn open(
+    fn new(
         runtime: Arc<Runtime>,
         store: Box<dyn StateStore>,
         config: ChainConfig,
+        head: BlockHeader,
     ) -> Result<Self, ChainError> {
         if config.max_tx_lifetime_ms > config.retain_blocks * config.block_interval_ms {
             return Err(ChainError::Config(format!(
@@ -155,60 +204,90 @@ impl Chain {
                 config.max_tx_lifetime_ms, config.retain_blocks, config.block_interval_ms
             )));
         }
-        let head = store.head().cloned().unwrap_or(BlockHeader {
+        Ok(Self {
+            runtime,
+            store,
+            window: ReplayWindow::new(config.max_tx_lifetime_ms),
+            config,
+            pipeline: Pipeline::ALL,
+            head_id: head.id(),
+            head,
+            code: CodeMap::default(),
+            journal: Journal::default(),
+            key: Vec::with_capacity(64),
+            block_ids: FxHashSet::default(),
+            executed: None,
+            speculation_backoff: 0,
+        })
+    }
+
+    /// Starts a new chain on an empty `store`: fill its genesis with the returned builder,
+    /// then [`GenesisBuilder::finish`] commits block 0.
+    pub fn genesis(
+        runtime: Arc<Runtime>,
+        store: Box<dyn StateStore>,
+        config: ChainConfig,
+    ) -> Result<GenesisBuilder, ChainError> {
+        if let Some(head) = store.head() {
+            return Err(ChainError::Config(format!(
+                "the store already holds a chain (at block {}); open it instead",
+                head.height
+            )));
+        }
+        let head = BlockHeader {
             height: 0,
             previous: [0; 32],
             timestamp_ms: config.genesis_time_ms,
-            transactions_root: BlockBody::transactions_root(std::iter::empty()),
+            transactions_root: BlockBody::default().root(),
             state_checksum: [0; 32],
-        });
-        let fresh = store.head().is_none();
-        let mut chain = Self {
-            runtime,
-            store,
-            config,
-            head_id: head.id(),
-            head,
-            recent: vec![(u64::MAX, 0); TAPOS_WINDOW],
-            recent_ids: FxHashSet::default(),
-            id_blocks: VecDeque::new(),
-            contracts: FxHashMap::default(),
-            natives: FxHashMap::default(),
-            pending: Pending::default(),
-            pending_ids: Vec::new(),
-            pending_id_set: FxHashSet::default(),
-            pending_body: PendingBody::default(),
-            tx_writes: Vec::new(),
-            overlap_commit: false,
-            in_flight: None,
         };
-        if fresh {
-            chain.genesis()?;
-        } else {
-            chain.resume()?;
-        }
+        Ok(GenesisBuilder::new(Self::new(
+            runtime, store, config, head,
+        )?))
+    }
+
+    /// Starts a new chain on an empty `store` from `genesis`.
+    pub fn create(
+        runtime: Arc<Runtime>,
+        store: Box<dyn StateStore>,
+        config: ChainConfig,
+        genesis: &Genesis,
+    ) -> Result<Self, ChainError> {
+        let mut builder = Self::genesis(runtime, store, config)?;
+        builder.apply(genesis)?;
+        builder.finish()
+    }
+
+    /// Opens the chain in `store` at its last committed block.
+    pub fn open(
+        runtime: Arc<Runtime>,
+        store: Box<dyn StateStore>,
+        config: ChainConfig,
+    ) -> Result<Self, ChainError> {
+        let head = store.head().cloned().ok_or(ChainError::NoGenesis)?;
+        let mut chain = Self::new(runtime, store, config, head)?;
+        chain.resume()?;
         Ok(chain)
     }
 
-    fn genesis(&mut self) -> Result<(), ChainError> {
-        let mut changes = Vec::new();
-        if let Some(key) = self.config.system_key {
-            changes.push((keys::account(SYSTEM), Some(key.to_vec())));
-        }
-        self.pending_body.setup = true;
-        let header = BlockHeader {
-            height: 0,
-            previous: [0; 32],
-            timestamp_ms: self.config.genesis_time_ms,
-            transactions_root: BlockBody::transactions_root(std::iter::empty()),
-            state_checksum: chain_checksum(
-                &[0; 32],
-                changes
-                    .iter()
-                    .map(|(k, v): &Change| (k.as_slice(), v.as_deref())),
-            ),
-        };
-        self.commit(header, changes)
+    /// Commits the genesis block: whatever the builder wrote, as block 0.
+    pub(crate) fn commit_genesis(&mut self) -> Result<(), ChainError> {
+        let changes = self.journal.take_changes();
+        self.head.state_checksum = chain_checksum(
+            &[0; 32],
+            changes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
+        );
+        let (body, transactions_root, ids) = BodyBuilder::default().finish();
+        self.head.transactions_root = transactions_root;
+        self.executed = Some(Executed {
+            record: BlockRecord {
+                header: self.head.clone(),
+                body,
+                changes,
+            },
+            ids,
+        });
+        self.commit_durably().map(|_| ())
     }
 
     /// Rebuilds what is not stored (TaPoS ids, the duplicate window) from retained blocks.
@@ -218,38 +297,28 @@ impl Chain {
             let record = self.store.block(height)?.ok_or_else(|| {
                 ChainError::Corrupt(format!("retained block {height} is missing"))
             })?;
-            let id = record.header.id();
-            self.remember(height, id);
             let body: BlockBody = borsh::from_slice(&record.body)
                 .map_err(|e| ChainError::Corrupt(format!("block {height} body: {e}")))?;
-            let ids: Vec<TxId> = body
+            let ids = body
                 .transactions
                 .iter()
                 .map(|t| t.transaction.id())
                 .collect();
-            self.recent_ids.extend(ids.iter().copied());
-            self.id_blocks.push_back((record.header.timestamp_ms, ids));
+            self.window
+                .push_block(height, &record.header.id(), record.header.timestamp_ms, ids);
         }
-        self.forget_expired_ids();
         Ok(())
     }
 
-    fn remember(&mut self, height: u64, id: BlockId) {
-        self.recent[height as usize % TAPOS_WINDOW] = (height, crate::block::ref_prefix(&id));
+    /// Which stages are batched, parallel or overlapped (all on by default). The head reached
+    /// is the same under every setting.
+    pub fn set_pipeline(&mut self, pipeline: Pipeline) {
+        self.pipeline = pipeline;
     }
 
-    fn forget_expired_ids(&mut self) {
-        // A transaction included at block time t expires by t + max lifetime; once the head
-        // is past that, a replay would be rejected as expired anyway.
-        while let Some((time, _)) = self.id_blocks.front() {
-            if time + self.config.max_tx_lifetime_ms >= self.head.timestamp_ms {
-                break;
-            }
-            let (_, ids) = self.id_blocks.pop_front().expect("front exists");
-            for id in ids {
-                self.recent_ids.remove(&id);
-            }
-        }
+    /// The pipeline switches in use.
+    pub fn pipeline(&self) -> Pipeline {
+        self.pipeline
     }
 
     /// The last committed block.
@@ -277,9 +346,15 @@ impl Chain {
         self.store.as_ref()
     }
 
-    /// The time of the block being built.
-    pub fn pending_block_time_ms(&self) -> u64 {
+    /// The time [`Chain::run_block`] gives the next block: `block_interval_ms` after the head.
+    pub fn next_block_time_ms(&self) -> u64 {
         self.head.timestamp_ms + self.config.block_interval_ms
+    }
+
+    /// The time of the block at `height` when every block is `block_interval_ms` apart, as
+    /// under [`Chain::run_block`].
+    pub fn block_time_ms(&self, height: u64) -> u64 {
+        self.config.genesis_time_ms + height * self.config.block_interval_ms
     }
 
     /// `(ref_block_num, ref_block_prefix)` naming the head block, for new transactions.
@@ -293,25 +368,15 @@ impl Chain {
     /// `(ref_block_num, ref_block_prefix)` naming the block at `height`, while it is within the
     /// TaPoS window; `None` otherwise.
     pub fn tapos_at(&self, height: u64) -> Option<(u16, u32)> {
-        let (h, prefix) = self.recent[height as usize % TAPOS_WINDOW];
-        (h == height).then_some((height as u16, prefix))
+        self.window.tapos_at(height)
     }
 
-    /// The logical time of the block at `height`: blocks are `block_interval_ms` apart from
-    /// genesis.
-    pub fn block_time_ms(&self, height: u64) -> u64 {
-        self.config.genesis_time_ms + height * self.config.block_interval_ms
-    }
-
-    /// A raw state value, including writes of the pending block.
+    /// A committed state value.
     pub fn get_raw(&self, key: &[u8]) -> Result<Option<Vec<u8>>, ChainError> {
-        Ok(self
-            .pending
-            .get(self.store.as_ref(), key)?
-            .map(|v| v.into_owned()))
+        Ok(self.store.get(key)?.map(|v| v.into_owned()))
     }
 
-    /// The value of `contract`'s storage key `key`, including writes of the pending block.
+    /// The committed value of `contract`'s storage key `key`.
     pub fn get(&self, contract: Name, key: &[u8]) -> Result<Option<Vec<u8>>, ChainError> {
         self.get_raw(&keys::contract(contract, key))
     }
@@ -323,503 +388,382 @@ impl Chain {
             .and_then(|k| k.try_into().ok()))
     }
 
-    fn begin_setup(&mut self) -> Result<(), ChainError> {
-        if !self.pending_ids.is_empty() {
-            return Err(ChainError::NotSetupBlock);
-        }
-        self.pending_body.setup = true;
-        Ok(())
+    /// Runs `account`'s actions with `native` instead of its wasm contract (which must still
+    /// be deployed: it owns the storage). For baselines only.
+    pub fn set_native(&mut self, account: Name, native: NativeContract) {
+        self.code.set_native(account, native);
     }
 
-    /// Deploys `code` to `account` directly, in a setup block, and runs its `onInit`.
-    /// Transactions deploy with the system action `setcode` instead.
-    pub fn deploy(&mut self, account: Name, code: &[u8]) -> Result<Receipt, ChainError> {
-        self.begin_setup()?;
-        self.tx_writes.clear();
-        let receipt = self.set_code(account, code)?;
-        if let Outcome::Failure(abort) = &receipt.outcome {
-            self.tx_writes.clear();
-            return Err(ChainError::InitFailed(abort.clone()));
-        }
-        self.merge_tx_writes();
-        self.contracts.remove(&account);
-        Ok(receipt)
+    /// Prepares `txs` (with this chain's pipeline), executes them as the next block at
+    /// [`Chain::next_block_time_ms`] and commits it: the whole block path in one call.
+    pub fn run_block(&mut self, txs: Vec<SignedTransaction>) -> Result<ExecutedBlock, ChainError> {
+        let prepared = prepare_block(txs, self.config.check_signatures, &self.pipeline);
+        let executed = self.execute_block(self.next_block_time_ms(), &prepared)?;
+        self.commit()?;
+        Ok(executed)
     }
 
-    /// Writes `value` under `contract`'s storage key `key`, bypassing contract code, in a
-    /// setup block: for genesis allocations and benchmark setup. The write is part of the
-    /// block's changes and checksum like any other.
-    pub fn allocate(&mut self, contract: Name, key: &[u8], value: &[u8]) -> Result<(), ChainError> {
-        self.begin_setup()?;
-        self.pending
-            .writes
-            .insert(keys::contract(contract, key), Some(value.to_vec()));
-        Ok(())
-    }
-
-    /// Registers `account` with public key `key` directly, in a setup block. Transactions
-    /// create accounts with the system action `newaccount` instead.
-    pub fn register_account(&mut self, account: Name, key: [u8; 32]) -> Result<(), ChainError> {
-        self.begin_setup()?;
-        self.pending
-            .writes
-            .insert(keys::account(account), Some(key.to_vec()));
-        Ok(())
-    }
-
-    /// Applies recorded changes as a setup block (replay of a stored setup block).
-    pub fn apply_setup_changes(&mut self, changes: &[Change]) -> Result<(), ChainError> {
-        self.begin_setup()?;
-        for (k, v) in changes {
-            self.pending.writes.insert(k.clone(), v.clone());
-        }
-        Ok(())
-    }
-
-    /// The compiled contract of `account`: from memory, else from state (through the
-    /// runtime's module cache, so a restarted node does not recompile).
-    fn contract(&mut self, account: Name) -> Result<Arc<Contract>, ChainError> {
-        if let Some(c) = self.contracts.get(&account) {
-            return Ok(c.clone());
-        }
-        let store = self.store.as_ref();
-        let Some(hash) = self.pending.get(store, &keys::code_hash(account))? else {
-            return Err(TxError::NoContract(account).into());
-        };
-        let hash: [u8; 32] = hash
-            .as_ref()
-            .try_into()
-            .map_err(|_| ChainError::Corrupt(format!("code hash of {account} is not 32 bytes")))?;
-        let code = self
-            .pending
-            .get(store, &keys::code(&hash))?
-            .ok_or_else(|| ChainError::Corrupt(format!("code of {account} is missing")))?;
-        let contract = self.runtime.prepare(&code)?;
-        self.contracts.insert(account, contract.clone());
-        Ok(contract)
-    }
-
-    fn check(&self, tx: &Transaction) -> Result<(), TxError> {
-        if tx.actions.is_empty() {
-            return Err(TxError::NoActions);
-        }
-        let block_time_ms = self.pending_block_time_ms();
-        if tx.expiration_ms <= block_time_ms {
-            return Err(TxError::Expired {
-                expiration_ms: tx.expiration_ms,
-                block_time_ms,
-            });
-        }
-        if tx.expiration_ms - block_time_ms > self.config.max_tx_lifetime_ms {
-            return Err(TxError::ExpirationTooFar {
-                expiration_ms: tx.expiration_ms,
-                block_time_ms,
-                max_lifetime_ms: self.config.max_tx_lifetime_ms,
-            });
-        }
-        let (height, prefix) = self.recent[tx.ref_block_num as usize];
-        if height == u64::MAX || prefix != tx.ref_block_prefix {
-            return Err(TxError::UnknownReferenceBlock {
-                num: tx.ref_block_num,
-                prefix: tx.ref_block_prefix,
-            });
-        }
-        Ok(())
-    }
-
-    /// Checks that exactly the authorizing accounts signed, each with its registered key.
-    /// The signatures themselves were checked by [`crypto::verify_signatures`].
-    fn check_authority(&self, tx: &SignedTransaction) -> Result<(), ChainError> {
-        let required = crypto::required_signers(tx);
-        for (i, sig) in tx.signatures.iter().enumerate() {
-            let repeated = tx.signatures[..i].iter().any(|s| s.account == sig.account);
-            if repeated || required.binary_search(&sig.account).is_err() {
-                return Err(TxError::UnneededSignature(sig.account).into());
-            }
-        }
-        for account in required {
-            let sig = tx
-                .signatures
-                .iter()
-                .find(|s| s.account == account)
-                .ok_or(TxError::MissingSignature(account))?;
-            match self.account_key(account)? {
-                None => return Err(TxError::UnknownAccount(account).into()),
-                Some(key) if key != sig.public_key => {
-                    return Err(TxError::WrongKey(account).into());
-                }
-                Some(_) => {}
-            }
-        }
-        Ok(())
-    }
-
-    /// Checks and runs `tx` atomically in the pending block: all its actions' writes apply,
-    /// or none do.
+    /// Executes `txs` as the block after the head, at `time_ms`, and returns its header and
+    /// one result per transaction. The block is not durable, and its state not visible to
+    /// reads, until [`Chain::commit`]; [`Chain::discard`] drops it instead.
     ///
-    /// `Err` means the transaction was rejected (or the node failed) and is not included. An
-    /// included transaction whose action failed returns `Ok` with a failed receipt and leaves
-    /// no trace in state.
-    pub fn push_transaction(&mut self, tx: &SignedTransaction) -> Result<TxReceipt, ChainError> {
-        let id = tx.transaction.id();
-        if self.config.check_signatures {
-            crypto::verify_signatures(tx, &id)?;
-        }
-        self.push_verified(tx, id)
-    }
-
-    /// [`Chain::push_transaction`] for a transaction whose id was computed, and whose
-    /// signatures were verified (when the chain checks them), by the caller: the stateless
-    /// half of checking can then run ahead, in parallel.
-    pub fn push_verified(
+    /// `Err` is the node's own fault (a store that failed, a corrupt state): the block must
+    /// then not be committed, and the node should stop.
+    pub fn execute_block(
         &mut self,
-        tx: &SignedTransaction,
-        id: TxId,
-    ) -> Result<TxReceipt, ChainError> {
-        self.push_prepared(tx, id, None, None)
-    }
-
-    /// Which of `ids` are in the committed duplicate window, looked up on all cores: the
-    /// batched half of the duplicate check ([`crate::Pipeline::batch_dedup`]). Pass each
-    /// answer to [`Chain::push_prepared`]; duplicates within the pending block are still
-    /// found there.
-    pub fn in_recent_window(&self, ids: &[TxId]) -> Vec<bool> {
-        use rayon::prelude::*;
-        let recent = &self.recent_ids;
-        ids.par_iter().map(|id| recent.contains(id)).collect()
-    }
-
-    /// [`Chain::push_verified`] with the work of the pipeline's earlier stages: `encoded` is
-    /// the transaction's borsh if already made, `in_window` the answer of
-    /// [`Chain::in_recent_window`] for its id if already looked up. The result is the same
-    /// as without them.
-    pub fn push_prepared(
-        &mut self,
-        tx: &SignedTransaction,
-        id: TxId,
-        encoded: Option<&[u8]>,
-        in_window: Option<bool>,
-    ) -> Result<TxReceipt, ChainError> {
-        if self.pending_body.setup {
-            return Err(TxError::SetupBlock.into());
+        time_ms: u64,
+        txs: &[PreparedTx],
+    ) -> Result<ExecutedBlock, ChainError> {
+        if self.executed.is_some() {
+            return Err(ChainError::Uncommitted(self.head.height + 1));
         }
-        self.check(&tx.transaction)?;
-        let in_window = match in_window {
-            Some(known) => known,
-            None => self.recent_ids.contains(&id),
+        if time_ms <= self.head.timestamp_ms {
+            return Err(ChainError::BlockTime {
+                time_ms,
+                head_ms: self.head.timestamp_ms,
+            });
+        }
+        let in_window = self.pipeline.batch_dedup.then(|| {
+            let ids: Vec<TxId> = txs.iter().map(|p| p.id).collect();
+            self.window.contains_many(&ids)
+        });
+        self.block_ids.clear();
+        let mut speculations = match self.speculate(txs) {
+            Ok(s) => s,
+            Err(e) => {
+                self.journal.clear();
+                return Err(e);
+            }
         };
-        if in_window || self.pending_id_set.contains(&id) {
-            return Err(TxError::Duplicate(hex::encode(id)).into());
+        let (mut speculated, mut confirmed) = (0, 0);
+        let mut body = BodyBuilder::default();
+        let mut fuel_left = MAX_BLOCK_FUEL;
+        let mut results = Vec::with_capacity(txs.len());
+        for (i, tx) in txs.iter().enumerate() {
+            let known = in_window.as_ref().map(|w| w[i]);
+            let spec = speculations.as_mut().and_then(|s| s[i].take());
+            speculated += u32::from(spec.is_some());
+            let applied = self.apply_tx(time_ms, tx, known, &mut fuel_left, spec);
+            let result = match applied.map(|(result, from_speculation)| {
+                confirmed += u32::from(from_speculation);
+                result
+            }) {
+                Ok(result) => result,
+                Err(e) => {
+                    self.journal.clear();
+                    self.code.discard_block();
+                    return Err(e);
+                }
+            };
+            if let TxResult::Included(receipt) = &result {
+                body.push(tx, receipt.is_success());
+            }
+            results.push(result);
         }
-        if self.config.check_signatures {
-            self.check_authority(tx)?;
+        let changes = self.journal.take_changes();
+        let (body, transactions_root, ids) = body.finish();
+        let header = BlockHeader {
+            height: self.head.height + 1,
+            previous: self.head_id,
+            timestamp_ms: time_ms,
+            transactions_root,
+            state_checksum: chain_checksum(
+                &self.head.state_checksum,
+                changes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
+            ),
+        };
+        self.executed = Some(Executed {
+            record: BlockRecord {
+                header: header.clone(),
+                body,
+                changes,
+            },
+            ids,
+        });
+        if speculated > 0 && f64::from(confirmed) < MIN_CONFIRMED_SHARE * f64::from(speculated) {
+            self.speculation_backoff = SPECULATION_BACKOFF_BLOCKS;
         }
-        self.tx_writes.clear();
-        let mut fuel_used = 0;
+        Ok(ExecutedBlock {
+            header,
+            results,
+            speculated,
+            confirmed,
+        })
+    }
+
+    /// Runs the block's transactions speculatively on all cores, when the pipeline asks for
+    /// it and there is more than one thread to run them; `None` otherwise.
+    fn speculate(
+        &mut self,
+        txs: &[PreparedTx],
+    ) -> Result<Option<Vec<Option<Speculation>>>, ChainError> {
+        if !self.pipeline.parallel_execute || rayon::current_num_threads() < 2 || txs.len() < 2 {
+            return Ok(None);
+        }
+        if self.speculation_backoff > 0 {
+            self.speculation_backoff -= 1;
+            return Ok(None);
+        }
+        debug_assert!(
+            self.journal.is_empty(),
+            "speculation reads the block's start"
+        );
+        // Resolve (and compile, if need be) every called contract first, on this thread.
+        let mut executors = Executors::default();
+        for tx in txs.iter().filter(|tx| parallel::speculable(tx)) {
+            for action in &tx.tx.transaction.actions {
+                if let std::collections::hash_map::Entry::Vacant(slot) =
+                    executors.entry(action.account)
+                {
+                    slot.insert(self.code.get(
+                        action.account,
+                        &mut self.journal,
+                        self.store.as_ref(),
+                        &self.runtime,
+                    )?);
+                }
+            }
+        }
+        parallel::speculate(&self.runtime, self.store.as_ref(), &executors, txs).map(Some)
+    }
+
+    /// One transaction of the block being executed: validate → authorize → execute →
+    /// finalize.
+    ///
+    /// With `spec`, its speculative run: used as it is when nothing it read has been written
+    /// since the block started (the second value returned is then `true`), else discarded.
+    fn apply_tx(
+        &mut self,
+        time_ms: u64,
+        tx: &PreparedTx,
+        in_window: Option<bool>,
+        fuel_left: &mut u64,
+        spec: Option<Speculation>,
+    ) -> Result<(TxResult, bool), ChainError> {
+        if let Err(e) = self.validate(time_ms, tx, in_window) {
+            return Ok((TxResult::Rejected(e), false));
+        }
+        if let Err(e) = self.authorize(tx)? {
+            return Ok((TxResult::Rejected(e), false));
+        }
+        let intrinsic = FUEL_PER_TX + FUEL_PER_TX_BYTE * tx.bytes.len() as u64;
+        if *fuel_left < intrinsic + FUEL_PER_ACTION {
+            return Ok((TxResult::Rejected(TxError::BlockFull), false));
+        }
+        if let Some(spec) = spec
+            && self.still_valid(&spec, *fuel_left - intrinsic)
+        {
+            let fuel_used = intrinsic + spec.action_fuel.iter().sum::<u64>();
+            if spec.failed_action.is_none() {
+                for (key, value) in spec.writes {
+                    self.journal.write_block(key, value);
+                }
+            }
+            *fuel_left -= fuel_used.min(*fuel_left);
+            self.block_ids.insert(tx.id);
+            let receipt = TxReceipt {
+                id: tx.id,
+                outcome: spec.outcome,
+                failed_action: spec.failed_action,
+                fuel_used,
+                console: spec.console,
+            };
+            return Ok((TxResult::Included(receipt), true));
+        }
+        // Execute: every action against one checkpoint of the journal.
+        self.journal.checkpoint();
+        let mut env = Env {
+            runtime: &self.runtime,
+            store: self.store.as_ref(),
+            journal: &mut self.journal,
+            code: &mut self.code,
+            key: &mut self.key,
+        };
+        let mut fuel_used = intrinsic;
         let mut outcome = Outcome::Success;
         let mut failed_action = None;
-        for (i, action) in tx.transaction.actions.iter().enumerate() {
-            let receipt = if action.account == SYSTEM {
-                self.run_system(action)?
-            } else if let Some(native) = self.natives.get(&action.account).cloned() {
-                self.run_native(&native, action)?
-            } else {
-                let contract = self.contract(action.account)?;
-                let entry = Entry::Action {
-                    receiver: action.account,
-                    code: action.account,
-                    action: action.name,
-                };
-                self.run(&contract, action.account, action, entry)?
+        let mut console = Vec::new();
+        for (i, action) in tx.tx.transaction.actions.iter().enumerate() {
+            let receipt = match env.run_action(action, *fuel_left - fuel_used) {
+                Ok(receipt) => receipt,
+                Err(e) => {
+                    self.journal.discard_tx();
+                    self.code.discard_tx();
+                    return Err(e);
+                }
             };
             fuel_used += receipt.fuel_used;
+            console.extend_from_slice(&receipt.console);
             if let Outcome::Failure(abort) = receipt.outcome {
                 outcome = Outcome::Failure(abort);
                 failed_action = Some(i);
                 break;
             }
         }
-        let success = failed_action.is_none();
-        if success {
-            for action in &tx.transaction.actions {
-                // The account's code changed: forget the compiled contract; the next action
-                // loads the new one from state (and the module cache).
-                if action.account == SYSTEM
-                    && action.name == system::SETCODE
-                    && let Ok(set) = borsh::from_slice::<SetCode>(&action.data)
-                {
-                    self.contracts.remove(&set.account);
-                }
-            }
-            self.merge_tx_writes();
+        // Finalize: keep or drop the writes, charge the block, remember the id.
+        if failed_action.is_none() {
+            self.journal.commit_tx();
+            self.code.commit_tx();
+        } else {
+            self.journal.discard_tx();
+            self.code.discard_tx();
         }
-        self.pending_id_set.insert(id);
-        self.pending_ids.push((id, success));
-        self.pending_body.push(tx, encoded, success);
-        Ok(TxReceipt {
-            id,
+        *fuel_left -= fuel_used.min(*fuel_left);
+        self.block_ids.insert(tx.id);
+        let receipt = TxReceipt {
+            id: tx.id,
             outcome,
             failed_action,
             fuel_used,
-        })
+            console,
+        };
+        Ok((TxResult::Included(receipt), false))
     }
 
-    fn system_failure(abort: Abort) -> Receipt {
-        Receipt {
-            outcome: Outcome::Failure(abort),
-            fuel_used: 0,
-            console: Vec::new(),
+    /// Whether a speculative run is what running the transaction now would give: no key it
+    /// read was written earlier in this block, and every action would get the full fuel it
+    /// had (`fuel_left` is what the block has left after the transaction's intrinsic charge).
+    fn still_valid(&self, spec: &Speculation, mut fuel_left: u64) -> bool {
+        for &fuel in &spec.action_fuel {
+            if fuel_left < FUEL_PER_ACTION {
+                return false;
+            }
+            fuel_left -= fuel;
         }
+        spec.reads.iter().all(|key| !self.journal.contains(key))
     }
 
-    fn run_system(&mut self, action: &Action) -> Result<Receipt, ChainError> {
-        let authorized = |account: Name| action.authorization.contains(&account);
-        let unauthorized = |account: Name| {
-            Self::system_failure(Abort::new(
-                AbortCode::Unauthorized,
-                format!("missing authority of {account}"),
-            ))
-        };
-        if action.name == system::NEWACCOUNT {
-            let Ok(new) = borsh::from_slice::<NewAccount>(&action.data) else {
-                return Ok(Self::system_failure(system::invalid("bad newaccount data")));
-            };
-            if !authorized(new.creator) {
-                return Ok(unauthorized(new.creator));
-            }
-            let store = self.store.as_ref();
-            let exists = |name: Name| -> Result<bool, ChainError> {
-                Ok(tx_get(&self.tx_writes, &self.pending, store, &keys::account(name))?.is_some())
-            };
-            if !exists(new.creator)? {
-                return Ok(Self::system_failure(system::invalid(format!(
-                    "creator {} does not exist",
-                    new.creator
-                ))));
-            }
-            if exists(new.name)? {
-                return Ok(Self::system_failure(system::invalid(format!(
-                    "account {} already exists",
-                    new.name
-                ))));
-            }
-            tx_set(
-                &mut self.tx_writes,
-                &keys::account(new.name),
-                Some(new.key.to_vec()),
-            );
-            Ok(Receipt {
-                outcome: Outcome::Success,
-                fuel_used: 0,
-                console: Vec::new(),
-            })
-        } else if action.name == system::SETCODE {
-            let Ok(set) = borsh::from_slice::<SetCode>(&action.data) else {
-                return Ok(Self::system_failure(system::invalid("bad setcode data")));
-            };
-            if !authorized(set.account) {
-                return Ok(unauthorized(set.account));
-            }
-            self.set_code(set.account, &set.code)
-        } else {
-            Ok(Self::system_failure(Abort::new(
-                AbortCode::NoHandler,
-                format!("the system contract has no action {}", action.name),
-            )))
+    /// The checks that need no state but the replay window: admission limits, expiration,
+    /// TaPoS and duplicates (`in_window`: the batched answer for this id, if looked up).
+    fn validate(
+        &self,
+        time_ms: u64,
+        tx: &PreparedTx,
+        in_window: Option<bool>,
+    ) -> Result<(), TxError> {
+        if let Check::Refused(e) = &tx.check {
+            return Err(e.clone());
         }
-    }
-
-    /// Validates and compiles `code`, records it for `account` in the transaction's writes
-    /// and runs its `onInit`.
-    fn set_code(&mut self, account: Name, code: &[u8]) -> Result<Receipt, ChainError> {
-        let contract = match self.runtime.prepare(code) {
-            Ok(c) => c,
-            Err(e) => return Ok(Self::system_failure(system::invalid(e.to_string()))),
-        };
-        let hash = *contract.code_hash();
-        tx_set(
-            &mut self.tx_writes,
-            &keys::code_hash(account),
-            Some(hash.to_vec()),
-        );
-        tx_set(&mut self.tx_writes, &keys::code(&hash), Some(code.to_vec()));
-        let init = Action {
-            account,
-            name: Name(0),
-            authorization: vec![account],
-            data: Vec::new(),
-        };
-        self.run(&contract, account, &init, Entry::Init)
-    }
-
-    fn run(
-        &mut self,
-        contract: &Contract,
-        receiver: Name,
-        action: &Action,
-        entry: Entry,
-    ) -> Result<Receipt, ChainError> {
-        let store = self.store.as_ref();
-        with_host(
-            &mut self.tx_writes,
-            &mut self.pending,
-            store,
-            receiver,
-            action,
-            |host| {
-                self.runtime
-                    .execute(contract, entry, host)
-                    .map_err(ChainError::from)
-            },
-        )
-    }
-
-    fn run_native(
-        &mut self,
-        native: &NativeContract,
-        action: &Action,
-    ) -> Result<Receipt, ChainError> {
-        let store = self.store.as_ref();
-        with_host(
-            &mut self.tx_writes,
-            &mut self.pending,
-            store,
-            action.account,
-            action,
-            |host| {
-                Ok(Receipt {
-                    outcome: match native(host) {
-                        Ok(()) => Outcome::Success,
-                        Err(HostError::Abort(abort)) => Outcome::Failure(abort),
-                        Err(HostError::Fault(fault)) => {
-                            return Err(ChainError::Runtime(fault.into()));
-                        }
-                    },
-                    fuel_used: 0,
-                    console: Vec::new(),
-                })
-            },
-        )
-    }
-
-    /// Runs `account`'s actions with `native` instead of its wasm contract (which must still
-    /// be deployed: it owns the storage). For baselines only.
-    pub fn set_native(&mut self, account: Name, native: NativeContract) {
-        self.natives.insert(account, native);
-    }
-
-    fn merge_tx_writes(&mut self) {
-        for (key, value) in self.tx_writes.drain(..) {
-            self.pending.writes.insert(key, value);
+        let t = &tx.tx.transaction;
+        if t.expiration_ms <= time_ms {
+            return Err(TxError::Expired {
+                expiration_ms: t.expiration_ms,
+                block_time_ms: time_ms,
+            });
         }
-    }
-
-    /// Commits the pending block: its changes, sorted by key, go to the store in one atomic
-    /// commit with the new header and body.
-    pub fn finish_block(&mut self) -> Result<BlockHeader, ChainError> {
-        let mut changes: Vec<Change> = self.pending.writes.drain().collect();
-        changes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let header = BlockHeader {
-            height: self.head.height + 1,
-            previous: self.head_id,
-            timestamp_ms: self.pending_block_time_ms(),
-            transactions_root: BlockBody::transactions_root(self.pending_ids.iter().copied()),
-            state_checksum: chain_checksum(
-                &self.head.state_checksum,
-                changes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
-            ),
-        };
-        self.commit(header.clone(), changes)?;
-        Ok(header)
-    }
-
-    fn commit(&mut self, header: BlockHeader, changes: Vec<Change>) -> Result<(), ChainError> {
-        let record = BlockRecord {
-            header,
-            body: self.pending_body.take_encoded(),
-            changes,
-        };
-        // At most one block's sync is in flight: the previous one must be durable before the
-        // next is written.
-        self.sync()?;
-        if self.overlap_commit {
-            if let Some(sync) = self.store.commit_deferred(&record)? {
-                self.in_flight = Some(std::thread::spawn(sync));
-            }
-        } else {
-            self.store.commit(&record)?;
+        if t.expiration_ms - time_ms > self.config.max_tx_lifetime_ms {
+            return Err(TxError::ExpirationTooFar {
+                expiration_ms: t.expiration_ms,
+                block_time_ms: time_ms,
+                max_lifetime_ms: self.config.max_tx_lifetime_ms,
+            });
         }
-        self.pending_id_set.clear();
-        let ids: Vec<TxId> = self.pending_ids.drain(..).map(|(id, _)| id).collect();
-        self.recent_ids.extend(ids.iter().copied());
-        self.pending.read_cache.clear();
-        self.head = record.header;
-        self.head_id = self.head.id();
-        self.remember(self.head.height, self.head_id);
-        self.id_blocks.push_back((self.head.timestamp_ms, ids));
-        self.forget_expired_ids();
+        if !self.window.knows(t.ref_block_num, t.ref_block_prefix) {
+            return Err(TxError::UnknownReferenceBlock {
+                num: t.ref_block_num,
+                prefix: t.ref_block_prefix,
+            });
+        }
+        let in_window = in_window.unwrap_or_else(|| self.window.contains(&tx.id));
+        if in_window || self.block_ids.contains(&tx.id) {
+            return Err(TxError::Duplicate(hex::encode(tx.id)));
+        }
         Ok(())
     }
 
-    /// Lets [`Chain::finish_block`] return before the store's durable sync of the block ends
-    /// (the sync runs on another thread while the next block executes;
-    /// [`crate::Pipeline::overlap_commit`]). The block's state is visible at once either way;
-    /// [`Chain::sync`] waits until it is durable.
-    pub fn set_overlap_commit(&mut self, on: bool) {
-        self.overlap_commit = on;
+    /// Checks that exactly the authorizing accounts signed, each with its registered key, and
+    /// that every signature verifies (now, if the stateless stage did not batch it). The outer
+    /// `Err` is a node fault; the inner one a rejection.
+    fn authorize(&mut self, tx: &PreparedTx) -> Result<Result<(), TxError>, ChainError> {
+        if !self.config.check_signatures {
+            return Ok(Ok(()));
+        }
+        if tx.check == Check::Admitted
+            && let Err(e) = crate::crypto::verify_signatures(&tx.tx, &tx.id)
+        {
+            return Ok(Err(e));
+        }
+        let signed = &tx.tx;
+        let required = crate::crypto::required_signers(signed);
+        for (i, sig) in signed.signatures.iter().enumerate() {
+            let repeated = signed.signatures[..i]
+                .iter()
+                .any(|s| s.account == sig.account);
+            if repeated || required.binary_search(&sig.account).is_err() {
+                return Ok(Err(TxError::UnneededSignature(sig.account)));
+            }
+        }
+        for account in required {
+            let Some(sig) = signed.signatures.iter().find(|s| s.account == account) else {
+                return Ok(Err(TxError::MissingSignature(account)));
+            };
+            // Through the journal: an account created earlier in this block can sign.
+            match self
+                .journal
+                .get(self.store.as_ref(), &keys::account(account))?
+            {
+                None => return Ok(Err(TxError::UnknownAccount(account))),
+                Some(key) if key != sig.public_key => {
+                    return Ok(Err(TxError::WrongKey(account)));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// Commits the executed block: its changes, header and body go to the store in one
+    /// atomic write, durable now or (with `overlap_commit`) by the next commit or
+    /// [`Chain::sync`]. Returns the committed header.
+    pub fn commit(&mut self) -> Result<BlockHeader, ChainError> {
+        if self.executed.is_none() {
+            return Err(ChainError::Config("no executed block to commit".into()));
+        }
+        self.commit_durably()
+    }
+
+    fn commit_durably(&mut self) -> Result<BlockHeader, ChainError> {
+        let Executed { record, ids } = self.executed.take().expect("checked by the caller");
+        // With the overlap on, the store syncs the block in the background and finishes that
+        // before its next commit.
+        let commit = Commit {
+            durability: if self.pipeline.overlap_commit {
+                Durability::Background
+            } else {
+                Durability::Immediate
+            },
+            retain_from: (record.header.height + 1).saturating_sub(self.config.retain_blocks),
+        };
+        let written = self.store.commit(&record, commit).map_err(ChainError::from);
+        if let Err(e) = written {
+            self.code.discard_block();
+            return Err(e);
+        }
+        self.head = record.header;
+        self.head_id = self.head.id();
+        self.window
+            .push_block(self.head.height, &self.head_id, self.head.timestamp_ms, ids);
+        self.code.commit_block();
+        Ok(self.head.clone())
+    }
+
+    /// Drops the executed block without committing it: state stays at the head.
+    pub fn discard(&mut self) {
+        if self.executed.take().is_some() {
+            self.code.discard_block();
+        }
     }
 
     /// Waits until every committed block is durable. Errors if a background sync failed: the
     /// store can then no longer promise that the last block survives a crash, so the node
     /// must stop.
     pub fn sync(&mut self) -> Result<(), ChainError> {
-        match self.in_flight.take().map(std::thread::JoinHandle::join) {
-            None => Ok(()),
-            Some(Ok(result)) => result.map_err(ChainError::Store),
-            Some(Err(_)) => Err(ChainError::Store(std::io::Error::other(
-                "the background sync thread panicked",
-            ))),
-        }
+        Ok(self.store.sync()?)
     }
 
-    /// sha256 over every committed entry in key order: a digest of the whole state, for
+    /// BLAKE3 over every committed entry in key order: a digest of the whole state, for
     /// audits. Unlike the block checksum it does not depend on history.
     pub fn state_digest(&self) -> Result<[u8; 32], ChainError> {
-        Ok(crate::verify::digest_entries(&self.store.entries()?))
-    }
-}
-
-/// Runs `f` with the host that `receiver`'s action sees.
-fn with_host(
-    tx: &mut TxWrites,
-    pending: &mut Pending,
-    store: &dyn StateStore,
-    receiver: Name,
-    action: &Action,
-    f: impl FnOnce(&mut ActionHost<'_>) -> Result<Receipt, ChainError>,
-) -> Result<Receipt, ChainError> {
-    let mut host = ActionHost {
-        contract: receiver,
-        action,
-        tx,
-        pending,
-        store,
-        key: Vec::with_capacity(64),
-    };
-    f(&mut host)
-}
-
-impl Drop for Chain {
-    fn drop(&mut self) {
-        // A sync still running in the background finishes before the chain goes away.
-        let _ = self.sync();
-    }
-}
-
-/// A failed receipt's reason, for callers that only need the text.
-pub fn failure_reason(receipt: &TxReceipt) -> Option<&Abort> {
-    match &receipt.outcome {
-        Outcome::Success => None,
-        Outcome::Failure(abort) => Some(abort),
+        crate::verify::digest_entries(self.store.entries()?)
     }
 }

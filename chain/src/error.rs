@@ -1,7 +1,9 @@
 //! Why the chain rejected a transaction, and faults of the node.
 
 use tally_host_api::{Abort, Name};
-use tally_runtime::{DeployError, RuntimeError};
+use tally_runtime::{DeployError, PrepareError, RuntimeError};
+
+use crate::store::StoreError;
 
 /// Why a transaction was rejected before it ran. A rejected transaction is not included in
 /// any block and changes nothing.
@@ -41,9 +43,6 @@ pub enum TxError {
         /// `ref_block_prefix`.
         prefix: u32,
     },
-    /// An action is addressed to an account without a contract.
-    #[error("account {0} has no contract")]
-    NoContract(Name),
     /// A signature does not verify against the public key it carries.
     #[error("bad signature from {0}: it does not verify against its public key")]
     BadSignature(Name),
@@ -62,9 +61,40 @@ pub enum TxError {
     /// The same transaction was already included within its expiration window.
     #[error("duplicate transaction {0}")]
     Duplicate(String),
-    /// The pending block is a setup block (genesis allocations, direct deploys).
-    #[error("the pending block is a setup block; finish it before pushing transactions")]
-    SetupBlock,
+    /// The encoded transaction is larger than `limits::MAX_TX_BYTES`.
+    #[error("the transaction is {bytes} bytes; the limit is {limit}")]
+    TooLarge {
+        /// Its size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// More actions, signatures or authorizations than the limits allow.
+    #[error("the transaction has {count} {what}; the limit is {limit}")]
+    TooMany {
+        /// What was counted.
+        what: &'static str,
+        /// How many.
+        count: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// An action's data is larger than its limit.
+    #[error("action {index} carries {bytes} bytes of data; the limit is {limit}")]
+    ActionDataTooLarge {
+        /// The action's index in the transaction.
+        index: usize,
+        /// Its data's size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The bytes are not a transaction (bad borsh, trailing bytes).
+    #[error("malformed transaction: {0}")]
+    Malformed(String),
+    /// The block's fuel budget is spent; the transaction may go in a later block.
+    #[error("the block's fuel budget is spent; submit the transaction again for a later block")]
+    BlockFull,
 }
 
 /// An error of a chain operation.
@@ -83,16 +113,43 @@ pub enum ChainError {
     /// The runtime failed (not the contract).
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
-    /// The state store failed.
+    /// The state store failed: I/O, corruption, a lock held by another process.
     #[error("state store: {0}")]
-    Store(#[from] std::io::Error),
+    Store(#[from] StoreError),
     /// Stored state is inconsistent (a code hash without its code, …).
     #[error("corrupt state: {0}")]
     Corrupt(String),
     /// The chain configuration is inconsistent.
     #[error("invalid chain configuration: {0}")]
     Config(String),
-    /// Setup operations need a pending block without transactions.
-    #[error("setup operations (deploy, allocate) need a pending block without transactions")]
-    NotSetupBlock,
+    /// A block was executed and neither committed nor discarded before the next call.
+    #[error("block {0} was executed but not committed; commit or discard it first")]
+    Uncommitted(u64),
+    /// A block's time does not advance past the head's.
+    #[error("block time {time_ms} ms does not advance past the head's {head_ms} ms")]
+    BlockTime {
+        /// The proposed time.
+        time_ms: u64,
+        /// The head block's time.
+        head_ms: u64,
+    },
+    /// The store holds no chain and no genesis was given to create one.
+    #[error("the store is empty: create the chain with a genesis (`tally init`)")]
+    NoGenesis,
+}
+
+impl From<std::io::Error> for ChainError {
+    /// An I/O error of the store (a [`StoreError`] carried inside one comes back out whole).
+    fn from(error: std::io::Error) -> Self {
+        Self::Store(error.into())
+    }
+}
+
+impl From<PrepareError> for ChainError {
+    fn from(e: PrepareError) -> Self {
+        match e {
+            PrepareError::Rejected(e) => Self::Deploy(e),
+            PrepareError::Node(e) => Self::Runtime(e),
+        }
+    }
 }

@@ -1,46 +1,63 @@
-//! Tally's chain layer: names, transactions, blocks, state stores and the sequential pusher.
+//! Tally's chain layer: transactions, blocks, the journal, state stores, and the one call that
+//! executes a block.
 //!
 //! ```
 //! use std::sync::Arc;
-//! use tally_chain::{Chain, ChainConfig, MemoryStore, workload};
+//! use tally_chain::{Chain, ChainConfig, Genesis, MemoryStore};
 //! use tally_runtime::{Runtime, RuntimeConfig};
 //!
 //! let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
-//! let mut chain = Chain::open(runtime, Box::new(MemoryStore::new(512)), ChainConfig::default()).unwrap();
-//! let simplecoin = workload::SIMPLECOIN;
-//! chain.deploy(simplecoin, workload::SIMPLECOIN_WASM).unwrap();
-//! assert_eq!(workload::balance(&chain, simplecoin, simplecoin).unwrap(), Some(1_000_000));
+//! let store = Box::new(MemoryStore::new(512));
+//! let mut chain = Chain::create(runtime, store, ChainConfig::default(), &Genesis::default()).unwrap();
+//! let block = chain.run_block(Vec::new()).unwrap(); // prepare, execute, commit
+//! assert_eq!(block.header.height, 1);
 //! ```
 //!
 //! # Core concepts
 //!
-//! - **Transactions** ([`Transaction`]) carry actions, an expiration and a reference block
-//!   (TaPoS). [`Chain::push_transaction`] runs one atomically in the pending block.
-//! - **Blocks** ([`BlockHeader`]) commit the pending block's changes in one atomic store
-//!   write, with a state checksum chained over each block's logical changes.
+//! - **Transactions** ([`SignedTransaction`]) carry actions, an expiration and a reference
+//!   block (TaPoS). They are admitted and their signatures verified ahead of execution, on all
+//!   cores ([`prepare_block`], giving [`PreparedTx`]).
+//! - **Blocks** run through [`Chain::execute_block`]: each transaction is validated,
+//!   authorized, executed against a [`journal`] checkpoint and finalized, and the result is a
+//!   header whose state checksum chains the block's sorted changes onto the previous one.
+//!   [`Chain::commit`] makes it durable in one atomic store write.
+//! - **Genesis** ([`Genesis`]) is the only block whose state is not derived from signed
+//!   transactions.
 //! - **Stores** implement [`StateStore`]; contract storage is namespaced by account.
 
 pub mod block;
 pub mod chain;
+pub mod code;
 pub mod crypto;
 pub mod error;
+pub mod genesis;
+pub mod journal;
 pub mod log_store;
 pub mod pipeline;
 #[cfg(feature = "rocksdb")]
 pub mod rocks_store;
 pub mod state;
+pub mod store;
 pub mod system;
 pub mod tx;
 pub mod verify;
-pub mod workload;
+pub mod window;
 
+mod execute;
 mod host;
+mod parallel;
 
 pub use block::{BlockHeader, BlockId};
-pub use chain::{Chain, ChainConfig, NativeContract, TxReceipt};
+pub use chain::{Chain, ChainConfig, ExecutedBlock, TxReceipt, TxResult};
+pub use code::NativeContract;
 pub use error::{ChainError, TxError};
+pub use genesis::{Genesis, GenesisBuilder};
 pub use log_store::{LogOptions, LogStore};
-pub use pipeline::{Pipeline, Prepared};
-pub use state::{BlockRecord, MemoryStore, StateStore};
+pub use pipeline::{Check, Pipeline, PreparedTx, prepare_block};
+pub use state::{
+    BlockArchive, BlockRecord, Commit, Durability, Entries, MemoryStore, StateStore, StoreStats,
+};
+pub use store::{Access, StoreError, StoreResult};
 pub use tally_host_api::Name;
 pub use tx::{Action, BlockBody, SignedTransaction, Transaction, Transfer, TxId, TxSignature};

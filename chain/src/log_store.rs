@@ -1,526 +1,1203 @@
-//! The `log` store: all live state in RAM, one checksummed append per block, `fdatasync`
-//! before the block counts as committed, periodic snapshots to bound replay.
+//! The `log` store: after Vilmo, QMDB and GriffinDB, an in-memory index over append-only
+//! logs, with the cold state in a sorted run that a background merge rewrites.
 //!
-//! After Vilmo and GriffinDB: random small writes become sequential appends, and reads never
-//! touch the disk. Files in the store's directory:
+//! - **The log.** Each block commit is one checksummed append to the active segment
+//!   (`log-<seq>.tlog`); the block is durable per its [`Durability`]. A segment past
+//!   [`LogOptions::segment_bytes`] is synced and sealed, and the next one starts (the
+//!   directory is synced too, so the new file survives a power cut).
+//! - **The index.** Every key changed by a block above the run maps to where its latest change
+//!   lies in the log: 12 bytes per key ([`crate::store::index`]). Values stay on disk; a
+//!   bounded cache keeps the hot ones ([`crate::store::cache`]).
+//! - **The run** (`run-<height>.trun`): the whole state at one block, sorted, with a sparse
+//!   index and a bloom filter in memory ([`crate::store::run`]). A lookup that misses the
+//!   index and the cache reads one 4 KiB block of it.
+//! - **Snapshot and compaction, in the background.** Once the log above the run outgrows
+//!   both [`LogOptions::snapshot_min_bytes`] and the run, a thread merges the run with those
+//!   blocks into the next run ([`crate::store::merge`]), syncs it and renames it into place.
+//!   Commits go on meanwhile and never wait for it: the next commit after it finishes swaps
+//!   the run in, the index drops the keys the run now holds (a few shards per commit), and
+//!   segments that hold neither unmerged changes nor retained blocks are deleted. A merge's
+//!   output depends only on the blocks, never on its timing, and the consensus checksum is
+//!   computed by the chain from each block's changes, so neither can depend on when a merge
+//!   ran.
+//! - **Retention.** Each commit says the lowest height to keep ([`Commit::retain_from`]);
+//!   older blocks leave the archive, and their segments go once merged.
 //!
-//! - `log-<seq>.tlog`: a 12-byte header (`TALLYLOG`, format version u32 LE), then records
-//!   `[payload length u32 LE][crc32 of payload u32 LE][payload]`, where the payload is the
-//!   borsh of a [`BlockRecord`] (header, body, sorted changes). A new segment starts once one
-//!   passes [`LogOptions::segment_bytes`].
-//! - `snapshot-<height>.tsnap`: the whole state at a block: `TALLYSNP`, version, then borsh of
-//!   the header, the entry count and the entries, and a trailing crc32 of everything before.
+//! Opening loads the newest run and replays the blocks above it. Every block is durable
+//! before anything after it is written, so after a crash only the very end of the last
+//! segment can hold an unfinished record: one cut short, or one failing its checksum with
+//! nothing after it. Only that is cut off, and only by a writer. Anything else that fails a
+//! check is [`StoreError::Corrupted`], naming the file and the byte offset, and nothing is
+//! changed. [`LogStore::open_read_only`] changes no file at all.
 //!
-//! Opening loads the newest snapshot that checks out, replays the log records above it, and
-//! truncates the last segment at the first torn or corrupt record (a crash mid-append). A bad
-//! record in an earlier segment is not a torn write but damage, and opening fails rather than
-//! silently dropping committed blocks.
+//! Files are reached through [`Vfs`], so tests can cut the power at any operation
+//! ([`crate::store::vfs::FaultFs`]).
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-
-use rustc_hash::FxHashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::block::BlockHeader;
-use crate::state::{BlockRecord, StateStore, SyncJob, apply_changes, sorted_entries};
-
-/// Live state: key to value.
-type StateMap = FxHashMap<Vec<u8>, Vec<u8>>;
+use crate::state::{
+    BlockArchive, BlockRecord, Commit, Durability, Entries, StateStore, StoreStats,
+};
+use crate::store::cache::ValueCache;
+use crate::store::crash;
+use crate::store::index::{Index, Loc, SHARDS, key_hash};
+use crate::store::merge::{MergeBlock, MergeDone, MergeJob, Merger, run_merge, run_path};
+use crate::store::record::{
+    self, ChangeCursor, FileReader, RECORD_HEADER_LEN, change_offsets, parse_header,
+    read_change_at, read_prefix, write_block_record,
+};
+use crate::store::run::{FileWriter, Run};
+use crate::store::vfs::{RealFs, VFile, VLock, Vfs};
+use crate::store::{StoreError, StoreResult};
 
 const LOG_MAGIC: &[u8; 8] = b"TALLYLOG";
-const SNAP_MAGIC: &[u8; 8] = b"TALLYSNP";
-const FORMAT_VERSION: u32 = 1;
+/// Version 2 added the record header's own checksum; version 3 the record kind and
+/// `retain_from` in the payload.
+const FORMAT_VERSION: u32 = 3;
 const FILE_HEADER_LEN: u64 = 12;
-const RECORD_HEADER_LEN: u64 = 8;
+
+/// Most blocks one merge reads at once: each holds a 16 KiB buffer, so at most 16 MiB.
+const MAX_MERGE_BLOCKS: usize = 1024;
+
+/// How long one commit may spend dropping merged keys from the index before it leaves the
+/// rest to the next commits.
+const SWEEP_BUDGET: Duration = Duration::from_millis(2);
 
 /// Tuning of the log store.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LogOptions {
-    /// Blocks kept below the head.
+    /// At most this many blocks are kept below the head, whatever commits ask (`u64::MAX`:
+    /// only what commits ask).
     pub retain_blocks: u64,
     /// A new log segment starts after this many bytes.
     pub segment_bytes: u64,
-    /// A snapshot is written once the log since the last one exceeds both this and the size
-    /// of the live state, so replay reads at most about twice the state and snapshots cost at
-    /// most one extra write of each logged byte.
+    /// A merge (the next snapshot) starts once the log above the run exceeds both this and
+    /// the run's size, so the run is rewritten at most once per its own size of log: write
+    /// amplification stays near 2–3.
     pub snapshot_min_bytes: u64,
+    /// Bytes the value cache may hold.
+    pub cache_bytes: usize,
+    /// Run merges on a background thread (else inline in the commit that triggers them:
+    /// slower commits, same results; for tests that compare the two).
+    pub background: bool,
+    /// The file system (the real one but in power-loss tests).
+    pub vfs: Arc<dyn Vfs>,
+}
+
+impl std::fmt::Debug for LogOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogOptions")
+            .field("retain_blocks", &self.retain_blocks)
+            .field("segment_bytes", &self.segment_bytes)
+            .field("snapshot_min_bytes", &self.snapshot_min_bytes)
+            .field("cache_bytes", &self.cache_bytes)
+            .field("background", &self.background)
+            .finish()
+    }
 }
 
 impl Default for LogOptions {
     fn default() -> Self {
         Self {
-            retain_blocks: 512,
+            retain_blocks: u64::MAX,
+            // 64 MiB: a segment is deleted whole, so this is the granularity of reclaimed
+            // disk; Vilmo and Kafka use segments of this order.
             segment_bytes: 64 << 20,
-            snapshot_min_bytes: 256 << 20,
+            // 64 MiB: below this, rewriting the run costs more than replaying the log.
+            snapshot_min_bytes: 64 << 20,
+            // 64 MiB: the hot accounts of a 10M-account Zipf workload fit (about 600k
+            // entries of 100 bytes).
+            cache_bytes: 64 << 20,
+            background: true,
+            vfs: Arc::new(RealFs),
         }
     }
 }
 
-#[derive(Debug)]
 struct Segment {
     seq: u64,
+    file: Arc<dyn VFile>,
     size: u64,
     max_height: Option<u64>,
 }
 
-/// Where a retained block's record lies.
+/// Where a block's record lies.
 #[derive(Debug, Clone, Copy)]
 struct BlockPos {
     height: u64,
     seq: u64,
     offset: u64,
+    len: u64,
 }
 
-/// The embedded default store. See the module docs for the format.
+impl BlockPos {
+    /// The location just past its record.
+    fn end(&self) -> Loc {
+        Loc::new(self.seq, self.offset + RECORD_HEADER_LEN + self.len)
+    }
+}
+
+/// Shards of the value cache: reads take `&self` and may come from several threads at once
+/// (parallel execution reads the store from every core), so each shard has its own lock.
+const CACHE_SHARDS: usize = 32;
+
+/// What reads share: the value cache and the read counters.
+struct Reads {
+    shards: Vec<Mutex<ValueCache>>,
+    gets: AtomicU64,
+    user_bytes: AtomicU64,
+    disk_bytes: AtomicU64,
+}
+
+impl Reads {
+    fn new(budget: usize) -> Self {
+        Self {
+            shards: (0..CACHE_SHARDS)
+                .map(|_| Mutex::new(ValueCache::new(budget / CACHE_SHARDS)))
+                .collect(),
+            gets: AtomicU64::new(0),
+            user_bytes: AtomicU64::new(0),
+            disk_bytes: AtomicU64::new(0),
+        }
+    }
+
+    fn shard_of(hash: u64) -> usize {
+        // The top bits: the index uses them for its shards too, the cache's sets the low ones.
+        (hash >> 40) as usize % CACHE_SHARDS
+    }
+
+    fn lock(&self, hash: u64) -> MutexGuard<'_, ValueCache> {
+        self.shards[Self::shard_of(hash)]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn shard_mut(&mut self, hash: u64) -> &mut ValueCache {
+        self.shards[Self::shard_of(hash)]
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+struct Merging {
+    handle: JoinHandle<StoreResult<Option<MergeDone>>>,
+    cancel: Arc<AtomicBool>,
+}
+
+/// After a merge: dropping merged keys from the index, shard by shard.
+struct Sweep {
+    next_shard: usize,
+    /// Index entries before this location are in the run.
+    end: Loc,
+}
+
+/// The embedded default store. See the module docs.
 pub struct LogStore {
     dir: PathBuf,
     options: LogOptions,
-    map: FxHashMap<Vec<u8>, Vec<u8>>,
-    state_bytes: u64,
+    vfs: Arc<dyn Vfs>,
+    read_only: bool,
+    segments: VecDeque<Segment>,
+    /// Every block record still in the log, ascending.
+    blocks: VecDeque<BlockPos>,
+    retain_from: u64,
     head: Option<BlockHeader>,
-    segments: Vec<Segment>,
-    active: File,
-    index: VecDeque<BlockPos>,
-    snapshot_height: Option<u64>,
-    logged_since_snapshot: u64,
+    index: Index,
+    run: Option<Arc<Run>>,
+    reads: Reads,
+    syncing: Option<JoinHandle<io::Result<()>>>,
+    merging: Option<Merging>,
+    sweep: Option<Sweep>,
+    /// The next `maybe_merge` merges whatever the log holds ([`LogStore::snapshot`]).
+    force_merge: bool,
+    stats: StoreStats,
+    _lock: VLock,
 }
 
-fn invalid(msg: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, msg)
-}
+/// Parallel execution shares the store by reference across threads: it must be `Sync`.
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<LogStore>();
+};
 
 fn segment_path(dir: &Path, seq: u64) -> PathBuf {
     dir.join(format!("log-{seq:08}.tlog"))
 }
 
-fn snapshot_path(dir: &Path, height: u64) -> PathBuf {
-    dir.join(format!("snapshot-{height:020}.tsnap"))
-}
-
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
-/// Files in `dir` named `<prefix><number><suffix>`, sorted by number.
-fn numbered(dir: &Path, prefix: &str, suffix: &str) -> io::Result<Vec<u64>> {
-    let mut found = Vec::new();
-    for entry in fs::read_dir(dir)? {
-        let name = entry?.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if let Some(n) = name
-            .strip_prefix(prefix)
-            .and_then(|r| r.strip_suffix(suffix))
-            .and_then(|n| n.parse().ok())
-        {
-            found.push(n);
-        }
-    }
+/// Files in `names` called `<prefix><number><suffix>`, sorted by number.
+fn numbered(names: &[String], prefix: &str, suffix: &str) -> Vec<u64> {
+    let mut found: Vec<u64> = names
+        .iter()
+        .filter_map(|name| {
+            name.strip_prefix(prefix)?
+                .strip_suffix(suffix)?
+                .parse()
+                .ok()
+        })
+        .collect();
     found.sort_unstable();
-    Ok(found)
+    found
 }
 
-/// A writer that feeds a crc32 of everything written.
-struct CrcWriter<W> {
-    inner: W,
-    crc: crc32fast::Hasher,
-}
-
-impl<W: Write> Write for CrcWriter<W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.crc.update(&buf[..n]);
-        Ok(n)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
-}
-
-/// What reading one record found.
-enum Read1 {
-    Record(BlockRecord, u64),
+/// What reading the record at some offset of a segment found.
+enum Scan {
+    /// A whole record: its payload length, retain_from and header.
+    Record(u64, u64, BlockHeader),
     End,
-    Bad(String),
+    Torn(&'static str),
+    BadHeader,
+    Corrupt(String),
 }
 
-fn read_record(reader: &mut impl Read) -> io::Result<Read1> {
+/// Reads the record at `offset` of `file` (`file_len` bytes), checking its checksums.
+fn scan_record(file: &(dyn VFile + 'static), offset: u64, file_len: u64) -> io::Result<Scan> {
+    let rest = file_len.saturating_sub(offset);
+    if rest == 0 {
+        return Ok(Scan::End);
+    }
+    if rest < RECORD_HEADER_LEN {
+        return Ok(Scan::Torn("the log ends inside a record header"));
+    }
     let mut header = [0u8; RECORD_HEADER_LEN as usize];
-    let mut got = 0;
-    while got < header.len() {
-        match reader.read(&mut header[got..])? {
-            0 if got == 0 => return Ok(Read1::End),
-            0 => return Ok(Read1::Bad("torn record header".into())),
-            n => got += n,
+    file.read_exact_at(&mut header, offset)?;
+    let Some(header) = parse_header(&header) else {
+        return Ok(Scan::BadHeader);
+    };
+    if header.len > rest - RECORD_HEADER_LEN {
+        return Ok(Scan::Torn("the log ends inside a record"));
+    }
+    let start = offset + RECORD_HEADER_LEN;
+    let end = start + header.len;
+    if !record::payload_crc_ok(file, start, header.len, header.payload_crc)? {
+        return Ok(if end == file_len {
+            Scan::Torn("the last record fails its checksum")
+        } else {
+            Scan::Corrupt(format!(
+                "record checksum mismatch, with {} more bytes of log after the record",
+                file_len - end
+            ))
+        });
+    }
+    let mut reader = FileReader::new(file, start, end, 256);
+    match read_prefix(&mut reader) {
+        Ok(Some(prefix)) => Ok(Scan::Record(header.len, prefix.retain_from, prefix.header)),
+        Ok(None) => Ok(Scan::Corrupt("a record of an unknown kind".into())),
+        Err(e) => Ok(Scan::Corrupt(format!("the record does not decode: {e}"))),
+    }
+}
+
+/// The offset of the first whole, checksummed record that starts after `from` in `file`. A
+/// damaged record header hides where its record ends; if a good record follows somewhere, the
+/// damage is not a torn tail.
+fn good_record_after(
+    file: &(dyn VFile + 'static),
+    from: u64,
+    file_len: u64,
+) -> io::Result<Option<u64>> {
+    const WINDOW: u64 = 1 << 20;
+    let mut buf = Vec::new();
+    let mut pos = from;
+    while pos + RECORD_HEADER_LEN <= file_len {
+        let n = (WINDOW + RECORD_HEADER_LEN).min(file_len - pos);
+        buf.resize(n as usize, 0);
+        file.read_exact_at(&mut buf, pos)?;
+        let candidates = n - RECORD_HEADER_LEN + 1;
+        for i in 0..candidates {
+            let at = i as usize;
+            let bytes: &[u8; RECORD_HEADER_LEN as usize] = buf[at..at + RECORD_HEADER_LEN as usize]
+                .try_into()
+                .expect("12 bytes");
+            let Some(header) = parse_header(bytes) else {
+                continue;
+            };
+            let start = pos + i + RECORD_HEADER_LEN;
+            if start + header.len <= file_len
+                && record::payload_crc_ok(file, start, header.len, header.payload_crc)?
+            {
+                return Ok(Some(pos + i));
+            }
         }
+        pos += candidates;
     }
-    let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as u64;
-    let crc = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
-    let mut payload = Vec::new();
-    reader.take(len).read_to_end(&mut payload)?;
-    if (payload.len() as u64) < len {
-        return Ok(Read1::Bad("torn record".into()));
+    Ok(None)
+}
+
+fn check_changes(block: &BlockRecord) -> StoreResult<()> {
+    if block.changes.windows(2).all(|w| w[0].0 < w[1].0) {
+        return Ok(());
     }
-    if crc32fast::hash(&payload) != crc {
-        return Ok(Read1::Bad("record checksum mismatch".into()));
-    }
-    match borsh::from_slice::<BlockRecord>(&payload) {
-        Ok(record) => Ok(Read1::Record(record, RECORD_HEADER_LEN + len)),
-        Err(e) => Ok(Read1::Bad(format!("undecodable record: {e}"))),
-    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "block {}: its changes must be sorted by key, each key once",
+            block.header.height
+        ),
+    )
+    .into())
 }
 
 impl LogStore {
-    /// Appends `block` and applies it. With `sync` the record is on disk when this returns;
-    /// otherwise the caller must `sync_data` the returned handle of its segment before the
-    /// next append (a crash of the process alone loses nothing: the bytes are in the page
-    /// cache).
-    fn append(&mut self, block: &BlockRecord, sync: bool) -> io::Result<File> {
-        let payload = borsh::to_vec(block)?;
-        let len = u32::try_from(payload.len()).map_err(|_| {
-            invalid(format!(
-                "block record of {} bytes is too large",
-                payload.len()
-            ))
-        })?;
-        let mut framed = Vec::with_capacity(payload.len() + RECORD_HEADER_LEN as usize);
-        framed.extend_from_slice(&len.to_le_bytes());
-        framed.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        framed.extend_from_slice(&payload);
-        // The block counts as committed only once its record is on disk. If the append or the
-        // sync fails (a full disk), cut the partial record off again: left in place, it would
-        // read as a torn tail on the next open and hide every block appended after it.
-        let mut appended = self.active.write_all(&framed);
-        if sync {
-            appended = appended.and_then(|()| self.active.sync_data());
-        }
-        if let Err(e) = appended {
-            let size = self.segments.last().expect("an active segment").size;
-            let _ = self.active.set_len(size);
-            return Err(e);
-        }
-        let written = self.active.try_clone()?;
-
-        let segment = self.segments.last_mut().expect("an active segment");
-        let (seq, offset) = (segment.seq, segment.size);
-        segment.size += framed.len() as u64;
-        segment.max_height = Some(block.header.height);
-        let full = segment.size >= self.options.segment_bytes;
-        self.apply(block);
-        self.index_block(block.header.height, seq, offset);
-        self.logged_since_snapshot += framed.len() as u64;
-
-        if full {
-            let next = self.new_segment(seq + 1)?;
-            self.active = OpenOptions::new()
-                .append(true)
-                .open(segment_path(&self.dir, next))?;
-        }
-        if self.logged_since_snapshot >= self.options.snapshot_min_bytes.max(self.state_bytes) {
-            self.snapshot()?;
-        }
-        Ok(written)
-    }
-
-    /// Opens (or creates) the store in `dir`.
-    pub fn open(dir: impl AsRef<Path>, options: LogOptions) -> io::Result<Self> {
+    /// Opens (or creates) the store in `dir` for writing. Fails with
+    /// [`StoreError::Locked`] while another process has it open, and with
+    /// [`StoreError::Corrupted`] if it is damaged beyond a torn last record.
+    pub fn open(dir: impl AsRef<Path>, options: LogOptions) -> StoreResult<Self> {
         let dir = dir.as_ref().to_path_buf();
-        fs::create_dir_all(&dir)?;
-        let mut store = Self {
-            active: File::open(&dir)?, // replaced below
-            dir,
-            options,
-            map: FxHashMap::default(),
-            state_bytes: 0,
-            head: None,
-            segments: Vec::new(),
-            index: VecDeque::new(),
-            snapshot_height: None,
-            logged_since_snapshot: 0,
-        };
-        store.load_snapshot()?;
-        store.replay()?;
-        let seq = match store.segments.last() {
-            Some(s) => s.seq,
-            None => store.new_segment(0)?,
-        };
-        store.active = OpenOptions::new()
-            .append(true)
-            .open(segment_path(&store.dir, seq))?;
+        let vfs = options.vfs.clone();
+        vfs.create_dir_all(&dir)?;
+        let lock = vfs.lock(&dir, true)?;
+        let mut store = Self::empty(dir, options, lock, false);
+        store.load()?;
+        if store.segments.is_empty() {
+            store.new_segment(0)?;
+        }
         Ok(store)
     }
 
-    fn load_snapshot(&mut self) -> io::Result<()> {
-        for height in numbered(&self.dir, "snapshot-", ".tsnap")?
-            .into_iter()
-            .rev()
-        {
-            let bytes = fs::read(snapshot_path(&self.dir, height))?;
-            if let Some((head, map)) = Self::parse_snapshot(&bytes) {
-                self.state_bytes = map.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum();
-                self.map = map;
-                self.head = Some(head);
-                self.snapshot_height = Some(height);
-                return Ok(());
+    /// Opens the store in `dir` for reading only: no file in `dir` is created, changed or
+    /// removed, and a torn last record is skipped rather than cut. Shares the lock with other
+    /// readers; fails with [`StoreError::Locked`] while a writer has the store open.
+    pub fn open_read_only(dir: impl AsRef<Path>) -> StoreResult<Self> {
+        Self::open_read_only_with(dir, LogOptions::default())
+    }
+
+    /// [`LogStore::open_read_only`] with `options` (its file system and cache).
+    pub fn open_read_only_with(dir: impl AsRef<Path>, options: LogOptions) -> StoreResult<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        let vfs = options.vfs.clone();
+        if !vfs.dir_exists(&dir) {
+            return Err(StoreError::Missing { dir });
+        }
+        let lock = vfs.lock(&dir, false)?;
+        let mut store = Self::empty(dir, options, lock, true);
+        store.load()?;
+        Ok(store)
+    }
+
+    fn empty(dir: PathBuf, options: LogOptions, lock: VLock, read_only: bool) -> Self {
+        Self {
+            vfs: options.vfs.clone(),
+            reads: Reads::new(options.cache_bytes),
+            dir,
+            options,
+            read_only,
+            segments: VecDeque::new(),
+            blocks: VecDeque::new(),
+            retain_from: 0,
+            head: None,
+            index: Index::default(),
+            run: None,
+            syncing: None,
+            merging: None,
+            sweep: None,
+            force_merge: false,
+            stats: StoreStats::default(),
+            _lock: lock,
+        }
+    }
+
+    fn run_height(&self) -> Option<u64> {
+        self.run.as_ref().map(|r| r.head().height)
+    }
+
+    fn segment(&self, seq: u64) -> Option<&Segment> {
+        let first = self.segments.front()?.seq;
+        self.segments.get(seq.checked_sub(first)? as usize)
+    }
+
+    fn segment_file(&self, loc: Loc) -> StoreResult<&Arc<dyn VFile>> {
+        self.segment(loc.seq()).map(|s| &s.file).ok_or_else(|| {
+            StoreError::corrupted(
+                segment_path(&self.dir, loc.seq()),
+                Some(loc.offset()),
+                "the index points into a segment that is gone",
+            )
+        })
+    }
+
+    /// Loads the newest run and replays the log above it.
+    fn load(&mut self) -> StoreResult<()> {
+        let names = self.vfs.list(&self.dir)?;
+        if !self.read_only {
+            // Leftovers of a merge that a crash interrupted.
+            for name in names.iter().filter(|n| n.ends_with(".tmp")) {
+                self.vfs.remove(&self.dir.join(name))?;
             }
         }
-        Ok(())
-    }
-
-    fn parse_snapshot(bytes: &[u8]) -> Option<(BlockHeader, StateMap)> {
-        let body_len = bytes.len().checked_sub(4)?;
-        let (body, trailer) = bytes.split_at(body_len);
-        if crc32fast::hash(body) != u32::from_le_bytes(trailer.try_into().ok()?)
-            || body.get(..8)? != SNAP_MAGIC
-            || u32::from_le_bytes(body.get(8..12)?.try_into().ok()?) != FORMAT_VERSION
-        {
-            return None;
+        let runs = numbered(&names, "run-", ".trun");
+        if let Some(&height) = runs.last() {
+            let run = Run::open(&*self.vfs, &run_path(&self.dir, height))?;
+            if run.head().height != height {
+                return Err(StoreError::corrupted(
+                    run_path(&self.dir, height),
+                    None,
+                    format!("the run holds block {} instead", run.head().height),
+                ));
+            }
+            self.run = Some(Arc::new(run));
+            if !self.read_only {
+                for &old in &runs[..runs.len() - 1] {
+                    self.vfs.remove(&run_path(&self.dir, old))?;
+                }
+            }
         }
-        let mut rest = &body[12..];
-        let head: BlockHeader = borsh::BorshDeserialize::deserialize(&mut rest).ok()?;
-        let count: u64 = borsh::BorshDeserialize::deserialize(&mut rest).ok()?;
-        let mut map = FxHashMap::default();
-        map.reserve(count.min(1 << 26) as usize);
-        for _ in 0..count {
-            let k: Vec<u8> = borsh::BorshDeserialize::deserialize(&mut rest).ok()?;
-            let v: Vec<u8> = borsh::BorshDeserialize::deserialize(&mut rest).ok()?;
-            map.insert(k, v);
-        }
-        rest.is_empty().then_some((head, map))
-    }
-
-    fn replay(&mut self) -> io::Result<()> {
-        let seqs = numbered(&self.dir, "log-", ".tlog")?;
+        let seqs = numbered(&names, "log-", ".tlog");
         for (i, &seq) in seqs.iter().enumerate() {
-            let last = i + 1 == seqs.len();
-            let path = segment_path(&self.dir, seq);
-            let mut reader = BufReader::with_capacity(1 << 20, File::open(&path)?);
-            let mut magic = [0u8; FILE_HEADER_LEN as usize];
-            let header_ok = reader.read_exact(&mut magic).is_ok()
-                && &magic[..8] == LOG_MAGIC
-                && u32::from_le_bytes(magic[8..].try_into().expect("4 bytes")) == FORMAT_VERSION;
-            let mut segment = Segment {
-                seq,
-                size: FILE_HEADER_LEN,
-                max_height: None,
+            self.replay_segment(seq, i + 1 == seqs.len())?;
+        }
+        self.head = match (self.blocks.back(), &self.run) {
+            (Some(_), _) => self.head.take(),
+            (None, Some(run)) => Some(run.head().clone()),
+            (None, None) => None,
+        };
+        if let (Some(run), Some(first)) = (&self.run, self.blocks.front())
+            && first.height > run.head().height + 1
+        {
+            return Err(StoreError::corrupted(
+                segment_path(&self.dir, first.seq),
+                Some(first.offset),
+                format!(
+                    "the log starts at block {} but the run ends at block {}",
+                    first.height,
+                    run.head().height
+                ),
+            ));
+        }
+        if !self.read_only {
+            self.delete_dead_segments()?;
+        }
+        self.stats.index_keys = self.index.len() as u64;
+        Ok(())
+    }
+
+    fn replay_segment(&mut self, seq: u64, last: bool) -> StoreResult<()> {
+        let path = segment_path(&self.dir, seq);
+        let file = if self.read_only {
+            self.vfs.open_read(&path)?
+        } else {
+            self.vfs.open_append(&path)?
+        };
+        let file_len = file.len()?;
+        let segment = Segment {
+            seq,
+            file: file.clone(),
+            size: FILE_HEADER_LEN,
+            max_height: None,
+        };
+        let mut magic = [0u8; FILE_HEADER_LEN as usize];
+        let whole = file_len >= FILE_HEADER_LEN && file.read_exact_at(&mut magic, 0).is_ok();
+        if !whole || &magic[..8] != LOG_MAGIC {
+            // Its header was synced before any record went in, so this is damage, unless the
+            // file is no longer than a header: a crash while creating it.
+            if !(last && file_len <= FILE_HEADER_LEN) {
+                return Err(StoreError::corrupted(
+                    path,
+                    Some(0),
+                    "not a Tally log segment (bad or missing header)",
+                ));
+            }
+            if !self.read_only {
+                file.set_len(0)?;
+                file.append(&Self::segment_header())?;
+                file.sync()?;
+            }
+            self.segments.push_back(segment);
+            return Ok(());
+        }
+        let version = u32::from_le_bytes(magic[8..].try_into().expect("4 bytes"));
+        if version != FORMAT_VERSION {
+            return Err(StoreError::Version {
+                path,
+                found: version,
+                expected: FORMAT_VERSION,
+            });
+        }
+        // In the list before its records replay: the index confirms keys by reading them back.
+        self.segments.push_back(segment);
+        loop {
+            let offset = self.segments.back().expect("pushed").size;
+            let torn = match scan_record(&*file, offset, file_len)? {
+                Scan::End => break,
+                Scan::Record(len, retain_from, header) => {
+                    self.replay_record(&path, &file, seq, offset, len, retain_from, header)?;
+                    let segment = self.segments.back_mut().expect("pushed");
+                    segment.max_height = self.blocks.back().map(|b| b.height);
+                    segment.size += RECORD_HEADER_LEN + len;
+                    continue;
+                }
+                Scan::Corrupt(why) => return Err(StoreError::corrupted(path, Some(offset), why)),
+                Scan::Torn(why) if !last => {
+                    return Err(StoreError::corrupted(
+                        path,
+                        Some(offset),
+                        format!("{why}, in a sealed segment (not the last one)"),
+                    ));
+                }
+                Scan::Torn(why) => why,
+                Scan::BadHeader => {
+                    let after = if last {
+                        good_record_after(&*file, offset + 1, file_len)?
+                    } else {
+                        None
+                    };
+                    if !last || after.is_some() {
+                        return Err(StoreError::corrupted(
+                            path,
+                            Some(offset),
+                            match after {
+                                Some(at) => format!(
+                                    "record header checksum mismatch, with a good record after \
+                                     it at byte {at}"
+                                ),
+                                None => "record header checksum mismatch, in a sealed segment \
+                                         (not the last one)"
+                                    .into(),
+                            },
+                        ));
+                    }
+                    "the last record's header is damaged and no record follows it"
+                }
             };
-            if !header_ok {
-                if !last {
-                    return Err(invalid(format!(
-                        "{}: not a Tally log segment",
-                        path.display()
-                    )));
-                }
-                // A crash while creating the segment: start it again.
-                drop(reader);
-                self.write_segment_header(seq)?;
-                self.segments.push(segment);
-                continue;
+            // A record that never finished: the crash came before its sync returned, so the
+            // block never counted as committed.
+            let _ = torn;
+            if !self.read_only {
+                file.set_len(offset)?;
+                file.sync()?;
             }
-            loop {
-                match read_record(&mut reader)? {
-                    Read1::End => break,
-                    Read1::Record(record, len) => {
-                        self.replay_record(record, seq, segment.size, &mut segment)?;
-                        segment.size += len;
-                    }
-                    Read1::Bad(why) if last => {
-                        // A torn or corrupt tail: the crash happened before this block's
-                        // fdatasync returned, so it never counted as committed.
-                        drop(reader);
-                        let file = OpenOptions::new().write(true).open(&path)?;
-                        file.set_len(segment.size)?;
-                        file.sync_all()?;
-                        let _ = why;
-                        break;
-                    }
-                    Read1::Bad(why) => {
-                        return Err(invalid(format!(
-                            "{} at byte {}: {why} (not the last segment: the log is damaged)",
-                            path.display(),
-                            segment.size
-                        )));
-                    }
-                }
-            }
-            self.segments.push(segment);
+            break;
         }
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn replay_record(
         &mut self,
-        record: BlockRecord,
+        path: &Path,
+        file: &Arc<dyn VFile>,
         seq: u64,
         offset: u64,
-        segment: &mut Segment,
-    ) -> io::Result<()> {
-        let height = record.header.height;
-        segment.max_height = Some(height);
-        let applied = self.snapshot_height.is_some_and(|s| height <= s);
-        if !applied {
-            let expected = self.head.as_ref().map_or(0, |h| h.height + 1);
-            if height != expected {
-                return Err(invalid(format!(
-                    "log record for block {height} where block {expected} was expected"
-                )));
-            }
-            self.apply(&record);
+        len: u64,
+        retain_from: u64,
+        header: BlockHeader,
+    ) -> StoreResult<()> {
+        let height = header.height;
+        let run_height = self.run_height();
+        let expected = match (self.blocks.back(), run_height) {
+            (Some(b), _) => Some(b.height + 1),
+            (None, Some(_)) => None, // the log may start anywhere at or below the run
+            (None, None) => Some(0),
+        };
+        if expected.is_some_and(|e| e != height) {
+            return Err(StoreError::corrupted(
+                path,
+                Some(offset),
+                format!(
+                    "a record of block {height} where block {} was expected",
+                    expected.expect("some")
+                ),
+            ));
         }
-        self.index_block(height, seq, offset);
-        Ok(())
-    }
-
-    fn apply(&mut self, record: &BlockRecord) {
-        for (k, v) in &record.changes {
-            if let Some(old) = self.map.get(k) {
-                self.state_bytes -= (k.len() + old.len()) as u64;
-            }
-            if let Some(v) = v {
-                self.state_bytes += (k.len() + v.len()) as u64;
+        if run_height.is_none_or(|r| height > r) {
+            let (_, mut cursor) = ChangeCursor::new(&**file, offset, len, 1 << 20)
+                .map_err(|e| StoreError::corrupted(path, Some(offset), e.to_string()))?;
+            let (mut key, mut value, mut previous) = (Vec::new(), Vec::new(), Vec::new());
+            let mut first = true;
+            while let Some((at, present)) = cursor
+                .next_into(&mut key, &mut value)
+                .map_err(|e| StoreError::corrupted(path, Some(offset), e.to_string()))?
+            {
+                if !first && previous >= key {
+                    return Err(StoreError::corrupted(
+                        path,
+                        Some(offset),
+                        "changes out of order",
+                    ));
+                }
+                first = false;
+                self.index_change(&key, present.then_some(value.as_slice()), Loc::new(seq, at))?;
+                std::mem::swap(&mut previous, &mut key);
             }
         }
-        apply_changes(&mut self.map, &record.changes);
-        self.head = Some(record.header.clone());
-    }
-
-    fn index_block(&mut self, height: u64, seq: u64, offset: u64) {
-        self.index.push_back(BlockPos {
+        self.blocks.push_back(BlockPos {
             height,
             seq,
             offset,
+            len,
         });
-        let head = self.head.as_ref().map_or(height, |h| h.height);
-        while self
-            .index
-            .front()
-            .is_some_and(|f| f.height + self.options.retain_blocks <= head)
-        {
-            self.index.pop_front();
-        }
+        self.retain_from = retain_from;
+        self.head = Some(header);
+        Ok(())
     }
 
-    fn write_segment_header(&self, seq: u64) -> io::Result<()> {
-        let path = segment_path(&self.dir, seq);
-        let mut file = File::create(&path)?;
-        file.write_all(LOG_MAGIC)?;
-        file.write_all(&FORMAT_VERSION.to_le_bytes())?;
-        file.sync_all()?;
-        sync_dir(&self.dir)
+    fn segment_header() -> Vec<u8> {
+        let mut h = LOG_MAGIC.to_vec();
+        h.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        h
     }
 
-    fn new_segment(&mut self, seq: u64) -> io::Result<u64> {
-        self.write_segment_header(seq)?;
-        self.segments.push(Segment {
+    fn new_segment(&mut self, seq: u64) -> StoreResult<()> {
+        let file = self.vfs.create(&segment_path(&self.dir, seq))?;
+        file.append(&Self::segment_header())?;
+        file.sync()?;
+        crash::point("rotate");
+        // The new file's name must survive a power cut before anything is written to it.
+        self.vfs.sync_dir(&self.dir)?;
+        self.stats.disk_bytes_written += FILE_HEADER_LEN;
+        self.segments.push_back(Segment {
             seq,
+            file,
             size: FILE_HEADER_LEN,
             max_height: None,
         });
-        Ok(seq)
+        Ok(())
     }
 
-    /// Writes a snapshot of the whole state at the head, then drops what it makes redundant.
-    pub fn snapshot(&mut self) -> io::Result<()> {
-        let Some(head) = self.head.clone() else {
+    /// Points `key` at its change at `loc` in the index and the cache.
+    fn index_change(&mut self, key: &[u8], value: Option<&[u8]>, loc: Loc) -> StoreResult<()> {
+        let hash = key_hash(key);
+        let (segments, dir) = (&self.segments, &self.dir);
+        let cache = self.reads.shard_mut(hash);
+        let mut scratch = (Vec::new(), Vec::new());
+        let mut read = 0;
+        self.index.insert(hash, loc, |old| {
+            if cache.confirms(hash, old, key) {
+                return Ok::<_, StoreError>(true);
+            }
+            let first = segments.front().map_or(0, |s| s.seq);
+            let seg = old
+                .seq()
+                .checked_sub(first)
+                .and_then(|i| segments.get(i as usize))
+                .ok_or_else(|| {
+                    StoreError::corrupted(
+                        segment_path(dir, old.seq()),
+                        Some(old.offset()),
+                        "the index points into a segment that is gone",
+                    )
+                })?;
+            let (_, n) = read_change_at(&*seg.file, old.offset(), &mut scratch.0, &mut scratch.1)?;
+            read += n;
+            Ok(scratch.0 == key)
+        })?;
+        cache.update(hash, key, value, loc);
+        *self.reads.disk_bytes.get_mut() += read;
+        Ok(())
+    }
+
+    /// Waits for the background sync of the last block, if any.
+    fn finish_sync(&mut self) -> StoreResult<()> {
+        match self.syncing.take().map(JoinHandle::join) {
+            None => Ok(()),
+            Some(Ok(result)) => result.map_err(StoreError::from),
+            Some(Err(_)) => Err(io::Error::other("the background sync thread panicked").into()),
+        }
+    }
+
+    /// Installs a finished merge, if one finished (never waits for one).
+    fn poll_merge(&mut self, wait: bool) -> StoreResult<()> {
+        let finished = self
+            .merging
+            .as_ref()
+            .is_some_and(|m| wait || m.handle.is_finished());
+        if !finished {
             return Ok(());
-        };
-        let path = snapshot_path(&self.dir, head.height);
-        let tmp = path.with_extension("tmp");
-        {
-            let file = File::create(&tmp)?;
-            let mut w = CrcWriter {
-                inner: BufWriter::with_capacity(1 << 20, file),
-                crc: crc32fast::Hasher::new(),
-            };
-            w.write_all(SNAP_MAGIC)?;
-            w.write_all(&FORMAT_VERSION.to_le_bytes())?;
-            borsh::BorshSerialize::serialize(&head, &mut w)?;
-            borsh::BorshSerialize::serialize(&(self.map.len() as u64), &mut w)?;
-            for (k, v) in &self.map {
-                borsh::BorshSerialize::serialize(k, &mut w)?;
-                borsh::BorshSerialize::serialize(v, &mut w)?;
-            }
-            let crc = w.crc.clone().finalize();
-            let mut inner = w.inner;
-            inner.write_all(&crc.to_le_bytes())?;
-            inner.into_inner().map_err(|e| e.into_error())?.sync_all()?;
         }
-        fs::rename(&tmp, &path)?;
-        sync_dir(&self.dir)?;
-        self.snapshot_height = Some(head.height);
-        self.logged_since_snapshot = 0;
-        for old in numbered(&self.dir, "snapshot-", ".tsnap")? {
-            if old < head.height {
-                fs::remove_file(snapshot_path(&self.dir, old))?;
-            }
-        }
-        // A segment can go once the snapshot covers it and it holds no retained block.
-        let keep_from = self.index.front().map_or(head.height, |p| p.height);
-        let active = self.segments.last().map(|s| s.seq);
-        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.segments)
-            .into_iter()
-            .partition(|s| Some(s.seq) != active && s.max_height.is_none_or(|m| m < keep_from));
-        self.segments = kept;
-        for s in gone {
-            fs::remove_file(segment_path(&self.dir, s.seq))?;
+        let merging = self.merging.take().expect("checked");
+        let done = merging
+            .handle
+            .join()
+            .map_err(|_| io::Error::other("the merge thread panicked"))??;
+        if let Some(done) = done {
+            self.install(done)?;
         }
         Ok(())
     }
+
+    fn install(&mut self, done: MergeDone) -> StoreResult<()> {
+        let started = Instant::now();
+        let run = Arc::new(Run::open(&*self.vfs, &done.path)?);
+        let old = self.run.replace(run);
+        self.stats.snapshots += 1;
+        self.stats.disk_bytes_written += done.written;
+        self.stats.background_bytes_read += done.read;
+        self.stats.longest_snapshot_ms = self
+            .stats
+            .longest_snapshot_ms
+            .max(done.took.as_secs_f64() * 1e3);
+        crash::point("snapshot-installed");
+        if let Some(old) = old {
+            self.vfs.remove(old.path())?;
+            self.vfs.sync_dir(&self.dir)?;
+        }
+        let end = self
+            .blocks
+            .iter()
+            .find(|b| b.height == done.height)
+            .map(BlockPos::end)
+            .expect("the merged head is in the log");
+        for shard in &mut self.reads.shards {
+            shard
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner())
+                .forget_locations();
+        }
+        self.sweep = Some(Sweep { next_shard: 0, end });
+        self.note_pause(started);
+        Ok(())
+    }
+
+    fn note_pause(&mut self, started: Instant) {
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        self.stats.longest_pause_ms = self.stats.longest_pause_ms.max(ms);
+    }
+
+    /// Drops merged keys from the index for a while; once all are gone, deletes dead
+    /// segments.
+    fn sweep_step(&mut self, budget: Option<Duration>) -> StoreResult<()> {
+        let Some(sweep) = self.sweep.as_mut() else {
+            return Ok(());
+        };
+        let started = Instant::now();
+        let end = sweep.end;
+        while sweep.next_shard < SHARDS {
+            self.index.retain_shard(sweep.next_shard, |loc| loc < end);
+            sweep.next_shard += 1;
+            if budget.is_some_and(|b| started.elapsed() >= b) {
+                break;
+            }
+        }
+        let done = sweep.next_shard == SHARDS;
+        if done {
+            self.sweep = None;
+            self.delete_dead_segments()?;
+        }
+        self.stats.index_keys = self.index.len() as u64;
+        self.note_pause(started);
+        Ok(())
+    }
+
+    /// Deletes sealed segments whose blocks are all merged into the run and below the
+    /// retention height, oldest first.
+    fn delete_dead_segments(&mut self) -> StoreResult<()> {
+        if self.sweep.is_some() {
+            return Ok(());
+        }
+        let run_height = self.run_height();
+        let mut deleted = false;
+        while self.segments.len() > 1 {
+            let front = &self.segments[0];
+            let dead = match front.max_height {
+                None => true,
+                Some(max) => run_height.is_some_and(|r| max <= r) && max < self.retain_from,
+            };
+            if !dead {
+                break;
+            }
+            let seq = front.seq;
+            self.vfs.remove(&segment_path(&self.dir, seq))?;
+            crash::point("compact-delete");
+            self.segments.pop_front();
+            while self.blocks.front().is_some_and(|b| b.seq == seq) {
+                self.blocks.pop_front();
+            }
+            self.stats.segments_deleted += 1;
+            deleted = true;
+        }
+        if deleted {
+            self.vfs.sync_dir(&self.dir)?;
+        }
+        Ok(())
+    }
+
+    /// Starts a merge if the log above the run has grown enough and none is running.
+    fn maybe_merge(&mut self) -> StoreResult<()> {
+        if self.merging.is_some() || self.sweep.is_some() || self.read_only {
+            return Ok(());
+        }
+        let run_height = self.run_height();
+        let above: Vec<BlockPos> = self
+            .blocks
+            .iter()
+            .filter(|b| run_height.is_none_or(|r| b.height > r))
+            .take(MAX_MERGE_BLOCKS)
+            .copied()
+            .collect();
+        let Some(last) = above.last() else {
+            return Ok(());
+        };
+        let bytes: u64 = above.iter().map(|b| b.len).sum();
+        let threshold = self
+            .options
+            .snapshot_min_bytes
+            .max(self.run.as_ref().map_or(0, |r| r.size()));
+        if !self.force_merge && bytes < threshold && above.len() < MAX_MERGE_BLOCKS {
+            return Ok(());
+        }
+        let mut blocks = Vec::with_capacity(above.len());
+        for b in &above {
+            let seg = self
+                .segment(b.seq)
+                .expect("blocks above the run have segments");
+            blocks.push(MergeBlock {
+                height: b.height,
+                file: seg.file.clone(),
+                path: segment_path(&self.dir, b.seq),
+                offset: b.offset,
+                len: b.len,
+            });
+        }
+        let head = self.block_header(last).map_err(|e| {
+            StoreError::corrupted(
+                segment_path(&self.dir, last.seq),
+                Some(last.offset),
+                e.to_string(),
+            )
+        })?;
+        let cancel = Arc::new(AtomicBool::new(false));
+        let job = MergeJob {
+            vfs: self.vfs.clone(),
+            dir: self.dir.clone(),
+            run: self.run.clone(),
+            blocks,
+            head,
+            cancel: cancel.clone(),
+        };
+        if self.options.background {
+            let handle = std::thread::Builder::new()
+                .name("tally-merge".into())
+                .spawn(move || run_merge(job))
+                .map_err(StoreError::from)?;
+            self.merging = Some(Merging { handle, cancel });
+        } else if let Some(done) = run_merge(job)? {
+            self.install(done)?;
+            self.sweep_step(None)?;
+        }
+        Ok(())
+    }
+
+    fn block_header(&self, pos: &BlockPos) -> io::Result<BlockHeader> {
+        let file = &self.segment(pos.seq).expect("a block's segment").file;
+        let start = pos.offset + RECORD_HEADER_LEN;
+        let mut reader = FileReader::new(&**file, start, start + pos.len, 256);
+        read_prefix(&mut reader)?
+            .map(|p| p.header)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not a block record"))
+    }
+
+    /// Waits for a running merge and installs it, then finishes the index sweep (for tests
+    /// and for closing).
+    pub fn settle(&mut self) -> StoreResult<()> {
+        self.poll_merge(true)?;
+        self.sweep_step(None)
+    }
+
+    /// Merges everything committed into a new run now, whatever its size, and waits for it
+    /// (for tests; commits trigger merges on their own).
+    pub fn snapshot(&mut self) -> StoreResult<()> {
+        if self.read_only {
+            return Err(StoreError::ReadOnly);
+        }
+        self.settle()?;
+        self.force_merge = true;
+        let background = std::mem::replace(&mut self.options.background, false);
+        let result = self.maybe_merge();
+        self.force_merge = false;
+        self.options.background = background;
+        result?;
+        self.settle()
+    }
+
+    /// Counters of the store's work so far.
+    fn current_stats(&self) -> StoreStats {
+        let (mut hits, mut cache_bytes) = (0, 0);
+        for shard in &self.reads.shards {
+            let cache = shard.lock().unwrap_or_else(|e| e.into_inner());
+            hits += cache.hits;
+            cache_bytes += cache.heap_bytes();
+        }
+        StoreStats {
+            gets: self.reads.gets.load(Ordering::Relaxed),
+            user_bytes_read: self.reads.user_bytes.load(Ordering::Relaxed),
+            disk_bytes_read: self.reads.disk_bytes.load(Ordering::Relaxed),
+            cache_hits: hits,
+            memory_bytes: (self.index.heap_bytes()
+                + cache_bytes
+                + self.run.as_ref().map_or(0, |r| r.heap_bytes())) as u64,
+            index_keys: self.index.len() as u64,
+            ..self.stats.clone()
+        }
+    }
+
+    /// Reads `key` from the index (the log) or the run, filling the cache.
+    fn read(&self, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
+        let hash = key_hash(key);
+        let reads = &self.reads;
+        reads.gets.fetch_add(1, Ordering::Relaxed);
+        let user = |value: &Option<Vec<u8>>| {
+            let n = key.len() + value.as_ref().map_or(0, Vec::len);
+            reads.user_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        };
+        if let Some(value) = reads.lock(hash).get(hash, key) {
+            let value = value.map(<[u8]>::to_vec);
+            user(&value);
+            return Ok(value);
+        }
+        let (mut k, mut v) = (Vec::new(), Vec::new());
+        let mut present = false;
+        let mut read = 0;
+        let found = self.index.find(hash, |loc| {
+            let file = self.segment_file(loc)?;
+            let (p, n) = read_change_at(&**file, loc.offset(), &mut k, &mut v).map_err(|e| {
+                StoreError::corrupted(
+                    segment_path(&self.dir, loc.seq()),
+                    Some(loc.offset()),
+                    format!("a change the index points at does not read: {e}"),
+                )
+            })?;
+            read += n;
+            present = p;
+            Ok::<_, StoreError>(k == key)
+        })?;
+        let (value, loc) = match found {
+            Some(loc) => (present.then_some(v), Some(loc)),
+            None => match &self.run {
+                Some(run) => {
+                    let mut block = Vec::new();
+                    let (value, n) = run.get(key, hash, &mut block)?;
+                    read += n;
+                    (value, None)
+                }
+                None => (None, None),
+            },
+        };
+        reads.disk_bytes.fetch_add(read, Ordering::Relaxed);
+        reads.lock(hash).put(hash, key, value.as_deref(), loc);
+        user(&value);
+        Ok(value)
+    }
+
+    /// The blocks above the run, as merge inputs.
+    fn unmerged(&self) -> Vec<MergeBlock> {
+        let run_height = self.run_height();
+        self.blocks
+            .iter()
+            .filter(|b| run_height.is_none_or(|r| b.height > r))
+            .map(|b| MergeBlock {
+                height: b.height,
+                file: self
+                    .segment(b.seq)
+                    .expect("blocks above the run have segments")
+                    .file
+                    .clone(),
+                path: segment_path(&self.dir, b.seq),
+                offset: b.offset,
+                len: b.len,
+            })
+            .collect()
+    }
 }
 
-impl StateStore for LogStore {
-    fn get(&self, key: &[u8]) -> io::Result<Option<Cow<'_, [u8]>>> {
-        Ok(self.map.get(key).map(|v| Cow::Borrowed(v.as_slice())))
-    }
-
-    fn commit(&mut self, block: &BlockRecord) -> io::Result<()> {
-        self.append(block, true).map(|_| ())
-    }
-
-    fn commit_deferred(&mut self, block: &BlockRecord) -> io::Result<Option<SyncJob>> {
-        let file = self.append(block, false)?;
-        Ok(Some(Box::new(move || file.sync_data())))
-    }
-
+impl BlockArchive for LogStore {
     fn head(&self) -> Option<&BlockHeader> {
         self.head.as_ref()
     }
 
-    fn block(&self, height: u64) -> io::Result<Option<BlockRecord>> {
-        let Some(pos) = self.index.iter().find(|p| p.height == height) else {
+    fn block(&self, height: u64) -> StoreResult<Option<BlockRecord>> {
+        if height < self.first_retained() {
+            return Ok(None);
+        }
+        let Some(first) = self.blocks.front() else {
             return Ok(None);
         };
-        let mut file = File::open(segment_path(&self.dir, pos.seq))?;
-        file.seek(SeekFrom::Start(pos.offset))?;
-        match read_record(&mut BufReader::new(file))? {
-            Read1::Record(record, _) if record.header.height == height => Ok(Some(record)),
-            Read1::Record(..) => Err(invalid(format!("block {height} is not where indexed"))),
-            Read1::End => Err(invalid(format!("block {height} is missing from the log"))),
-            Read1::Bad(why) => Err(invalid(format!("block {height}: {why}"))),
+        let Some(pos) = height
+            .checked_sub(first.height)
+            .and_then(|i| self.blocks.get(i as usize))
+            .filter(|p| p.height == height)
+        else {
+            return Ok(None);
+        };
+        let path = segment_path(&self.dir, pos.seq);
+        let corrupt = |why: String| StoreError::corrupted(&path, Some(pos.offset), why);
+        let file = self.segment_file(Loc::new(pos.seq, pos.offset))?;
+        let mut bytes = vec![0u8; (RECORD_HEADER_LEN + pos.len) as usize];
+        file.read_exact_at(&mut bytes, pos.offset)
+            .map_err(|e| corrupt(format!("block {height}: {e}")))?;
+        let header = parse_header(bytes[..12].try_into().expect("12 bytes"))
+            .ok_or_else(|| corrupt(format!("block {height}: record header checksum mismatch")))?;
+        let payload = &bytes[RECORD_HEADER_LEN as usize..];
+        if header.len != pos.len || crc32fast::hash(payload) != header.payload_crc {
+            return Err(corrupt(format!("block {height}: record checksum mismatch")));
         }
+        let (_, record) =
+            record::decode_block(payload).map_err(|e| corrupt(format!("block {height}: {e}")))?;
+        if record.header.height != height {
+            return Err(corrupt(format!(
+                "block {height} was indexed here, but the record holds block {}",
+                record.header.height
+            )));
+        }
+        Ok(Some(record))
     }
 
     fn first_retained(&self) -> u64 {
-        self.index.front().map_or(0, |p| p.height)
+        let first = self.blocks.front().map_or(0, |b| b.height);
+        first
+            .max(self.retain_from)
+            .min(self.head.as_ref().map_or(0, |h| h.height))
+    }
+}
+
+impl StateStore for LogStore {
+    fn get(&self, key: &[u8]) -> StoreResult<Option<Cow<'_, [u8]>>> {
+        Ok(self.read(key)?.map(Cow::Owned))
     }
 
-    fn entries(&self) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        Ok(sorted_entries(&self.map))
+    fn commit(&mut self, block: &BlockRecord, commit: Commit) -> StoreResult<()> {
+        if self.read_only {
+            return Err(StoreError::ReadOnly);
+        }
+        let height = block.header.height;
+        let expected = self.head.as_ref().map_or(0, |h| h.height + 1);
+        if height != expected {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("block {height} committed where block {expected} was expected"),
+            )
+            .into());
+        }
+        check_changes(block)?;
+        let started = Instant::now();
+        self.finish_sync()?;
+        self.poll_merge(false)?;
+        self.note_pause(started);
+
+        let cap_from = (height + 1).saturating_sub(self.options.retain_blocks);
+        let retain_from = commit
+            .retain_from
+            .max(cap_from)
+            .max(self.retain_from)
+            .min(height);
+        let segment = self.segments.back_mut().expect("an active segment");
+        let (seq, offset) = (segment.seq, segment.size);
+        let mut out = FileWriter::new(segment.file.clone());
+        let appended = write_block_record(block, retain_from, &mut out)
+            .and_then(|len| out.flush().map(|()| len).map_err(StoreError::from))
+            .and_then(|len| match commit.durability {
+                Durability::Immediate => segment.file.sync().map(|()| len).map_err(Into::into),
+                _ => Ok(len),
+            });
+        let len = match appended {
+            Ok(len) => len,
+            Err(e) => {
+                // The block did not commit. Cut the partial record off again: left in place,
+                // it would make the next open refuse the log (a bad record with data after).
+                let _ = segment.file.set_len(offset);
+                return Err(e);
+            }
+        };
+        let file = segment.file.clone();
+        segment.size += RECORD_HEADER_LEN + len;
+        segment.max_height = Some(height);
+        let full = segment.size >= self.options.segment_bytes;
+        if commit.durability == Durability::Background {
+            let file = file.clone();
+            self.syncing = Some(
+                std::thread::Builder::new()
+                    .name("tally-sync".into())
+                    .spawn(move || file.sync())
+                    .map_err(StoreError::from)?,
+            );
+        }
+
+        let mut user_bytes = 0;
+        for ((key, value), at) in block.changes.iter().zip(change_offsets(block)) {
+            user_bytes += key.len() as u64 + value.as_ref().map_or(0, |v| v.len() as u64);
+            self.index_change(key, value.as_deref(), Loc::new(seq, offset + at))?;
+        }
+        self.blocks.push_back(BlockPos {
+            height,
+            seq,
+            offset,
+            len,
+        });
+        self.head = Some(block.header.clone());
+        self.retain_from = retain_from;
+        self.stats.commits += 1;
+        self.stats.user_bytes_written += user_bytes;
+        self.stats.disk_bytes_written += RECORD_HEADER_LEN + len;
+        self.stats.index_keys = self.index.len() as u64;
+
+        if full {
+            let started = Instant::now();
+            // A sealed segment is durable to its last byte, so that only the end of the last
+            // segment can ever hold a torn record.
+            self.finish_sync()?;
+            file.sync()?;
+            self.new_segment(seq + 1)?;
+            self.note_pause(started);
+        }
+        self.sweep_step(Some(SWEEP_BUDGET))?;
+        if self.sweep.is_none() {
+            self.delete_dead_segments()?;
+        }
+        self.maybe_merge()
+    }
+
+    fn sync(&mut self) -> StoreResult<()> {
+        self.finish_sync()?;
+        if let Some(segment) = self.segments.back()
+            && !self.read_only
+        {
+            segment.file.sync()?;
+        }
+        Ok(())
+    }
+
+    fn entries(&self) -> StoreResult<Entries<'_>> {
+        let mut merger = Merger::new(self.run.as_ref(), &self.unmerged())?;
+        Ok(Box::new(std::iter::from_fn(move || {
+            let (mut key, mut value) = (Vec::new(), Vec::new());
+            match merger.next_into(&mut key, &mut value) {
+                Ok(true) => Some(Ok((key, value))),
+                Ok(false) => None,
+                Err(e) => Some(Err(e)),
+            }
+        })))
     }
 
     fn disk_bytes(&self) -> u64 {
-        fs::read_dir(&self.dir)
-            .map(|rd| {
-                rd.filter_map(|e| e.ok()?.metadata().ok())
-                    .map(|m| m.len())
-                    .sum()
-            })
-            .unwrap_or(0)
+        self.segments.iter().map(|s| s.size).sum::<u64>()
+            + self.run.as_ref().map_or(0, |r| r.size())
     }
 
     fn kind(&self) -> &'static str {
         "log"
+    }
+
+    fn stats(&self) -> StoreStats {
+        self.current_stats()
+    }
+}
+
+impl Drop for LogStore {
+    fn drop(&mut self) {
+        // A background sync finishes; a merge stops early (its temporary file is deleted at
+        // the next open).
+        let _ = self.finish_sync();
+        if let Some(merging) = self.merging.take() {
+            merging
+                .cancel
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = merging.handle.join();
+        }
     }
 }

@@ -1,14 +1,13 @@
-//! The block pipeline: switches for each stage, and the stateless stage that runs ahead of
-//! execution.
+//! The block pipeline: a switch for each stage, and the stateless stage that runs ahead of
+//! execution and turns transactions into [`PreparedTx`].
 //!
 //! The stages follow the pull requests of the "DCC" throughput study (shared/seeds): batched
 //! signature verification on all cores (PR-1), a batched duplicate check (PR-6), encoding
 //! outside the critical section (PR-4) and commit overlapped with the next block's execution
 //! (PR-7). Every switch moves work in time or between threads only: the final state checksum
-//! is the same under any combination (`chain/tests`).
+//! is the same under any combination (tested).
 
 use rayon::prelude::*;
-use sha2::{Digest, Sha256};
 
 use crate::crypto;
 use crate::error::TxError;
@@ -23,12 +22,15 @@ pub struct Pipeline {
     /// Look up a block's ids in the committed duplicate window all at once, on all cores,
     /// before execution; otherwise one lookup per transaction as it is included.
     pub batch_dedup: bool,
-    /// Encode each transaction for the block body (and hash its id from that encoding) on all
-    /// cores ahead of execution; otherwise encode while including it.
+    /// Encode each transaction (and hash its id from that encoding) on all cores ahead of
+    /// execution; otherwise one at a time on the calling thread.
     pub early_encode: bool,
     /// Let the store's durable sync of block N run while block N+1 executes; otherwise each
     /// block is durable before the next one starts.
     pub overlap_commit: bool,
+    /// Execute a block's transactions speculatively on all cores, then finalize them in order
+    /// (`crate::parallel`); otherwise one at a time. Only has an effect with several threads.
+    pub parallel_execute: bool,
 }
 
 impl Pipeline {
@@ -38,6 +40,7 @@ impl Pipeline {
         batch_dedup: true,
         early_encode: true,
         overlap_commit: true,
+        parallel_execute: true,
     };
     /// Every stage off: the plain sequential path.
     pub const NONE: Self = Self {
@@ -45,17 +48,19 @@ impl Pipeline {
         batch_dedup: false,
         early_encode: false,
         overlap_commit: false,
+        parallel_execute: false,
     };
 
     /// The switches as `name=on|off` pairs, for reports.
     pub fn describe(&self) -> String {
         let on = |b: bool| if b { "on" } else { "off" };
         format!(
-            "batch_verify={} batch_dedup={} early_encode={} overlap_commit={}",
+            "batch_verify={} batch_dedup={} early_encode={} overlap_commit={} parallel_execute={}",
             on(self.batch_verify),
             on(self.batch_dedup),
             on(self.early_encode),
-            on(self.overlap_commit)
+            on(self.overlap_commit),
+            on(self.parallel_execute)
         )
     }
 }
@@ -66,61 +71,106 @@ impl Default for Pipeline {
     }
 }
 
-/// A transaction after the stateless stage.
+/// How far a prepared transaction was checked before execution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Check {
+    /// Within every admission limit; its signatures are checked when it executes.
+    Admitted,
+    /// Within every admission limit, and every signature verified.
+    Verified,
+    /// Refused: it can never be included.
+    Refused(TxError),
+}
+
+/// A transaction after the stateless stage: its id, its exact signed bytes (what the block
+/// stores and commits to) and how far it was checked.
 #[derive(Debug, Clone)]
-pub struct Prepared {
-    /// Its id.
+pub struct PreparedTx {
+    /// The transaction.
+    pub tx: SignedTransaction,
+    /// Its id (of the unsigned encoding).
     pub id: TxId,
-    /// Its borsh encoding, when encoded early.
-    pub encoded: Option<Vec<u8>>,
-    /// The signature check's result, when verified in this stage.
-    pub signatures: Option<Result<(), TxError>>,
+    /// Its signed encoding.
+    pub bytes: Vec<u8>,
+    /// What the stateless checks found.
+    pub check: Check,
 }
 
-/// Bytes that [`SignedTransaction`]'s borsh adds after the transaction's: the signatures.
-fn signatures_len(tx: &SignedTransaction) -> usize {
-    4 + tx.signatures.len() * (8 + 32 + 64)
-}
-
-fn prepare_one(tx: &SignedTransaction, early_encode: bool) -> Prepared {
-    if early_encode {
-        // The signed encoding starts with the transaction's, so one encoding gives both the
-        // body bytes and the id.
-        let encoded = tx.encode();
-        let unsigned = encoded.len() - signatures_len(tx);
-        Prepared {
-            id: Sha256::digest(&encoded[..unsigned]).into(),
-            encoded: Some(encoded),
-            signatures: None,
+impl PreparedTx {
+    /// Encodes `tx` and checks its admission limits (signatures are not checked).
+    pub fn new(tx: SignedTransaction) -> Self {
+        let bytes = tx.encode();
+        let id = tx.id_from_encoding(&bytes);
+        let check = match tx.check_limits(bytes.len()) {
+            Ok(()) => Check::Admitted,
+            Err(e) => Check::Refused(e),
+        };
+        Self {
+            tx,
+            id,
+            bytes,
+            check,
         }
-    } else {
-        Prepared {
-            id: tx.transaction.id(),
-            encoded: None,
-            signatures: None,
+    }
+
+    /// Decodes a transaction received as bytes, admitting it
+    /// ([`SignedTransaction::decode`]); bytes that are no transaction cannot be prepared.
+    pub fn decode(bytes: Vec<u8>) -> Result<Self, TxError> {
+        let tx = SignedTransaction::decode(&bytes)?;
+        let id = tx.id_from_encoding(&bytes);
+        Ok(Self {
+            tx,
+            id,
+            bytes,
+            check: Check::Admitted,
+        })
+    }
+
+    /// Checks this transaction's signatures now, on this thread, unless already done.
+    pub fn verify(&mut self) {
+        if self.check == Check::Admitted {
+            self.check = match crypto::verify_signatures(&self.tx, &self.id) {
+                Ok(()) => Check::Verified,
+                Err(e) => Check::Refused(e),
+            };
         }
     }
 }
 
-/// The stateless stage for one block: ids, early encodings and batched signature checks, as
-/// the switches say. Parallel when any of them asks for all cores.
-pub fn prepare(txs: &[SignedTransaction], check_signatures: bool, p: &Pipeline) -> Vec<Prepared> {
-    let mut prepared: Vec<Prepared> = if p.batch_verify || p.early_encode {
-        txs.par_iter()
-            .map(|tx| prepare_one(tx, p.early_encode))
-            .collect()
+/// The stateless stage for one block of transactions: encodings, ids and admission limits,
+/// then (with `check_signatures` and batched verification on) every signature in batches on
+/// all cores. Parallel when any switch asks for all cores.
+pub fn prepare_block(
+    txs: Vec<SignedTransaction>,
+    check_signatures: bool,
+    pipeline: &Pipeline,
+) -> Vec<PreparedTx> {
+    let mut prepared: Vec<PreparedTx> = if pipeline.early_encode || pipeline.batch_verify {
+        txs.into_par_iter().map(PreparedTx::new).collect()
     } else {
-        txs.iter().map(|tx| prepare_one(tx, false)).collect()
+        txs.into_iter().map(PreparedTx::new).collect()
     };
-    if check_signatures && p.batch_verify {
-        let items: Vec<(&SignedTransaction, &TxId)> =
-            txs.iter().zip(prepared.iter().map(|p| &p.id)).collect();
-        let results = crypto::verify_many(&items);
-        for (p, result) in prepared.iter_mut().zip(results) {
-            p.signatures = Some(result);
-        }
+    if check_signatures && pipeline.batch_verify {
+        verify_batched(&mut prepared);
     }
     prepared
+}
+
+/// Verifies the signatures of every admitted transaction of `txs` in batches on all cores;
+/// each gets exactly the result single verification would give it.
+pub fn verify_batched(txs: &mut [PreparedTx]) {
+    let pending: Vec<usize> = (0..txs.len())
+        .filter(|&i| txs[i].check == Check::Admitted)
+        .collect();
+    let items: Vec<(&SignedTransaction, &TxId)> =
+        pending.iter().map(|&i| (&txs[i].tx, &txs[i].id)).collect();
+    let results = crypto::verify_many(&items);
+    for (i, result) in pending.into_iter().zip(results) {
+        txs[i].check = match result {
+            Ok(()) => Check::Verified,
+            Err(e) => Check::Refused(e),
+        };
+    }
 }
 
 #[cfg(test)]
@@ -130,7 +180,7 @@ mod tests {
     use tally_host_api::Name;
 
     #[test]
-    fn the_id_from_the_early_encoding_is_the_transactions_id() {
+    fn the_id_from_the_encoding_is_the_transactions_id() {
         let tx = Transaction {
             expiration_ms: 5,
             ref_block_num: 1,
@@ -144,10 +194,11 @@ mod tests {
         };
         let key = crypto::derived_key(1, 1);
         let signed = SignedTransaction::sign(tx.clone(), &[(Name(3), &key)]);
-        let early = prepare_one(&signed, true);
-        assert_eq!(early.id, tx.id());
-        assert_eq!(early.encoded.unwrap(), signed.encode());
+        let prepared = PreparedTx::new(signed.clone());
+        assert_eq!(prepared.id, tx.id());
+        assert_eq!(prepared.bytes, signed.encode());
+        assert_eq!(PreparedTx::decode(signed.encode()).unwrap().id, tx.id());
         let unsigned = SignedTransaction::unsigned(tx.clone());
-        assert_eq!(prepare_one(&unsigned, true).id, tx.id());
+        assert_eq!(PreparedTx::new(unsigned).id, tx.id());
     }
 }

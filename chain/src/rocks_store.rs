@@ -2,77 +2,187 @@
 //!
 //! Three column families: `state` (the live state), `blocks` (height, big-endian → borsh of
 //! the retained [`BlockRecord`]) and `meta` (`head` → borsh of the head header). One block
-//! commit is one `WriteBatch` (state changes + the block + the pruned block + the head), written
-//! with `sync`, so a block counts as committed only once it is durable and is never half there.
+//! commit is one `WriteBatch` (state changes + the block + the pruned blocks + the head), so a
+//! block is never half there; [`Durability::Immediate`] (and `Background`, which RocksDB
+//! cannot overlap) writes it with `sync`, `None` without.
 //!
-//! Settings, for this workload (small random point reads and writes, no scans on the hot path):
-//! - bloom filters of 10 bits per key on `state`: a miss (a new account) costs no disk read;
-//! - a 256 MiB LRU block cache with index and filter blocks in it, so memory stays bounded;
-//! - 64 MiB memtables and LZ4: fewer, cheaper flushes;
-//! - `increase_parallelism` over the machine's cores for flushes and compactions.
+//! Settings ([`Tuning`]), chosen per workload so that comparisons with the log store are fair
+//! (each with its reason):
+//! - **all**: bloom filters of 10 bits per key on `state` (about 1% false positives, RocksDB's
+//!   usual setting): a read of an absent key, or of a key in a lower level, costs no disk
+//!   read; index and filter blocks live in the block cache, so memory stays bounded; 64 MiB
+//!   memtables, three of them, so a flush never blocks writes; level compaction with dynamic
+//!   level sizes (RocksDB's recommended default, lowest space amplification); two background
+//!   jobs, one per core here; statistics on, for the amplification counters.
+//! - [`Tuning::Chain`] (what `tally` itself uses): a 256 MiB block cache and LZ4 (block bodies
+//!   compress).
+//! - [`Tuning::Transfers`]: a 256 MiB block cache; no compression (8- and 32-byte values are
+//!   random); a hash index inside data blocks (faster point lookups, RocksDB's
+//!   `kDataBlockBinaryAndHash`); a memtable bloom filter, since the hot Zipf accounts are
+//!   read right after they were written.
+//! - [`Tuning::Griffin`]: a 512 MiB block cache (the log store's index holds about as much
+//!   for 50M keys); no compression (random values); `optimize_filters_for_hits`, since every
+//!   get finds its key: no filter on the last level, whose filter would only cost memory.
+//! - [`Tuning::Iavl`]: values average 12 KiB with a long tail, so blob files (RocksDB's
+//!   key-value separation, as WiscKey and GriffinDB do) for values of 4 KiB or more, with
+//!   blob garbage collection; a 256 MiB block cache; no compression (random values).
+//!
+//! Locking: RocksDB's own `LOCK` file keeps a second writer out; its error becomes
+//! [`StoreError::Locked`]. [`RocksStore::open_read_only`] takes no lock and writes nothing:
+//! RocksDB's read-only mode reads the state as of the last write that finished, even while
+//! a writer goes on.
 
 use std::borrow::Cow;
-use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use rocksdb::statistics::Ticker;
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, DBCompressionType, IteratorMode, Options,
-    WriteBatch, WriteOptions,
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, DBCompressionType, DataBlockIndexType,
+    IteratorMode, Options, WriteBatch, WriteOptions,
 };
 
 use crate::block::BlockHeader;
-use crate::state::{BlockRecord, StateStore};
+use crate::state::{
+    BlockArchive, BlockRecord, Commit, Durability, Entries, StateStore, StoreStats,
+};
+use crate::store::{StoreError, StoreResult};
 
 const STATE: &str = "state";
 const BLOCKS: &str = "blocks";
 const META: &str = "meta";
 const HEAD: &[u8] = b"head";
 
-fn io_err(e: rocksdb::Error) -> io::Error {
-    io::Error::other(e.into_string())
+/// RocksDB settings for a workload (see the module docs for each one's reasons).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Tuning {
+    /// What the chain uses.
+    #[default]
+    Chain,
+    /// `tally storebench --workload transfers`.
+    Transfers,
+    /// `tally storebench --workload griffin`.
+    Griffin,
+    /// `tally storebench --workload iavl`.
+    Iavl,
+}
+
+/// A RocksDB error of the store in `dir`, by kind.
+fn store_err(dir: &Path, writing: bool, e: rocksdb::Error) -> StoreError {
+    match e.kind() {
+        rocksdb::ErrorKind::Corruption => StoreError::corrupted(dir, None, e.into_string()),
+        // RocksDB says so only in its message: "While lock file: <dir>/LOCK: Resource
+        // temporarily unavailable".
+        rocksdb::ErrorKind::IOError if e.as_ref().contains("lock file") => StoreError::Locked {
+            dir: dir.to_path_buf(),
+            writing,
+        },
+        _ => StoreError::Io(std::io::Error::other(e.into_string())),
+    }
 }
 
 /// The RocksDB store.
 pub struct RocksStore {
     db: DB,
+    options: Options,
     head: Option<BlockHeader>,
     retain: u64,
     first_retained: u64,
-    dir: std::path::PathBuf,
+    dir: PathBuf,
+    read_only: bool,
+    user_bytes_written: u64,
+    commits: u64,
 }
 
 impl RocksStore {
-    /// Opens (or creates) the store in `dir`, keeping `retain` blocks.
-    pub fn open(dir: impl AsRef<Path>, retain: u64) -> io::Result<Self> {
-        let dir = dir.as_ref().to_path_buf();
-        let cache = Cache::new_lru_cache(256 << 20);
+    /// Opens (or creates) the store in `dir` for writing, keeping at most `retain` blocks
+    /// (and fewer if commits ask). Fails with [`StoreError::Locked`] while another process
+    /// has it open for writing.
+    pub fn open(dir: impl AsRef<Path>, retain: u64) -> StoreResult<Self> {
+        Self::open_with(dir.as_ref(), retain, false, Tuning::Chain)
+    }
+
+    /// [`RocksStore::open`] with settings for a benchmark workload, keeping only what commits
+    /// ask.
+    pub fn open_tuned(dir: impl AsRef<Path>, tuning: Tuning) -> StoreResult<Self> {
+        Self::open_with(dir.as_ref(), u64::MAX, false, tuning)
+    }
+
+    /// Opens the store in `dir` for reading only: nothing in `dir` is created or changed, and
+    /// a writer may keep running meanwhile.
+    pub fn open_read_only(dir: impl AsRef<Path>) -> StoreResult<Self> {
+        let dir = dir.as_ref();
+        if !dir.join("CURRENT").is_file() {
+            return Err(StoreError::Missing {
+                dir: dir.to_path_buf(),
+            });
+        }
+        Self::open_with(dir, u64::MAX, true, Tuning::Chain)
+    }
+
+    fn open_with(dir: &Path, retain: u64, read_only: bool, tuning: Tuning) -> StoreResult<Self> {
+        let dir = dir.to_path_buf();
+        let cache_mib = match tuning {
+            Tuning::Griffin => 512,
+            _ => 256,
+        };
+        let cache = Cache::new_lru_cache(cache_mib << 20);
         let mut table = BlockBasedOptions::default();
         table.set_block_cache(&cache);
         table.set_bloom_filter(10.0, false);
         table.set_cache_index_and_filter_blocks(true);
         table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+        if tuning == Tuning::Transfers {
+            table.set_data_block_index_type(DataBlockIndexType::BinaryAndHash);
+        }
         let mut state = Options::default();
         state.set_block_based_table_factory(&table);
         state.set_write_buffer_size(64 << 20);
-        state.set_compression_type(DBCompressionType::Lz4);
+        state.set_max_write_buffer_number(3);
+        state.set_level_compaction_dynamic_level_bytes(true);
+        state.set_compression_type(match tuning {
+            Tuning::Chain => DBCompressionType::Lz4,
+            _ => DBCompressionType::None,
+        });
+        match tuning {
+            Tuning::Transfers => {
+                state.set_memtable_prefix_bloom_ratio(0.1);
+                state.set_memtable_whole_key_filtering(true);
+            }
+            Tuning::Griffin => state.set_optimize_filters_for_hits(true),
+            Tuning::Iavl => {
+                state.set_enable_blob_files(true);
+                state.set_min_blob_size(4096);
+                state.set_enable_blob_gc(true);
+            }
+            Tuning::Chain => {}
+        }
         let mut other = Options::default();
         other.set_compression_type(DBCompressionType::Lz4);
         let mut db_opts = Options::default();
-        db_opts.create_if_missing(true);
-        db_opts.create_missing_column_families(true);
+        db_opts.create_if_missing(!read_only);
+        db_opts.create_missing_column_families(!read_only);
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as i32;
         db_opts.increase_parallelism(cores);
+        db_opts.set_max_background_jobs(cores);
+        db_opts.enable_statistics();
         let cfs = vec![
             ColumnFamilyDescriptor::new(STATE, state),
             ColumnFamilyDescriptor::new(BLOCKS, other.clone()),
             ColumnFamilyDescriptor::new(META, other),
         ];
-        let db = DB::open_cf_descriptors(&db_opts, &dir, cfs).map_err(io_err)?;
+        let err = |e| store_err(&dir, !read_only, e);
+        let db = if read_only {
+            DB::open_cf_descriptors_read_only(&db_opts, &dir, cfs, false).map_err(err)?
+        } else {
+            DB::open_cf_descriptors(&db_opts, &dir, cfs).map_err(err)?
+        };
         let head = match db
             .get_cf(db.cf_handle(META).expect("meta cf"), HEAD)
-            .map_err(io_err)?
+            .map_err(err)?
         {
-            Some(bytes) => Some(borsh::from_slice(&bytes)?),
+            Some(bytes) => Some(borsh::from_slice(&bytes).map_err(|e| {
+                StoreError::corrupted(&dir, None, format!("the head record does not decode: {e}"))
+            })?),
             None => None,
         };
         let first_retained = db
@@ -82,62 +192,52 @@ impl RocksStore {
             )
             .next()
             .transpose()
-            .map_err(io_err)?
-            .map_or(0, |(k, _)| {
-                u64::from_be_bytes(k[..8].try_into().expect("8-byte key"))
-            });
+            .map_err(err)?
+            .map(|(k, _)| {
+                k.get(..8)
+                    .and_then(|k| k.try_into().ok())
+                    .map(u64::from_be_bytes)
+                    .ok_or_else(|| StoreError::corrupted(&dir, None, "a block key is not 8 bytes"))
+            })
+            .transpose()?
+            .unwrap_or(0);
         Ok(Self {
             db,
+            options: db_opts,
             head,
             retain: retain.max(1),
             first_retained,
             dir,
+            read_only,
+            user_bytes_written: 0,
+            commits: 0,
         })
+    }
+
+    fn err(&self, e: rocksdb::Error) -> StoreError {
+        store_err(&self.dir, !self.read_only, e)
     }
 }
 
-impl StateStore for RocksStore {
-    fn get(&self, key: &[u8]) -> io::Result<Option<Cow<'_, [u8]>>> {
-        let cf = self.db.cf_handle(STATE).expect("state cf");
-        Ok(self.db.get_cf(cf, key).map_err(io_err)?.map(Cow::Owned))
-    }
-
-    fn commit(&mut self, block: &BlockRecord) -> io::Result<()> {
-        let (state, blocks, meta) = (
-            self.db.cf_handle(STATE).expect("state cf"),
-            self.db.cf_handle(BLOCKS).expect("blocks cf"),
-            self.db.cf_handle(META).expect("meta cf"),
-        );
-        let height = block.header.height;
-        let mut batch = WriteBatch::default();
-        for (k, v) in &block.changes {
-            match v {
-                Some(v) => batch.put_cf(state, k, v),
-                None => batch.delete_cf(state, k),
-            }
-        }
-        batch.put_cf(blocks, height.to_be_bytes(), borsh::to_vec(block)?);
-        let first = (height + 1).saturating_sub(self.retain);
-        for old in self.first_retained..first {
-            batch.delete_cf(blocks, old.to_be_bytes());
-        }
-        batch.put_cf(meta, HEAD, borsh::to_vec(&block.header)?);
-        let mut options = WriteOptions::default();
-        options.set_sync(true);
-        self.db.write_opt(batch, &options).map_err(io_err)?;
-        self.first_retained = first.max(self.first_retained);
-        self.head = Some(block.header.clone());
-        Ok(())
-    }
-
+impl BlockArchive for RocksStore {
     fn head(&self) -> Option<&BlockHeader> {
         self.head.as_ref()
     }
 
-    fn block(&self, height: u64) -> io::Result<Option<BlockRecord>> {
+    fn block(&self, height: u64) -> StoreResult<Option<BlockRecord>> {
         let cf = self.db.cf_handle(BLOCKS).expect("blocks cf");
-        match self.db.get_cf(cf, height.to_be_bytes()).map_err(io_err)? {
-            Some(bytes) => Ok(Some(borsh::from_slice(&bytes)?)),
+        match self
+            .db
+            .get_cf(cf, height.to_be_bytes())
+            .map_err(|e| self.err(e))?
+        {
+            Some(bytes) => Ok(Some(borsh::from_slice(&bytes).map_err(|e| {
+                StoreError::corrupted(
+                    &self.dir,
+                    None,
+                    format!("block {height} does not decode: {e}"),
+                )
+            })?)),
             None => Ok(None),
         }
     }
@@ -145,16 +245,73 @@ impl StateStore for RocksStore {
     fn first_retained(&self) -> u64 {
         self.first_retained
     }
+}
 
-    fn entries(&self) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+impl StateStore for RocksStore {
+    fn get(&self, key: &[u8]) -> StoreResult<Option<Cow<'_, [u8]>>> {
         let cf = self.db.cf_handle(STATE).expect("state cf");
+        Ok(self
+            .db
+            .get_cf(cf, key)
+            .map_err(|e| self.err(e))?
+            .map(Cow::Owned))
+    }
+
+    fn commit(&mut self, block: &BlockRecord, commit: Commit) -> StoreResult<()> {
+        if self.read_only {
+            return Err(StoreError::ReadOnly);
+        }
+        let (state, blocks, meta) = (
+            self.db.cf_handle(STATE).expect("state cf"),
+            self.db.cf_handle(BLOCKS).expect("blocks cf"),
+            self.db.cf_handle(META).expect("meta cf"),
+        );
+        let height = block.header.height;
+        let mut batch = WriteBatch::default();
+        let mut user_bytes = 0;
+        for (k, v) in &block.changes {
+            user_bytes += (k.len() + v.as_ref().map_or(0, Vec::len)) as u64;
+            match v {
+                Some(v) => batch.put_cf(state, k, v),
+                None => batch.delete_cf(state, k),
+            }
+        }
+        batch.put_cf(blocks, height.to_be_bytes(), borsh::to_vec(block)?);
+        let first = commit
+            .retain_from
+            .max((height + 1).saturating_sub(self.retain))
+            .min(height);
+        for old in self.first_retained..first {
+            batch.delete_cf(blocks, old.to_be_bytes());
+        }
+        batch.put_cf(meta, HEAD, borsh::to_vec(&block.header)?);
+        let mut options = WriteOptions::default();
+        options.set_sync(commit.durability != Durability::None);
         self.db
-            .iterator_cf(cf, IteratorMode::Start)
-            .map(|kv| {
+            .write_opt(batch, &options)
+            .map_err(|e| self.err(e))?;
+        self.first_retained = first.max(self.first_retained);
+        self.head = Some(block.header.clone());
+        self.user_bytes_written += user_bytes;
+        self.commits += 1;
+        Ok(())
+    }
+
+    fn sync(&mut self) -> StoreResult<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.db.flush_wal(true).map_err(|e| self.err(e))
+    }
+
+    fn entries(&self) -> StoreResult<Entries<'_>> {
+        let cf = self.db.cf_handle(STATE).expect("state cf");
+        Ok(Box::new(self.db.iterator_cf(cf, IteratorMode::Start).map(
+            |kv| {
                 kv.map(|(k, v)| (k.into_vec(), v.into_vec()))
-                    .map_err(io_err)
-            })
-            .collect()
+                    .map_err(|e| self.err(e))
+            },
+        )))
     }
 
     fn disk_bytes(&self) -> u64 {
@@ -163,6 +320,25 @@ impl StateStore for RocksStore {
 
     fn kind(&self) -> &'static str {
         "rocksdb"
+    }
+
+    fn stats(&self) -> StoreStats {
+        let t = |ticker| self.options.get_ticker_count(ticker);
+        StoreStats {
+            commits: self.commits,
+            user_bytes_written: self.user_bytes_written,
+            disk_bytes_written: t(Ticker::WalFileBytes)
+                + t(Ticker::FlushWriteBytes)
+                + t(Ticker::CompactWriteBytes),
+            gets: t(Ticker::NumberKeysRead),
+            cache_hits: t(Ticker::BlockCacheHit),
+            user_bytes_read: t(Ticker::BytesRead),
+            // Blocks brought into the cache: read from the files (or the OS page cache).
+            disk_bytes_read: t(Ticker::BlockCacheBytesWrite),
+            background_bytes_read: t(Ticker::CompactReadBytes),
+            longest_pause_ms: 0.0,
+            ..StoreStats::default()
+        }
     }
 }
 

@@ -2,13 +2,13 @@
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
-use std::io;
 
 use borsh::{BorshDeserialize, BorshSerialize};
 use rustc_hash::FxHashMap;
 use tally_host_api::Name;
 
 use crate::block::BlockHeader;
+pub use crate::store::{StoreError, StoreResult};
 
 /// A key's new value in a block, or `None` if the block deleted it.
 pub type Change = (Vec<u8>, Option<Vec<u8>>);
@@ -25,46 +25,140 @@ pub struct BlockRecord {
     pub changes: Vec<Change>,
 }
 
-/// The deferred durable sync of one block ([`StateStore::commit_deferred`]).
-pub type SyncJob = Box<dyn FnOnce() -> io::Result<()> + Send>;
+/// When a commit is durable: what survives a crash of the process or of the machine.
+/// (After redb's `Durability` and fjall's `PersistMode`.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// On disk (`fdatasync`) before `commit` returns.
+    #[default]
+    Immediate,
+    /// Synced in the background while the caller goes on (reads see the block at once); on
+    /// disk before the next commit returns, or when [`StateStore::sync`] returns. A crash of
+    /// the process loses nothing; a power cut may lose this last block.
+    Background,
+    /// Left to the operating system until [`StateStore::sync`], a segment's end or a
+    /// snapshot: a power cut may lose any number of recent blocks, never leaving a torn one.
+    /// For benchmarks that compare stores without syncing.
+    None,
+}
 
-/// Where committed state and recent blocks live.
-///
-/// Reads see only committed blocks. [`StateStore::commit`] applies one block's changes and
-/// records the block atomically: after a crash the store is at the last block whose commit
-/// returned, or a later one, never between two blocks.
-pub trait StateStore: Send {
-    /// The committed value of `key`.
-    fn get(&self, key: &[u8]) -> io::Result<Option<Cow<'_, [u8]>>>;
+/// How to commit one block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Commit {
+    /// When the block is durable.
+    pub durability: Durability,
+    /// The lowest height whose block the archive must keep: the committer decides what to
+    /// retain (by count, by block time for a duplicate window, …). Older blocks may go.
+    pub retain_from: u64,
+}
 
-    /// Commits `block` and prunes blocks more than the retention depth below it.
-    fn commit(&mut self, block: &BlockRecord) -> io::Result<()>;
+impl Commit {
+    /// An immediately durable commit keeping the last `blocks` blocks up to `height`.
+    pub fn keeping(height: u64, blocks: u64) -> Self {
+        Self {
+            durability: Durability::Immediate,
+            retain_from: (height + 1).saturating_sub(blocks),
+        }
+    }
+}
 
-    /// [`StateStore::commit`], except that the block may not be durable yet when it returns:
-    /// the returned job makes it durable, and may run on another thread while the caller
-    /// goes on (reads see the block at once). The caller runs the job before the next commit.
-    /// Stores without a separate sync step commit durably and return `None`.
-    fn commit_deferred(&mut self, block: &BlockRecord) -> io::Result<Option<SyncJob>> {
-        self.commit(block).map(|()| None)
+/// Every committed entry, in key order.
+pub type Entries<'a> = Box<dyn Iterator<Item = StoreResult<(Vec<u8>, Vec<u8>)>> + 'a>;
+
+/// Counters of a store's work, for read and write amplification. Zero where a backend does
+/// not know.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StoreStats {
+    /// Blocks committed since the store was opened.
+    pub commits: u64,
+    /// Bytes of keys and values the committed changes carried.
+    pub user_bytes_written: u64,
+    /// Bytes written to files: log records, snapshots, compaction output.
+    pub disk_bytes_written: u64,
+    /// Point reads.
+    pub gets: u64,
+    /// Of which served from memory.
+    pub cache_hits: u64,
+    /// Bytes of keys and values the reads returned.
+    pub user_bytes_read: u64,
+    /// Bytes read from files to answer them.
+    pub disk_bytes_read: u64,
+    /// Bytes read from files by background work (snapshots, compaction).
+    pub background_bytes_read: u64,
+    /// Snapshots written.
+    pub snapshots: u64,
+    /// The longest a snapshot took, in the background (ms).
+    pub longest_snapshot_ms: f64,
+    /// Segment files deleted by compaction.
+    pub segments_deleted: u64,
+    /// The longest time one commit spent on the store's upkeep (installing a snapshot,
+    /// sweeping the index, rotating a segment) rather than on its own block (ms).
+    pub longest_pause_ms: f64,
+    /// Keys in the in-memory index.
+    pub index_keys: u64,
+    /// Bytes the store's own structures hold in memory (index, cache, filters).
+    pub memory_bytes: u64,
+}
+
+impl StoreStats {
+    /// Bytes written to disk per byte of user data.
+    pub fn write_amplification(&self) -> f64 {
+        self.disk_bytes_written as f64 / self.user_bytes_written.max(1) as f64
     }
 
+    /// Bytes read from disk per byte returned by reads.
+    pub fn read_amplification(&self) -> f64 {
+        self.disk_bytes_read as f64 / self.user_bytes_read.max(1) as f64
+    }
+}
+
+/// The block archive: recent blocks, by height.
+pub trait BlockArchive {
     /// The last committed block, or `None` for an empty store.
     fn head(&self) -> Option<&BlockHeader>;
 
     /// A retained block.
-    fn block(&self, height: u64) -> io::Result<Option<BlockRecord>>;
+    fn block(&self, height: u64) -> StoreResult<Option<BlockRecord>>;
 
     /// The lowest height whose block is still retained.
     fn first_retained(&self) -> u64;
+}
 
-    /// Every committed entry, sorted by key (for audits and snapshots; not a hot path).
-    fn entries(&self) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>>;
+/// Where committed state lives, with the block archive beside it. Shared by reference across
+/// the threads that execute a block in parallel, which only read it.
+///
+/// Errors are [`StoreError`]s: I/O, corruption (its own kind), a lock held by another
+/// process, or a write to a store opened read-only. Reads see only committed blocks.
+/// [`StateStore::commit`] applies one block's changes and records the block atomically:
+/// after a crash the store is at the last block whose commit was durable, or a later one,
+/// never between two blocks.
+pub trait StateStore: BlockArchive + Send + Sync {
+    /// The committed value of `key`.
+    fn get(&self, key: &[u8]) -> StoreResult<Option<Cow<'_, [u8]>>>;
+
+    /// Commits `block` (the next height), durable as `commit` says, keeping blocks from
+    /// `commit.retain_from` up.
+    fn commit(&mut self, block: &BlockRecord, commit: Commit) -> StoreResult<()>;
+
+    /// Waits until every committed block is durable. An error means the store can no longer
+    /// promise that: the node must stop.
+    fn sync(&mut self) -> StoreResult<()> {
+        Ok(())
+    }
+
+    /// Every committed entry, in key order (for audits; not a hot path).
+    fn entries(&self) -> StoreResult<Entries<'_>>;
 
     /// Bytes the store occupies on disk (0 for memory).
     fn disk_bytes(&self) -> u64;
 
     /// The backend's name: `memory`, `log` or `rocksdb`.
     fn kind(&self) -> &'static str;
+
+    /// Counters of the work done so far.
+    fn stats(&self) -> StoreStats {
+        StoreStats::default()
+    }
 }
 
 /// Live state in a hash map; nothing survives the process.
@@ -72,15 +166,17 @@ pub struct MemoryStore {
     map: FxHashMap<Vec<u8>, Vec<u8>>,
     blocks: VecDeque<BlockRecord>,
     retain: u64,
+    stats: StoreStats,
 }
 
 impl MemoryStore {
-    /// An empty store keeping the last `retain` blocks.
+    /// An empty store keeping at most the last `retain` blocks (and fewer if commits ask).
     pub fn new(retain: u64) -> Self {
         Self {
             map: FxHashMap::default(),
             blocks: VecDeque::new(),
             retain: retain.max(1),
+            stats: StoreStats::default(),
         }
     }
 }
@@ -99,32 +195,12 @@ pub(crate) fn apply_changes(map: &mut FxHashMap<Vec<u8>, Vec<u8>>, changes: &[Ch
     }
 }
 
-/// Every entry of a hash map, sorted by key.
-pub(crate) fn sorted_entries(map: &FxHashMap<Vec<u8>, Vec<u8>>) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let mut all: Vec<_> = map.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    all.sort_unstable();
-    all
-}
-
-impl StateStore for MemoryStore {
-    fn get(&self, key: &[u8]) -> io::Result<Option<Cow<'_, [u8]>>> {
-        Ok(self.map.get(key).map(|v| Cow::Borrowed(v.as_slice())))
-    }
-
-    fn commit(&mut self, block: &BlockRecord) -> io::Result<()> {
-        apply_changes(&mut self.map, &block.changes);
-        self.blocks.push_back(block.clone());
-        while self.blocks.len() as u64 > self.retain {
-            self.blocks.pop_front();
-        }
-        Ok(())
-    }
-
+impl BlockArchive for MemoryStore {
     fn head(&self) -> Option<&BlockHeader> {
         self.blocks.back().map(|b| &b.header)
     }
 
-    fn block(&self, height: u64) -> io::Result<Option<BlockRecord>> {
+    fn block(&self, height: u64) -> StoreResult<Option<BlockRecord>> {
         let first = self.first_retained();
         Ok(height
             .checked_sub(first)
@@ -135,9 +211,43 @@ impl StateStore for MemoryStore {
     fn first_retained(&self) -> u64 {
         self.blocks.front().map_or(0, |b| b.header.height)
     }
+}
 
-    fn entries(&self) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        Ok(sorted_entries(&self.map))
+impl StateStore for MemoryStore {
+    fn get(&self, key: &[u8]) -> StoreResult<Option<Cow<'_, [u8]>>> {
+        Ok(self.map.get(key).map(|v| Cow::Borrowed(v.as_slice())))
+    }
+
+    fn commit(&mut self, block: &BlockRecord, commit: Commit) -> StoreResult<()> {
+        apply_changes(&mut self.map, &block.changes);
+        self.blocks.push_back(block.clone());
+        let height = block.header.height;
+        let keep_from = commit
+            .retain_from
+            .max((height + 1).saturating_sub(self.retain))
+            .min(height);
+        while self
+            .blocks
+            .front()
+            .is_some_and(|b| b.header.height < keep_from)
+        {
+            self.blocks.pop_front();
+        }
+        self.stats.commits += 1;
+        self.stats.user_bytes_written += block
+            .changes
+            .iter()
+            .map(|(k, v)| (k.len() + v.as_ref().map_or(0, Vec::len)) as u64)
+            .sum::<u64>();
+        Ok(())
+    }
+
+    fn entries(&self) -> StoreResult<Entries<'_>> {
+        let mut all: Vec<(&Vec<u8>, &Vec<u8>)> = self.map.iter().collect();
+        all.sort_unstable();
+        Ok(Box::new(
+            all.into_iter().map(|(k, v)| Ok((k.clone(), v.clone()))),
+        ))
     }
 
     fn disk_bytes(&self) -> u64 {
@@ -146,6 +256,13 @@ impl StateStore for MemoryStore {
 
     fn kind(&self) -> &'static str {
         "memory"
+    }
+
+    fn stats(&self) -> StoreStats {
+        StoreStats {
+            index_keys: self.map.len() as u64,
+            ..self.stats.clone()
+        }
     }
 }
 

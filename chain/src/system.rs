@@ -1,7 +1,16 @@
 //! The native system contract at account `tally`: creating accounts and deploying code.
 
 use borsh::{BorshDeserialize, BorshSerialize};
+use std::sync::Arc;
+use tally_host_api::limits::{FUEL_PER_CODE_BYTE, FUEL_PER_SYSTEM_ACTION};
 use tally_host_api::{Abort, AbortCode, Name};
+
+use tally_runtime::{Contract, Entry, Outcome, PrepareError, Receipt};
+
+use crate::error::ChainError;
+use crate::execute::{Env, failure};
+use crate::state::keys;
+use crate::tx::Action;
 
 /// The system account. Its key is set at genesis.
 pub const SYSTEM: Name = match Name::from_str_const("tally") {
@@ -45,4 +54,140 @@ pub const SETCODE: Name = match Name::from_str_const("setcode") {
 /// The system's own failures, as receipts.
 pub(crate) fn invalid(message: impl Into<String>) -> Abort {
     Abort::new(AbortCode::InvalidAction, message)
+}
+
+fn success(fuel_used: u64) -> Receipt {
+    Receipt {
+        outcome: Outcome::Success,
+        fuel_used,
+        console: Vec::new(),
+    }
+}
+
+fn out_of_fuel(needed: u64, fuel: u64) -> Receipt {
+    failure(
+        Abort::new(
+            AbortCode::OutOfFuel,
+            format!("the action needs {needed} fuel and has {fuel}"),
+        ),
+        fuel,
+    )
+}
+
+/// Runs a system action with at most `fuel`.
+pub(crate) fn apply(env: &mut Env<'_>, action: &Action, fuel: u64) -> Result<Receipt, ChainError> {
+    let authorized = |account: Name| action.authorization.contains(&account);
+    let unauthorized = |account: Name| {
+        failure(
+            Abort::new(
+                AbortCode::Unauthorized,
+                format!("missing authority of {account}"),
+            ),
+            FUEL_PER_SYSTEM_ACTION,
+        )
+    };
+    if fuel < FUEL_PER_SYSTEM_ACTION {
+        return Ok(out_of_fuel(FUEL_PER_SYSTEM_ACTION, fuel));
+    }
+    if action.name == NEWACCOUNT {
+        let Ok(new) = borsh::from_slice::<NewAccount>(&action.data) else {
+            return Ok(failure(
+                invalid("bad newaccount data"),
+                FUEL_PER_SYSTEM_ACTION,
+            ));
+        };
+        if !authorized(new.creator) {
+            return Ok(unauthorized(new.creator));
+        }
+        let mut exists = |name: Name| -> Result<bool, ChainError> {
+            Ok(env.journal.get(env.store, &keys::account(name))?.is_some())
+        };
+        if !exists(new.creator)? {
+            return Ok(failure(
+                invalid(format!("creator {} does not exist", new.creator)),
+                FUEL_PER_SYSTEM_ACTION,
+            ));
+        }
+        if exists(new.name)? {
+            return Ok(failure(
+                invalid(format!("account {} already exists", new.name)),
+                FUEL_PER_SYSTEM_ACTION,
+            ));
+        }
+        if let Err(abort) = env.journal.set(&keys::account(new.name), Some(&new.key)) {
+            return Ok(failure(abort, FUEL_PER_SYSTEM_ACTION));
+        }
+        Ok(success(FUEL_PER_SYSTEM_ACTION))
+    } else if action.name == SETCODE {
+        let Ok(set) = borsh::from_slice::<SetCode>(&action.data) else {
+            return Ok(failure(invalid("bad setcode data"), FUEL_PER_SYSTEM_ACTION));
+        };
+        if !authorized(set.account) {
+            return Ok(unauthorized(set.account));
+        }
+        set_code(env, set.account, &set.code, fuel)
+    } else {
+        Ok(failure(
+            Abort::new(
+                AbortCode::NoHandler,
+                format!("the system contract has no action {}", action.name),
+            ),
+            FUEL_PER_SYSTEM_ACTION,
+        ))
+    }
+}
+
+/// Validates and compiles `code`, records it for `account` and runs its `onInit`, with at
+/// most `fuel`. Compilation is paid for by the byte before it starts, so a module that is
+/// refused still costs what checking it cost.
+pub(crate) fn set_code(
+    env: &mut Env<'_>,
+    account: Name,
+    code: &[u8],
+    fuel: u64,
+) -> Result<Receipt, ChainError> {
+    let deploy_fuel = FUEL_PER_SYSTEM_ACTION
+        .saturating_add((code.len() as u64).saturating_mul(FUEL_PER_CODE_BYTE));
+    if fuel < deploy_fuel {
+        return Ok(out_of_fuel(deploy_fuel, fuel));
+    }
+    let contract = match env.runtime.prepare(code) {
+        Ok(c) => c,
+        // Only the deterministic reason enters the receipt; a node fault is no verdict.
+        Err(PrepareError::Rejected(e)) => {
+            return Ok(failure(invalid(e.reason()), deploy_fuel));
+        }
+        Err(PrepareError::Node(e)) => return Err(e.into()),
+    };
+    let mut receipt = install(env, account, code, contract, fuel - deploy_fuel)?;
+    receipt.fuel_used += deploy_fuel;
+    Ok(receipt)
+}
+
+/// Records compiled `contract` (of `code`) as `account`'s code and runs its `onInit` with at
+/// most `fuel`.
+pub(crate) fn install(
+    env: &mut Env<'_>,
+    account: Name,
+    code: &[u8],
+    contract: Arc<Contract>,
+    fuel: u64,
+) -> Result<Receipt, ChainError> {
+    let hash = *contract.code_hash();
+    for (key, value) in [
+        (keys::code_hash(account), &hash[..]),
+        (keys::code(&hash), code),
+    ] {
+        if let Err(abort) = env.journal.set(&key, Some(value)) {
+            return Ok(failure(abort, 0));
+        }
+    }
+    env.code.set(account, contract.clone());
+    let init = Action {
+        account,
+        name: Name(0),
+        authorization: vec![account],
+        data: Vec::new(),
+    };
+    env.run_wasm(&contract, account, &init, Entry::Init, fuel)
 }

@@ -1,8 +1,12 @@
 //! Transactions: what a client sends, encoded deterministically with borsh.
 
 use borsh::{BorshDeserialize, BorshSerialize};
-use sha2::{Digest, Sha256};
 use tally_host_api::Name;
+use tally_host_api::limits::{
+    MAX_ACTIONS_PER_TX, MAX_MESSAGE_LEN, MAX_SIGNATURES_PER_TX, MAX_TX_BYTES,
+};
+
+use crate::error::TxError;
 
 /// One call of a contract.
 #[derive(Debug, Clone, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
@@ -31,7 +35,8 @@ pub struct Transaction {
     pub actions: Vec<Action>,
 }
 
-/// A transaction id: sha256 of its borsh encoding.
+/// A transaction id: the BLAKE3 hash of the unsigned transaction's borsh encoding. Signatures sign it,
+/// and duplicates are detected by it; blocks commit to the signed bytes as well.
 pub type TxId = [u8; 32];
 
 impl Transaction {
@@ -42,7 +47,7 @@ impl Transaction {
 
     /// Its id.
     pub fn id(&self) -> TxId {
-        Sha256::digest(self.encode()).into()
+        blake3::hash(&self.encode()).into()
     }
 }
 
@@ -80,6 +85,9 @@ pub struct TxSignature {
 }
 
 /// A transaction with the signatures of every account that authorizes one of its actions.
+///
+/// Its borsh encoding is the transaction's encoding followed by the signatures, so the
+/// unsigned id can be hashed from a prefix of the signed bytes.
 #[derive(Debug, Clone, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
 pub struct SignedTransaction {
     /// What is signed.
@@ -87,6 +95,9 @@ pub struct SignedTransaction {
     /// One signature per authorizing account.
     pub signatures: Vec<TxSignature>,
 }
+
+/// Bytes one [`TxSignature`] takes in the encoding: account, public key, signature.
+pub(crate) const SIGNATURE_BYTES: usize = 8 + 32 + 64;
 
 impl SignedTransaction {
     /// Signs `transaction` with one key per authorizing account.
@@ -116,23 +127,91 @@ impl SignedTransaction {
         }
     }
 
-    /// Its deterministic encoding.
+    /// Its deterministic encoding: what a block stores and commits to.
     pub fn encode(&self) -> Vec<u8> {
         borsh::to_vec(self).expect("encoding into a Vec cannot fail")
     }
 
-    /// Decodes a signed transaction, rejecting trailing bytes.
-    pub fn decode(bytes: &[u8]) -> Result<Self, std::io::Error> {
-        borsh::from_slice(bytes)
+    /// Decodes a transaction received from outside (a client, a peer, a block) and admits it:
+    /// its size is checked before anything is decoded, trailing bytes are refused, and then
+    /// every structural limit of [`SignedTransaction::check_limits`] applies. Nothing that
+    /// fails here can be included in a block.
+    pub fn decode(bytes: &[u8]) -> Result<Self, TxError> {
+        if bytes.len() > MAX_TX_BYTES {
+            return Err(TxError::TooLarge {
+                bytes: bytes.len(),
+                limit: MAX_TX_BYTES,
+            });
+        }
+        let tx: Self = borsh::from_slice(bytes).map_err(|e| TxError::Malformed(e.to_string()))?;
+        tx.check_limits(bytes.len())?;
+        Ok(tx)
+    }
+
+    /// The admission limits on a transaction whose encoding is `encoded_len` bytes: its size,
+    /// its number of actions, each action's authorizations and data, and its signatures.
+    pub fn check_limits(&self, encoded_len: usize) -> Result<(), TxError> {
+        if encoded_len > MAX_TX_BYTES {
+            return Err(TxError::TooLarge {
+                bytes: encoded_len,
+                limit: MAX_TX_BYTES,
+            });
+        }
+        let actions = &self.transaction.actions;
+        if actions.is_empty() {
+            return Err(TxError::NoActions);
+        }
+        if actions.len() > MAX_ACTIONS_PER_TX {
+            return Err(TxError::TooMany {
+                what: "actions",
+                count: actions.len(),
+                limit: MAX_ACTIONS_PER_TX,
+            });
+        }
+        if self.signatures.len() > MAX_SIGNATURES_PER_TX {
+            return Err(TxError::TooMany {
+                what: "signatures",
+                count: self.signatures.len(),
+                limit: MAX_SIGNATURES_PER_TX,
+            });
+        }
+        for (index, action) in actions.iter().enumerate() {
+            if action.authorization.len() > MAX_SIGNATURES_PER_TX {
+                return Err(TxError::TooMany {
+                    what: "authorizations of an action",
+                    count: action.authorization.len(),
+                    limit: MAX_SIGNATURES_PER_TX,
+                });
+            }
+            // Code travels in `setcode`'s data; everything else is a contract's message.
+            let limit = if action.account == crate::system::SYSTEM {
+                MAX_TX_BYTES
+            } else {
+                MAX_MESSAGE_LEN as usize
+            };
+            if action.data.len() > limit {
+                return Err(TxError::ActionDataTooLarge {
+                    index,
+                    bytes: action.data.len(),
+                    limit,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The transaction id computed from this transaction's own signed encoding, whose prefix
+    /// is the unsigned encoding: one encoding gives both the block bytes and the id.
+    pub(crate) fn id_from_encoding(&self, encoded: &[u8]) -> TxId {
+        let unsigned = encoded.len() - 4 - self.signatures.len() * SIGNATURE_BYTES;
+        blake3::hash(&encoded[..unsigned]).into()
     }
 }
 
-/// What a block holds besides its header.
+/// What a block holds besides its header: the exact signed bytes of each included
+/// transaction, and whether it succeeded. The header's transactions root commits to both.
 #[derive(Debug, Clone, Default, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
 pub struct BlockBody {
-    /// A setup block carries privileged writes (genesis allocations, direct deploys) instead of
-    /// transactions; replay applies its recorded changes rather than re-executing anything.
-    pub setup: bool,
     /// The included transactions, in order.
     pub transactions: Vec<SignedTransaction>,
     /// Whether each one succeeded (a failed one changed nothing).
@@ -140,13 +219,16 @@ pub struct BlockBody {
 }
 
 impl BlockBody {
-    /// The transactions root of a body: sha256 over each id and outcome, in order.
-    pub fn transactions_root(ids: impl Iterator<Item = (TxId, bool)>) -> [u8; 32] {
-        let mut root = Sha256::new();
-        for (id, success) in ids {
-            root.update(id);
-            root.update([success as u8]);
-        }
-        root.finalize().into()
+    /// The transactions root of a body's encoding: its BLAKE3 hash. The encoding holds each
+    /// transaction's exact signed bytes and its outcome, so the root commits to the signatures
+    /// too, and a stored block whose signatures were swapped or altered no longer matches its
+    /// header.
+    pub fn transactions_root(encoded_body: &[u8]) -> [u8; 32] {
+        blake3::hash(encoded_body).into()
+    }
+
+    /// The root of this body (encoding it again).
+    pub fn root(&self) -> [u8; 32] {
+        Self::transactions_root(&borsh::to_vec(self).expect("encoding into a Vec cannot fail"))
     }
 }

@@ -3,25 +3,28 @@
 
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
 use tally_runtime::Runtime;
 
 use crate::block::chain_checksum;
-use crate::chain::{Chain, ChainConfig};
+use crate::chain::{Chain, ChainConfig, TxResult};
 use crate::error::ChainError;
-use crate::state::{MemoryStore, StateStore};
+use crate::pipeline::prepare_block;
+use crate::state::{MemoryStore, StateStore, StoreResult};
 use crate::tx::BlockBody;
 
-/// sha256 over sorted entries: a digest of a whole state.
-pub fn digest_entries(entries: &[(Vec<u8>, Vec<u8>)]) -> [u8; 32] {
-    let mut h = Sha256::new();
-    for (k, v) in entries {
-        h.update((k.len() as u32).to_le_bytes());
-        h.update(k);
-        h.update((v.len() as u32).to_le_bytes());
-        h.update(v);
+/// BLAKE3 over sorted entries: a digest of a whole state.
+pub fn digest_entries(
+    entries: impl IntoIterator<Item = StoreResult<(Vec<u8>, Vec<u8>)>>,
+) -> Result<[u8; 32], ChainError> {
+    let mut h = blake3::Hasher::new();
+    for entry in entries {
+        let (k, v) = entry?;
+        h.update(&(k.len() as u32).to_le_bytes());
+        h.update(&k);
+        h.update(&(v.len() as u32).to_le_bytes());
+        h.update(&v);
     }
-    h.finalize().into()
+    Ok(h.finalize().into())
 }
 
 /// What [`verify`] checked.
@@ -38,6 +41,8 @@ pub struct VerifyReport {
     pub transactions: u64,
     /// Digest of the store's whole state.
     pub state_digest: [u8; 32],
+    /// The state checksum of the genesis block, when it is retained: what the replay trusted.
+    pub genesis_checksum: Option<[u8; 32]>,
 }
 
 fn corrupt(msg: String) -> ChainError {
@@ -45,10 +50,12 @@ fn corrupt(msg: String) -> ChainError {
 }
 
 /// Checks every retained block of `store`. Each block must link to the one before, its
-/// transactions root must match its body, and its state checksum must equal the previous
-/// checksum chained over its recorded changes. If genesis is retained, every block is also
-/// re-executed on a fresh in-memory chain and must produce the identical header, and the
-/// replayed state must equal the store's state.
+/// transactions root must match its body's signed bytes, and its state checksum must equal the
+/// previous checksum chained over its recorded changes. If genesis is retained, every block
+/// after it is also re-executed from its signed transactions on a fresh in-memory chain and
+/// must produce the identical header and outcomes, and the replayed state must equal the
+/// store's state. Only block 0's changes are taken as recorded: genesis is the chain's root of
+/// trust, and [`VerifyReport::genesis_checksum`] names it.
 pub fn verify(
     store: &dyn StateStore,
     runtime: Arc<Runtime>,
@@ -63,12 +70,8 @@ pub fn verify(
         retain_blocks: config.retain_blocks.max(2),
         ..config.clone()
     };
-    let mut replay = if from == 0 {
-        let memory = Box::new(MemoryStore::new(2));
-        Some(Chain::open(runtime, memory, replay_config)?)
-    } else {
-        None
-    };
+    let mut replay: Option<Chain> = None;
+    let mut genesis_checksum = None;
     let mut previous: Option<crate::block::BlockHeader> = None;
     let mut transactions = 0;
     for height in from..=head.height {
@@ -84,13 +87,8 @@ pub fn verify(
         }
         let body: BlockBody = borsh::from_slice(&record.body)
             .map_err(|e| corrupt(format!("block {height} body: {e}")))?;
-        let root = BlockBody::transactions_root(
-            body.transactions
-                .iter()
-                .map(|t| t.transaction.id())
-                .zip(body.success.iter().copied()),
-        );
-        if root != header.transactions_root || body.success.len() != body.transactions.len() {
+        if body.success.len() != body.transactions.len() || body.root() != header.transactions_root
+        {
             return Err(corrupt(format!(
                 "block {height}: transactions root mismatch"
             )));
@@ -120,32 +118,50 @@ pub fn verify(
                 return Err(corrupt(format!("block {height}: state checksum mismatch")));
             }
         }
-        if let Some(chain) = replay.as_mut() {
-            if height > 0 {
-                if body.setup {
-                    chain.apply_setup_changes(&record.changes)?;
-                }
-                for (tx, success) in body.transactions.iter().zip(&body.success) {
-                    let receipt = chain.push_transaction(tx)?;
-                    if receipt.is_success() != *success {
-                        return Err(corrupt(format!(
-                            "block {height}: transaction {} replays with another outcome",
-                            hex::encode(receipt.id)
-                        )));
-                    }
-                    transactions += 1;
-                }
-                chain.finish_block()?;
+        if height == 0 {
+            if !body.transactions.is_empty() {
+                return Err(corrupt("the genesis block carries transactions".into()));
             }
-            if chain.head() != header {
-                return Err(corrupt(format!(
-                    "block {height}: replay gives another header"
-                )));
+            genesis_checksum = Some(header.state_checksum);
+            let mut builder = Chain::genesis(
+                runtime.clone(),
+                Box::new(MemoryStore::new(2)),
+                replay_config.clone(),
+            )?;
+            builder.apply_changes(&record.changes);
+            replay = Some(builder.finish()?);
+        } else if let Some(chain) = replay.as_mut() {
+            // Every later change is re-derived from the block's signed transactions.
+            let prepared = prepare_block(
+                body.transactions,
+                config.check_signatures,
+                &chain.pipeline(),
+            );
+            let executed = chain.execute_block(header.timestamp_ms, &prepared)?;
+            for (result, success) in executed.results.iter().zip(&body.success) {
+                let replayed = match result {
+                    TxResult::Included(receipt) => receipt.is_success() == *success,
+                    TxResult::Rejected(_) => false,
+                };
+                if !replayed {
+                    return Err(corrupt(format!(
+                        "block {height}: a transaction replays with another outcome ({result:?})"
+                    )));
+                }
             }
+            transactions += prepared.len() as u64;
+            chain.commit()?;
+        }
+        if let Some(chain) = &replay
+            && chain.head() != header
+        {
+            return Err(corrupt(format!(
+                "block {height}: replay gives another header"
+            )));
         }
         previous = Some(record.header);
     }
-    let state_digest = digest_entries(&store.entries()?);
+    let state_digest = digest_entries(store.entries()?)?;
     if let Some(chain) = &replay
         && chain.state_digest()? != state_digest
     {
@@ -159,5 +175,6 @@ pub fn verify(
         replayed: replay.is_some(),
         transactions,
         state_digest,
+        genesis_checksum,
     })
 }

@@ -6,13 +6,11 @@
 //! Cases per property: `TALLY_FUZZ_CASES` (default 200, what CI runs); raise it for a longer
 //! session, e.g. `TALLY_FUZZ_CASES=20000 cargo test --release --test fuzz`.
 
-use std::sync::Arc;
+mod common;
 
+use common::{SIMPLECOIN_WASM, simplecoin, simplecoin_chain, transfer};
 use proptest::prelude::*;
-use tally_chain::workload::{self, SIMPLECOIN, TRANSFER};
-use tally_chain::{
-    Action, Chain, ChainConfig, MemoryStore, Name, SignedTransaction, Transaction, TxSignature,
-};
+use tally_chain::{Action, Name, SignedTransaction, Transaction, TxSignature};
 use tally_host_api::{AbortCode, Host, HostError};
 use tally_runtime::{Entry, Runtime, RuntimeConfig};
 
@@ -69,28 +67,17 @@ fn arb_tx() -> impl Strategy<Value = SignedTransaction> {
         })
 }
 
-fn simplecoin_chain() -> Chain {
-    let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
-    let mut chain = Chain::open(
-        runtime,
-        Box::new(MemoryStore::new(64)),
-        ChainConfig::default(),
-    )
-    .unwrap();
-    chain.deploy(SIMPLECOIN, workload::SIMPLECOIN_WASM).unwrap();
-    chain.finish_block().unwrap();
-    chain
-}
-
 proptest! {
     #![proptest_config(cases())]
 
     /// Arbitrary bytes decode to a transaction or to an error, never a panic; what decodes
-    /// re-encodes to the same bytes (the encoding is canonical, so ids are unambiguous).
+    /// re-encodes to the same bytes (the encoding is canonical, so ids are unambiguous) and is
+    /// within every admission limit.
     #[test]
     fn transaction_decoding_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..400)) {
         if let Ok(tx) = SignedTransaction::decode(&bytes) {
-            prop_assert_eq!(tx.encode(), bytes);
+            prop_assert_eq!(&tx.encode(), &bytes);
+            prop_assert!(tx.check_limits(bytes.len()).is_ok());
         }
     }
 
@@ -98,7 +85,10 @@ proptest! {
     #[test]
     fn transactions_round_trip(tx in arb_tx(), cut in any::<prop::sample::Index>()) {
         let bytes = tx.encode();
-        prop_assert_eq!(&SignedTransaction::decode(&bytes).unwrap(), &tx);
+        match tx.check_limits(bytes.len()) {
+            Ok(()) => prop_assert_eq!(&SignedTransaction::decode(&bytes).unwrap(), &tx),
+            Err(e) => prop_assert_eq!(SignedTransaction::decode(&bytes), Err(e)),
+        }
         let cut = cut.index(bytes.len());
         prop_assert!(SignedTransaction::decode(&bytes[..cut]).is_err());
     }
@@ -110,19 +100,13 @@ proptest! {
         data in prop::collection::vec(any::<u8>(), 0..80),
     ) {
         let mut chain = simplecoin_chain();
-        let (ref_block_num, ref_block_prefix) = chain.tapos();
-        let tx = |data: Vec<u8>| SignedTransaction::unsigned(Transaction {
-            expiration_ms: chain.pending_block_time_ms() + 30_000,
-            ref_block_num,
-            ref_block_prefix,
-            actions: vec![Action { account: SIMPLECOIN, name: TRANSFER, authorization: vec![], data }],
-        });
+        let tx = |data: Vec<u8>| common::unsigned_tx(&chain, simplecoin(), transfer(), data);
         let (fuzzed, honest) = (tx(data), tx(tally_chain::Transfer {
-            from: SIMPLECOIN, to: "alice".parse().unwrap(), amount: 1, memo: "x".into(),
+            from: simplecoin(), to: "alice".parse().unwrap(), amount: 1, memo: "x".into(),
         }.encode()));
-        chain.push_transaction(&fuzzed).unwrap();
-        prop_assert!(chain.push_transaction(&honest).unwrap().is_success());
-        chain.finish_block().unwrap();
+        let block = chain.run_block(vec![fuzzed, honest]).unwrap();
+        prop_assert!(block.results[0].receipt().is_some());
+        prop_assert!(block.results[1].is_success());
     }
 }
 
@@ -268,7 +252,7 @@ proptest! {
         edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
         cut in prop::option::of(any::<prop::sample::Index>()),
     ) {
-        let mut wasm = workload::SIMPLECOIN_WASM.to_vec();
+        let mut wasm = SIMPLECOIN_WASM.to_vec();
         for (at, byte) in edits {
             let i = at.index(wasm.len());
             wasm[i] = byte;
@@ -279,7 +263,7 @@ proptest! {
         let rt = Runtime::new(RuntimeConfig::default()).unwrap();
         if let Ok(contract) = rt.prepare(&wasm) {
             let mut host = FuzzHost { message: vec![7; 40] };
-            let entry = Entry::Action { receiver: SIMPLECOIN, code: SIMPLECOIN, action: TRANSFER };
+            let entry = Entry::Action { receiver: simplecoin(), code: simplecoin(), action: transfer() };
             rt.execute(&contract, entry, &mut host).unwrap();
             rt.execute(&contract, Entry::Init, &mut host).unwrap();
         }

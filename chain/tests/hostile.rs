@@ -3,15 +3,12 @@
 //! succeeds. The runtime's own tests check each host function's bounds in detail; here the
 //! whole node is the subject.
 
-use std::sync::Arc;
+mod common;
 
-use tally_chain::workload::{self, SIMPLECOIN, TRANSFER};
-use tally_chain::{
-    Action, Chain, ChainConfig, ChainError, MemoryStore, Name, SignedTransaction, Transaction,
-    Transfer,
-};
+use common::*;
+use tally_chain::system::{SETCODE, SYSTEM, SetCode};
+use tally_chain::{Chain, Name, SignedTransaction, Transfer};
 use tally_host_api::AbortCode;
-use tally_runtime::{Runtime, RuntimeConfig};
 
 /// Every ABI v1 import.
 const IMPORTS: &str = r#"
@@ -28,7 +25,7 @@ const IMPORTS: &str = r#"
 /// A module whose `apply` runs `body`; bytes 0..16 of its memory hold "simplecoin" as an
 /// account name's 8 little-endian bytes at offset 0 and the key "k" at offset 8.
 fn contract(body: &str) -> Vec<u8> {
-    let simplecoin = SIMPLECOIN.0.to_le_bytes();
+    let simplecoin = simplecoin().0.to_le_bytes();
     let bytes: String = simplecoin.iter().map(|b| format!("\\{b:02x}")).collect();
     wat::parse_str(format!(
         r#"(module {IMPORTS}
@@ -40,53 +37,27 @@ fn contract(body: &str) -> Vec<u8> {
     .unwrap()
 }
 
-/// A chain with simplecoin deployed in its pending setup block.
-fn coin_chain() -> Chain {
-    let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
-    let mut chain = Chain::open(
-        runtime,
-        Box::new(MemoryStore::new(512)),
-        ChainConfig::default(),
-    )
-    .unwrap();
-    chain.deploy(SIMPLECOIN, workload::SIMPLECOIN_WASM).unwrap();
-    chain
-}
-
-fn name(s: &str) -> Name {
-    s.parse().unwrap()
+/// A chain with simplecoin and `contracts` deployed at genesis.
+fn coin_chain(contracts: &[(Name, &[u8])]) -> Chain {
+    let mut all = vec![(simplecoin(), SIMPLECOIN_WASM)];
+    all.extend_from_slice(contracts);
+    unsigned_chain(&all)
 }
 
 fn tx(chain: &Chain, account: Name, data: Vec<u8>) -> SignedTransaction {
-    let (ref_block_num, ref_block_prefix) = chain.tapos();
-    SignedTransaction::unsigned(Transaction {
-        expiration_ms: chain.pending_block_time_ms() + 30_000,
-        ref_block_num,
-        ref_block_prefix,
-        actions: vec![Action {
-            account,
-            name: name("run"),
-            authorization: vec![],
-            data,
-        }],
-    })
+    unsigned_tx(chain, account, name("run"), data)
 }
 
 fn honest_transfer(chain: &mut Chain, n: u64) {
     let t = Transfer {
-        from: SIMPLECOIN,
+        from: simplecoin(),
         to: name("alice"),
         amount: 1,
         memo: n.to_string(),
     };
-    let mut transfer = tx(chain, SIMPLECOIN, t.encode());
-    transfer.transaction.actions[0].name = TRANSFER;
-    assert!(chain.push_transaction(&transfer).unwrap().is_success());
-    chain.finish_block().unwrap();
-    assert_eq!(
-        workload::balance(chain, SIMPLECOIN, name("alice")).unwrap(),
-        Some(n)
-    );
+    let transfer = unsigned_tx(chain, simplecoin(), transfer(), t.encode());
+    assert!(push(chain, transfer).is_success());
+    assert_eq!(balance(chain, simplecoin(), name("alice")), Some(n));
 }
 
 #[test]
@@ -129,22 +100,24 @@ fn hostile_actions_fail_cleanly_change_nothing_and_the_chain_goes_on() {
             AbortCode::LimitExceeded,
         ),
     ];
-    let mut chain = coin_chain();
     let evil = |i: usize| name(&format!("evil{}", (b'a' + i as u8) as char));
-    for (i, (_, body, _)) in cases.iter().enumerate() {
-        chain.deploy(evil(i), &contract(body)).unwrap();
-    }
-    chain.finish_block().unwrap();
+    let codes: Vec<Vec<u8>> = cases.iter().map(|(_, body, _)| contract(body)).collect();
+    let contracts: Vec<(Name, &[u8])> = codes
+        .iter()
+        .enumerate()
+        .map(|(i, code)| (evil(i), code.as_slice()))
+        .collect();
+    let mut chain = coin_chain(&contracts);
 
     for (i, (what, _, code)) in cases.iter().enumerate() {
         let before = chain.state_digest().unwrap();
-        let receipt = chain
-            .push_transaction(&tx(&chain, evil(i), vec![]))
-            .unwrap();
-        let abort = tally_chain::chain::failure_reason(&receipt)
-            .unwrap_or_else(|| panic!("{what}: expected a failure, got {receipt:?}"));
+        let evil_tx = tx(&chain, evil(i), vec![]);
+        let result = push(&mut chain, evil_tx);
+        let abort = result
+            .receipt()
+            .and_then(|r| r.failure())
+            .unwrap_or_else(|| panic!("{what}: expected a failure, got {result:?}"));
         assert_eq!(abort.code, *code, "{what}: {abort:?}");
-        chain.finish_block().unwrap();
         assert_eq!(
             chain.state_digest().unwrap(),
             before,
@@ -162,29 +135,22 @@ fn a_contract_cannot_read_or_write_another_contracts_keys() {
          (call $store (i32.const 8) (i32.const 1) (i32.const 100) (i32.const 4))
          (call $store (i32.const 0) (i32.const 8) (i32.const 8) (i32.const 1))",
     );
-    let mut chain = coin_chain();
-    chain.deploy(name("snoop"), &snoop).unwrap();
-    chain.finish_block().unwrap();
-    let supply = workload::balance(&chain, SIMPLECOIN, SIMPLECOIN).unwrap();
-    let receipt = chain
-        .push_transaction(&tx(&chain, name("snoop"), vec![]))
-        .unwrap();
-    assert!(receipt.is_success(), "{receipt:?}");
-    chain.finish_block().unwrap();
+    let mut chain = coin_chain(&[(name("snoop"), &snoop)]);
+    let supply = balance(&chain, simplecoin(), simplecoin());
+    let snoop_tx = tx(&chain, name("snoop"), vec![]);
+    let result = push(&mut chain, snoop_tx);
+    assert!(result.is_success(), "{result:?}");
     // It saw no value (-1): the key exists only in simplecoin's namespace.
     let seen = chain.get(name("snoop"), b"k").unwrap().unwrap();
     assert_eq!(i32::from_le_bytes(seen.try_into().unwrap()), -1);
     // Its write landed in its own namespace; simplecoin's balance is untouched.
     assert_eq!(
         chain
-            .get(name("snoop"), &SIMPLECOIN.0.to_le_bytes())
+            .get(name("snoop"), &simplecoin().0.to_le_bytes())
             .unwrap(),
         Some(b"k".to_vec())
     );
-    assert_eq!(
-        workload::balance(&chain, SIMPLECOIN, SIMPLECOIN).unwrap(),
-        supply
-    );
+    assert_eq!(balance(&chain, simplecoin(), simplecoin()), supply);
 }
 
 #[test]
@@ -234,20 +200,30 @@ fn hostile_uploads_are_refused_with_a_precise_error() {
         (
             "not wasm at all",
             b"\0asm\x01\0\0\0garbage".to_vec(),
-            "invalid WebAssembly",
+            "not valid WebAssembly",
         ),
     ];
-    let mut chain = coin_chain();
-    chain.finish_block().unwrap();
+    let mut chain = coin_chain(&[]);
     for (i, (what, wasm, expected)) in cases.into_iter().enumerate() {
         let before = chain.state_digest().unwrap();
-        match chain.deploy(name("evil"), &wasm) {
-            Err(ChainError::InitFailed(abort)) => {
-                assert!(abort.message.contains(expected), "{what}: {abort:?}")
-            }
-            other => panic!("{what}: expected a refusal, got {other:?}"),
-        }
-        chain.finish_block().unwrap();
+        let set = SetCode {
+            account: name("evil"),
+            code: wasm,
+        };
+        let setcode = action(
+            SYSTEM,
+            SETCODE,
+            &[name("evil")],
+            borsh::to_vec(&set).unwrap(),
+        );
+        let upload = SignedTransaction::unsigned(envelope(&chain, vec![setcode]));
+        let result = push(&mut chain, upload);
+        let abort = result
+            .receipt()
+            .and_then(|r| r.failure())
+            .unwrap_or_else(|| panic!("{what}: expected a refusal, got {result:?}"));
+        assert_eq!(abort.code, AbortCode::InvalidAction, "{what}");
+        assert!(abort.message.contains(expected), "{what}: {abort:?}");
         assert_eq!(
             chain.state_digest().unwrap(),
             before,

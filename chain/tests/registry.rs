@@ -1,11 +1,11 @@
 //! contracts/registry.c, a contract beyond transfers: names owned by the first claimant.
 
-use std::sync::Arc;
+mod common;
 
 use borsh::BorshSerialize;
-use tally_chain::{Action, Chain, ChainConfig, MemoryStore, Name, SignedTransaction, Transaction};
+use common::{action, envelope, unsigned_chain};
+use tally_chain::{Chain, Name, SignedTransaction};
 use tally_host_api::AbortCode;
-use tally_runtime::{Runtime, RuntimeConfig};
 
 const REGISTRY_WASM: &[u8] = include_bytes!("../../contracts/registry.wasm");
 
@@ -27,22 +27,17 @@ struct Del {
 }
 
 /// Pushes `action` with `data`, authorized by `auth`; returns the failure's code and text.
-fn push(chain: &mut Chain, action: &str, data: Vec<u8>, auth: &str) -> Option<(AbortCode, String)> {
-    let (ref_block_num, ref_block_prefix) = chain.tapos();
-    let tx = SignedTransaction::unsigned(Transaction {
-        expiration_ms: chain.pending_block_time_ms() + 30_000,
-        ref_block_num,
-        ref_block_prefix,
-        actions: vec![Action {
-            account: name("registry"),
-            name: name(action),
-            authorization: vec![name(auth)],
-            data,
-        }],
-    });
-    let receipt = chain.push_transaction(&tx).unwrap();
-    chain.finish_block().unwrap();
-    tally_chain::chain::failure_reason(&receipt).map(|a| (a.code, a.message.clone()))
+fn push(
+    chain: &mut Chain,
+    action_name: &str,
+    data: Vec<u8>,
+    auth: &str,
+) -> Option<(AbortCode, String)> {
+    let call = action(name("registry"), name(action_name), &[name(auth)], data);
+    let tx = SignedTransaction::unsigned(envelope(chain, vec![call]));
+    let result = common::push(chain, tx);
+    let receipt = result.receipt().expect("included");
+    receipt.failure().map(|a| (a.code, a.message.clone()))
 }
 
 fn set(
@@ -79,14 +74,7 @@ fn record(chain: &Chain, entry: &str) -> Option<(Name, String)> {
 
 #[test]
 fn names_belong_to_their_first_claimant() {
-    let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
-    let config = ChainConfig {
-        check_signatures: false,
-        ..ChainConfig::default()
-    };
-    let mut chain = Chain::open(runtime, Box::new(MemoryStore::new(64)), config).unwrap();
-    chain.deploy(name("registry"), REGISTRY_WASM).unwrap();
-    chain.finish_block().unwrap();
+    let mut chain = unsigned_chain(&[(name("registry"), REGISTRY_WASM)]);
 
     assert_eq!(set(&mut chain, "alice", "home", "first", "alice"), None);
     assert_eq!(

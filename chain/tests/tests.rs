@@ -1,167 +1,158 @@
-//! The chain's guarantees: the seed's scenario, atomic transactions, rejections, determinism.
+//! The chain's guarantees: the seed's scenario, atomic transactions, rejections, the block
+//! path, and the hardening of issue 10.
 
+mod common;
+
+use std::borrow::Cow;
+use std::io;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use tally_chain::workload::{
-    self, BenchConfig, Distribution, Rng, SIMPLECOIN, SIMPLECOIN_SUPPLY, TRANSFER, ZipfMandelbrot,
-    account_name, balance,
-};
+use common::*;
+use tally_chain::state::keys;
 use tally_chain::{
-    Action, Chain, ChainConfig, ChainError, MemoryStore, Name, Pipeline, SignedTransaction,
-    Transaction, Transfer, TxError,
+    BlockArchive, BlockHeader, BlockRecord, Chain, ChainConfig, ChainError, Commit, Entries,
+    Genesis, MemoryStore, SignedTransaction, StateStore, StoreResult, Transfer, TxError, TxResult,
+    prepare_block,
 };
 use tally_host_api::AbortCode;
-use tally_runtime::{Runtime, RuntimeConfig};
+use tally_host_api::limits::{
+    FUEL_PER_ACTION, MAX_ACTIONS_PER_TX, MAX_BLOCK_FUEL, MAX_MESSAGE_LEN, MAX_SIGNATURES_PER_TX,
+    MAX_TX_BYTES,
+};
+use tally_runtime::RuntimeError;
 
-fn name(s: &str) -> Name {
-    s.parse().unwrap()
-}
-
-fn bal(chain: &Chain, account: Name) -> Option<u64> {
-    balance(chain, SIMPLECOIN, account).unwrap()
-}
-
-fn new_chain() -> Chain {
-    chain_with(ChainConfig::default())
-}
-
-fn chain_with(config: ChainConfig) -> Chain {
-    let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
-    Chain::open(runtime, Box::new(MemoryStore::new(512)), config).unwrap()
-}
-
-fn simplecoin_chain() -> Chain {
-    let mut chain = new_chain();
-    chain.deploy(SIMPLECOIN, workload::SIMPLECOIN_WASM).unwrap();
-    chain.finish_block().unwrap();
-    chain
-}
-
-/// A transaction carrying one simplecoin action with raw `data`, valid for the pending block.
-fn tx_with_data(chain: &Chain, data: Vec<u8>) -> SignedTransaction {
-    let (ref_block_num, ref_block_prefix) = chain.tapos();
-    SignedTransaction::unsigned(Transaction {
-        expiration_ms: chain.pending_block_time_ms() + 30_000,
-        ref_block_num,
-        ref_block_prefix,
-        actions: vec![Action {
-            account: SIMPLECOIN,
-            name: TRANSFER,
-            authorization: vec![],
-            data,
-        }],
-    })
-}
-
-fn transfer_tx(chain: &Chain, from: &str, to: &str, amount: u64) -> SignedTransaction {
-    let t = Transfer {
+fn transfer_data(from: &str, to: &str, amount: u64) -> Vec<u8> {
+    Transfer {
         from: name(from),
         to: name(to),
         amount,
         memo: "memo".into(),
-    };
-    tx_with_data(chain, t.encode())
+    }
+    .encode()
+}
+
+fn transfer_tx(chain: &Chain, from: &str, to: &str, amount: u64) -> SignedTransaction {
+    unsigned_tx(
+        chain,
+        simplecoin(),
+        transfer(),
+        transfer_data(from, to, amount),
+    )
+}
+
+fn bal(chain: &Chain, account: &str) -> Option<u64> {
+    balance(chain, simplecoin(), name(account))
+}
+
+fn rejected(result: TxResult) -> TxError {
+    match result {
+        TxResult::Rejected(e) => e,
+        other => panic!("expected a rejection, got {other:?}"),
+    }
 }
 
 #[test]
 fn the_seeds_scenario_moves_exact_balances() {
-    // The EOS post's test: 1,000 transfers of 1+i from simplecoin to init1.
+    // The EOS post's test: 1,000 transfers of 1+i from simplecoin to init1, in one block.
     let mut chain = simplecoin_chain();
-    assert_eq!(bal(&chain, SIMPLECOIN), Some(SIMPLECOIN_SUPPLY));
-    for i in 0..1000 {
-        let tx = transfer_tx(&chain, "simplecoin", "init1", 1 + i);
-        let receipt = chain.push_transaction(&tx).unwrap();
-        assert!(receipt.is_success(), "transfer {i}: {receipt:?}");
+    assert_eq!(bal(&chain, "simplecoin"), Some(SIMPLECOIN_SUPPLY));
+    let txs: Vec<_> = (0..1000)
+        .map(|i| transfer_tx(&chain, "simplecoin", "init1", 1 + i))
+        .collect();
+    let block = chain.run_block(txs).unwrap();
+    for (i, result) in block.results.iter().enumerate() {
+        assert!(result.is_success(), "transfer {i}: {result:?}");
     }
-    chain.finish_block().unwrap();
     let moved: u64 = (1..=1000).sum();
-    assert_eq!(bal(&chain, name("init1")), Some(moved));
-    assert_eq!(bal(&chain, SIMPLECOIN), Some(SIMPLECOIN_SUPPLY - moved));
+    assert_eq!(bal(&chain, "init1"), Some(moved));
+    assert_eq!(bal(&chain, "simplecoin"), Some(SIMPLECOIN_SUPPLY - moved));
 }
 
 #[test]
 fn failing_transfers_leave_state_untouched_and_the_next_one_succeeds() {
     let mut with_failures = simplecoin_chain();
     let mut clean = simplecoin_chain();
-    for chain in [&mut with_failures, &mut clean] {
-        let tx = transfer_tx(chain, "simplecoin", "alice", 100);
-        assert!(chain.push_transaction(&tx).unwrap().is_success());
-    }
+    let first = transfer_tx(&clean, "simplecoin", "alice", 100);
+    let last = transfer_tx(&clean, "alice", "bob", 40);
     let failing = [
         (
-            transfer_tx(&with_failures, "alice", "bob", 101),
+            transfer_tx(&clean, "alice", "bob", 101),
             "insufficient funds",
         ),
         (
-            transfer_tx(&with_failures, "carol", "bob", 1),
+            transfer_tx(&clean, "carol", "bob", 1),
             "no existing balance",
         ),
         (
-            tx_with_data(&with_failures, vec![1, 2, 3]),
+            unsigned_tx(&clean, simplecoin(), transfer(), vec![1, 2, 3]),
             "message too short",
         ),
     ];
-    for (tx, reason) in failing {
-        let receipt = with_failures.push_transaction(&tx).unwrap();
-        let abort = tally_chain::chain::failure_reason(&receipt).expect("a failure");
+    let mut txs = vec![first.clone()];
+    txs.extend(failing.iter().map(|(tx, _)| tx.clone()));
+    txs.push(last.clone());
+    let a = with_failures.run_block(txs).unwrap();
+    for ((_, reason), result) in failing.iter().zip(&a.results[1..4]) {
+        let abort = result.receipt().unwrap().failure().expect("a failure");
         assert_eq!(abort.code, AbortCode::AssertFailed);
-        assert_eq!(abort.message, reason);
-        assert_eq!(bal(&with_failures, name("alice")), Some(100));
-        assert_eq!(bal(&with_failures, name("bob")), None);
+        assert_eq!(&abort.message, reason);
     }
-    for chain in [&mut with_failures, &mut clean] {
-        let tx = transfer_tx(chain, "alice", "bob", 40);
-        assert!(chain.push_transaction(&tx).unwrap().is_success());
-    }
-    let a = with_failures.finish_block().unwrap();
-    let b = clean.finish_block().unwrap();
+    assert!(a.results[0].is_success() && a.results[4].is_success());
+    let b = clean.run_block(vec![first, last]).unwrap();
     // The failed transactions are in the block, but changed nothing: same state checksum.
-    assert_eq!(a.state_checksum, b.state_checksum);
-    assert_ne!(a.transactions_root, b.transactions_root);
-    assert_eq!(bal(&clean, name("bob")), Some(40));
+    assert_eq!(a.header.state_checksum, b.header.state_checksum);
+    assert_ne!(a.header.transactions_root, b.header.transactions_root);
+    assert_eq!(bal(&with_failures, "alice"), Some(60));
+    assert_eq!(bal(&with_failures, "bob"), Some(40));
 }
 
 #[test]
 fn a_failing_action_rolls_back_the_earlier_actions_of_its_transaction() {
     let mut chain = simplecoin_chain();
-    let good = Transfer {
-        from: SIMPLECOIN,
-        to: name("alice"),
-        amount: 5,
-        memo: String::new(),
-    };
-    let mut tx = tx_with_data(&chain, good.encode());
-    let bad = tx_with_data(&chain, vec![0; 4])
-        .transaction
-        .actions
-        .remove(0);
+    let mut tx = transfer_tx(&chain, "simplecoin", "alice", 5);
+    let bad = action(simplecoin(), transfer(), &[], vec![0; 4]);
     tx.transaction.actions.push(bad);
-    let receipt = chain.push_transaction(&tx).unwrap();
-    assert_eq!(receipt.failed_action, Some(1));
-    assert_eq!(bal(&chain, name("alice")), None);
-    assert_eq!(bal(&chain, SIMPLECOIN), Some(SIMPLECOIN_SUPPLY));
+    let result = push(&mut chain, tx);
+    assert_eq!(result.receipt().unwrap().failed_action, Some(1));
+    assert_eq!(bal(&chain, "alice"), None);
+    assert_eq!(bal(&chain, "simplecoin"), Some(SIMPLECOIN_SUPPLY));
 }
 
 #[test]
 fn invalid_transactions_are_rejected_with_their_own_error() {
     let mut chain = simplecoin_chain();
     let base = transfer_tx(&chain, "simplecoin", "alice", 1);
+    let next_time = chain.next_block_time_ms();
 
     let mut expired = base.clone();
-    expired.transaction.expiration_ms = chain.pending_block_time_ms();
+    expired.transaction.expiration_ms = next_time;
     let mut too_far = base.clone();
-    too_far.transaction.expiration_ms = chain.pending_block_time_ms() + 10 * 3_600_000;
+    too_far.transaction.expiration_ms = next_time + 10 * 3_600_000;
     let mut unknown_ref = base.clone();
     unknown_ref.transaction.ref_block_prefix ^= 1;
     let mut wrong_num = base.clone();
     wrong_num.transaction.ref_block_num += 7;
     let mut empty = base.clone();
     empty.transaction.actions.clear();
-    let mut no_contract = base.clone();
-    no_contract.transaction.actions[0].account = name("nobody");
+    // Issue 10: limits are enforced when a transaction is admitted, before inclusion.
+    let mut many_actions = base.clone();
+    many_actions.transaction.actions =
+        vec![base.transaction.actions[0].clone(); MAX_ACTIONS_PER_TX + 1];
+    let mut big_data = base.clone();
+    big_data.transaction.actions[0].data = vec![0; MAX_MESSAGE_LEN as usize + 1];
+    let mut huge_setcode = base.clone();
+    huge_setcode.transaction.actions[0] = action(
+        tally_chain::system::SYSTEM,
+        tally_chain::system::SETCODE,
+        &[],
+        vec![0; MAX_TX_BYTES],
+    );
+    let mut many_auths = base.clone();
+    many_auths.transaction.actions[0].authorization = vec![name("x"); MAX_SIGNATURES_PER_TX + 1];
 
     type Expect = fn(&TxError) -> bool;
-    let cases: [(SignedTransaction, Expect); 6] = [
+    let cases: [(SignedTransaction, Expect); 9] = [
         (expired, |e| matches!(e, TxError::Expired { .. })),
         (too_far, |e| matches!(e, TxError::ExpirationTooFar { .. })),
         (unknown_ref, |e| {
@@ -171,206 +162,253 @@ fn invalid_transactions_are_rejected_with_their_own_error() {
             matches!(e, TxError::UnknownReferenceBlock { .. })
         }),
         (empty, |e| matches!(e, TxError::NoActions)),
-        (
-            no_contract,
-            |e| matches!(e, TxError::NoContract(n) if *n == name("nobody")),
-        ),
+        (many_actions, |e| {
+            matches!(
+                e,
+                TxError::TooMany {
+                    what: "actions",
+                    ..
+                }
+            )
+        }),
+        (big_data, |e| {
+            matches!(e, TxError::ActionDataTooLarge { index: 0, .. })
+        }),
+        (huge_setcode, |e| matches!(e, TxError::TooLarge { .. })),
+        (many_auths, |e| matches!(e, TxError::TooMany { .. })),
     ];
-    let before = bal(&chain, SIMPLECOIN);
-    for (tx, expected) in cases {
-        match chain.push_transaction(&tx) {
-            Err(ChainError::Tx(e)) => assert!(expected(&e), "{e}"),
-            other => panic!("expected a rejection, got {other:?}"),
+    let before = chain.head().state_checksum;
+    let (txs, expected): (Vec<_>, Vec<_>) = cases.into_iter().unzip();
+    let block = chain.run_block(txs.clone()).unwrap();
+    for ((result, expected), tx) in block.results.into_iter().zip(expected).zip(&txs) {
+        let e = rejected(result);
+        assert!(expected(&e), "{e}");
+        // The same limits hold for bytes from outside.
+        if matches!(
+            e,
+            TxError::TooMany { .. } | TxError::ActionDataTooLarge { .. } | TxError::TooLarge { .. }
+        ) {
+            assert_eq!(SignedTransaction::decode(&tx.encode()), Err(e));
         }
     }
-    assert_eq!(bal(&chain, SIMPLECOIN), before);
-    assert!(chain.push_transaction(&base).unwrap().is_success());
-}
-
-fn bench_checksum(seed: u64, dist: Distribution) -> ([u8; 32], u64) {
-    let config = BenchConfig {
-        transfers: 3_000,
-        accounts: 200,
-        dist,
-        seed,
-        block_size: 1_000,
-        signed: true,
-        pipeline: Pipeline::ALL,
-        contract: workload::BenchContract::Simplecoin,
-    };
-    let report = workload::run(&mut new_chain(), &config, &mut |_| {}).unwrap();
-    assert_eq!(report.transfers, 3_000);
-    (report.state_checksum, report.failed)
+    // Nothing rejected was included: the block is empty.
+    assert_eq!(
+        chain
+            .store()
+            .block(chain.head().height)
+            .unwrap()
+            .unwrap()
+            .body,
+        borsh::to_vec(&tally_chain::BlockBody::default()).unwrap()
+    );
+    assert_eq!(
+        tally_chain::block::chain_checksum(&before, std::iter::empty()),
+        chain.head().state_checksum
+    );
+    assert!(push(&mut chain, base).is_success());
 }
 
 #[test]
-fn the_same_seed_gives_the_same_state_checksum() {
-    for dist in [Distribution::Uniform, Distribution::Zipf] {
-        let a = bench_checksum(42, dist);
-        assert_eq!(a, bench_checksum(42, dist), "{dist:?}");
-        assert_ne!(a.0, bench_checksum(43, dist).0, "{dist:?}");
+fn an_action_for_an_account_without_code_fails_its_transaction() {
+    let mut chain = simplecoin_chain();
+    let mut tx = transfer_tx(&chain, "simplecoin", "alice", 1);
+    tx.transaction
+        .actions
+        .push(action(name("nobody"), transfer(), &[], vec![]));
+    let result = push(&mut chain, tx);
+    let abort = result.receipt().unwrap().failure().unwrap();
+    assert_eq!(abort.code, AbortCode::NoHandler);
+    assert_eq!(bal(&chain, "alice"), None);
+}
+
+#[test]
+fn oversized_and_malformed_bytes_are_refused_before_decoding() {
+    let huge = vec![0u8; MAX_TX_BYTES + 1];
+    assert!(matches!(
+        SignedTransaction::decode(&huge),
+        Err(TxError::TooLarge { .. })
+    ));
+    let mut bytes = simplecoin_chain_tx_bytes();
+    bytes.push(0);
+    assert!(matches!(
+        SignedTransaction::decode(&bytes),
+        Err(TxError::Malformed(_))
+    ));
+}
+
+fn simplecoin_chain_tx_bytes() -> Vec<u8> {
+    let chain = simplecoin_chain();
+    transfer_tx(&chain, "simplecoin", "alice", 1).encode()
+}
+
+/// A contract that stores `value` under key "v" on every action.
+fn writer(value: u8) -> Vec<u8> {
+    wat::parse_str(format!(
+        r#"(module
+            (import "env" "store" (func $store (param i32 i32 i32 i32)))
+            (memory (export "memory") 1)
+            (data (i32.const 0) "v")
+            (data (i32.const 8) "\{value:02x}")
+            (func (export "apply") (param i64 i64 i64)
+                (call $store (i32.const 0) (i32.const 1) (i32.const 8) (i32.const 1))))"#
+    ))
+    .unwrap()
+}
+
+#[test]
+fn issue_11_an_action_after_setcode_in_the_same_transaction_runs_the_new_code() {
+    use tally_chain::system::{SETCODE, SYSTEM, SetCode};
+    let dave = name("dave");
+    let old = writer(1);
+    let mut chain = unsigned_chain(&[(dave, &old)]);
+    let value = |chain: &Chain| chain.get(dave, b"v").unwrap();
+    let setcode = |code: Vec<u8>| {
+        action(
+            SYSTEM,
+            SETCODE,
+            &[dave],
+            borsh::to_vec(&SetCode {
+                account: dave,
+                code,
+            })
+            .unwrap(),
+        )
+    };
+    let call = action(dave, name("go"), &[], vec![]);
+
+    // A transaction that sets new code, calls it, then fails: the old code stays, and the
+    // next call runs it (no stale compiled contract survives the rollback).
+    let failing = envelope(
+        &chain,
+        vec![setcode(writer(3)), call.clone(), setcode(vec![1, 2, 3])],
+    );
+    assert!(!push(&mut chain, SignedTransaction::unsigned(failing)).is_success());
+    let again = unsigned_tx(&chain, dave, name("go"), vec![]);
+    assert!(push(&mut chain, again).is_success());
+    assert_eq!(value(&chain), Some(vec![1]));
+
+    let tx = envelope(&chain, vec![setcode(writer(2)), call]);
+    let result = push(&mut chain, SignedTransaction::unsigned(tx));
+    assert!(result.is_success(), "{result:?}");
+    assert_eq!(
+        value(&chain),
+        Some(vec![2]),
+        "the call after setcode ran the old code"
+    );
+}
+
+/// A memory store whose reads fail on demand: a disk that breaks under a running block.
+struct FailingStore {
+    inner: MemoryStore,
+    fail: Arc<AtomicBool>,
+}
+
+impl BlockArchive for FailingStore {
+    fn head(&self) -> Option<&BlockHeader> {
+        self.inner.head()
+    }
+    fn block(&self, height: u64) -> StoreResult<Option<BlockRecord>> {
+        self.inner.block(height)
+    }
+    fn first_retained(&self) -> u64 {
+        self.inner.first_retained()
     }
 }
 
-/// Runs a signed benchmark on a log store with `pipeline` on a pool of `threads` workers, and
-/// returns the head block's id (it covers the state checksum and the transactions root).
-fn pipelined_head(pipeline: Pipeline, threads: usize) -> tally_chain::BlockId {
-    let dir = tempfile::tempdir().unwrap();
-    let store =
-        tally_chain::LogStore::open(dir.path(), tally_chain::LogOptions::default()).unwrap();
-    let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
-    let mut chain = Chain::open(runtime, Box::new(store), ChainConfig::default()).unwrap();
-    let config = BenchConfig {
-        transfers: 1_200,
-        accounts: 100,
-        dist: Distribution::Zipf,
-        seed: 5,
-        block_size: 200,
-        signed: true,
-        pipeline,
-        contract: workload::BenchContract::Simplecoin,
-    };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .unwrap();
-    pool.install(|| workload::run(&mut chain, &config, &mut |_| {}))
-        .unwrap();
-    // The body kept encoded while the block was built is exactly borsh of a BlockBody.
-    let record = chain.store().block(chain.head().height).unwrap().unwrap();
-    let body: tally_chain::BlockBody = borsh::from_slice(&record.body).unwrap();
-    assert_eq!(body.transactions.len(), 200);
-    assert_eq!(borsh::to_vec(&body).unwrap(), record.body);
-    chain.head_id()
-}
-
-#[test]
-fn every_pipeline_switch_and_thread_count_gives_the_same_chain() {
-    let reference = pipelined_head(Pipeline::NONE, 1);
-    for bits in 0u8..16 {
-        let pipeline = Pipeline {
-            batch_verify: bits & 1 != 0,
-            batch_dedup: bits & 2 != 0,
-            early_encode: bits & 4 != 0,
-            overlap_commit: bits & 8 != 0,
-        };
-        let threads = 1 + (bits as usize % 3);
-        assert_eq!(
-            pipelined_head(pipeline, threads),
-            reference,
-            "{} on {threads} threads",
-            pipeline.describe()
-        );
+impl StateStore for FailingStore {
+    fn get(&self, key: &[u8]) -> StoreResult<Option<Cow<'_, [u8]>>> {
+        if self.fail.load(Ordering::Relaxed) {
+            return Err(io::Error::other("the disk is gone").into());
+        }
+        self.inner.get(key)
+    }
+    fn commit(&mut self, block: &BlockRecord, commit: Commit) -> StoreResult<()> {
+        self.inner.commit(block, commit)
+    }
+    fn entries(&self) -> StoreResult<Entries<'_>> {
+        self.inner.entries()
+    }
+    fn disk_bytes(&self) -> u64 {
+        0
+    }
+    fn kind(&self) -> &'static str {
+        "failing"
     }
 }
 
 #[test]
-fn the_native_baseline_reaches_the_contracts_state() {
-    let config = BenchConfig {
-        transfers: 1_000,
-        accounts: 30,
-        dist: Distribution::Zipf,
-        seed: 3,
-        block_size: 250,
-        signed: false,
-        pipeline: Pipeline::ALL,
-        contract: workload::BenchContract::Simplecoin,
+fn issue_11_a_store_fault_aborts_the_block_and_is_never_a_receipt() {
+    let fail = Arc::new(AtomicBool::new(false));
+    let store = FailingStore {
+        inner: MemoryStore::new(8),
+        fail: fail.clone(),
     };
-    let unsigned = || {
-        chain_with(ChainConfig {
-            check_signatures: false,
-            ..ChainConfig::default()
-        })
-    };
-    let wasm = workload::run(&mut unsigned(), &config, &mut |_| {}).unwrap();
-    let mut native = unsigned();
-    native.set_native(SIMPLECOIN, Arc::new(workload::native_simplecoin));
-    let base = workload::run(&mut native, &config, &mut |_| {}).unwrap();
-    assert_eq!(base.state_checksum, wasm.state_checksum);
-    assert_eq!(base.failed, wasm.failed);
-}
-
-#[test]
-fn token_rs_and_simplecoin_give_the_same_balances() {
-    let run = |contract| {
-        let config = BenchConfig {
-            transfers: 2_000,
-            accounts: 60,
-            dist: Distribution::Zipf,
-            seed: 8,
-            block_size: 500,
-            signed: true,
-            pipeline: Pipeline::ALL,
-            contract,
-        };
-        let mut chain = new_chain();
-        let report = workload::run(&mut chain, &config, &mut |_| {}).unwrap();
-        let balances: Vec<Option<u64>> = (0..config.accounts)
-            .map(|i| bal(&chain, account_name(i)))
-            .collect();
-        (report.failed, balances)
-    };
-    let c = run(workload::BenchContract::Simplecoin);
-    assert_eq!(run(workload::BenchContract::TokenRs), c);
-    assert!(c.1.iter().any(|b| *b != Some(workload::INITIAL_BALANCE)));
-}
-
-#[test]
-fn benchmark_transfers_conserve_coins() {
-    let config = BenchConfig {
-        transfers: 2_000,
-        accounts: 50,
-        dist: Distribution::Zipf,
-        seed: 9,
-        block_size: 500,
-        signed: false,
-        pipeline: Pipeline::ALL,
-        contract: workload::BenchContract::Simplecoin,
-    };
-    let mut chain = chain_with(ChainConfig {
+    let config = ChainConfig {
         check_signatures: false,
         ..ChainConfig::default()
-    });
-    workload::run(&mut chain, &config, &mut |_| {}).unwrap();
-    let total: u64 = (0..config.accounts)
-        .map(|i| bal(&chain, account_name(i)).unwrap_or(0))
-        .sum();
-    assert_eq!(total, config.accounts * workload::INITIAL_BALANCE);
+    };
+    let mut builder = Chain::genesis(runtime(), Box::new(store), config).unwrap();
+    builder.deploy(simplecoin(), SIMPLECOIN_WASM).unwrap();
+    let mut chain = builder.finish().unwrap();
+    let head = chain.head().clone();
+    let tx = transfer_tx(&chain, "simplecoin", "alice", 1);
+    let prepared = prepare_block(vec![tx.clone()], false, &chain.pipeline());
+    fail.store(true, Ordering::Relaxed);
+    match chain.execute_block(chain.next_block_time_ms(), &prepared) {
+        Err(ChainError::Runtime(RuntimeError::Host(_))) => {}
+        other => panic!("expected a node fault, got {other:?}"),
+    }
+    assert_eq!(chain.head(), &head, "nothing was committed");
+    // The disk comes back: the same transaction now runs normally.
+    fail.store(false, Ordering::Relaxed);
+    assert!(push(&mut chain, tx).is_success());
 }
 
 #[test]
-fn zipf_mandelbrot_favours_low_ranks_and_stays_in_range() {
-    let n = 10_000_000;
-    let z = ZipfMandelbrot::vryx(n);
-    let mut rng = Rng::new(1);
-    let mut counts = [0u32; 4];
-    for _ in 0..200_000 {
-        let k = z.sample(&mut rng);
-        assert!(k < n);
-        if k < 4 {
-            counts[k as usize] += 1;
+fn issue_10_a_block_stops_taking_transactions_when_its_fuel_is_spent() {
+    let spin = wat::parse_str(
+        r#"(module (memory (export "memory") 1)
+            (func (export "apply") (param i64 i64 i64) (loop $l (br $l))))"#,
+    )
+    .unwrap();
+    let mut chain = unsigned_chain(&[(name("spin"), &spin)]);
+    let n = (MAX_BLOCK_FUEL / FUEL_PER_ACTION) as usize + 5;
+    let txs: Vec<_> = (0..n)
+        .map(|i| {
+            unsigned_tx(
+                &chain,
+                name("spin"),
+                name("go"),
+                vec![i as u8, (i >> 8) as u8],
+            )
+        })
+        .collect();
+    let block = chain.run_block(txs).unwrap();
+    let mut fuel = 0;
+    let (mut included, mut full) = (0, 0);
+    for result in &block.results {
+        match result {
+            TxResult::Included(r) => {
+                assert_eq!(r.failure().unwrap().code, AbortCode::OutOfFuel);
+                fuel += r.fuel_used;
+                included += 1;
+            }
+            TxResult::Rejected(TxError::BlockFull) => full += 1,
+            other => panic!("{other:?}"),
         }
     }
-    // P(k) ∝ (k + 1 + 2.7)^-1.0001: rank 0 is about (4.7 / 3.7) times as likely as rank 1.
-    let ratio = counts[0] as f64 / counts[1] as f64;
+    assert!(fuel <= MAX_BLOCK_FUEL, "{fuel}");
     assert!(
-        (1.15..1.40).contains(&ratio),
-        "ratio {ratio}, counts {counts:?}"
+        included >= 20 && full >= 5,
+        "{included} included, {full} refused"
     );
-    assert!(counts[1] > counts[2] && counts[2] > counts[3], "{counts:?}");
-}
-
-#[test]
-fn account_names_are_distinct_and_valid() {
-    let names: std::collections::HashSet<_> = (0..100_000).map(account_name).collect();
-    assert_eq!(names.len(), 100_000);
-    assert_eq!(account_name(0).to_string(), "u1");
 }
 
 mod signed {
     use super::*;
     use ed25519_dalek::SigningKey;
     use tally_chain::crypto::derived_key;
+    use tally_chain::genesis::{Allocation, GenesisAccount};
 
     struct World {
         chain: Chain,
@@ -381,43 +419,48 @@ mod signed {
     fn world() -> World {
         let alice = derived_key(7, 0);
         let bob = derived_key(7, 1);
-        let mut chain = new_chain();
-        chain.deploy(SIMPLECOIN, workload::SIMPLECOIN_WASM).unwrap();
-        chain
-            .register_account(name("alice"), alice.verifying_key().to_bytes())
-            .unwrap();
-        chain
-            .register_account(name("bob"), bob.verifying_key().to_bytes())
-            .unwrap();
-        chain
-            .allocate(
-                SIMPLECOIN,
-                &name("alice").0.to_le_bytes(),
-                &50u64.to_le_bytes(),
-            )
-            .unwrap();
-        chain.finish_block().unwrap();
+        let genesis = Genesis {
+            accounts: vec![
+                GenesisAccount {
+                    name: name("alice"),
+                    key: alice.verifying_key().to_bytes(),
+                },
+                GenesisAccount {
+                    name: name("bob"),
+                    key: bob.verifying_key().to_bytes(),
+                },
+            ],
+            contracts: vec![],
+            allocations: vec![Allocation {
+                contract: simplecoin(),
+                key: name("alice").0.to_le_bytes().to_vec(),
+                value: 50u64.to_le_bytes().to_vec(),
+            }],
+        };
+        let chain = chain_with(
+            ChainConfig::default(),
+            &genesis,
+            &[(simplecoin(), SIMPLECOIN_WASM)],
+        );
         World { chain, alice, bob }
     }
 
-    fn transfer(chain: &Chain, from: &str, memo: &str) -> Transaction {
-        let mut tx = transfer_tx(chain, from, "bob", 5).transaction;
-        tx.actions[0].authorization = vec![name(from)];
+    fn transfer_from(chain: &Chain, from: &str, memo: &str) -> tally_chain::Transaction {
         let data = Transfer {
             from: name(from),
             to: name("bob"),
             amount: 5,
             memo: memo.into(),
         };
-        tx.actions[0].data = data.encode();
-        tx
-    }
-
-    fn rejected(chain: &mut Chain, tx: &SignedTransaction) -> TxError {
-        match chain.push_transaction(tx) {
-            Err(ChainError::Tx(e)) => e,
-            other => panic!("expected a rejection, got {other:?}"),
-        }
+        envelope(
+            chain,
+            vec![action(
+                simplecoin(),
+                transfer(),
+                &[name(from)],
+                data.encode(),
+            )],
+        )
     }
 
     #[test]
@@ -427,53 +470,52 @@ mod signed {
             alice,
             bob,
         } = world();
-        let tx = transfer(&chain, "alice", "1");
+        let tx = transfer_from(&chain, "alice", "1");
 
         let mut bad = SignedTransaction::sign(tx.clone(), &[(name("alice"), &alice)]);
         bad.signatures[0].signature[10] ^= 1;
-        assert_eq!(
-            rejected(&mut chain, &bad),
-            TxError::BadSignature(name("alice"))
-        );
-
         let wrong = SignedTransaction::sign(tx.clone(), &[(name("alice"), &bob)]);
-        assert_eq!(
-            rejected(&mut chain, &wrong),
-            TxError::WrongKey(name("alice"))
-        );
-
         let missing = SignedTransaction::unsigned(tx.clone());
-        assert_eq!(
-            rejected(&mut chain, &missing),
-            TxError::MissingSignature(name("alice"))
-        );
-
         let extra =
             SignedTransaction::sign(tx.clone(), &[(name("alice"), &alice), (name("bob"), &bob)]);
-        assert_eq!(
-            rejected(&mut chain, &extra),
-            TxError::UnneededSignature(name("bob"))
-        );
-
-        let carol = transfer(&chain, "carol", "2");
+        let carol = transfer_from(&chain, "carol", "2");
         let unknown = SignedTransaction::sign(carol, &[(name("carol"), &alice)]);
-        assert_eq!(
-            rejected(&mut chain, &unknown),
-            TxError::UnknownAccount(name("carol"))
-        );
-
-        assert_eq!(bal(&chain, name("alice")), Some(50));
         let good = SignedTransaction::sign(tx, &[(name("alice"), &alice)]);
-        assert!(chain.push_transaction(&good).unwrap().is_success());
+        let expected = [
+            TxError::BadSignature(name("alice")),
+            TxError::WrongKey(name("alice")),
+            TxError::MissingSignature(name("alice")),
+            TxError::UnneededSignature(name("bob")),
+            TxError::UnknownAccount(name("carol")),
+        ];
+        for pipeline in [tally_chain::Pipeline::ALL, tally_chain::Pipeline::NONE] {
+            chain.set_pipeline(pipeline);
+            let txs = vec![
+                bad.clone(),
+                wrong.clone(),
+                missing.clone(),
+                extra.clone(),
+                unknown.clone(),
+            ];
+            let block = chain.run_block(txs).unwrap();
+            for (result, expected) in block.results.into_iter().zip(&expected) {
+                assert_eq!(&rejected(result), expected, "{}", pipeline.describe());
+            }
+        }
+        assert_eq!(bal(&chain, "alice"), Some(50));
+        let block = chain.run_block(vec![good.clone(), good.clone()]).unwrap();
+        assert!(block.results[0].is_success());
         assert_eq!(
-            rejected(&mut chain, &good),
+            rejected(block.results[1].clone()),
             TxError::Duplicate(hex::encode(good.transaction.id()))
         );
-        chain.finish_block().unwrap();
         // Still a duplicate in the next block, inside the expiration window.
-        assert!(matches!(rejected(&mut chain, &good), TxError::Duplicate(_)));
-        assert_eq!(bal(&chain, name("alice")), Some(45));
-        assert_eq!(bal(&chain, name("bob")), Some(5));
+        assert!(matches!(
+            rejected(push(&mut chain, good)),
+            TxError::Duplicate(_)
+        ));
+        assert_eq!(bal(&chain, "alice"), Some(45));
+        assert_eq!(bal(&chain, "bob"), Some(5));
     }
 
     #[test]
@@ -481,338 +523,228 @@ mod signed {
         use tally_chain::system::{NEWACCOUNT, NewAccount, SETCODE, SYSTEM, SetCode};
         let system_key = derived_key(9, 0);
         let dave = derived_key(9, 1);
-        let mut chain = chain_with(ChainConfig {
-            system_key: Some(system_key.verifying_key().to_bytes()),
-            ..ChainConfig::default()
-        });
-        let action = |account, name, auth: Name, data: Vec<u8>| Action {
-            account,
-            name,
-            authorization: vec![auth],
-            data,
-        };
-        let envelope = |chain: &Chain, actions| {
-            let (ref_block_num, ref_block_prefix) = chain.tapos();
-            Transaction {
-                expiration_ms: chain.pending_block_time_ms() + 10_000,
-                ref_block_num,
-                ref_block_prefix,
-                actions,
-            }
-        };
+        let genesis = Genesis::with_system_key(system_key.verifying_key().to_bytes());
+        let mut chain = chain_with(ChainConfig::default(), &genesis, &[]);
         let new = NewAccount {
             creator: SYSTEM,
             name: name("dave"),
             key: dave.verifying_key().to_bytes(),
         };
-        let tx = envelope(
-            &chain,
-            vec![action(
-                SYSTEM,
-                NEWACCOUNT,
-                SYSTEM,
-                borsh::to_vec(&new).unwrap(),
-            )],
-        );
+        let newaccount = action(SYSTEM, NEWACCOUNT, &[SYSTEM], borsh::to_vec(&new).unwrap());
+        let tx = envelope(&chain, vec![newaccount.clone()]);
         let tx = SignedTransaction::sign(tx, &[(SYSTEM, &system_key)]);
-        assert!(chain.push_transaction(&tx).unwrap().is_success());
+        assert!(push(&mut chain, tx).is_success());
         // Creating it again fails as a receipt, not a rejection.
         let again = envelope(
             &chain,
-            vec![
-                action(SYSTEM, NEWACCOUNT, SYSTEM, borsh::to_vec(&new).unwrap()),
-                action(SYSTEM, NEWACCOUNT, SYSTEM, vec![]),
-            ],
+            vec![newaccount, action(SYSTEM, NEWACCOUNT, &[SYSTEM], vec![])],
         );
         let again = SignedTransaction::sign(again, &[(SYSTEM, &system_key)]);
-        assert!(!chain.push_transaction(&again).unwrap().is_success());
+        assert!(!push(&mut chain, again).is_success());
 
         let set = SetCode {
             account: name("dave"),
-            code: workload::SIMPLECOIN_WASM.to_vec(),
+            code: SIMPLECOIN_WASM.to_vec(),
         };
+        let setcode = action(
+            SYSTEM,
+            SETCODE,
+            &[name("dave")],
+            borsh::to_vec(&set).unwrap(),
+        );
         // A setcode whose transaction fails later leaves no contract behind.
         let failing = envelope(
             &chain,
             vec![
-                action(SYSTEM, SETCODE, name("dave"), borsh::to_vec(&set).unwrap()),
-                action(SYSTEM, SETCODE, name("dave"), vec![1]),
+                setcode.clone(),
+                action(SYSTEM, SETCODE, &[name("dave")], vec![1]),
             ],
         );
         let failing = SignedTransaction::sign(failing, &[(name("dave"), &dave)]);
-        assert!(!chain.push_transaction(&failing).unwrap().is_success());
+        assert!(!push(&mut chain, failing).is_success());
         assert!(
             chain
-                .get_raw(&tally_chain::state::keys::code_hash(name("dave")))
+                .get_raw(&keys::code_hash(name("dave")))
                 .unwrap()
                 .is_none()
         );
-        let tx = envelope(
-            &chain,
-            vec![action(
-                SYSTEM,
-                SETCODE,
-                name("dave"),
-                borsh::to_vec(&set).unwrap(),
-            )],
-        );
-        let tx = SignedTransaction::sign(tx, &[(name("dave"), &dave)]);
-        let receipt = chain.push_transaction(&tx).unwrap();
-        assert!(receipt.is_success(), "{receipt:?}");
-        chain.finish_block().unwrap();
+        let tx = SignedTransaction::sign(envelope(&chain, vec![setcode]), &[(name("dave"), &dave)]);
+        let result = push(&mut chain, tx);
+        assert!(result.is_success(), "{result:?}");
         // dave's simplecoin ran onInit, crediting its own (hard-coded) `simplecoin` account.
         assert_eq!(
-            balance(&chain, name("dave"), SIMPLECOIN).unwrap(),
+            balance(&chain, name("dave"), simplecoin()),
             Some(SIMPLECOIN_SUPPLY)
         );
     }
 }
 
-/// One suite, run against every backend.
-mod stores {
+/// Issue 10, items 7 and 9: a stored block commits to the exact signed bytes of its
+/// transactions, and only genesis carries changes that `verify` takes as recorded.
+mod tampering {
     use super::*;
-    use std::path::Path;
+    use tally_chain::BlockBody;
+    use tally_chain::block::chain_checksum;
+    use tally_chain::crypto::derived_key;
+    use tally_chain::genesis::GenesisAccount;
     use tally_chain::verify::verify;
-    use tally_chain::{LogOptions, LogStore, StateStore};
 
-    type Open = fn(&Path, u64) -> Box<dyn StateStore>;
-
-    fn backends() -> Vec<(&'static str, Open)> {
-        #[allow(unused_mut)] // pushed to with the rocksdb feature
-        let mut all: Vec<(&'static str, Open)> = vec![
-            ("memory", |_, retain| Box::new(MemoryStore::new(retain))),
-            ("log", |dir, retain| {
-                Box::new(
-                    LogStore::open(
-                        dir,
-                        LogOptions {
-                            retain_blocks: retain,
-                            // Small, so the suite exercises rotation and snapshots.
-                            segment_bytes: 64 << 10,
-                            snapshot_min_bytes: 128 << 10,
-                        },
-                    )
-                    .unwrap(),
-                )
-            }),
-        ];
-        #[cfg(feature = "rocksdb")]
-        all.push(("rocksdb", |dir, retain| {
-            Box::new(tally_chain::rocks_store::RocksStore::open(dir, retain).unwrap())
-        }));
-        all
+    /// A memory store with one block record replaced, as an attacker who edits a data
+    /// directory would leave it.
+    struct Tampered {
+        inner: MemoryStore,
+        replaced: Option<BlockRecord>,
     }
 
-    fn config() -> BenchConfig {
-        BenchConfig {
-            transfers: 6_000,
-            accounts: 300,
-            dist: Distribution::Zipf,
-            seed: 11,
-            block_size: 500,
-            signed: true,
-            pipeline: Pipeline::ALL,
-            contract: workload::BenchContract::Simplecoin,
+    impl StateStore for Tampered {
+        fn get(&self, key: &[u8]) -> StoreResult<Option<Cow<'_, [u8]>>> {
+            self.inner.get(key)
+        }
+        fn commit(&mut self, block: &BlockRecord, commit: Commit) -> StoreResult<()> {
+            self.inner.commit(block, commit)
+        }
+        fn entries(&self) -> StoreResult<Entries<'_>> {
+            self.inner.entries()
+        }
+        fn disk_bytes(&self) -> u64 {
+            0
+        }
+        fn kind(&self) -> &'static str {
+            "tampered"
         }
     }
 
-    fn chain_on(store: Box<dyn StateStore>, retain: u64) -> Chain {
-        let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
-        let config = ChainConfig {
-            retain_blocks: retain,
-            max_tx_lifetime_ms: 60_000.min(retain * 500),
-            ..ChainConfig::default()
+    impl BlockArchive for Tampered {
+        fn head(&self) -> Option<&BlockHeader> {
+            match &self.replaced {
+                Some(r) if r.header.height == self.inner.head()?.height => Some(&r.header),
+                _ => self.inner.head(),
+            }
+        }
+        fn block(&self, height: u64) -> StoreResult<Option<BlockRecord>> {
+            match &self.replaced {
+                Some(r) if r.header.height == height => Ok(Some(r.clone())),
+                _ => self.inner.block(height),
+            }
+        }
+        fn first_retained(&self) -> u64 {
+            self.inner.first_retained()
+        }
+    }
+
+    /// A signed chain with two accounts and one block of two signed transfers; returns the
+    /// chain, whose store is a [`Tampered`] with nothing replaced yet.
+    fn signed_chain() -> Chain {
+        let (a, b) = (derived_key(3, 0), derived_key(3, 1));
+        let genesis = Genesis {
+            accounts: vec![
+                GenesisAccount {
+                    name: name("alice"),
+                    key: a.verifying_key().to_bytes(),
+                },
+                GenesisAccount {
+                    name: name("bob"),
+                    key: b.verifying_key().to_bytes(),
+                },
+            ],
+            ..Genesis::default()
         };
-        Chain::open(runtime, store, config).unwrap()
-    }
-
-    fn reference_checksum() -> [u8; 32] {
-        let mut chain = chain_on(Box::new(MemoryStore::new(512)), 512);
-        workload::run(&mut chain, &config(), &mut |_| {})
-            .unwrap()
-            .state_checksum
-    }
-
-    #[test]
-    fn every_backend_gives_the_same_checksum_and_verifies() {
-        let expected = reference_checksum();
-        for (kind, open) in backends() {
-            let dir = tempfile::tempdir().unwrap();
-            let mut chain = chain_on(open(dir.path(), 512), 512);
-            let report = workload::run(&mut chain, &config(), &mut |_| {}).unwrap();
-            assert_eq!(report.state_checksum, expected, "{kind}");
-            let v = verify(chain.store(), chain.runtime().clone(), chain.config()).unwrap();
-            assert!(v.replayed, "{kind}");
-            assert_eq!(v.transactions, config().transfers, "{kind}");
-            assert_eq!(v.state_digest, chain.state_digest().unwrap(), "{kind}");
-        }
-    }
-
-    #[test]
-    fn on_disk_backends_resume_at_the_last_block_and_finish_identically() {
-        let expected = reference_checksum();
-        for (kind, open) in backends().into_iter().filter(|(k, _)| *k != "memory") {
-            let dir = tempfile::tempdir().unwrap();
-            // Run part of the workload, drop the chain, reopen, run the rest.
-            let mut partial = config();
-            partial.transfers = 2_500;
-            let mut chain = chain_on(open(dir.path(), 512), 512);
-            workload::run(&mut chain, &partial, &mut |_| {}).unwrap();
-            let (height, digest) = (chain.head().height, chain.state_digest().unwrap());
-            drop(chain);
-
-            let mut chain = chain_on(open(dir.path(), 512), 512);
-            assert_eq!(chain.head().height, height, "{kind}");
-            assert_eq!(chain.state_digest().unwrap(), digest, "{kind}");
-            let report = workload::resume(&mut chain, &config(), &mut |_| {}).unwrap();
-            assert_eq!(report.state_checksum, expected, "{kind}");
-            verify(chain.store(), chain.runtime().clone(), chain.config()).unwrap();
-        }
-    }
-
-    #[test]
-    fn duplicates_are_still_rejected_after_a_restart() {
-        for (kind, open) in backends().into_iter().filter(|(k, _)| *k != "memory") {
-            let dir = tempfile::tempdir().unwrap();
-            let mut chain = chain_on(open(dir.path(), 512), 512);
-            chain.deploy(SIMPLECOIN, workload::SIMPLECOIN_WASM).unwrap();
-            chain.finish_block().unwrap();
-            let tx = transfer_tx(&chain, "simplecoin", "bob", 1);
-            assert!(chain.push_transaction(&tx).unwrap().is_success());
-            chain.finish_block().unwrap();
-            drop(chain);
-            let mut chain = chain_on(open(dir.path(), 512), 512);
-            assert!(
-                matches!(
-                    chain.push_transaction(&tx),
-                    Err(ChainError::Tx(TxError::Duplicate(_)))
-                ),
-                "{kind}"
-            );
-        }
-    }
-
-    #[test]
-    fn pruned_blocks_are_gone_and_the_rest_still_verify() {
-        for (kind, open) in backends() {
-            let dir = tempfile::tempdir().unwrap();
-            let mut chain = chain_on(open(dir.path(), 4), 4);
-            workload::run(&mut chain, &config(), &mut |_| {}).unwrap();
-            let head = chain.head().height;
-            assert_eq!(chain.store().first_retained(), head - 3, "{kind}");
-            assert!(chain.store().block(head - 4).unwrap().is_none(), "{kind}");
-            let v = verify(chain.store(), chain.runtime().clone(), chain.config()).unwrap();
-            assert!(!v.replayed && v.from == head - 3, "{kind}: {v:?}");
-        }
-    }
-
-    /// The log's segment files, in order.
-    fn segments(dir: &Path) -> Vec<std::path::PathBuf> {
-        let mut files: Vec<_> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|e| e == "tlog"))
+        let store = Tampered {
+            inner: MemoryStore::new(64),
+            replaced: None,
+        };
+        let mut builder =
+            Chain::genesis(runtime(), Box::new(store), ChainConfig::default()).unwrap();
+        builder.apply(&genesis).unwrap();
+        builder.deploy(simplecoin(), SIMPLECOIN_WASM).unwrap();
+        let mut chain = builder.finish().unwrap();
+        let txs = [("alice", &a), ("bob", &b)]
+            .iter()
+            .map(|(who, key)| {
+                let data = transfer_data(who, "carol", 0);
+                let tx = envelope(
+                    &chain,
+                    vec![action(simplecoin(), transfer(), &[name(who)], data)],
+                );
+                SignedTransaction::sign(tx, &[(name(who), key)])
+            })
             .collect();
-        files.sort();
-        files
+        chain.run_block(txs).unwrap();
+        chain
     }
 
-    fn log_options() -> LogOptions {
-        LogOptions {
-            retain_blocks: 512,
-            segment_bytes: 1 << 30,
-            snapshot_min_bytes: 1 << 30,
-        }
-    }
-
-    /// Runs `blocks` blocks of the workload on a log store in `dir`, returning the state
-    /// digest and checksum after each block.
-    fn log_run(dir: &Path, blocks: u64) -> Vec<([u8; 32], [u8; 32])> {
-        let mut chain = chain_on(Box::new(LogStore::open(dir, log_options()).unwrap()), 512);
-        let mut after = Vec::new();
-        let mut cfg = config();
-        cfg.transfers = cfg.block_size as u64;
-        workload::run(&mut chain, &cfg, &mut |_| {}).unwrap();
-        after.push((chain.state_digest().unwrap(), chain.head().state_checksum));
-        for _ in 1..blocks {
-            cfg.transfers += cfg.block_size as u64;
-            workload::resume(&mut chain, &cfg, &mut |_| {}).unwrap();
-            after.push((chain.state_digest().unwrap(), chain.head().state_checksum));
-        }
-        after
+    fn verify_chain(chain: &Chain) -> Result<(), ChainError> {
+        verify(chain.store(), chain.runtime().clone(), chain.config()).map(|_| ())
     }
 
     #[test]
-    fn a_torn_or_flipped_last_record_is_dropped_on_open() {
-        type Damage = fn(&mut Vec<u8>, usize);
-        let damages: [(&str, Damage); 3] = [
-            ("torn mid-record", |bytes, last| {
-                bytes.truncate(last + (bytes.len() - last) / 2)
-            }),
-            ("torn mid-header", |bytes, last| bytes.truncate(last + 3)),
-            ("flipped byte", |bytes, last| {
-                let at = last + (bytes.len() - last) * 2 / 3;
-                bytes[at] ^= 0x20;
-            }),
-        ];
-        for (what, damage) in damages {
-            let dir = tempfile::tempdir().unwrap();
-            let after = log_run(dir.path(), 3);
-            let file = segments(dir.path()).pop().unwrap();
-            let mut bytes = std::fs::read(&file).unwrap();
-            let last_record = last_record_offset(&bytes);
-            damage(&mut bytes, last_record);
-            std::fs::write(&file, &bytes).unwrap();
-
-            let store = LogStore::open(dir.path(), log_options()).unwrap();
-            let chain = chain_on(Box::new(store), 512);
-            let (digest, checksum) = after[after.len() - 2];
-            assert_eq!(chain.head().state_checksum, checksum, "{what}");
-            assert_eq!(chain.state_digest().unwrap(), digest, "{what}");
-            verify(chain.store(), chain.runtime().clone(), chain.config()).unwrap();
-            // The damaged tail was cut, so the log ends at the previous block's record.
-            assert_eq!(
-                std::fs::metadata(&file).unwrap().len() as usize,
-                last_record,
-                "{what}"
-            );
+    fn issue_10_swapped_signatures_no_longer_match_the_block() {
+        let chain = signed_chain();
+        verify_chain(&chain).unwrap();
+        let record = chain.store().block(1).unwrap().unwrap();
+        let mut body: BlockBody = borsh::from_slice(&record.body).unwrap();
+        // Swap the signature bytes of the two transactions: their unsigned ids stay the same.
+        let (first, second) = body.transactions.split_at_mut(1);
+        std::mem::swap(
+            &mut first[0].signatures[0].signature,
+            &mut second[0].signatures[0].signature,
+        );
+        assert_ne!(body.root(), record.header.transactions_root);
+        let forged = BlockRecord {
+            body: borsh::to_vec(&body).unwrap(),
+            ..record
+        };
+        let mut store = Tampered {
+            inner: MemoryStore::new(64),
+            replaced: Some(forged),
+        };
+        for height in 0..=1 {
+            store
+                .inner
+                .commit(
+                    &chain.store().block(height).unwrap().unwrap(),
+                    Commit::default(),
+                )
+                .unwrap();
         }
-    }
-
-    /// The byte offset of the last record in a segment.
-    fn last_record_offset(bytes: &[u8]) -> usize {
-        let mut at = 12;
-        let mut last = at;
-        while at + 8 <= bytes.len() {
-            let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-            last = at;
-            at += 8 + len;
-        }
-        last
+        let err = verify(&store, chain.runtime().clone(), chain.config()).unwrap_err();
+        assert!(err.to_string().contains("transactions root"), "{err}");
     }
 
     #[test]
-    fn damage_before_the_last_segment_is_an_error_not_a_silent_loss() {
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let options = LogOptions {
-                retain_blocks: 512,
-                segment_bytes: 1,
-                snapshot_min_bytes: 1 << 30,
-            };
-            let mut chain = chain_on(Box::new(LogStore::open(dir.path(), options).unwrap()), 512);
-            let mut cfg = config();
-            cfg.transfers = 1_000;
-            workload::run(&mut chain, &cfg, &mut |_| {}).unwrap();
+    fn issue_10_a_later_block_cannot_smuggle_in_unsigned_state_changes() {
+        let chain = signed_chain();
+        // A forged block 2 with no transactions that replaces alice's key with the attacker's,
+        // its header and checksum recomputed so that every link and checksum checks out.
+        let head = chain.head().clone();
+        let attacker = derived_key(666, 0).verifying_key().to_bytes();
+        let changes = vec![(keys::account(name("alice")), Some(attacker.to_vec()))];
+        let header = BlockHeader {
+            height: head.height + 1,
+            previous: head.id(),
+            timestamp_ms: head.timestamp_ms + 500,
+            transactions_root: BlockBody::default().root(),
+            state_checksum: chain_checksum(
+                &head.state_checksum,
+                changes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
+            ),
+        };
+        let forged = BlockRecord {
+            header,
+            body: borsh::to_vec(&BlockBody::default()).unwrap(),
+            changes,
+        };
+        let mut store = MemoryStore::new(64);
+        for height in 0..=head.height {
+            store
+                .commit(
+                    &chain.store().block(height).unwrap().unwrap(),
+                    Commit::default(),
+                )
+                .unwrap();
         }
-        let first = segments(dir.path())[1].clone();
-        let mut bytes = std::fs::read(&first).unwrap();
-        let mid = bytes.len() / 2;
-        bytes[mid] ^= 1;
-        std::fs::write(&first, bytes).unwrap();
-        let err = LogStore::open(dir.path(), log_options())
-            .err()
-            .expect("an error");
-        assert!(err.to_string().contains("damaged"), "{err}");
+        store.commit(&forged, Commit::default()).unwrap();
+        let err = verify(&store, chain.runtime().clone(), chain.config()).unwrap_err();
+        assert!(err.to_string().contains("replay"), "{err}");
     }
 }

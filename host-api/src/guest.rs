@@ -1,30 +1,56 @@
 //! The contract side of ABI v1, for contracts written in Rust (feature `guest`).
 //!
-//! Safe wrappers over the imports: the action's message, typed storage (borsh), authority
-//! checks, aborts and console output, plus [`dispatch`] to route `apply` by action name.
-//! Only `core` and `alloc` are used, so a contract may be `no_std` (it then provides a global
-//! allocator; a bump allocator that never frees is enough, since the runtime restores the
-//! contract's memory after every action).
+//! Safe wrappers over the imports: the action's message, storage under raw-byte keys with
+//! borsh values, authority checks, aborts and console output; [`contract!`] for the entry
+//! point and the `no_std` boilerplate. Only `core` and `alloc` are used, so a contract is
+//! `no_std`.
+//!
+//! A contract's action types come from its ABI file: `tally abigen NAME.abi.json --lang rust
+//! -o src/abi.rs` generates one struct per action and an `Action` enum of them (see
+//! [`crate::message`]). [`contract!`] exports `apply`, decodes the incoming action into that
+//! enum and calls your function with it and the [`Context`] (receiver, code, action):
 //!
 //! ```ignore
-//! use tally_host_api::guest::{self, Name};
+//! #![no_std]
+//! mod abi; // generated: `pub enum Action { Hit(Hit) }`, `pub struct Hit { pub who: Name }`
 //!
-//! #[unsafe(no_mangle)]
-//! pub extern "C" fn apply(receiver: u64, code: u64, action: u64) {
-//!     guest::dispatch(receiver, code, action, &[(guest::name("hello"), hello)]);
-//! }
+//! use abi::{Action, Hit};
+//! use tally_host_api::guest::{self, Context};
 //!
-//! fn hello() {
-//!     let who: Name = guest::message();
-//!     guest::require_auth(who);
-//!     guest::store(&who, &1u64);
+//! tally_host_api::contract!(execute);
+//!
+//! fn execute(_ctx: &Context, action: Action) {
+//!     match action {
+//!         Action::Hit(Hit { who }) => {
+//!             guest::require_auth(who);
+//!             let count = guest::load::<u64>(&who).unwrap_or(0);
+//!             guest::store(&who, &(count + 1));
+//!         }
+//!     }
 //! }
 //! ```
+//!
+//! # Keys and values
+//!
+//! A key is raw bytes ([`Key`]): a `&str` is its UTF-8 bytes, a [`Name`] its 8 bytes
+//! little-endian (the layout of the 2017 C contracts, so a Rust token and simplecoin keep
+//! balances alike), a `u64` its 8 bytes little-endian. Values are borsh ([`store`], [`load`]),
+//! or raw bytes ([`store_bytes`], [`load_bytes`]).
+//!
+//! # Action data
+//!
+//! [`message`] decodes the action's data strictly, as [`crate::message::decode`] does:
+//! exactly one value, no trailing bytes, strings in UTF-8. The readers `tally abigen --lang c`
+//! generates for C contracts accept and refuse exactly the same data, with the same abort
+//! messages. (The 2017 C helpers, `DataStream` and friends, read a prefix and ignore the rest;
+//! `DataStream_end` checks that nothing is left.)
 
 use alloc::vec::Vec;
 use borsh::{BorshDeserialize, BorshSerialize};
 
 pub use crate::Name;
+pub use crate::message::{ActionData, Actions, DecodeError, name};
+pub use crate::{contract, no_std_boilerplate};
 
 mod sys {
     #[link(wasm_import_module = "env")]
@@ -40,12 +66,16 @@ mod sys {
     }
 }
 
-/// A name from a string literal, checked at compile time when used in a `const`.
-pub const fn name(s: &str) -> Name {
-    match Name::from_str_const(s) {
-        Ok(n) => n,
-        Err(_) => panic!("not a valid name"),
-    }
+/// What an `apply` call is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Context {
+    /// The account whose contract is running (whose storage [`store`] writes).
+    pub receiver: Name,
+    /// The account the action was sent to. [`apply`] and [`dispatch`] only call handlers
+    /// when it is the receiver.
+    pub code: Name,
+    /// The action's name.
+    pub action: Name,
 }
 
 /// Aborts the action with `message`: its transaction rolls back, the node goes on.
@@ -87,85 +117,188 @@ pub fn message_bytes() -> Vec<u8> {
     buf
 }
 
-/// The action's data decoded as `T`; aborts the action if it is not a valid `T`.
+/// The action's data decoded as exactly one `T` (see [the module docs](self#action-data));
+/// aborts the action with the [`DecodeError`]'s message otherwise.
 pub fn message<T: BorshDeserialize>() -> T {
-    let bytes = message_bytes();
-    T::try_from_slice(&bytes).unwrap_or_else(|_| abort("malformed action data"))
+    crate::message::decode(&message_bytes()).unwrap_or_else(|e| abort(e.message()))
 }
 
-fn key_bytes<K: BorshSerialize + ?Sized>(key: &K) -> Vec<u8> {
-    borsh::to_vec(key).unwrap_or_else(|_| abort("key cannot be encoded"))
+/// A storage key: raw bytes, with no length prefix.
+pub trait Key {
+    /// Calls `f` with the key's bytes.
+    fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R;
+}
+
+impl Key for [u8] {
+    fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        f(self)
+    }
+}
+
+impl<const N: usize> Key for [u8; N] {
+    fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        f(self)
+    }
+}
+
+impl Key for Vec<u8> {
+    fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        f(self)
+    }
+}
+
+/// Its UTF-8 bytes: `tally get CONTRACT str:TEXT` reads it.
+impl Key for str {
+    fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        f(self.as_bytes())
+    }
+}
+
+impl Key for alloc::string::String {
+    fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        f(self.as_bytes())
+    }
+}
+
+/// Its 8 bytes little-endian, as the C contracts store an `AccountName`: `tally get CONTRACT
+/// name:ACCOUNT` reads it.
+impl Key for Name {
+    fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        f(&self.0.to_le_bytes())
+    }
+}
+
+/// Its 8 bytes little-endian.
+impl Key for u64 {
+    fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        f(&self.to_le_bytes())
+    }
+}
+
+impl<K: Key + ?Sized> Key for &K {
+    fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        (**self).with_bytes(f)
+    }
 }
 
 /// The raw value of `key` in this contract's storage.
-pub fn load_bytes(key: &[u8]) -> Option<Vec<u8>> {
-    let mut buf = Vec::with_capacity(64);
-    loop {
-        // SAFETY: key and buffer pointers with their exact lengths.
-        let full = unsafe {
-            sys::load(
-                key.as_ptr(),
-                key.len() as u32,
-                buf.as_mut_ptr(),
-                buf.capacity() as u32,
-            )
-        };
-        if full < 0 {
-            return None;
+pub fn load_bytes(key: &(impl Key + ?Sized)) -> Option<Vec<u8>> {
+    key.with_bytes(|key| {
+        let mut buf = Vec::with_capacity(64);
+        loop {
+            // SAFETY: key and buffer pointers with their exact lengths.
+            let full = unsafe {
+                sys::load(
+                    key.as_ptr(),
+                    key.len() as u32,
+                    buf.as_mut_ptr(),
+                    buf.capacity() as u32,
+                )
+            };
+            if full < 0 {
+                return None;
+            }
+            let full = full as usize;
+            if full <= buf.capacity() {
+                // SAFETY: the host wrote `full` bytes.
+                unsafe { buf.set_len(full) };
+                return Some(buf);
+            }
+            buf.reserve_exact(full);
         }
-        let full = full as usize;
-        if full <= buf.capacity() {
-            // SAFETY: the host wrote `full` bytes.
-            unsafe { buf.set_len(full) };
-            return Some(buf);
-        }
-        buf.reserve_exact(full);
-    }
+    })
 }
 
-/// The value of `key` decoded as `V`, or `None` if absent; aborts if it is not a valid `V`.
-pub fn load<K: BorshSerialize + ?Sized, V: BorshDeserialize>(key: &K) -> Option<V> {
-    let bytes = load_bytes(&key_bytes(key))?;
-    Some(V::try_from_slice(&bytes).unwrap_or_else(|_| abort("stored value has another type")))
+/// The value of `key` decoded as `V`, or `None` if absent; aborts if it is not exactly one
+/// `V`. Name the type where the compiler cannot infer it: `load::<u64>(&who)`.
+pub fn load<V: BorshDeserialize>(key: &(impl Key + ?Sized)) -> Option<V> {
+    let bytes = load_bytes(key)?;
+    Some(crate::message::decode(&bytes).unwrap_or_else(|_| abort("stored value has another type")))
+}
+
+/// Whether `key` has a value in this contract's storage.
+pub fn contains(key: &(impl Key + ?Sized)) -> bool {
+    key.with_bytes(|key| {
+        // SAFETY: the key pointer with its exact length; a zero-length destination.
+        unsafe { sys::load(key.as_ptr(), key.len() as u32, [].as_mut_ptr(), 0) >= 0 }
+    })
 }
 
 /// Sets the raw value of `key`.
-pub fn store_bytes(key: &[u8], value: &[u8]) {
-    // SAFETY: pointers with their exact lengths.
-    unsafe {
-        sys::store(
-            key.as_ptr(),
-            key.len() as u32,
-            value.as_ptr(),
-            value.len() as u32,
-        )
-    }
+pub fn store_bytes(key: &(impl Key + ?Sized), value: &[u8]) {
+    key.with_bytes(|key| {
+        // SAFETY: pointers with their exact lengths.
+        unsafe {
+            sys::store(
+                key.as_ptr(),
+                key.len() as u32,
+                value.as_ptr(),
+                value.len() as u32,
+            )
+        }
+    })
 }
 
-/// Sets `key` to `value`, both borsh-encoded.
-pub fn store<K: BorshSerialize + ?Sized, V: BorshSerialize + ?Sized>(key: &K, value: &V) {
-    let value = borsh::to_vec(value).unwrap_or_else(|_| abort("value cannot be encoded"));
-    store_bytes(&key_bytes(key), &value);
+/// Sets `key` to `value`, borsh-encoded.
+pub fn store<V: BorshSerialize + ?Sized>(key: &(impl Key + ?Sized), value: &V) {
+    store_bytes(key, &crate::message::encode(value));
 }
 
-/// Deletes `key`.
-pub fn remove<K: BorshSerialize + ?Sized>(key: &K) {
-    let key = key_bytes(key);
-    // SAFETY: pointer with its exact length.
-    unsafe { sys::remove(key.as_ptr(), key.len() as u32) }
+/// Deletes `key` (a no-op if absent).
+pub fn remove(key: &(impl Key + ?Sized)) {
+    key.with_bytes(|key| {
+        // SAFETY: pointer with its exact length.
+        unsafe { sys::remove(key.as_ptr(), key.len() as u32) }
+    })
 }
 
-/// Routes an `apply(receiver, code, action)` call to the handler of `action`, when the
-/// action is addressed to this contract (`code == receiver`); aborts on an unknown action.
-pub fn dispatch(receiver: u64, code: u64, action: u64, handlers: &[(Name, fn())]) {
+/// Runs one `apply(receiver, code, action)` call with generated action types: decodes the
+/// action's data into `A` (the `Action` enum of `tally abigen`) and calls `handler`. Aborts
+/// on an unknown action or malformed data; does nothing when the action was sent to another
+/// contract (`code != receiver`). [`contract!`] calls it.
+pub fn apply<A: Actions>(receiver: u64, code: u64, action: u64, handler: impl FnOnce(&Context, A)) {
     if code != receiver {
         return;
     }
+    let ctx = Context {
+        receiver: Name(receiver),
+        code: Name(code),
+        action: Name(action),
+    };
+    match A::decode(ctx.action, &message_bytes()) {
+        Ok(decoded) => handler(&ctx, decoded),
+        Err(e) => abort(e.message()),
+    }
+}
+
+/// A handler for [`dispatch`]: it reads its own [`message`].
+pub type Handler = fn(&Context);
+
+/// Routes an `apply(receiver, code, action)` call to the handler of `action`, for a contract
+/// without generated types (each handler reads its own [`message`]); aborts on an unknown
+/// action, does nothing when the action was sent to another contract.
+pub fn dispatch(receiver: u64, code: u64, action: u64, handlers: &[(Name, Handler)]) {
+    if code != receiver {
+        return;
+    }
+    let ctx = Context {
+        receiver: Name(receiver),
+        code: Name(code),
+        action: Name(action),
+    };
     match handlers.iter().find(|(n, _)| n.0 == action) {
-        Some((_, handler)) => handler(),
+        Some((_, handler)) => handler(&ctx),
         None => abort("unknown action"),
     }
 }
+
+/// The heap [`no_std_boilerplate!`] gives a contract unless told otherwise: 32 KiB, the arena
+/// contracts/token-rs has run its benchmarks with. It keeps a contract within two 64 KiB pages
+/// beside `tally build`'s 64 KiB stack (every page a contract starts with is memory the runtime
+/// restores after each action). A message is copied to the heap before it is decoded, so a
+/// contract taking messages of more than about half the heap needs a larger one; running out
+/// of heap aborts the action ("panic").
+pub const DEFAULT_HEAP: usize = 32 * 1024;
 
 /// A global allocator for `no_std` contracts: hands out memory from a fixed arena and never
 /// frees. That is all a contract needs, because the runtime restores its memory (the arena and
@@ -210,4 +343,57 @@ unsafe impl<const ARENA: usize> core::alloc::GlobalAlloc for BumpAllocator<ARENA
     }
 
     unsafe fn dealloc(&self, _ptr: *mut u8, _layout: core::alloc::Layout) {}
+}
+
+/// The items every `no_std` contract needs: a global allocator ([`BumpAllocator`] over
+/// [`DEFAULT_HEAP`] bytes, or `heap = BYTES`) and a panic handler that aborts the action with
+/// "panic". [`contract!`] includes it; use it alone with your own `apply`.
+///
+/// ```ignore
+/// #![no_std]
+/// tally_host_api::no_std_boilerplate!(heap = 64 * 1024);
+/// ```
+#[macro_export]
+macro_rules! no_std_boilerplate {
+    () => {
+        $crate::no_std_boilerplate!(heap = $crate::guest::DEFAULT_HEAP);
+    };
+    (heap = $bytes:expr) => {
+        #[global_allocator]
+        static __TALLY_ALLOCATOR: $crate::guest::BumpAllocator<{ $bytes }> =
+            $crate::guest::BumpAllocator::new();
+
+        #[panic_handler]
+        fn __tally_panic(_: &::core::panic::PanicInfo<'_>) -> ! {
+            $crate::guest::abort("panic")
+        }
+    };
+}
+
+/// A whole contract's entry point: exports `apply`, which decodes each action sent to the
+/// contract into the generated `Action` enum and calls `handler(&Context, Action)` (see
+/// [`guest::apply`](crate::guest::apply)), plus the [`no_std_boilerplate!`]. The heap can be
+/// set as in that macro: `contract!(execute, heap = 64 * 1024)`.
+///
+/// ```ignore
+/// tally_host_api::contract!(execute);
+///
+/// fn execute(ctx: &Context, action: abi::Action) { /* match action { … } */ }
+/// ```
+#[macro_export]
+macro_rules! contract {
+    ($handler:expr) => {
+        $crate::contract!($handler, heap = $crate::guest::DEFAULT_HEAP);
+    };
+    ($handler:expr, heap = $bytes:expr) => {
+        $crate::no_std_boilerplate!(heap = $bytes);
+
+        // In an anonymous block, so the contract may name its own function `apply`.
+        const _: () = {
+            #[unsafe(export_name = "apply")]
+            extern "C" fn __tally_apply(receiver: u64, code: u64, action: u64) {
+                $crate::guest::apply(receiver, code, action, $handler);
+            }
+        };
+    };
 }

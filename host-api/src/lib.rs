@@ -7,8 +7,11 @@
 //! - [`limits`]: every limit a contract runs under, each with where its number came from;
 //! - [`error`]: why an action aborts, as stable numeric codes;
 //! - [`name`]: EOS-style 64-bit account and action names;
+//! - feature `borsh`: `message`, action data as borsh, and the traits of the types
+//!   `tally abigen --lang rust` generates (for contracts, clients and tests alike);
 //! - [`Host`]: what the node provides to a running action (its message and its state);
-//! - feature `guest`: `guest`, the same imports as safe Rust for contracts;
+//! - feature `guest`: `guest`, the same imports as safe Rust for contracts, with the
+//!   `contract!` macro for their entry point and `no_std` boilerplate;
 //! - feature `host`: [`linker::add_to_linker`] registers every import on a wasmtime `Linker`,
 //!   bounds-checking every guest pointer and charging fuel for every call.
 //!
@@ -41,9 +44,20 @@ pub mod name;
 pub mod guest;
 #[cfg(feature = "host")]
 pub mod linker;
+#[cfg(feature = "borsh")]
+pub mod message;
 
 pub use error::{Abort, AbortCode, HostError, NodeFault};
 pub use name::Name;
+
+/// What an [`Host::upsert`] found under its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upsert {
+    /// The key did not exist: the write grows the state.
+    Inserted,
+    /// The key existed and now holds the new value.
+    Updated,
+}
 
 /// What a node provides to one running action.
 ///
@@ -62,6 +76,21 @@ pub trait Host {
 
     /// Sets `key` to `value` in this contract's namespace.
     fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), HostError>;
+
+    /// Sets `key` like [`Host::store`], and says whether the key is new, which prices state
+    /// growth ([`limits::FUEL_PER_NEW_KEY`]). The runtime calls this, not `store`.
+    ///
+    /// The default looks the key up first; a host that learns it while writing (a journal
+    /// insert returns the old entry) should override it to save the second lookup.
+    fn upsert(&mut self, key: &[u8], value: &[u8]) -> Result<Upsert, HostError> {
+        let existed = self.load(key)?.is_some();
+        self.store(key, value)?;
+        Ok(if existed {
+            Upsert::Updated
+        } else {
+            Upsert::Inserted
+        })
+    }
 
     /// Deletes `key` from this contract's namespace (a no-op if absent).
     fn remove(&mut self, key: &[u8]) -> Result<(), HostError>;

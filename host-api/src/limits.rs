@@ -26,17 +26,116 @@ pub const FUEL_PER_HOST_CALL: u64 = 200;
 /// Fuel per byte moved across the boundary (keys, values, messages).
 pub const FUEL_PER_BYTE: u64 = 1;
 
-/// Native stack for WebAssembly frames, in bytes. EOS limits call depth to 251 frames;
-/// 512 KiB holds several thousand ordinary frames while keeping a hostile recursion's trap
-/// quick and deterministic (a stack overflow is a trap, never a crash).
-pub const MAX_WASM_STACK: usize = 512 * 1024;
+/// Fuel per key a `load` looks up, on top of [`FUEL_PER_HOST_CALL`]: a lookup in a large state
+/// held in RAM misses the CPU caches (~100-300 ns with 10M accounts, shared/PROBE.md's
+/// machine, where ordinary contract code runs at ~0.3 ns per fuel). Cosmos SDK's `KVStore`
+/// gas charges the same kind of flat read cost (`ReadCostFlat` 1,000).
+pub const FUEL_PER_KEY_READ: u64 = 1_000;
+
+/// Fuel per key a `store` or `remove` writes, on top of [`FUEL_PER_HOST_CALL`]: besides the
+/// lookup, a written key is sorted, hashed into the block's state checksum and appended to the
+/// store at commit (~1 µs per key). Cosmos SDK charges writes twice reads (`WriteCostFlat`
+/// 2,000); Tally charges three times, for the commit work.
+pub const FUEL_PER_KEY_WRITE: u64 = 3_000;
+
+/// Extra fuel when a `store` creates a key that did not exist: state growth, which every node
+/// keeps (in RAM for the log store) for as long as the key lives. Ethereum prices creating a
+/// storage slot at ~7x updating one (SSTORE 20,000 vs 2,900 gas); Tally's new key costs about
+/// four times an overwrite in total.
+pub const FUEL_PER_NEW_KEY: u64 = 10_000;
+
+/// Fuel per byte (key plus value) a `store` writes to state, instead of [`FUEL_PER_BYTE`]:
+/// the bytes are copied into the journal, hashed into the state checksum, appended to the log
+/// and kept in RAM. Cosmos SDK charges 10x per byte written what it charges per byte read
+/// (`WriteCostPerByte` 30 vs `ReadCostPerByte` 3).
+pub const FUEL_PER_STORED_BYTE: u64 = 10;
+
+/// Bytes of linear memory tracked as one unit when an action writes memory: after the action
+/// the runtime restores each unit it dirtied. 1 KiB keeps the restore of a typical action (a
+/// few hundred bytes of stack and buffers) at a few chunks, where 64 KiB pages would copy
+/// 64 KiB after every transfer.
+pub const DIRTY_CHUNK_BYTES: u64 = 1024;
+
+/// Fuel per chunk ([`DIRTY_CHUNK_BYTES`]) of linear memory an action dirties for the first
+/// time, by a wasm store, a bulk memory operation or a host write. After the action the
+/// runtime copies the chunk back from the contract's snapshot (or zeroes it); on a fresh
+/// instance the first write to a chunk can also cost a page fault (~1 µs). Measured by
+/// `cargo bench --bench runtime_limits -- restore`.
+pub const FUEL_PER_DIRTY_CHUNK: u64 = 2_000;
+
+/// Fuel every action pays per page (64 KiB) of its memory, for reading the dirty-chunk map
+/// afterwards: ~4 µs for a 512-page memory (`cargo bench --bench runtime_limits -- restore`),
+/// ~8 ns per page, at ~0.3 ns per fuel.
+pub const FUEL_PER_MEMORY_PAGE: u64 = 32;
+
+/// Fuel per byte a bulk memory operation (`memory.fill`, `memory.copy`, `memory.init`)
+/// touches. NEAR charges one regular operation per byte (`linear_op_unit_cost` =
+/// `regular_op_cost`), and so does wasmtime's default table, which the runtime pins.
+pub const FUEL_PER_BULK_BYTE: u8 = 1;
+
+/// Fuel per table element a bulk table operation (`table.fill`, `table.copy`, `table.init`,
+/// `table.grow`) touches: each element is written through wasmtime's runtime (~10 ns,
+/// measured by `cargo bench --bench runtime_limits -- fuel`).
+pub const FUEL_PER_TABLE_ELEMENT: u8 = 30;
+
+/// Fuel of an integer division or remainder (`i32/i64.div_s/div_u/rem_s/rem_u`) instead of
+/// one: a 64-bit `div` takes ~40-90 cycles on the CPUs of shared/PROBE.md, against ~1 for
+/// the operations fuel usually counts, so a chain of divisions was the slowest code per fuel
+/// (`cargo bench --bench runtime_limits -- fuel`); at 16 it runs at ~0.8 ns per fuel.
+pub const FUEL_PER_INTEGER_DIVISION: u8 = 16;
+
+/// Fuel of a float division or square root (`f32/f64.div`, `f32/f64.sqrt`) instead of one:
+/// ~15-20 cycles of latency each, plus NaN canonicalisation; at 8 fuel a chain of square
+/// roots still ran at ~1.5 ns per fuel, at 16 ~1 ns.
+pub const FUEL_PER_FLOAT_DIVISION: u8 = 16;
+
+/// Fuel per `memory.grow`: a call into wasmtime's runtime that changes the memory's
+/// protection (~1-3 µs). A grown memory cannot be restored in place, so the instance is
+/// dropped and the contract's next action instantiates afresh (~10 µs); like a warm instance
+/// evicted from the cache, that happens at most once per action and is the node's cost.
+pub const FUEL_PER_MEMORY_GROW: u64 = 10_000;
+
+/// Fuel every action of a module that cannot reuse an instance (it changes its tables or
+/// drops segments) pays up front for its fresh instance: ~8-10 µs from the instance pool
+/// (shared/PROBE.md), plus [`FUEL_PER_BYTE`] per byte of data segments copied in.
+pub const FUEL_PER_FRESH_INSTANCE: u64 = 40_000;
+
+/// Fuel a module's instantiation may use (its global initialisers and segment offsets, which
+/// wasmtime runs as compiled code). The validation limits bound that code to
+/// [`MAX_GLOBALS`] + [`MAX_DATA_SEGMENTS`] + [`MAX_ELEMENT_SEGMENTS`] expressions of at most
+/// [`MAX_CONST_EXPR_OPS`] operators each, about 70,000 operators; this is ten times that.
+pub const INSTANTIATE_FUEL: u64 = 1_000_000;
+
+// The call stack. Exhaustion must happen at the same depth on every node, so it is counted in
+// WebAssembly terms, never in native bytes (which depend on the code Cranelift generates).
+
+/// Bytes of call stack every frame costs besides its values: NEAR's frame accounting
+/// (`64 + sizes of params and locals`, finite-wasm), for the return address, the frame pointer
+/// and the spills of the runtime's own registers.
+pub const FRAME_OVERHEAD_BYTES: u32 = 64;
+
+/// The deterministic stack limit: the most bytes of frames (each [`FRAME_OVERHEAD_BYTES`] plus
+/// 8 bytes per parameter, local and operand-stack slot, 16 for `v128`) that may be live at
+/// once. Past it the action fails with `StackOverflow`, at the same depth on every node.
+/// NEAR allows 256 KiB of such accounted frames (`max_stack_height` 262,144); Tally allows
+/// half, which still admits ~800 frames of a typical function (EOS allows 251).
+pub const MAX_STACK_BYTES: u32 = 128 * 1024;
+
+/// Native stack for WebAssembly frames, in bytes: a backstop that [`MAX_STACK_BYTES`] always
+/// reaches first. A frame's native size is at most ~2x its accounted size (every value spills
+/// to an 8- or 16-byte slot; measured worst case in the runtime's
+/// `deterministic_stack_limit_always_triggers_before_the_native_one`), so this is four times
+/// the deterministic limit, and small enough for the 2 MiB stack of a spawned thread.
+pub const MAX_WASM_STACK: usize = 4 * MAX_STACK_BYTES as usize;
 
 /// Largest module accepted at upload, in bytes. EOS 2017 had no limit; CosmWasm allows 3 MiB
 /// uncompressed. Contracts are small (simplecoin is under 1 KiB), so 1 MiB is generous.
 pub const MAX_MODULE_SIZE: usize = 1024 * 1024;
 
-/// Most functions a module may define. CosmWasm's `MAX_FUNCTIONS` is 20,000.
-pub const MAX_FUNCTIONS: usize = 20_000;
+/// Most functions a module may define. Compiling costs ~150 µs of CPU per function however
+/// small (the deploy benchmark's "max functions" shape), so CosmWasm's 20,000 took 3 s here;
+/// 2,048 takes ~0.3 s. NEAR allows 10,000 functions in 4 MiB of code, ~625 per 256 KiB.
+pub const MAX_FUNCTIONS: usize = 2_048;
 
 /// Most imports a module may declare. CosmWasm's `MAX_IMPORTS` is 100.
 pub const MAX_IMPORTS: usize = 100;
@@ -52,6 +151,80 @@ pub const MAX_TABLES: usize = 1;
 
 /// Most elements in a table. CosmWasm's `TABLE_SIZE_LIMIT` is 2,500.
 pub const MAX_TABLE_ELEMENTS: u64 = 2_500;
+
+// Compile cost. Cranelift's time grows with code size, locals, blocks and nesting, so each is
+// bounded statically at upload; the worst module these limits allow compiles in well under a
+// second (`cargo bench --bench runtime_limits -- deploy`, README).
+
+/// Most bytes of function bodies (the code section) a module may have. Compile time is about
+/// linear in it, and worst for code that is all stores (each gains a dirty-chunk mark): 256
+/// KiB of `i32.store` took ~0.9-1.1 s of CPU to deploy, so 128 KiB keeps the worst shape near
+/// half a second (`cargo bench --bench runtime_limits -- deploy`). Real contracts are far
+/// smaller: simplecoin's code is ~500 bytes, the Rust token's a few KiB.
+pub const MAX_CODE_SIZE: usize = 128 * 1024;
+
+/// Most bytes of code after the runtime's instrumentation, a safety net under
+/// [`MAX_CODE_SIZE`]: the instrumentation adds at most ~40 bytes per store (a 3-byte
+/// instruction at least) and ~40 per function, so ~12x the code plus 40 bytes per function.
+/// NEAR bounds its instrumented code too (`max_instrumented_code_size`, 16 MiB).
+pub const MAX_INSTRUMENTED_CODE_SIZE: usize = 16 * MAX_CODE_SIZE;
+
+/// Most bytes of one function body. NEAR allows 192 KiB (`max_function_body_size`); Tally's
+/// whole code section is [`MAX_CODE_SIZE`], and one function may use a quarter of it
+/// (register allocation grows faster than linearly with a function's size).
+pub const MAX_FUNCTION_BODY_SIZE: usize = 32 * 1024;
+
+/// Most locals one function may declare (parameters not included). wasmparser allows 50,000;
+/// Cranelift zero-initialises each one, so 20,000 functions of 50,000 locals took ~90 s to
+/// compile (issue 10). EOS allows 8 KiB of locals per function (`maximum_func_local_bytes`,
+/// 1,024 i64s); Tally allows as many locals of any type.
+pub const MAX_FUNCTION_LOCALS: u32 = 1_024;
+
+/// Most locals all functions together may declare. NEAR allows 1,000,000 per contract
+/// (`max_locals_per_contract`) for 4 MiB contracts; scaled to [`MAX_CODE_SIZE`] that is
+/// ~32,000.
+pub const MAX_TOTAL_LOCALS: u64 = 32 * 1024;
+
+/// Most parameters of a function type. NEAR allows 64 (`max_params_per_function`); CosmWasm
+/// 100.
+pub const MAX_FUNCTION_PARAMS: usize = 64;
+
+/// Most results of a function type. CosmWasm's `MAX_FUNCTION_RESULTS` is 1; it also lets the
+/// runtime wrap every body in one block for its stack accounting.
+pub const MAX_FUNCTION_RESULTS: usize = 1;
+
+/// Most types a module may declare. NEAR's `max_types_per_contract` is 1,024.
+pub const MAX_TYPES: usize = 1_024;
+
+/// Deepest nesting of blocks, loops and ifs in a function. Every level is a Cranelift block
+/// whose variables may need block parameters, so depth multiplies the cost of every local
+/// used inside. EOS allows 1,024 (`maximum_nested_structures`); compilers emit far less than
+/// 256 (LLVM's output for deeply nested Rust is ~20-50).
+pub const MAX_NESTING_DEPTH: u32 = 256;
+
+/// Most blocks, loops and ifs in one function. NEAR's `max_blocks_per_function` is 5,000.
+pub const MAX_BLOCKS_PER_FUNCTION: u32 = 5_000;
+
+/// Most targets of one `br_table`. Each target is an edge in Cranelift's flow graph that
+/// carries every live variable; a Rust `match` on a byte needs 256. 4,096 leaves room for
+/// interpreters' dispatch tables.
+pub const MAX_BR_TABLE_TARGETS: u32 = 4_096;
+
+/// Most values on one function's operand stack at once. NEAR allows 8 KiB of operand stack
+/// per function (`max_operand_stack_bytes_per_function`), 1,024 eight-byte values.
+pub const MAX_OPERAND_STACK: u32 = 1_024;
+
+/// Most operators in one constant expression (a global's initialiser, a segment's offset).
+/// Extended constant expressions are address arithmetic such as `global.get $base;
+/// i32.const 16; i32.add`; 32 is plenty, and bounds the code instantiation runs.
+pub const MAX_CONST_EXPR_OPS: usize = 32;
+
+/// Most data segments a module may declare. Each is copied into every fresh instance; rustc
+/// and clang emit a handful.
+pub const MAX_DATA_SEGMENTS: usize = 1_024;
+
+/// Most element segments a module may declare.
+pub const MAX_ELEMENT_SEGMENTS: usize = 1_024;
 
 /// Longest storage key, in bytes. EOS keys were 8-byte names; 256 bytes allows composite keys.
 pub const MAX_KEY_LEN: u32 = 256;

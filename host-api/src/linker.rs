@@ -1,10 +1,11 @@
 //! Registration of the ABI v1 imports on a wasmtime [`Linker`] (feature `host`).
 //!
-//! Every host function takes the same steps in the same order: charge fuel for the call and
-//! its input bytes, bounds-check each guest pointer/length pair against the contract's memory,
-//! call the [`Host`], write any result back, and charge for the output bytes. Any failure is an
-//! [`Abort`] returned as the call's error, which wasmtime turns into a trap and the runtime
-//! turns into a failed receipt.
+//! Every host function takes the same steps in the same order: charge fuel for the call, the
+//! keys it touches and its input bytes, bounds-check each guest pointer/length pair against the
+//! contract's memory, call the [`Host`], write any result back, and charge for the output bytes
+//! (and for state growth, when a `store` created its key). Any failure is an [`Abort`]
+//! returned as the call's error, which wasmtime turns into a trap and the runtime turns into a
+//! failed receipt.
 
 use core::ops::Range;
 use std::format;
@@ -15,10 +16,10 @@ use wasmtime::{Caller, Linker, Memory};
 use crate::abi::MODULE;
 use crate::error::{Abort, AbortCode, HostError};
 use crate::limits::{
-    FUEL_PER_BYTE, FUEL_PER_HOST_CALL, MAX_ASSERT_MESSAGE_LEN, MAX_CONSOLE_LEN, MAX_KEY_LEN,
-    MAX_VALUE_LEN,
+    FUEL_PER_BYTE, FUEL_PER_HOST_CALL, FUEL_PER_KEY_READ, FUEL_PER_KEY_WRITE, FUEL_PER_NEW_KEY,
+    FUEL_PER_STORED_BYTE, MAX_ASSERT_MESSAGE_LEN, MAX_CONSOLE_LEN, MAX_KEY_LEN, MAX_VALUE_LEN,
 };
-use crate::{Host, Name};
+use crate::{Host, Name, Upsert};
 
 /// The store data of a running action: a [`Host`] that also knows the instance's memory.
 pub trait WasmHost: Host + 'static {
@@ -27,9 +28,12 @@ pub trait WasmHost: Host + 'static {
     fn memory(&self) -> Option<Memory>;
 
     /// Called after the host wrote `range` of guest memory (`read_message`, `load`), so a
-    /// runtime that restores instances knows to restore those bytes too.
-    fn wrote(&mut self, range: Range<usize>) {
+    /// runtime that restores instances knows to restore those bytes too. Returns the fuel the
+    /// write costs beyond its bytes (restoring the pages it dirtied first), which the call
+    /// then charges.
+    fn wrote(&mut self, range: Range<usize>) -> u64 {
         let _ = range;
+        0
     }
 }
 
@@ -40,7 +44,10 @@ fn abort(code: AbortCode, message: impl Into<String>) -> wasmtime::Error {
 }
 
 /// Takes `amount` fuel from the running action, or aborts it when there is not enough.
-fn charge<T>(caller: &mut Caller<'_, T>, amount: u64) -> HostResult<()> {
+///
+/// # Errors
+/// An [`AbortCode::OutOfFuel`] abort, with the action's fuel set to zero.
+pub fn charge<T>(caller: &mut Caller<'_, T>, amount: u64) -> HostResult<()> {
     let left = caller.get_fuel()?;
     match left.checked_sub(amount) {
         Some(rest) => caller.set_fuel(rest),
@@ -118,8 +125,8 @@ pub fn add_to_linker<T: WasmHost>(linker: &mut Linker<T>) -> wasmtime::Result<()
             let n = msg.len().min(dst.len());
             data[dst.start..dst.start + n].copy_from_slice(&msg[..n]);
             let full = msg.len() as i32;
-            host.wrote(dst.start..dst.start + n);
-            charge(&mut caller, n as u64 * FUEL_PER_BYTE)?;
+            let extra = host.wrote(dst.start..dst.start + n);
+            charge(&mut caller, n as u64 * FUEL_PER_BYTE + extra)?;
             Ok(full)
         },
     )?;
@@ -138,7 +145,7 @@ pub fn add_to_linker<T: WasmHost>(linker: &mut Linker<T>) -> wasmtime::Result<()
             let klen = length(klen, MAX_KEY_LEN, "key")?;
             charge(
                 &mut caller,
-                FUEL_PER_HOST_CALL + klen as u64 * FUEL_PER_BYTE,
+                FUEL_PER_HOST_CALL + FUEL_PER_KEY_READ + klen as u64 * FUEL_PER_BYTE,
             )?;
             let dlen = length(dlen, u32::MAX >> 1, "value buffer")?;
             let mem = memory(&caller)?;
@@ -153,8 +160,8 @@ pub fn add_to_linker<T: WasmHost>(linker: &mut Linker<T>) -> wasmtime::Result<()
                     (value.len() as i32, n)
                 }
             };
-            host.wrote(dst.start..dst.start + n);
-            charge(&mut caller, n as u64 * FUEL_PER_BYTE)?;
+            let extra = host.wrote(dst.start..dst.start + n);
+            charge(&mut caller, n as u64 * FUEL_PER_BYTE + extra)?;
             Ok(full)
         },
     )?;
@@ -166,13 +173,18 @@ pub fn add_to_linker<T: WasmHost>(linker: &mut Linker<T>) -> wasmtime::Result<()
             let vlen = length(vlen, MAX_VALUE_LEN, "value")?;
             charge(
                 &mut caller,
-                FUEL_PER_HOST_CALL + (klen as u64 + vlen as u64) * FUEL_PER_BYTE,
+                FUEL_PER_HOST_CALL
+                    + FUEL_PER_KEY_WRITE
+                    + (klen as u64 + vlen as u64) * FUEL_PER_STORED_BYTE,
             )?;
             let mem = memory(&caller)?;
             let (data, host) = mem.data_and_store_mut(&mut caller);
             let key = guest_range(data.len(), key, klen, "key")?;
             let val = guest_range(data.len(), val, vlen, "value")?;
-            host.store(&data[key], &data[val]).map_err(into_trap)
+            match host.upsert(&data[key], &data[val]).map_err(into_trap)? {
+                Upsert::Inserted => charge(&mut caller, FUEL_PER_NEW_KEY),
+                Upsert::Updated => Ok(()),
+            }
         },
     )?;
     linker.func_wrap(
@@ -182,7 +194,7 @@ pub fn add_to_linker<T: WasmHost>(linker: &mut Linker<T>) -> wasmtime::Result<()
             let klen = length(klen, MAX_KEY_LEN, "key")?;
             charge(
                 &mut caller,
-                FUEL_PER_HOST_CALL + klen as u64 * FUEL_PER_BYTE,
+                FUEL_PER_HOST_CALL + FUEL_PER_KEY_WRITE + klen as u64 * FUEL_PER_BYTE,
             )?;
             let mem = memory(&caller)?;
             let (data, host) = mem.data_and_store_mut(&mut caller);

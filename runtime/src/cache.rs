@@ -1,85 +1,261 @@
-//! The on-disk tier of the module cache: one file per code hash, holding wasmtime's serialized
-//! native code behind a header that says what it was compiled for and a checksum of the rest.
-//!
-//! File layout (all integers little-endian):
-//!
-//! | bytes | field |
-//! |---|---|
-//! | 8 | magic `TALLYMOD` |
-//! | 4 | format version (1) |
-//! | 32 | engine fingerprint ([`crate::engine::fingerprint`]) |
-//! | 32 | sha256 of the WebAssembly code |
-//! | 32 | sha256 of the payload |
-//! | 8 | payload length |
-//! | n | payload: `Module::serialize` output |
-//!
-//! Any mismatch (truncated file, flipped byte, another engine or wasmtime version) makes the
-//! entry a miss: the caller recompiles and rewrites it. Nothing here panics on bad input.
+//! The module cache's tiers: prepared contracts in memory (bounded by bytes, least recently
+//! used evicted first), authenticated native code on disk ([`crate::disk_cache`]), and the
+//! compiler.
 
-use std::fs;
-use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
-use sha2::{Digest, Sha256};
+use wasmtime::{Engine, Module};
 
-const MAGIC: &[u8; 8] = b"TALLYMOD";
-const FORMAT_VERSION: u32 = 1;
-const HEADER_LEN: usize = 8 + 4 + 32 + 32 + 32 + 8;
+use crate::cache_key::CacheKey;
+use crate::counters::{Counters, bump};
+use crate::error::RuntimeError;
+use crate::{CodeHash, Contract, disk_cache};
 
-/// The path of the entry for `code_hash` in `dir`.
-pub(crate) fn entry_path(dir: &Path, code_hash: &[u8; 32]) -> PathBuf {
-    dir.join(format!("{}.cwasm", hex::encode(code_hash)))
+/// Prepared contracts in memory, bounded by the bytes they hold.
+pub(crate) struct ContractCache {
+    inner: Mutex<Lru>,
+    limit: usize,
 }
 
-/// The verified payload of an entry, or `None` if the file is missing, stale or corrupt.
-pub(crate) fn read_entry(
-    path: &Path,
-    fingerprint: &[u8; 32],
-    code_hash: &[u8; 32],
-) -> Option<Vec<u8>> {
-    let mut bytes = fs::read(path).ok()?;
-    if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
-        return None;
-    }
-    let version = u32::from_le_bytes(bytes[8..12].try_into().ok()?);
-    let payload_len = u64::from_le_bytes(bytes[108..116].try_into().ok()?);
-    let payload_ok = version == FORMAT_VERSION
-        && &bytes[12..44] == fingerprint
-        && &bytes[44..76] == code_hash
-        && payload_len == (bytes.len() - HEADER_LEN) as u64
-        && bytes[76..108] == Sha256::digest(&bytes[HEADER_LEN..])[..];
-    if !payload_ok {
-        return None;
-    }
-    bytes.drain(..HEADER_LEN);
-    Some(bytes)
+#[derive(Default)]
+struct Lru {
+    entries: HashMap<CodeHash, (Arc<Contract>, u64)>,
+    bytes: usize,
+    clock: u64,
 }
 
-/// Writes an entry atomically: a temporary file, fsync'd, then renamed over the old one, so a
-/// crash leaves either the old entry or the new one (and a torn temporary file is never read).
-pub(crate) fn write_entry(
-    path: &Path,
-    fingerprint: &[u8; 32],
-    code_hash: &[u8; 32],
-    payload: &[u8],
-) -> io::Result<()> {
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let result = (|| {
-        let mut file = fs::File::create(&tmp)?;
-        let mut header = Vec::with_capacity(HEADER_LEN);
-        header.extend_from_slice(MAGIC);
-        header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        header.extend_from_slice(fingerprint);
-        header.extend_from_slice(code_hash);
-        header.extend_from_slice(&Sha256::digest(payload));
-        header.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        file.write_all(&header)?;
-        file.write_all(payload)?;
-        file.sync_data()?;
-        fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
+impl ContractCache {
+    pub(crate) fn new(limit: usize) -> Self {
+        Self {
+            inner: Mutex::new(Lru::default()),
+            limit,
+        }
     }
-    result
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Lru> {
+        // Every update leaves the map and its byte count consistent before anything can panic.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The contract, marked as just used.
+    pub(crate) fn get(&self, code_hash: &CodeHash) -> Option<Arc<Contract>> {
+        let mut lru = self.lock();
+        lru.clock += 1;
+        let now = lru.clock;
+        let (contract, used) = lru.entries.get_mut(code_hash)?;
+        *used = now;
+        Some(contract.clone())
+    }
+
+    /// Adds `contract`, then evicts the least recently used contracts (never the one just
+    /// added) until the cache fits its limit. Returns the evicted code hashes.
+    pub(crate) fn insert(&self, contract: Arc<Contract>) -> Vec<CodeHash> {
+        let mut lru = self.lock();
+        lru.clock += 1;
+        let now = lru.clock;
+        let hash = *contract.code_hash();
+        let weight = contract.weight();
+        if let Some((old, _)) = lru.entries.insert(hash, (contract, now)) {
+            lru.bytes -= old.weight();
+        }
+        lru.bytes += weight;
+        let mut evicted = Vec::new();
+        while lru.bytes > self.limit && lru.entries.len() > 1 {
+            let Some(oldest) = lru
+                .entries
+                .iter()
+                .filter(|(h, _)| **h != hash)
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(h, _)| *h)
+            else {
+                break;
+            };
+            if let Some((gone, _)) = lru.entries.remove(&oldest) {
+                lru.bytes -= gone.weight();
+                evicted.push(oldest);
+            }
+        }
+        evicted
+    }
+
+    /// Bytes the cached contracts hold.
+    pub(crate) fn bytes(&self) -> usize {
+        self.lock().bytes
+    }
+}
+
+/// The disk tier: a directory of entries and the key that authenticates them.
+pub(crate) struct DiskTier {
+    pub dir: PathBuf,
+    pub key: CacheKey,
+}
+
+/// The compiled form of `wasm` (the instrumented module of the upload whose hash is
+/// `code_hash`): from disk if an authenticated entry is there, else compiled and written.
+pub(crate) fn load_or_compile(
+    engine: &Engine,
+    fingerprint: &[u8; 32],
+    disk: Option<&DiskTier>,
+    counters: &Counters,
+    wasm: &[u8],
+    code_hash: &CodeHash,
+) -> Result<Module, RuntimeError> {
+    let path = disk.map(|disk| disk_cache::entry_path(&disk.dir, code_hash));
+    if let (Some(disk), Some(path)) = (disk, &path) {
+        if let Some(payload) = disk_cache::read_entry(path, &disk.key, fingerprint, code_hash) {
+            // SAFETY: `Module::deserialize` runs native code from its input, so the input must
+            // be wasmtime's own output for this engine. The entry's HMAC verified under this
+            // node's cache key, which never leaves the user's configuration directory (mode
+            // 0600) and is not in the data directory, so only this node's runtime (or another
+            // with the same user's key) wrote it, right after compiling the module whose hash
+            // is `code_hash` with an engine of the same fingerprint (wasmtime version, Tally's
+            // instrumentation, engine settings and ISA baseline), which the header binds too.
+            match unsafe { Module::deserialize(engine, &payload) } {
+                Ok(module) => {
+                    bump(&counters.disk_hits);
+                    return Ok(module);
+                }
+                Err(_) => bump(&counters.disk_rejected),
+            }
+        } else if path.exists() {
+            bump(&counters.disk_rejected);
+        }
+    }
+    // A module that passed validation is within every limit Cranelift has, so a failure here
+    // is the node's (memory, mmap), not the module's: it must not become a verdict on it.
+    let module = Module::new(engine, wasm).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+    bump(&counters.compiles);
+    if let (Some(disk), Some(path)) = (disk, &path) {
+        let written = module.serialize().ok().and_then(|bytes| {
+            disk_cache::write_entry(path, &disk.key, fingerprint, code_hash, &bytes).ok()
+        });
+        if written.is_none() {
+            bump(&counters.disk_write_errors);
+        }
+    }
+    Ok(module)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use tally_host_api::{Host, HostError, Name};
+
+    use crate::{Entry, Runtime, RuntimeConfig, cache_key, disk_cache};
+
+    #[derive(Default)]
+    struct MapHost(HashMap<Vec<u8>, Vec<u8>>);
+
+    impl Host for MapHost {
+        fn message(&self) -> &[u8] {
+            &[]
+        }
+        fn load(&mut self, key: &[u8]) -> Result<Option<&[u8]>, HostError> {
+            Ok(self.0.get(key).map(Vec::as_slice))
+        }
+        fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), HostError> {
+            self.0.insert(key.to_vec(), value.to_vec());
+            Ok(())
+        }
+        fn remove(&mut self, key: &[u8]) -> Result<(), HostError> {
+            self.0.remove(key);
+            Ok(())
+        }
+        fn is_authorized(&self, _: Name) -> bool {
+            false
+        }
+    }
+
+    /// A contract whose `apply` stores `answer` under key "r".
+    fn answering(answer: u8) -> Vec<u8> {
+        wat::parse_str(format!(
+            r#"(module
+              (import "env" "store" (func $store (param i32 i32 i32 i32)))
+              (memory (export "memory") 1)
+              (data (i32.const 0) "r{}")
+              (func (export "apply") (param i64 i64 i64)
+                (call $store (i32.const 0) (i32.const 1) (i32.const 1) (i32.const 1))))"#,
+            char::from(answer)
+        ))
+        .unwrap()
+    }
+
+    fn answer(rt: &Runtime, wasm: &[u8]) -> u8 {
+        let c = rt.prepare(wasm).unwrap();
+        let mut host = MapHost::default();
+        let entry = Entry::Action {
+            receiver: Name(1),
+            code: Name(1),
+            action: Name(1),
+        };
+        assert!(rt.execute(&c, entry, &mut host).unwrap().is_success());
+        host.0[&b"r"[..]][0]
+    }
+
+    fn cached(root: &std::path::Path, who: &str) -> RuntimeConfig {
+        RuntimeConfig {
+            cache_dir: Some(root.join(who)),
+            cache_key: Some(root.join(format!("{who}.key"))),
+            ..RuntimeConfig::default()
+        }
+    }
+
+    #[test]
+    fn issue_10_a_forged_cache_entry_is_recompiled_never_run() {
+        let root = tempfile::tempdir().unwrap();
+        let (x, y) = (answering(b'x'), answering(b'y'));
+        let hash =
+            |wasm: &[u8]| -> [u8; 32] { <sha2::Sha256 as sha2::Digest>::digest(wasm).into() };
+
+        // The attacker compiles X on a node of their own, with the same tally binary...
+        let attacker_config = cached(root.path(), "attacker");
+        let attacker = Runtime::new(attacker_config.clone()).unwrap();
+        assert_eq!(answer(&attacker, &x), b'x');
+        let attacker_key = cache_key::load_or_create(
+            attacker_config.cache_key.as_ref().unwrap(),
+            attacker_config.cache_dir.as_ref().unwrap(),
+        )
+        .unwrap();
+        let fingerprint = *attacker.fingerprint();
+        let x_native = disk_cache::read_entry(
+            &disk_cache::entry_path(attacker_config.cache_dir.as_ref().unwrap(), &hash(&x)),
+            &attacker_key,
+            &fingerprint,
+            &hash(&x),
+        )
+        .expect("the attacker's own entry");
+
+        // ...and plants it in the victim's data directory as the code of Y: a well-formed
+        // entry with every header field right, authenticated the only way the attacker can.
+        let victim_config = cached(root.path(), "victim");
+        std::fs::create_dir_all(victim_config.cache_dir.as_ref().unwrap()).unwrap();
+        disk_cache::write_entry(
+            &disk_cache::entry_path(victim_config.cache_dir.as_ref().unwrap(), &hash(&y)),
+            &attacker_key,
+            &fingerprint,
+            &hash(&y),
+            &x_native,
+        )
+        .unwrap();
+
+        let victim = Runtime::new(victim_config.clone()).unwrap();
+        assert_eq!(
+            answer(&victim, &y),
+            b'y',
+            "the victim ran the attacker's code"
+        );
+        let stats = victim.cache_stats();
+        assert_eq!(
+            (stats.disk_hits, stats.disk_rejected, stats.compiles),
+            (0, 1, 1),
+            "{stats:?}"
+        );
+        // The entry was rewritten under the victim's key: a restart loads it.
+        let restarted = Runtime::new(victim_config).unwrap();
+        assert_eq!(answer(&restarted, &y), b'y');
+        assert_eq!(restarted.cache_stats().disk_hits, 1);
+    }
 }

@@ -1,41 +1,95 @@
-//! Deploy-time rewriting that lets one instance serve many actions with pristine state.
+//! Deploy-time rewriting: dirty tracking by 1 KiB chunk, fuel for bulk operations, and a
+//! deterministic call-stack limit.
 //!
-//! A fresh instance per action isolates actions but costs ~8 µs, most of it resetting a 64 KiB
-//! memory. Instead, every instruction that writes linear memory is preceded by a few
-//! instructions that widen a dirty range `[low, high)` kept in two added globals. After an
-//! action the runtime copies only that range back from a snapshot of the memory taken right
-//! after instantiation, resets every mutable global, and the instance is pristine again.
-//! Writes the host makes into guest memory (`read_message`, `load`) are tracked on the host
-//! side ([`tally_host_api::linker::WasmHost::wrote`]).
+//! - **Dirty chunks.** A fresh instance per action isolates actions but costs ~8 µs, most of
+//!   it resetting memory. Instead, every instruction that writes linear memory also marks the
+//!   1 KiB chunk it writes in a one-byte-per-chunk map (a second, private memory), and counts
+//!   the chunk in a global if it was not marked yet: straight-line code, no branch and no
+//!   call, so instrumented code stays cheap to compile. At every *charge point* (each
+//!   function's entry and each loop's header) a non-zero count is paid through the runtime's
+//!   `charge_chunks`, [`FUEL_PER_DIRTY_CHUNK`](tally_host_api::limits::FUEL_PER_DIRTY_CHUNK)
+//!   each, and reset; the runtime pays what is left when the action ends. So the memory an
+//!   action can dirty without paying is bounded by the stores of one loop-free, call-free
+//!   stretch of code, and no loop can run over memory it has not paid for. After the action
+//!   the runtime copies just the marked chunks back from the contract's snapshot and resets
+//!   every mutable global, and the instance is pristine again. A store that crosses into the
+//!   next chunk is covered because the runtime restores 16 bytes past each dirty chunk (the
+//!   widest store is 16 bytes). Host writes into guest memory (`read_message`, `load`) are
+//!   tracked by the runtime itself ([`tally_host_api::linker::WasmHost::wrote`]).
+//! - **Bulk operations.** wasmtime charges `memory.fill/copy/init` and `table.*` per byte or
+//!   element (the engine pins those prices, see [`crate::engine`]); each bulk memory
+//!   operation is preceded by a call that marks the chunks it writes.
+//!   `memory.grow` is preceded by a call that charges
+//!   [`FUEL_PER_MEMORY_GROW`](tally_host_api::limits::FUEL_PER_MEMORY_GROW).
+//! - **Stack.** Every function is charged its accounted frame size (see
+//!   [`crate::validate`]) on entry, in a global, and refunded on exit; past
+//!   [`MAX_STACK_BYTES`] the action fails with `StackOverflow`. The body is wrapped in one
+//!   block, so every exit (the end, `return`, a branch to the function's label) passes the
+//!   refund. Traps skip it, and the runtime resets the global after every action.
 //!
-//! Instance state that this cannot restore cheaply (tables changed by `table.*`, segments
+//! Instance state that cannot be restored cheaply (tables changed by `table.*`, segments
 //! dropped by `elem.drop`/`data.drop`) makes a module non-reusable: it then gets a fresh
-//! instance per action, as before. `memory.grow` is detected after the action (the memory's
-//! size differs) and the instance is dropped.
+//! instance per action, and pays for it. `memory.grow` is detected after the action (the
+//! memory's size differs) and the instance is dropped.
 //!
-//! Every node instruments the same way, so fuel (which counts the added instructions too)
-//! stays deterministic.
+//! The helper calls are imports of module `__tally`, which uploads cannot name (validation
+//! accepts only ABI v1 imports), added after the module's own imports. Every node instruments
+//! the same way, so fuel (which counts the added instructions too) stays deterministic.
 
-use wasm_encoder::reencode::{Reencode, RoundtripReencoder};
+use std::convert::Infallible;
+
+use tally_host_api::limits::{MAX_INSTRUMENTED_CODE_SIZE, MAX_STACK_BYTES};
+use wasm_encoder::reencode::{Error as ReencodeError, Reencode};
 use wasm_encoder::{
-    CodeSection, ConstExpr, ExportKind, ExportSection, Function, GlobalSection, GlobalType,
-    Instruction, Module, RawSection, ValType,
+    BlockType, CodeSection, ConstExpr, ElementSection, EntityType, ExportKind, ExportSection,
+    Function, GlobalSection, GlobalType, ImportSection, Instruction, MemArg, MemorySection,
+    MemoryType, Module, RawSection, SectionId, TableSection, TypeSection, ValType,
 };
 use wasmparser::{
     BinaryReader, CodeSectionReader, FunctionBody, Operator, Parser, Payload, TypeRef,
 };
 
 use crate::error::DeployError;
+use crate::validate::Validated;
 
 /// Exports whose names start with this are Tally's; uploads may not use them.
 pub const RESERVED_EXPORT_PREFIX: &str = "__tally";
-/// The added global holding the lowest byte offset written in this action (`u64::MAX` when
-/// nothing was written).
-pub(crate) const DIRTY_LOW_EXPORT: &str = "__tally_dirty_low";
-/// The added global holding one past the highest byte offset written in this action.
-pub(crate) const DIRTY_HIGH_EXPORT: &str = "__tally_dirty_high";
+/// The module of the runtime's private imports.
+pub(crate) const PRIVATE_MODULE: &str = "__tally";
+/// The added export of the dirty-chunk map (one byte per 1 KiB of the contract's memory).
+pub(crate) const DIRTY_MAP_EXPORT: &str = "__tally_dirty_map";
+/// The added export of the stack-height global.
+pub(crate) const STACK_EXPORT: &str = "__tally_stack";
+/// The added export of the global counting chunks marked since the last charge point.
+pub(crate) const NEW_CHUNKS_EXPORT: &str = "__tally_new_chunks";
 /// Prefix of the added exports of the module's own mutable globals, by global index.
 pub(crate) const GLOBAL_EXPORT_PREFIX: &str = "__tally_global_";
+
+/// The runtime's private imports, in the order they are added: name and parameter count
+/// (every parameter is an i32; none has results).
+pub(crate) const PRIVATE_IMPORTS: [(&str, usize); 4] = [
+    // (chunks): a charge point found this many newly marked chunks.
+    ("charge_chunks", 1),
+    // (dst, len): a bulk memory operation is about to write `len` bytes at `dst`.
+    ("mem_write", 2),
+    // (pages): `memory.grow` is about to run.
+    ("grow", 1),
+    // (): the stack accounting passed `MAX_STACK_BYTES`.
+    ("stack_exhausted", 0),
+];
+const CHARGE_CHUNKS: u32 = 0;
+const MEM_WRITE: u32 = 1;
+const GROW: u32 = 2;
+const STACK_EXHAUSTED: u32 = 3;
+const ADDED_FUNCTIONS: u32 = PRIVATE_IMPORTS.len() as u32;
+
+/// Accounted frame bytes of the scratch locals added to every function (at most six 8-byte
+/// values and one 16-byte vector).
+pub(crate) const SCRATCH_FRAME_BYTES: u32 = 6 * 8 + 16;
+
+/// log2 of `DIRTY_CHUNK_BYTES`: a write at byte `a` dirties chunk `a >> 10`.
+pub(crate) const CHUNK_SHIFT: u32 = 10;
+const _: () = assert!(1 << CHUNK_SHIFT == tally_host_api::limits::DIRTY_CHUNK_BYTES);
 
 /// The instrumented module and what the runtime needs to restore an instance of it.
 pub(crate) struct Instrumented {
@@ -53,76 +107,211 @@ fn invalid(e: impl std::fmt::Display) -> DeployError {
     DeployError::Invalid(e.to_string())
 }
 
-/// Rewrites a module that already passed [`crate::validate::validate`].
-pub(crate) fn instrument(wasm: &[u8]) -> Result<Instrumented, DeployError> {
-    // First pass: parameter counts (to number the scratch locals) and the globals.
-    let mut type_params: Vec<u32> = Vec::new();
-    let mut func_params: Vec<u32> = Vec::new();
-    let mut global_count = 0u32;
-    let mut mutable_globals = Vec::new();
+fn reencode_error(e: ReencodeError<Infallible>) -> DeployError {
+    invalid(e)
+}
+
+/// Re-encodes sections with the module's own functions moved up past the added imports.
+struct Shift {
+    imported: u32,
+}
+
+impl Reencode for Shift {
+    type Error = Infallible;
+
+    fn function_index(&mut self, func: u32) -> Result<u32, ReencodeError<Infallible>> {
+        Ok(if func >= self.imported {
+            func + ADDED_FUNCTIONS
+        } else {
+            func
+        })
+    }
+}
+
+/// What the first pass learns about the module.
+struct Layout {
+    type_count: u32,
+    /// Type index of every function (imported first).
+    func_types: Vec<u32>,
+    imported_funcs: u32,
+    /// Result count of every type.
+    type_results: Vec<Option<wasmparser::ValType>>,
+    type_params: Vec<u32>,
+    global_count: u32,
+    mutable_globals: Vec<u32>,
+}
+
+fn layout(wasm: &[u8]) -> Result<Layout, DeployError> {
+    let mut l = Layout {
+        type_count: 0,
+        func_types: Vec::new(),
+        imported_funcs: 0,
+        type_results: Vec::new(),
+        type_params: Vec::new(),
+        global_count: 0,
+        mutable_globals: Vec::new(),
+    };
     for payload in Parser::new(0).parse_all(wasm) {
         match payload.map_err(invalid)? {
             Payload::TypeSection(reader) => {
                 for ty in reader.into_iter_err_on_gc_types() {
-                    type_params.push(ty.map_err(invalid)?.params().len() as u32);
+                    let ty = ty.map_err(invalid)?;
+                    l.type_params.push(ty.params().len() as u32);
+                    // Validation allows at most one result.
+                    l.type_results.push(ty.results().first().copied());
+                    l.type_count += 1;
                 }
             }
             Payload::ImportSection(reader) => {
                 for import in reader.into_imports() {
                     if let TypeRef::Func(ty) = import.map_err(invalid)?.ty {
-                        func_params.push(type_params[ty as usize]);
+                        l.func_types.push(ty);
+                        l.imported_funcs += 1;
                     }
                 }
             }
             Payload::FunctionSection(reader) => {
                 for ty in reader {
-                    func_params.push(type_params[ty.map_err(invalid)? as usize]);
+                    l.func_types.push(ty.map_err(invalid)?);
                 }
             }
             Payload::GlobalSection(reader) => {
                 for global in reader {
                     if global.map_err(invalid)?.ty.mutable {
-                        mutable_globals.push(global_count);
+                        l.mutable_globals.push(l.global_count);
                     }
-                    global_count += 1;
+                    l.global_count += 1;
                 }
             }
             _ => {}
         }
     }
-    let imported_funcs = func_params.len() - defined_funcs(wasm)?;
-    let low = global_count;
-    let high = global_count + 1;
+    Ok(l)
+}
+
+/// Rewrites a module that passed [`crate::validate::check`], which also measured its frames.
+pub(crate) fn instrument(wasm: &[u8], validated: &Validated) -> Result<Instrumented, DeployError> {
+    let l = layout(wasm)?;
+    let mut shift = Shift {
+        imported: l.imported_funcs,
+    };
+    // Added types, after the module's own: (i32) -> (), (i32, i32) -> (), () -> ().
+    let ty_i32 = l.type_count;
+    let ty_i32_i32 = l.type_count + 1;
+    let ty_unit = l.type_count + 2;
+    let stack_global = l.global_count;
+    let new_chunks_global = l.global_count + 1;
 
     let mut out = Module::new();
-    let mut reusable = true;
+    let mut imports_written = false;
     let mut globals_written = false;
-    let mut defined = 0usize;
+    let mut reusable = true;
+    let private_imports = |section: &mut ImportSection| {
+        for (name, params) in PRIVATE_IMPORTS {
+            let ty = match params {
+                0 => ty_unit,
+                1 => ty_i32,
+                _ => ty_i32_i32,
+            };
+            section.import(PRIVATE_MODULE, name, EntityType::Function(ty));
+        }
+    };
+    let added_globals = |section: &mut GlobalSection| {
+        let ty = GlobalType {
+            val_type: ValType::I32,
+            mutable: true,
+            shared: false,
+        };
+        section.global(ty, &ConstExpr::i32_const(0)); // the stack height
+        section.global(ty, &ConstExpr::i32_const(0)); // chunks marked since the last charge
+    };
+
     for payload in Parser::new(0).parse_all(wasm) {
         let payload = payload.map_err(invalid)?;
+        // Sections the module lacks but the instrumentation needs go where they belong.
+        if let Some((id, _)) = payload.as_section()
+            && !imports_written
+            && id > SectionId::Import as u8
+            && id != SectionId::Custom as u8
+            && id != SectionId::Type as u8
+        {
+            let mut section = ImportSection::new();
+            private_imports(&mut section);
+            out.section(&section);
+            imports_written = true;
+        }
+        // Every section from exports (7) on comes after globals (6).
+        if let Some((id, _)) = payload.as_section()
+            && !globals_written
+            && (SectionId::Export as u8..=SectionId::DataCount as u8).contains(&id)
+        {
+            let mut section = GlobalSection::new();
+            added_globals(&mut section);
+            out.section(&section);
+            globals_written = true;
+        }
         match &payload {
+            Payload::TypeSection(reader) => {
+                let mut section = TypeSection::new();
+                shift
+                    .parse_type_section(&mut section, reader.clone())
+                    .map_err(reencode_error)?;
+                section.ty().function([ValType::I32], []);
+                section.ty().function([ValType::I32, ValType::I32], []);
+                section.ty().function([], []);
+                out.section(&section);
+            }
+            Payload::ImportSection(reader) => {
+                let mut section = ImportSection::new();
+                shift
+                    .parse_import_section(&mut section, reader.clone())
+                    .map_err(reencode_error)?;
+                private_imports(&mut section);
+                out.section(&section);
+                imports_written = true;
+            }
+            Payload::TableSection(reader) => {
+                let mut section = TableSection::new();
+                shift
+                    .parse_table_section(&mut section, reader.clone())
+                    .map_err(reencode_error)?;
+                out.section(&section);
+            }
+            Payload::MemorySection(reader) => {
+                let mut section = MemorySection::new();
+                shift
+                    .parse_memory_section(&mut section, reader.clone())
+                    .map_err(reencode_error)?;
+                // The dirty-chunk map: one byte per 1 KiB chunk. A store at 64 MiB or more
+                // (chunk 65,536 or more, far past any memory a contract can have) traps on
+                // its mark, exactly as the store itself would have.
+                section.memory(MemoryType {
+                    minimum: 1,
+                    maximum: Some(1),
+                    memory64: false,
+                    shared: false,
+                    page_size_log2: None,
+                });
+                out.section(&section);
+            }
             Payload::GlobalSection(reader) => {
                 let mut section = GlobalSection::new();
-                RoundtripReencoder
+                shift
                     .parse_global_section(&mut section, reader.clone())
-                    .map_err(invalid)?;
-                add_dirty_globals(&mut section);
+                    .map_err(reencode_error)?;
+                added_globals(&mut section);
                 out.section(&section);
                 globals_written = true;
             }
             Payload::ExportSection(reader) => {
-                if !globals_written {
-                    let mut section = GlobalSection::new();
-                    add_dirty_globals(&mut section);
-                    out.section(&section);
-                }
                 let mut section = ExportSection::new();
-                RoundtripReencoder
+                shift
                     .parse_export_section(&mut section, reader.clone())
-                    .map_err(invalid)?;
-                section.export(DIRTY_LOW_EXPORT, ExportKind::Global, low);
-                section.export(DIRTY_HIGH_EXPORT, ExportKind::Global, high);
-                for &index in &mutable_globals {
+                    .map_err(reencode_error)?;
+                section.export(DIRTY_MAP_EXPORT, ExportKind::Memory, 1);
+                section.export(STACK_EXPORT, ExportKind::Global, stack_global);
+                section.export(NEW_CHUNKS_EXPORT, ExportKind::Global, new_chunks_global);
+                for &index in &l.mutable_globals {
                     section.export(
                         &format!("{GLOBAL_EXPORT_PREFIX}{index}"),
                         ExportKind::Global,
@@ -131,17 +320,41 @@ pub(crate) fn instrument(wasm: &[u8]) -> Result<Instrumented, DeployError> {
                 }
                 out.section(&section);
             }
+            Payload::ElementSection(reader) => {
+                let mut section = ElementSection::new();
+                shift
+                    .parse_element_section(&mut section, reader.clone())
+                    .map_err(reencode_error)?;
+                out.section(&section);
+            }
             Payload::CodeSectionStart { range, .. } => {
                 let reader =
                     CodeSectionReader::new(BinaryReader::new(&wasm[range.clone()], range.start))
                         .map_err(invalid)?;
                 let mut section = CodeSection::new();
-                for body in reader {
-                    let params = func_params[imported_funcs + defined];
-                    defined += 1;
-                    let (function, ok) = rewrite_body(&body.map_err(invalid)?, params, low, high)?;
+                for (defined, body) in reader.into_iter().enumerate() {
+                    let body = body.map_err(invalid)?;
+                    let ty = l.func_types[l.imported_funcs as usize + defined] as usize;
+                    let frame = Frame {
+                        params: l.type_params[ty],
+                        result: l.type_results[ty],
+                        bytes: *validated
+                            .frame_bytes
+                            .get(defined)
+                            .ok_or_else(|| invalid("validation measured another module"))?,
+                        stack_global,
+                        new_chunks_global,
+                    };
+                    let (function, ok) = rewrite_body(&body, &frame, &mut shift)?;
                     reusable &= ok;
                     section.function(&function);
+                }
+                if section.byte_len() > MAX_INSTRUMENTED_CODE_SIZE {
+                    return Err(DeployError::TooMany {
+                        what: "instrumented code bytes",
+                        count: section.byte_len() as u64,
+                        limit: MAX_INSTRUMENTED_CODE_SIZE as u64,
+                    });
                 }
                 out.section(&section);
             }
@@ -159,28 +372,19 @@ pub(crate) fn instrument(wasm: &[u8]) -> Result<Instrumented, DeployError> {
     }
     Ok(Instrumented {
         wasm: out.finish(),
-        mutable_globals,
+        mutable_globals: l.mutable_globals,
         reusable,
     })
 }
 
-fn defined_funcs(wasm: &[u8]) -> Result<usize, DeployError> {
-    for payload in Parser::new(0).parse_all(wasm) {
-        if let Payload::FunctionSection(reader) = payload.map_err(invalid)? {
-            return Ok(reader.count() as usize);
-        }
-    }
-    Ok(0)
-}
-
-fn add_dirty_globals(section: &mut GlobalSection) {
-    let ty = GlobalType {
-        val_type: ValType::I64,
-        mutable: true,
-        shared: false,
-    };
-    section.global(ty, &ConstExpr::i64_const(-1)); // low = u64::MAX: nothing written
-    section.global(ty, &ConstExpr::i64_const(0)); // high
+/// What the prologue and epilogue of one function need.
+struct Frame {
+    params: u32,
+    result: Option<wasmparser::ValType>,
+    /// Accounted bytes charged on entry and refunded on exit.
+    bytes: u32,
+    stack_global: u32,
+    new_chunks_global: u32,
 }
 
 /// The scratch locals added to every function, numbered from its first free local.
@@ -189,40 +393,34 @@ struct Scratch {
     addr: u32,
     /// Second i32 operand (an i32 value, a fill byte or a copy source).
     b: u32,
-    /// Third i32 operand (a length).
+    /// A length operand.
     len: u32,
-    /// The i64 offset being compared with the dirty bounds.
-    offset: u32,
     i64: u32,
     f32: u32,
     f64: u32,
     /// Only present when the function stores a v128.
     v128: u32,
-    low: u32,
-    high: u32,
 }
 
-/// The value local and byte width of a store, if `op` is one.
-fn store_shape(op: &Operator<'_>, s: &Scratch) -> Option<(u32, u64, u64)> {
+/// The value local and static offset of a store, if `op` is one.
+fn store_shape(op: &Operator<'_>, s: &Scratch) -> Option<(u32, u64)> {
     use Operator::*;
-    let (local, width, memarg) = match op {
-        I32Store { memarg } => (s.b, 4, memarg),
-        I32Store8 { memarg } => (s.b, 1, memarg),
-        I32Store16 { memarg } => (s.b, 2, memarg),
-        I64Store { memarg } => (s.i64, 8, memarg),
-        I64Store8 { memarg } => (s.i64, 1, memarg),
-        I64Store16 { memarg } => (s.i64, 2, memarg),
-        I64Store32 { memarg } => (s.i64, 4, memarg),
-        F32Store { memarg } => (s.f32, 4, memarg),
-        F64Store { memarg } => (s.f64, 8, memarg),
-        V128Store { memarg } => (s.v128, 16, memarg),
-        V128Store8Lane { memarg, .. } => (s.v128, 1, memarg),
-        V128Store16Lane { memarg, .. } => (s.v128, 2, memarg),
-        V128Store32Lane { memarg, .. } => (s.v128, 4, memarg),
-        V128Store64Lane { memarg, .. } => (s.v128, 8, memarg),
+    let (local, memarg) = match op {
+        I32Store { memarg } | I32Store8 { memarg } | I32Store16 { memarg } => (s.b, memarg),
+        I64Store { memarg }
+        | I64Store8 { memarg }
+        | I64Store16 { memarg }
+        | I64Store32 { memarg } => (s.i64, memarg),
+        F32Store { memarg } => (s.f32, memarg),
+        F64Store { memarg } => (s.f64, memarg),
+        V128Store { memarg }
+        | V128Store8Lane { memarg, .. }
+        | V128Store16Lane { memarg, .. }
+        | V128Store32Lane { memarg, .. }
+        | V128Store64Lane { memarg, .. } => (s.v128, memarg),
         _ => return None,
     };
-    Some((local, width, memarg.offset))
+    Some((local, memarg.offset))
 }
 
 fn is_v128_store(op: &Operator<'_>) -> bool {
@@ -252,46 +450,69 @@ fn breaks_reuse(op: &Operator<'_>) -> bool {
     )
 }
 
-/// Emits `low = min(low, offset)` (first) or `high = max(high, offset)` with `select`, so
-/// marking adds no branches.
-fn widen(f: &mut Function, offset: u32, global: u32, is_low: bool) {
-    f.instruction(&Instruction::LocalGet(offset));
-    f.instruction(&Instruction::GlobalGet(global));
-    f.instruction(&Instruction::LocalGet(offset));
-    f.instruction(&Instruction::GlobalGet(global));
-    f.instruction(if is_low {
-        &Instruction::I64LtU
+/// The dirty-chunk map, memory 1.
+const MAP: MemArg = MemArg {
+    offset: 0,
+    align: 0,
+    memory_index: 1,
+};
+
+/// With the address in `s.addr` and the store's static offset, marks the chunk the store
+/// writes and counts it if it was not marked yet:
+/// `new += (map[c] == 0); map[c] = 1` where `c = (addr + offset) >> 10`.
+fn mark_chunk(f: &mut Function, s: &Scratch, static_offset: u64, new_chunks: u32) {
+    f.instruction(&Instruction::LocalGet(s.addr));
+    if static_offset == 0 {
+        f.instruction(&Instruction::I32Const(CHUNK_SHIFT as i32));
+        f.instruction(&Instruction::I32ShrU);
     } else {
-        &Instruction::I64GtU
-    });
-    f.instruction(&Instruction::Select);
-    f.instruction(&Instruction::GlobalSet(global));
+        // The effective address has 33 bits; its chunk fits an i32.
+        f.instruction(&Instruction::I64ExtendI32U);
+        f.instruction(&Instruction::I64Const(static_offset as i64));
+        f.instruction(&Instruction::I64Add);
+        f.instruction(&Instruction::I64Const(CHUNK_SHIFT.into()));
+        f.instruction(&Instruction::I64ShrU);
+        f.instruction(&Instruction::I32WrapI64);
+    }
+    f.instruction(&Instruction::LocalTee(s.len));
+    f.instruction(&Instruction::LocalGet(s.len));
+    f.instruction(&Instruction::I32Load8U(MAP));
+    f.instruction(&Instruction::I32Eqz);
+    f.instruction(&Instruction::GlobalGet(new_chunks));
+    f.instruction(&Instruction::I32Add);
+    f.instruction(&Instruction::GlobalSet(new_chunks));
+    f.instruction(&Instruction::I32Const(1));
+    f.instruction(&Instruction::I32Store8(MAP));
 }
 
-/// Marks `[start, start + len)` dirty, where `start` is on the stack as an i64 and `len` is
-/// pushed by `push_len`.
-fn mark(f: &mut Function, s: &Scratch, push_len: impl FnOnce(&mut Function)) {
-    f.instruction(&Instruction::LocalSet(s.offset));
-    widen(f, s.offset, s.low, true);
-    f.instruction(&Instruction::LocalGet(s.offset));
-    push_len(f);
-    f.instruction(&Instruction::I64Add);
-    f.instruction(&Instruction::LocalSet(s.offset));
-    widen(f, s.offset, s.high, false);
+/// A charge point: pays for the chunks marked since the last one, if any.
+fn charge_point(f: &mut Function, new_chunks: u32, charge: &Instruction<'_>) {
+    f.instruction(&Instruction::GlobalGet(new_chunks));
+    f.instruction(&Instruction::If(BlockType::Empty));
+    f.instruction(&Instruction::GlobalGet(new_chunks));
+    f.instruction(charge);
+    f.instruction(&Instruction::I32Const(0));
+    f.instruction(&Instruction::GlobalSet(new_chunks));
+    f.instruction(&Instruction::End);
+}
+
+/// The function index of private import `which` in a module with `imported` imports of its
+/// own (the private imports come right after them).
+fn private(imported: u32, which: u32) -> u32 {
+    imported + which
 }
 
 fn rewrite_body(
     body: &FunctionBody<'_>,
-    params: u32,
-    low: u32,
-    high: u32,
+    frame: &Frame,
+    shift: &mut Shift,
 ) -> Result<(Function, bool), DeployError> {
     let mut locals = Vec::new();
     let mut declared = 0u32;
     for pair in body.get_locals_reader().map_err(invalid)? {
         let (count, ty) = pair.map_err(invalid)?;
         declared += count;
-        locals.push((count, RoundtripReencoder.val_type(ty).map_err(invalid)?));
+        locals.push((count, shift.val_type(ty).map_err(reencode_error)?));
     }
     let mut ops = Vec::new();
     let mut reader = body.get_operators_reader().map_err(invalid)?;
@@ -299,63 +520,113 @@ fn rewrite_body(
         ops.push(reader.read().map_err(invalid)?);
     }
     let needs_v128 = ops.iter().any(is_v128_store);
-    let base = params + declared;
+    let base = frame.params + declared;
     let s = Scratch {
         addr: base,
         b: base + 1,
         len: base + 2,
-        offset: base + 3,
-        i64: base + 4,
-        f32: base + 5,
-        f64: base + 6,
-        v128: base + 7,
-        low,
-        high,
+        i64: base + 3,
+        f32: base + 4,
+        f64: base + 5,
+        v128: base + 6,
     };
     locals.extend([
         (3, ValType::I32),
-        (2, ValType::I64),
+        (1, ValType::I64),
         (1, ValType::F32),
         (1, ValType::F64),
     ]);
     if needs_v128 {
         locals.push((1, ValType::V128));
     }
+    let imported = shift.imported;
+    let call = move |which: u32| Instruction::Call(private(imported, which));
 
     let mut f = Function::new(locals);
+    // Prologue: charge the frame, fail past the limit.
+    let sh = frame.stack_global;
+    f.instruction(&Instruction::GlobalGet(sh));
+    f.instruction(&Instruction::I32Const(frame.bytes as i32));
+    f.instruction(&Instruction::I32Add);
+    f.instruction(&Instruction::GlobalSet(sh));
+    f.instruction(&Instruction::GlobalGet(sh));
+    f.instruction(&Instruction::I32Const(MAX_STACK_BYTES as i32));
+    f.instruction(&Instruction::I32GtU);
+    f.instruction(&Instruction::If(BlockType::Empty));
+    f.instruction(&call(STACK_EXHAUSTED));
+    f.instruction(&Instruction::Unreachable);
+    f.instruction(&Instruction::End);
+    charge_point(&mut f, frame.new_chunks_global, &call(CHARGE_CHUNKS));
+    // The body, in a block that every exit leaves through.
+    let result = match frame.result {
+        None => BlockType::Empty,
+        Some(ty) => BlockType::Result(shift.val_type(ty).map_err(reencode_error)?),
+    };
+    f.instruction(&Instruction::Block(result));
+
     let mut reusable = true;
+    // Blocks open inside the wrapping block.
+    let mut depth = 0u32;
     for op in ops {
         reusable &= !breaks_reuse(&op);
-        if let Some((value, width, static_offset)) = store_shape(&op, &s) {
-            // [addr, value] -> mark [addr + offset, +width) -> [addr, value] -> store
+        match &op {
+            Operator::Block { .. } | Operator::Loop { .. } | Operator::If { .. } => depth += 1,
+            Operator::End if depth > 0 => depth -= 1,
+            Operator::End => {
+                // The function's end: close the wrapping block, refund the frame.
+                f.instruction(&Instruction::End);
+                f.instruction(&Instruction::GlobalGet(sh));
+                f.instruction(&Instruction::I32Const(frame.bytes as i32));
+                f.instruction(&Instruction::I32Sub);
+                f.instruction(&Instruction::GlobalSet(sh));
+                f.instruction(&Instruction::End);
+                continue;
+            }
+            Operator::Return => {
+                // Leave through the wrapping block's end, like a branch to the function's
+                // label (which now names the wrapping block).
+                f.instruction(&Instruction::Br(depth));
+                continue;
+            }
+            _ => {}
+        }
+        if let Some((value, static_offset)) = store_shape(&op, &s) {
+            // [addr, value] -> mark the chunk -> [addr, value] -> store
             f.instruction(&Instruction::LocalSet(value));
-            f.instruction(&Instruction::LocalTee(s.addr));
-            f.instruction(&Instruction::I64ExtendI32U);
-            f.instruction(&Instruction::I64Const(static_offset as i64));
-            f.instruction(&Instruction::I64Add);
-            mark(&mut f, &s, |f| {
-                f.instruction(&Instruction::I64Const(width as i64));
-            });
+            f.instruction(&Instruction::LocalSet(s.addr));
+            mark_chunk(&mut f, &s, static_offset, frame.new_chunks_global);
             f.instruction(&Instruction::LocalGet(s.addr));
             f.instruction(&Instruction::LocalGet(value));
-        } else if matches!(
-            op,
-            Operator::MemoryFill { .. } | Operator::MemoryCopy { .. } | Operator::MemoryInit { .. }
-        ) {
-            // [dst, b, len] -> mark [dst, dst + len) -> [dst, b, len] -> op
-            f.instruction(&Instruction::LocalSet(s.len));
-            f.instruction(&Instruction::LocalSet(s.b));
-            f.instruction(&Instruction::LocalTee(s.addr));
-            f.instruction(&Instruction::I64ExtendI32U);
-            mark(&mut f, &s, |f| {
-                f.instruction(&Instruction::LocalGet(s.len));
-                f.instruction(&Instruction::I64ExtendI32U);
-            });
-            f.instruction(&Instruction::LocalGet(s.addr));
-            f.instruction(&Instruction::LocalGet(s.b));
-            f.instruction(&Instruction::LocalGet(s.len));
+        } else {
+            match &op {
+                Operator::MemoryFill { .. }
+                | Operator::MemoryCopy { .. }
+                | Operator::MemoryInit { .. } => {
+                    // [dst, b, len] -> mem_write(dst, len) -> [dst, b, len]
+                    f.instruction(&Instruction::LocalSet(s.len));
+                    f.instruction(&Instruction::LocalSet(s.b));
+                    f.instruction(&Instruction::LocalSet(s.addr));
+                    f.instruction(&Instruction::LocalGet(s.addr));
+                    f.instruction(&Instruction::LocalGet(s.len));
+                    f.instruction(&call(MEM_WRITE));
+                    f.instruction(&Instruction::LocalGet(s.addr));
+                    f.instruction(&Instruction::LocalGet(s.b));
+                    f.instruction(&Instruction::LocalGet(s.len));
+                }
+                Operator::MemoryGrow { .. } => {
+                    // [n] -> grow(n) -> [n]
+                    f.instruction(&Instruction::LocalTee(s.len));
+                    f.instruction(&Instruction::LocalGet(s.len));
+                    f.instruction(&call(GROW));
+                }
+                _ => {}
+            }
         }
-        f.instruction(&RoundtripReencoder.instruction(op).map_err(invalid)?);
+        let is_loop = matches!(op, Operator::Loop { .. });
+        f.instruction(&shift.instruction(op).map_err(reencode_error)?);
+        if is_loop {
+            charge_point(&mut f, frame.new_chunks_global, &call(CHARGE_CHUNKS));
+        }
     }
     Ok((f, reusable))
 }
@@ -363,30 +634,17 @@ fn rewrite_body(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::upload_features;
 
-    #[test]
-    fn instrumented_module_is_valid_and_exports_the_dirty_bounds() {
-        let wasm = wat::parse_str(
-            r#"(module
-                (memory (export "memory") 1)
-                (global $g (mut i32) (i32.const 7))
-                (global i32 (i32.const 1))
-                (func (export "apply") (param i64 i64 i64) (local i64)
-                    (i32.store offset=4 (i32.const 8) (i32.const 1))
-                    (i64.store8 (i32.const 100) (local.get 0))
-                    (f64.store (i32.const 16) (f64.const 1))
-                    (memory.fill (i32.const 200) (i32.const 0) (i32.const 10))
-                    (global.set $g (i32.const 3))))"#,
-        )
-        .unwrap();
-        let out = instrument(&wasm).unwrap();
-        assert!(out.reusable);
-        assert_eq!(out.mutable_globals, vec![0]);
-        wasmparser::Validator::new()
-            .validate_all(&out.wasm)
-            .unwrap();
-        let exports: Vec<String> = Parser::new(0)
-            .parse_all(&out.wasm)
+    fn instrumented(wat: &str) -> Instrumented {
+        let wasm = wat::parse_str(wat).unwrap();
+        let validated = crate::validate::check(&wasm).unwrap();
+        instrument(&wasm, &validated).unwrap()
+    }
+
+    fn exports(wasm: &[u8]) -> Vec<String> {
+        Parser::new(0)
+            .parse_all(wasm)
             .filter_map(|p| match p.unwrap() {
                 Payload::ExportSection(r) => Some(
                     r.into_iter()
@@ -396,15 +654,67 @@ mod tests {
                 _ => None,
             })
             .flatten()
-            .collect::<Vec<_>>();
-        for name in [DIRTY_LOW_EXPORT, DIRTY_HIGH_EXPORT, "__tally_global_0"] {
-            assert!(exports.iter().any(|e| e == name), "{name} in {exports:?}");
+            .collect()
+    }
+
+    #[test]
+    fn instrumented_module_is_valid_and_exports_what_restoring_needs() {
+        let out = instrumented(
+            r#"(module
+                (import "env" "print" (func $print (param i32 i32)))
+                (memory (export "memory") 1)
+                (global $g (mut i32) (i32.const 7))
+                (global i32 (i32.const 1))
+                (table 2 funcref)
+                (elem (i32.const 0) $helper)
+                (func $helper (param i32) (result i32)
+                  (if (local.get 0) (then (return (i32.const 1))))
+                  (i32.const 2))
+                (func (export "apply") (param i64 i64 i64) (local i64)
+                    (i32.store offset=4 (i32.const 8) (call $helper (i32.const 1)))
+                    (i64.store8 (i32.const 100) (local.get 0))
+                    (f64.store (i32.const 16) (f64.const 1))
+                    (v128.store (i32.const 32) (v128.const i64x2 1 2))
+                    (memory.fill (i32.const 200) (i32.const 0) (i32.const 10))
+                    (drop (memory.grow (i32.const 1)))
+                    (call $print (i32.const 0) (i32.const 1))
+                    (global.set $g (i32.const 3))))"#,
+        );
+        assert!(out.reusable);
+        assert_eq!(out.mutable_globals, vec![0]);
+        wasmparser::Validator::new_with_features(
+            upload_features() | wasmparser::WasmFeatures::MULTI_MEMORY,
+        )
+        .validate_all(&out.wasm)
+        .unwrap();
+        let names = exports(&out.wasm);
+        for name in [
+            DIRTY_MAP_EXPORT,
+            STACK_EXPORT,
+            "__tally_global_0",
+            "apply",
+            "memory",
+        ] {
+            assert!(names.iter().any(|e| e == name), "{name} in {names:?}");
         }
     }
 
     #[test]
+    fn a_module_without_imports_or_globals_gets_both_sections() {
+        let out = instrumented(
+            r#"(module (memory (export "memory") 1)
+                 (func (export "apply") (param i64 i64 i64)))"#,
+        );
+        wasmparser::Validator::new_with_features(
+            upload_features() | wasmparser::WasmFeatures::MULTI_MEMORY,
+        )
+        .validate_all(&out.wasm)
+        .unwrap();
+    }
+
+    #[test]
     fn table_mutation_makes_a_module_non_reusable() {
-        let wasm = wat::parse_str(
+        let out = instrumented(
             r#"(module
                 (memory (export "memory") 1)
                 (table 2 funcref)
@@ -412,8 +722,7 @@ mod tests {
                 (func (export "apply") (param i64 i64 i64)
                     (table.set (i32.const 0) (ref.func $f)))
                 (elem declare func $f))"#,
-        )
-        .unwrap();
-        assert!(!instrument(&wasm).unwrap().reusable);
+        );
+        assert!(!out.reusable);
     }
 }

@@ -14,48 +14,67 @@
 //!
 //! # Core concepts
 //!
-//! - **Compile once.** [`Runtime::prepare`] validates a module, then takes its compiled form
-//!   from memory, from the disk cache (keyed by the code's sha256 and the engine's
-//!   [fingerprint](engine::fingerprint)), or compiles it and fills both tiers.
+//! - **Compile once, safely.** [`Runtime::prepare`] validates a module (the ABI, and static
+//!   bounds on everything that makes compiling slow), [instruments](instrument) it, then takes
+//!   its compiled form from memory, from the disk cache (keyed by the code's sha256 and the
+//!   engine's [fingerprint](engine::fingerprint), authenticated with this node's
+//!   [cache key](cache_key)), or compiles it and fills both tiers.
 //! - **Pristine per action.** Every action starts from the contract's state right after
-//!   instantiation: no memory, global or table state carries over between actions. Modules are
-//!   [instrumented](instrument) at deploy to track the memory they write, so after an action
-//!   the runtime restores just those bytes and the mutable globals, and reuses the instance
-//!   (~1 µs instead of ~8 µs for a fresh one). Modules that change tables or drop segments
-//!   get a fresh instance from the pooling allocator per action instead.
+//!   instantiation: no memory, global or table state carries over between actions. The
+//!   instrumentation records the pages an action writes, and the action pays for each in
+//!   fuel; afterwards the runtime copies just those pages back from a sparse snapshot and
+//!   reuses the instance (~1 µs instead of ~8 µs for a fresh one). Modules that change tables
+//!   or drop segments get a fresh instance from the pooling allocator per action instead, and
+//!   pay for it.
+//! - **Deterministic limits.** Fuel, not time, ends an action; the call stack is bounded in
+//!   WebAssembly terms, not native bytes; Cranelift compiles for one pinned ISA baseline.
 //! - **Outcomes are not errors.** A contract that asserts, traps or runs out of fuel yields a
 //!   [`Receipt`] with [`Outcome::Failure`]; `Err` is kept for faults of the node itself.
 
+pub mod cache_key;
 pub mod engine;
 pub mod error;
+pub mod instrument;
 pub mod receipt;
 pub mod validate;
 
-pub mod instrument;
-
 mod cache;
+mod counters;
+mod disk_cache;
 mod execute;
+mod pool;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
-use tally_host_api::limits::FUEL_PER_ACTION;
-use tally_host_api::{Abort, AbortCode, Host, HostError, Name};
-use wasmtime::{
-    Engine, Extern, Global, Instance, InstancePre, Linker, Memory, Module, ModuleExport, Store, Val,
+use tally_host_api::limits::{
+    FUEL_PER_ACTION, FUEL_PER_BYTE, FUEL_PER_FRESH_INSTANCE, INSTANTIATE_FUEL,
 };
+use tally_host_api::{Abort, AbortCode, Host, Name};
+use wasmtime::{Engine, InstancePre, Linker, Module, Store, Trap};
 
-pub use error::{DeployError, RuntimeError};
+pub use counters::CacheStats;
+pub use error::{DeployError, PrepareError, RuntimeError};
 pub use receipt::{Outcome, Receipt};
 pub use validate::{EntryPoints, ModuleInfo};
 
-use execute::ActionCtx;
+use cache::{ContractCache, DiskTier};
+use counters::{Counters, bump};
+use execute::{ActionCtx, Failure, with_host};
+use pool::{Dispatch, Entries, Exports, Pristine, RestoreExports, Slot, WarmPool};
 
 /// A sha256 digest of a contract's WebAssembly code.
 pub type CodeHash = [u8; 32];
+
+/// Bytes of prepared contracts kept in memory by default. A contract holds its compiled code
+/// and the non-zero pages of its initial memory (at most its data segments, so well under
+/// `MAX_MODULE_SIZE` plus a page per segment); 256 MiB keeps hundreds of ordinary contracts.
+pub const DEFAULT_CONTRACT_CACHE_BYTES: usize = 256 * 1024 * 1024;
+
+/// What a prepared contract costs in memory besides its code and snapshot: the instance
+/// template, export tables and bookkeeping, rounded up.
+const CONTRACT_OVERHEAD_BYTES: usize = 16 * 1024;
 
 /// How to build a [`Runtime`].
 #[derive(Debug, Clone)]
@@ -63,46 +82,26 @@ pub struct RuntimeConfig {
     /// Directory of the disk tier of the module cache; `None` keeps compiled code in memory
     /// only.
     pub cache_dir: Option<PathBuf>,
+    /// The key file that authenticates disk-cache entries, used only with a `cache_dir`.
+    /// `None` uses [`cache_key::default_key_path`] (`$TALLY_CACHE_KEY`, else the user's
+    /// configuration directory). It is created, mode 0600, if missing.
+    pub cache_key: Option<PathBuf>,
     /// Fuel each action starts with.
     pub fuel_per_action: u64,
+    /// Bytes of prepared contracts kept in memory; the least recently used are dropped (and
+    /// reloaded from the disk cache when needed again).
+    pub contract_cache_bytes: usize,
 }
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
             cache_dir: None,
+            cache_key: None,
             fuel_per_action: FUEL_PER_ACTION,
+            contract_cache_bytes: DEFAULT_CONTRACT_CACHE_BYTES,
         }
     }
-}
-
-/// Where [`Runtime::prepare`] found a module, counted since the runtime was built.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CacheStats {
-    /// Found ready in memory.
-    pub memory_hits: u64,
-    /// Deserialized from the disk cache.
-    pub disk_hits: u64,
-    /// Disk entries that were present but stale or corrupt (then recompiled and rewritten).
-    pub disk_rejected: u64,
-    /// Compiled from WebAssembly.
-    pub compiles: u64,
-    /// Disk entries that could not be written (the module still works from memory).
-    pub disk_write_errors: u64,
-}
-
-#[derive(Default)]
-struct Counters {
-    memory_hits: AtomicU64,
-    disk_hits: AtomicU64,
-    disk_rejected: AtomicU64,
-    compiles: AtomicU64,
-    disk_write_errors: AtomicU64,
-    instantiations: AtomicU64,
-}
-
-fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Which entry point an execution enters.
@@ -121,84 +120,20 @@ pub enum Entry {
     },
 }
 
-enum Dispatch {
-    Apply(ModuleExport),
-    Legacy(Vec<(Name, Name, ModuleExport)>),
-}
-
-/// Warm instances kept across actions, over all contracts; the least recently used one is
-/// dropped beyond this. Each holds a slot of the engine's instance pool.
-const WARM_INSTANCES: usize = 8;
-
-/// What restoring an instance needs: its state right after instantiation.
-struct Pristine {
-    memory: Vec<u8>,
-    /// Exports of the dirty-range globals and of the module's mutable globals.
-    low: ModuleExport,
-    high: ModuleExport,
-    globals: Vec<(ModuleExport, Val)>,
-}
-
 /// A validated, compiled contract, ready to instantiate.
 pub struct Contract {
     code_hash: CodeHash,
     info: ModuleInfo,
     pre: InstancePre<ActionCtx>,
-    memory: ModuleExport,
-    init: Option<ModuleExport>,
-    dispatch: Dispatch,
+    exports: Exports,
     /// `None` when instances of this module cannot be restored, so each action gets a fresh
-    /// one.
+    /// one (and pays [`Contract::fresh_instance_fuel`]).
     pristine: Option<Pristine>,
-}
-
-/// One live instance with its store.
-struct Slot {
-    code_hash: CodeHash,
-    store: Store<ActionCtx>,
-    instance: Instance,
-    memory: Memory,
-    /// Handles of the globals restored after each action, in `Pristine` order.
-    low: Option<Global>,
-    high: Option<Global>,
-    globals: Vec<Global>,
-}
-
-impl Slot {
-    /// Puts the instance back into its pristine state; `false` if it cannot be (its memory
-    /// grew), and must then be dropped.
-    fn restore(&mut self, pristine: &Pristine) -> bool {
-        let (Some(low), Some(high)) = (self.low, self.high) else {
-            return false;
-        };
-        let store = &mut self.store;
-        let len = self.memory.data_size(&*store);
-        if len != pristine.memory.len() {
-            return false;
-        }
-        let wasm_low = low.get(&mut *store).i64().unwrap_or(-1) as u64;
-        let wasm_high = high.get(&mut *store).i64().unwrap_or(0) as u64;
-        let host = std::mem::replace(&mut store.data_mut().host_dirty, execute::NOTHING_WRITTEN);
-        // Offsets past the memory are clamped: a store there trapped and wrote nothing.
-        let start = (wasm_low.min(len as u64) as usize).min(host.start);
-        let end = (wasm_high.min(len as u64) as usize).max(host.end).min(len);
-        if start < end {
-            self.memory.data_mut(&mut *store)[start..end]
-                .copy_from_slice(&pristine.memory[start..end]);
-        }
-        let reset = low
-            .set(&mut *store, Val::I64(-1))
-            .and_then(|()| high.set(&mut *store, Val::I64(0)));
-        if reset.is_err() {
-            return false;
-        }
-        for (global, (_, value)) in self.globals.iter().zip(&pristine.globals) {
-            if global.set(&mut *store, *value).is_err() {
-                return false;
-            }
-        }
-        true
-    }
+    /// Fuel each action pays up front when it needs a fresh instance: deterministic, computed
+    /// from the module at deploy.
+    fresh_instance_fuel: u64,
+    /// Bytes it holds in memory, for the contract cache's bound.
+    weight: usize,
 }
 
 impl Contract {
@@ -211,6 +146,11 @@ impl Contract {
     pub fn info(&self) -> &ModuleInfo {
         &self.info
     }
+
+    /// Bytes it holds in memory: its compiled code, its snapshot and bookkeeping.
+    pub fn weight(&self) -> usize {
+        self.weight
+    }
 }
 
 impl std::fmt::Debug for Contract {
@@ -218,6 +158,7 @@ impl std::fmt::Debug for Contract {
         f.debug_struct("Contract")
             .field("code_hash", &hex::encode(self.code_hash))
             .field("info", &self.info)
+            .field("weight", &self.weight)
             .finish_non_exhaustive()
     }
 }
@@ -228,31 +169,54 @@ pub struct Runtime {
     linker: Linker<ActionCtx>,
     fingerprint: [u8; 32],
     config: RuntimeConfig,
-    contracts: Mutex<HashMap<CodeHash, Arc<Contract>>>,
-    warm: Mutex<Vec<Slot>>,
+    disk: Option<DiskTier>,
+    contracts: ContractCache,
+    warm: WarmPool,
     counters: Counters,
 }
 
 impl Runtime {
-    /// Builds the deterministic engine, registers the ABI and opens the cache directory.
+    /// Builds the deterministic engine, registers the ABI, opens the cache directory and
+    /// loads (or creates) the key that authenticates it.
     pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
-        let engine = engine::new_engine().map_err(|e| RuntimeError::Engine(e.to_string()))?;
+        let engine = engine::new_engine().map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let mut linker = Linker::new(&engine);
         tally_host_api::linker::add_to_linker(&mut linker)
-            .map_err(|e| RuntimeError::Engine(e.to_string()))?;
-        if let Some(dir) = &config.cache_dir {
-            std::fs::create_dir_all(dir).map_err(|source| RuntimeError::CacheIo {
-                path: dir.clone(),
-                source,
-            })?;
-        }
+            .and_then(|()| execute::add_private_imports(&mut linker))
+            .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+        let disk = match &config.cache_dir {
+            None => None,
+            Some(dir) => {
+                std::fs::create_dir_all(dir).map_err(|source| RuntimeError::CacheIo {
+                    path: dir.clone(),
+                    source,
+                })?;
+                let key_path = config
+                    .cache_key
+                    .clone()
+                    .or_else(cache_key::default_key_path)
+                    .ok_or_else(|| RuntimeError::CacheKey {
+                        path: PathBuf::from("cache.key"),
+                        problem: format!(
+                            "no home or configuration directory to keep it in; set {} to a \
+                             file path",
+                            cache_key::CACHE_KEY_ENV
+                        ),
+                    })?;
+                Some(DiskTier {
+                    key: cache_key::load_or_create(&key_path, dir)?,
+                    dir: dir.clone(),
+                })
+            }
+        };
         Ok(Self {
             fingerprint: engine::fingerprint(&engine),
             engine,
             linker,
+            disk,
+            contracts: ContractCache::new(config.contract_cache_bytes),
             config,
-            contracts: Mutex::new(HashMap::new()),
-            warm: Mutex::new(Vec::new()),
+            warm: WarmPool::default(),
             counters: Counters::default(),
         })
     }
@@ -265,210 +229,174 @@ impl Runtime {
     /// Instances created so far (at deploy, for modules that cannot reuse one, and after a
     /// warm instance was dropped); most actions reuse a warm instance and create none.
     pub fn instantiations(&self) -> u64 {
-        self.counters.instantiations.load(Ordering::Relaxed)
+        self.counters.instantiations()
     }
 
     /// Where `prepare` found modules so far.
     pub fn cache_stats(&self) -> CacheStats {
-        let c = &self.counters;
-        CacheStats {
-            memory_hits: c.memory_hits.load(Ordering::Relaxed),
-            disk_hits: c.disk_hits.load(Ordering::Relaxed),
-            disk_rejected: c.disk_rejected.load(Ordering::Relaxed),
-            compiles: c.compiles.load(Ordering::Relaxed),
-            disk_write_errors: c.disk_write_errors.load(Ordering::Relaxed),
-        }
+        self.counters.cache_stats()
+    }
+
+    /// Bytes the prepared contracts in memory hold (at most
+    /// [`RuntimeConfig::contract_cache_bytes`], plus the one most recently prepared).
+    pub fn contract_cache_bytes(&self) -> usize {
+        self.contracts.bytes()
     }
 
     /// Validates `wasm` and returns it compiled, from the cheapest tier that has it.
-    pub fn prepare(&self, wasm: &[u8]) -> Result<Arc<Contract>, DeployError> {
+    ///
+    /// # Errors
+    /// [`PrepareError::Rejected`] if the module breaks a rule (the same verdict on every
+    /// node); [`PrepareError::Node`] if this node failed (then nothing may be concluded about
+    /// the module).
+    pub fn prepare(&self, wasm: &[u8]) -> Result<Arc<Contract>, PrepareError> {
         let code_hash: CodeHash = Sha256::digest(wasm).into();
-        if let Some(found) = self.lock_contracts().get(&code_hash) {
+        if let Some(found) = self.contracts.get(&code_hash) {
             bump(&self.counters.memory_hits);
-            return Ok(found.clone());
+            return Ok(found);
         }
-        let info = validate::validate(wasm, self.engine.get_wasm_features())?;
-        let instrumented = instrument::instrument(wasm)?;
-        let module = self.load_or_compile(&instrumented.wasm, &code_hash)?;
-        let contract = Arc::new(self.link(code_hash, info, &instrumented, module)?);
-        self.lock_contracts().insert(code_hash, contract.clone());
+        let validated = validate::check(wasm)?;
+        let instrumented = instrument::instrument(wasm, &validated)?;
+        let module = cache::load_or_compile(
+            &self.engine,
+            &self.fingerprint,
+            self.disk.as_ref(),
+            &self.counters,
+            &instrumented.wasm,
+            &code_hash,
+        )?;
+        let contract = Arc::new(self.link(code_hash, validated, &instrumented, module)?);
+        for evicted in self.contracts.insert(contract.clone()) {
+            bump(&self.counters.evictions);
+            self.warm.forget(&evicted);
+        }
         Ok(contract)
-    }
-
-    fn lock_contracts(&self) -> std::sync::MutexGuard<'_, HashMap<CodeHash, Arc<Contract>>> {
-        // A panic while holding the lock cannot leave the map inconsistent (single inserts).
-        self.contracts.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// `wasm` is the instrumented module; the cache is keyed by the hash of the uploaded one
-    /// (instrumentation is deterministic, and its version is part of the fingerprint).
-    fn load_or_compile(&self, wasm: &[u8], code_hash: &CodeHash) -> Result<Module, DeployError> {
-        let path = self
-            .config
-            .cache_dir
-            .as_ref()
-            .map(|dir| cache::entry_path(dir, code_hash));
-        if let Some(path) = &path {
-            if let Some(payload) = cache::read_entry(path, &self.fingerprint, code_hash) {
-                // SAFETY: `Module::deserialize` trusts its input to be wasmtime's own output.
-                // The payload's sha256 matched the header, the header's fingerprint matched
-                // this engine, and Tally is the only writer of the cache directory, so these
-                // are bytes this wasmtime version produced for this configuration.
-                match unsafe { Module::deserialize(&self.engine, &payload) } {
-                    Ok(module) => {
-                        bump(&self.counters.disk_hits);
-                        return Ok(module);
-                    }
-                    Err(_) => bump(&self.counters.disk_rejected),
-                }
-            } else if path.exists() {
-                bump(&self.counters.disk_rejected);
-            }
-        }
-        let module =
-            Module::new(&self.engine, wasm).map_err(|e| DeployError::Invalid(e.to_string()))?;
-        bump(&self.counters.compiles);
-        if let Some(path) = &path {
-            let written = module.serialize().ok().and_then(|bytes| {
-                cache::write_entry(path, &self.fingerprint, code_hash, &bytes).ok()
-            });
-            if written.is_none() {
-                bump(&self.counters.disk_write_errors);
-            }
-        }
-        Ok(module)
     }
 
     fn link(
         &self,
         code_hash: CodeHash,
-        info: ModuleInfo,
+        validated: validate::Validated,
         instrumented: &instrument::Instrumented,
         module: Module,
-    ) -> Result<Contract, DeployError> {
+    ) -> Result<Contract, PrepareError> {
         let export = |name: &str| module.get_export_index(name);
-        let memory = export(tally_host_api::abi::MEMORY_EXPORT).ok_or(DeployError::NoMemory)?;
-        let init = if info.has_init {
-            export(tally_host_api::abi::INIT_EXPORT)
-        } else {
-            None
+        // Validation guarantees these exports and instrumentation adds the rest; a missing
+        // one is a bug of this node, not the module's fault.
+        let missing = |name: &str| {
+            PrepareError::Node(RuntimeError::Engine(format!(
+                "instrumented module lacks export {name}"
+            )))
+        };
+        let info = validated.info;
+        let memory = export(tally_host_api::abi::MEMORY_EXPORT).ok_or_else(|| missing("memory"))?;
+        let init = match info.has_init {
+            true => {
+                Some(export(tally_host_api::abi::INIT_EXPORT).ok_or_else(|| missing("onInit"))?)
+            }
+            false => None,
         };
         let dispatch = match &info.entry {
             EntryPoints::Apply => Dispatch::Apply(
-                export(tally_host_api::abi::APPLY_EXPORT).ok_or(DeployError::NoEntryPoint)?,
+                export(tally_host_api::abi::APPLY_EXPORT).ok_or_else(|| missing("apply"))?,
             ),
             EntryPoints::Legacy(handlers) => Dispatch::Legacy(
                 handlers
                     .iter()
-                    .filter_map(|h| Some((h.code, h.action, export(&h.export)?)))
-                    .collect(),
+                    .map(|h| {
+                        Ok((
+                            h.code,
+                            h.action,
+                            export(&h.export).ok_or_else(|| missing(&h.export))?,
+                        ))
+                    })
+                    .collect::<Result<_, PrepareError>>()?,
             ),
         };
-        let restore_exports = instrumented.reusable.then(|| {
-            let globals = instrumented
-                .mutable_globals
-                .iter()
-                .map(|i| export(&format!("{}{i}", instrument::GLOBAL_EXPORT_PREFIX)))
-                .collect::<Option<Vec<_>>>()?;
-            Some((
-                export(instrument::DIRTY_LOW_EXPORT)?,
-                export(instrument::DIRTY_HIGH_EXPORT)?,
-                globals,
-            ))
-        });
+        let dirty_map = export(instrument::DIRTY_MAP_EXPORT)
+            .ok_or_else(|| missing(instrument::DIRTY_MAP_EXPORT))?;
+        let new_chunks = export(instrument::NEW_CHUNKS_EXPORT)
+            .ok_or_else(|| missing(instrument::NEW_CHUNKS_EXPORT))?;
+        let restore = match instrumented.reusable {
+            false => None,
+            true => Some(RestoreExports {
+                stack: export(instrument::STACK_EXPORT)
+                    .ok_or_else(|| missing(instrument::STACK_EXPORT))?,
+                globals: instrumented
+                    .mutable_globals
+                    .iter()
+                    .map(|i| {
+                        let name = format!("{}{i}", instrument::GLOBAL_EXPORT_PREFIX);
+                        export(&name).ok_or_else(|| missing(&name))
+                    })
+                    .collect::<Result<_, _>>()?,
+            }),
+        };
         let pre = self
             .linker
             .instantiate_pre(&module)
-            .map_err(|e| DeployError::Instantiate(e.to_string()))?;
+            .map_err(|e| RuntimeError::Instantiate(format!("{e:#}")))?;
         let mut contract = Contract {
             code_hash,
             info,
             pre,
-            memory,
-            init,
-            dispatch,
+            exports: Exports {
+                memory,
+                dirty_map,
+                new_chunks,
+                init,
+                dispatch,
+                restore,
+            },
             pristine: None,
+            fresh_instance_fuel: 0,
+            weight: 0,
         };
-        // Instantiate once now, so a module whose data segments do not fit its memory is
-        // rejected at deploy rather than failing every action. The fresh instance is also the
-        // pristine state that reused instances are restored to.
-        let mut slot = self
-            .instantiate(&contract)
-            .map_err(|e| DeployError::Instantiate(e.to_string()))?;
-        if let Some(Some((low, high, globals))) = restore_exports {
-            let store = &mut slot.store;
-            let globals = globals
-                .into_iter()
-                .map(|e| {
-                    let global = slot
-                        .instance
-                        .get_module_export(&mut *store, &e)
-                        .and_then(Extern::into_global)
-                        .expect("instrumentation exports every mutable global");
-                    (e, global.get(&mut *store))
-                })
-                .collect();
-            contract.pristine = Some(Pristine {
-                memory: slot.memory.data(&*store).to_vec(),
-                low,
-                high,
-                globals,
-            });
-            slot.bind_globals(contract.pristine.as_ref().expect("just set"));
-            self.put_warm(slot);
+        // Instantiate once now, so a module whose instantiation fails on every node (a data
+        // segment that does not fit its memory) is rejected at deploy rather than failing
+        // every action. The fresh instance is also the pristine state that reused instances
+        // are restored to.
+        let (mut slot, instantiate_fuel) = self.instantiate(&contract).map_err(|e| match e {
+            Instantiation::Module(why) => PrepareError::Rejected(DeployError::Instantiate(why)),
+            Instantiation::Node(e) => PrepareError::Node(e),
+        })?;
+        contract.fresh_instance_fuel =
+            FUEL_PER_FRESH_INSTANCE + validated.data_bytes * FUEL_PER_BYTE + instantiate_fuel;
+        contract.pristine = slot.snapshot();
+        let image = module.image_range();
+        contract.weight = (image.end as usize - image.start as usize)
+            + contract.pristine.as_ref().map_or(0, Pristine::bytes)
+            + CONTRACT_OVERHEAD_BYTES;
+        if contract.pristine.is_some() {
+            self.warm.put(slot);
         }
         Ok(contract)
     }
 
-    /// A fresh instance of `contract` in a new store.
-    fn instantiate(&self, contract: &Contract) -> Result<Slot, RuntimeError> {
+    /// A fresh instance of `contract` in a new store, and the fuel its instantiation used.
+    fn instantiate(&self, contract: &Contract) -> Result<(Slot, u64), Instantiation> {
         bump(&self.counters.instantiations);
-        let mut nop = NopHost;
-        let mut store = Store::new(&self.engine, ActionCtx::new(&mut nop));
-        let instance = contract
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| RuntimeError::Instantiate(e.to_string()))?;
-        let memory = instance
-            .get_module_export(&mut store, &contract.memory)
-            .and_then(Extern::into_memory)
-            .ok_or_else(|| RuntimeError::Instantiate("the contract exports no memory".into()))?;
-        store.data_mut().memory = Some(memory);
-        let mut slot = Slot {
-            code_hash: contract.code_hash,
-            store,
-            instance,
-            memory,
-            low: None,
-            high: None,
-            globals: Vec::new(),
-        };
-        if let Some(pristine) = &contract.pristine {
-            slot.bind_globals(pristine);
-        }
-        Ok(slot)
-    }
-
-    fn lock_warm(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
-        // Slots are pushed and popped whole, so a poisoned lock still holds consistent data.
-        self.warm.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A warm instance of `contract`, most recently used first.
-    fn take_warm(&self, contract: &Contract) -> Option<Slot> {
-        let mut warm = self.lock_warm();
-        let at = warm
-            .iter()
-            .rposition(|slot| slot.code_hash == contract.code_hash)?;
-        Some(warm.remove(at))
-    }
-
-    fn put_warm(&self, slot: Slot) {
-        let mut warm = self.lock_warm();
-        if warm.len() >= WARM_INSTANCES {
-            warm.remove(0);
-        }
-        warm.push(slot);
+        let mut store = Store::new(&self.engine, ActionCtx::new());
+        let node = |e: String| Instantiation::Node(RuntimeError::Instantiate(e));
+        store
+            .set_fuel(INSTANTIATE_FUEL)
+            .map_err(|e| node(format!("{e:#}")))?;
+        let instance = contract.pre.instantiate(&mut store).map_err(|e| {
+            // A trap is the module's doing and the same on every node (a segment out of
+            // bounds, initialisers out of fuel); anything else (the instance pool exhausted)
+            // is this node's.
+            match e.downcast_ref::<Trap>() {
+                Some(Trap::OutOfFuel) => Instantiation::Module(format!(
+                    "its initialisers use more than {INSTANTIATE_FUEL} fuel"
+                )),
+                Some(_) => Instantiation::Module("its initialisation traps".into()),
+                None => node(format!("{e:#}")),
+            }
+        })?;
+        let used = INSTANTIATE_FUEL - store.get_fuel().unwrap_or(0);
+        let slot = Slot::new(contract.code_hash, store, instance, &contract.exports)
+            .ok_or_else(|| node("an entry point lost its export or type".into()))?;
+        Ok((slot, used))
     }
 
     /// Runs one entry point of `contract` against `host`, in an instance whose memory,
@@ -495,126 +423,131 @@ impl Runtime {
         fuel: u64,
     ) -> Result<Receipt, RuntimeError> {
         let fuel = fuel.min(self.config.fuel_per_action);
-        let mut slot = match contract.pristine {
-            Some(_) => self.take_warm(contract),
+        let warm = match contract.pristine {
+            Some(_) => self.warm.take(&contract.code_hash),
             None => None,
-        }
-        .map_or_else(|| self.instantiate(contract), Ok)?;
-        slot.store.data_mut().set_host(host);
-        let receipt = self.run(contract, &mut slot, entry, fuel)?;
+        };
+        let (mut slot, up_front) = match warm {
+            Some(slot) => (slot, 0),
+            None => {
+                let (slot, _) = self.instantiate(contract).map_err(|e| match e {
+                    Instantiation::Module(why)
+                    | Instantiation::Node(RuntimeError::Instantiate(why)) => {
+                        RuntimeError::Instantiate(why)
+                    }
+                    Instantiation::Node(e) => e,
+                })?;
+                // A reusable module's fresh instance is the node's business (its warm one was
+                // evicted); a module that needs one per action pays for it, the same on
+                // every node.
+                let up_front = match contract.pristine {
+                    Some(_) => 0,
+                    None => contract.fresh_instance_fuel,
+                };
+                (slot, up_front)
+            }
+        };
+        let Slot {
+            store,
+            init,
+            entries,
+            ..
+        } = &mut slot;
+        let receipt = with_host(store, host, |store| {
+            run(store, init, entries, entry, fuel, up_front)
+        })?;
         if let Some(pristine) = &contract.pristine
             && slot.restore(pristine)
         {
-            self.put_warm(slot);
+            self.warm.put(slot);
         }
         Ok(receipt)
     }
+}
 
-    fn run(
-        &self,
-        contract: &Contract,
-        slot: &mut Slot,
-        entry: Entry,
-        fuel_limit: u64,
-    ) -> Result<Receipt, RuntimeError> {
-        let store = &mut slot.store;
-        store
-            .set_fuel(fuel_limit)
-            .map_err(|e| RuntimeError::Instantiate(e.to_string()))?;
-        let func = match entry {
-            Entry::Init => contract.init,
-            Entry::Action { code, action, .. } => match &contract.dispatch {
-                Dispatch::Apply(export) => Some(*export),
-                Dispatch::Legacy(handlers) => handlers
-                    .iter()
-                    .find(|(c, a, _)| *c == code && *a == action)
-                    .map(|(_, _, export)| *export),
-            },
-        };
-        let outcome = match (func, entry) {
-            (None, Entry::Init) => Ok(()),
-            (None, Entry::Action { code, action, .. }) => Err(Abort::new(
-                AbortCode::NoHandler,
-                format!("the contract has no handler for action {action} of {code}"),
+/// Why an instantiation failed.
+enum Instantiation {
+    /// The module's doing: the same on every node.
+    Module(String),
+    /// The node's.
+    Node(RuntimeError),
+}
+
+/// Calls the entry point in `store`'s instance with `fuel`, of which `up_front` is charged
+/// before any code runs.
+fn run(
+    store: &mut Store<ActionCtx>,
+    init: &Option<wasmtime::TypedFunc<(), ()>>,
+    entries: &Entries,
+    entry: Entry,
+    fuel: u64,
+    up_front: u64,
+) -> Result<Receipt, RuntimeError> {
+    store.data_mut().console.clear();
+    let Some(fuel_left) = fuel.checked_sub(up_front) else {
+        return Ok(Receipt {
+            outcome: Outcome::Failure(Abort::new(
+                AbortCode::OutOfFuel,
+                format!("the action used all of its {fuel} fuel"),
             )),
-            (Some(export), entry) => {
-                let func = slot
-                    .instance
-                    .get_module_export(&mut *store, &export)
-                    .and_then(Extern::into_func)
-                    .expect("validated export is a function");
-                let result = match entry {
-                    Entry::Action {
-                        receiver,
-                        code,
-                        action,
-                    } if matches!(contract.dispatch, Dispatch::Apply(_)) => {
-                        func.typed::<(i64, i64, i64), ()>(&*store).and_then(|f| {
-                            f.call(
-                                &mut *store,
-                                (receiver.0 as i64, code.0 as i64, action.0 as i64),
-                            )
-                        })
-                    }
-                    _ => func
-                        .typed::<(), ()>(&*store)
-                        .and_then(|f| f.call(&mut *store, ())),
-                };
-                match result {
-                    Ok(()) => Ok(()),
-                    Err(e) => Err(execute::classify(e, fuel_limit).map_err(RuntimeError::Host)?),
-                }
-            }
-        };
-        let fuel_used = fuel_limit - store.get_fuel().unwrap_or(0);
-        let console = std::mem::take(&mut store.data_mut().console);
-        Ok(Receipt {
-            outcome: match outcome {
-                Ok(()) => Outcome::Success,
-                Err(abort) => Outcome::Failure(abort),
+            fuel_used: fuel,
+            console: Vec::new(),
+        });
+    };
+    store
+        .set_fuel(fuel_left)
+        .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+    let result = match (entry, entries) {
+        (Entry::Init, _) => match init {
+            None => Ok(()),
+            Some(init) => init.call(&mut *store, ()),
+        },
+        (
+            Entry::Action {
+                receiver,
+                code,
+                action,
             },
-            fuel_used,
-            console,
-        })
+            Entries::Apply(apply),
+        ) => apply.call(
+            &mut *store,
+            (receiver.0 as i64, code.0 as i64, action.0 as i64),
+        ),
+        (Entry::Action { code, action, .. }, Entries::Legacy(handlers)) => {
+            match handlers.iter().find(|(c, a, _)| *c == code && *a == action) {
+                Some((_, _, handler)) => handler.call(&mut *store, ()),
+                None => Err(wasmtime::Error::new(Abort::new(
+                    AbortCode::NoHandler,
+                    format!("the contract has no handler for action {action} of {code}"),
+                ))),
+            }
+        }
+    };
+    let mut outcome = match result {
+        Ok(()) => Outcome::Success,
+        Err(e) => match execute::classify(e, fuel) {
+            Failure::Abort(abort) => Outcome::Failure(abort),
+            Failure::Node(e) => return Err(e),
+        },
+    };
+    // What the action still owes for the memory it dirtied (the chunks after its last charge
+    // point, those only the host wrote) and for reading the map; past the action's fuel it
+    // fails as if it had run out while writing.
+    let restore_fuel = execute::collect_dirty(store, !matches!(outcome, Outcome::Success));
+    let mut fuel_used = (fuel - store.get_fuel().unwrap_or(0)).saturating_add(restore_fuel);
+    if fuel_used > fuel {
+        fuel_used = fuel;
+        if outcome == Outcome::Success {
+            outcome = Outcome::Failure(Abort::new(
+                AbortCode::OutOfFuel,
+                format!("the action used all of its {fuel} fuel"),
+            ));
+        }
     }
-}
-
-impl Slot {
-    /// Looks up the handles of the globals `pristine` restores.
-    fn bind_globals(&mut self, pristine: &Pristine) {
-        let store = &mut self.store;
-        let mut global = |export: &ModuleExport| {
-            self.instance
-                .get_module_export(&mut *store, export)
-                .and_then(Extern::into_global)
-        };
-        self.low = global(&pristine.low);
-        self.high = global(&pristine.high);
-        self.globals = pristine
-            .globals
-            .iter()
-            .filter_map(|(export, _)| global(export))
-            .collect();
-    }
-}
-
-/// A host with no state, for the instantiation check at deploy (no code runs there).
-struct NopHost;
-
-impl Host for NopHost {
-    fn message(&self) -> &[u8] {
-        &[]
-    }
-    fn load(&mut self, _key: &[u8]) -> Result<Option<&[u8]>, HostError> {
-        Ok(None)
-    }
-    fn store(&mut self, _key: &[u8], _value: &[u8]) -> Result<(), HostError> {
-        Ok(())
-    }
-    fn remove(&mut self, _key: &[u8]) -> Result<(), HostError> {
-        Ok(())
-    }
-    fn is_authorized(&self, _account: Name) -> bool {
-        false
-    }
+    let console = std::mem::take(&mut store.data_mut().console);
+    Ok(Receipt {
+        outcome,
+        fuel_used,
+        console,
+    })
 }

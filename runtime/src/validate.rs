@@ -1,19 +1,30 @@
-//! Static checks at deploy: what a module may import, export and declare.
+//! Static checks at deploy: what a module may import, export and declare, and how much
+//! compiling and running it can cost.
 //!
 //! Validation runs once, before compilation, so a module that breaks a rule is rejected with
-//! an error naming the rule, and nothing about it reaches the module cache.
+//! an error naming the rule, and nothing about it reaches the compiler or the module cache.
+//! Besides the ABI rules it bounds everything that makes Cranelift slow (code bytes, locals,
+//! nesting, blocks, `br_table` targets, operand stack; see `limits.rs`), and it measures each
+//! function's frame for the deterministic stack accounting ([`crate::instrument`]).
 
 use tally_host_api::Name;
 use tally_host_api::abi::{self, ValType as AbiType};
 use tally_host_api::limits::{
-    MAX_EXPORTS, MAX_FUNCTIONS, MAX_GLOBALS, MAX_IMPORTS, MAX_INITIAL_PAGES, MAX_MODULE_SIZE,
-    MAX_TABLE_ELEMENTS, MAX_TABLES,
+    FRAME_OVERHEAD_BYTES, MAX_BLOCKS_PER_FUNCTION, MAX_BR_TABLE_TARGETS, MAX_CODE_SIZE,
+    MAX_CONST_EXPR_OPS, MAX_DATA_SEGMENTS, MAX_ELEMENT_SEGMENTS, MAX_EXPORTS,
+    MAX_FUNCTION_BODY_SIZE, MAX_FUNCTION_LOCALS, MAX_FUNCTION_PARAMS, MAX_FUNCTION_RESULTS,
+    MAX_FUNCTIONS, MAX_GLOBALS, MAX_IMPORTS, MAX_INITIAL_PAGES, MAX_MODULE_SIZE, MAX_NESTING_DEPTH,
+    MAX_OPERAND_STACK, MAX_TABLE_ELEMENTS, MAX_TABLES, MAX_TOTAL_LOCALS, MAX_TYPES,
 };
 use wasmparser::{
-    ExternalKind, FuncType, Parser, Payload, TypeRef, ValType, Validator, WasmFeatures,
+    ConstExpr, DataKind, ElementItems, ElementKind, ExternalKind, FuncToValidate,
+    FuncValidatorAllocations, FunctionBody, Operator, Parser, Payload, TypeRef, ValType,
+    ValidPayload, Validator, ValidatorResources,
 };
 
+use crate::engine::upload_features;
 use crate::error::DeployError;
+use crate::instrument::SCRATCH_FRAME_BYTES;
 
 /// How a contract is entered, resolved once at deploy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,12 +55,27 @@ pub struct ModuleInfo {
     pub has_init: bool,
 }
 
+/// What the runtime needs beyond [`ModuleInfo`] to instrument and price a module.
+#[derive(Debug, Clone)]
+pub(crate) struct Validated {
+    pub info: ModuleInfo,
+    /// The accounted stack bytes of each defined function's frame, in order: see
+    /// [`frame_bytes`].
+    pub frame_bytes: Vec<u32>,
+    /// Bytes of all data segments: what instantiation copies into a fresh instance.
+    pub data_bytes: u64,
+}
+
 fn too_many(what: &'static str, count: u64, limit: u64) -> Result<(), DeployError> {
     if count > limit {
         Err(DeployError::TooMany { what, count, limit })
     } else {
         Ok(())
     }
+}
+
+fn invalid(e: impl std::fmt::Display) -> DeployError {
+    DeployError::Invalid(e.to_string())
 }
 
 fn wasm_type(t: AbiType) -> ValType {
@@ -59,14 +85,27 @@ fn wasm_type(t: AbiType) -> ValType {
     }
 }
 
-fn show(ty: &FuncType) -> String {
-    let list = |ts: &[ValType]| {
-        ts.iter()
-            .map(|t| t.to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    format!("({}) -> ({})", list(ty.params()), list(ty.results()))
+/// A function type: its parameters and results.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Signature {
+    params: Vec<ValType>,
+    results: Vec<ValType>,
+}
+
+impl Signature {
+    fn show(&self) -> String {
+        let list = |ts: &[ValType]| {
+            ts.iter()
+                .map(|t| t.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        format!("({}) -> ({})", list(&self.params), list(&self.results))
+    }
+
+    fn is(&self, params: &[ValType], results: &[ValType]) -> bool {
+        self.params == params && self.results == results
+    }
 }
 
 fn show_abi(params: &[AbiType], results: &[AbiType]) -> String {
@@ -77,10 +116,6 @@ fn show_abi(params: &[AbiType], results: &[AbiType]) -> String {
             .join(", ")
     };
     format!("({}) -> ({})", list(params), list(results))
-}
-
-fn matches(ty: &FuncType, params: &[ValType], results: &[ValType]) -> bool {
-    ty.params() == params && ty.results() == results
 }
 
 /// Splits `onApply_<Action>_<code>` into names; `None` if `export` lacks the prefix.
@@ -112,21 +147,168 @@ fn legacy_handler(export: &str) -> Option<Result<LegacyHandler, DeployError>> {
     Some(parsed)
 }
 
-/// Checks `wasm` against every upload rule, with the features `engine_features` enables.
-pub fn validate(wasm: &[u8], engine_features: WasmFeatures) -> Result<ModuleInfo, DeployError> {
+/// Accounted bytes of one value on the call stack: a machine word, or two for a `v128`.
+/// Cranelift spills every value to an 8-byte slot (16 for vectors), so this is what a value
+/// can cost natively, whatever its wasm type.
+fn value_bytes(ty: ValType) -> u32 {
+    match ty {
+        ValType::V128 => 16,
+        _ => 8,
+    }
+}
+
+/// The accounted stack bytes of a function's frame: [`FRAME_OVERHEAD_BYTES`], its
+/// parameters and locals (those the instrumentation adds included), and the most values its
+/// operand stack holds at once. The instrumentation charges this on entry and refunds it on
+/// exit, and `limits::MAX_STACK_BYTES` bounds the sum.
+fn frame_bytes(params: &[ValType], local_bytes: u64, max_operands: u32, vectors: bool) -> u32 {
+    let params: u32 = params.iter().map(|t| value_bytes(*t)).sum();
+    let slot = if vectors { 16 } else { 8 };
+    // Each term is bounded by the limits checked before (64 params, 1,024 locals of at most
+    // 16 bytes, 1,024 operands), so the sum fits easily.
+    FRAME_OVERHEAD_BYTES + SCRATCH_FRAME_BYTES + params + local_bytes as u32 + max_operands * slot
+}
+
+/// Totals over the functions seen so far.
+#[derive(Default)]
+struct Totals {
+    locals: u64,
+}
+
+/// Validates one function body operator by operator, checking the per-function limits as it
+/// goes, and returns its accounted frame bytes.
+fn check_function(
+    func: FuncToValidate<ValidatorResources>,
+    body: &FunctionBody<'_>,
+    params: &[ValType],
+    allocs: &mut FuncValidatorAllocations,
+    totals: &mut Totals,
+) -> Result<u32, DeployError> {
+    let function = func.index;
+    let limit = |what: &'static str, count: u64, limit: u64| {
+        if count > limit {
+            Err(DeployError::FunctionLimit {
+                function,
+                what,
+                count,
+                limit,
+            })
+        } else {
+            Ok(())
+        }
+    };
+    limit(
+        "body bytes",
+        body.range().len() as u64,
+        MAX_FUNCTION_BODY_SIZE as u64,
+    )?;
+    // Count locals before wasmparser sees them, so a declaration of millions costs nothing.
+    let mut locals = 0u64;
+    let mut local_bytes = 0u64;
+    let mut vectors = params.contains(&ValType::V128);
+    let mut validator = func.into_validator(std::mem::take(allocs));
+    for pair in body.get_locals_reader().map_err(invalid)? {
+        let (count, ty) = pair.map_err(invalid)?;
+        locals += u64::from(count);
+        limit("locals", locals, u64::from(MAX_FUNCTION_LOCALS))?;
+        local_bytes += u64::from(count) * u64::from(value_bytes(ty));
+        vectors |= ty == ValType::V128;
+        validator
+            .define_locals(body.range().start, count, ty)
+            .map_err(invalid)?;
+    }
+    totals.locals += locals;
+    too_many("locals in all functions", totals.locals, MAX_TOTAL_LOCALS)?;
+
+    let mut ops = body.get_operators_reader().map_err(invalid)?;
+    let mut blocks = 0u32;
+    let mut max_operands = 0u32;
+    while !ops.eof() {
+        let offset = ops.original_position();
+        let op = ops.read().map_err(invalid)?;
+        match &op {
+            Operator::Block { .. } | Operator::Loop { .. } | Operator::If { .. } => {
+                blocks += 1;
+                limit(
+                    "blocks",
+                    u64::from(blocks),
+                    u64::from(MAX_BLOCKS_PER_FUNCTION),
+                )?;
+            }
+            Operator::BrTable { targets } => limit(
+                "br_table targets",
+                u64::from(targets.len()),
+                u64::from(MAX_BR_TABLE_TARGETS),
+            )?,
+            _ => {}
+        }
+        validator.op(offset, &op).map_err(invalid)?;
+        let height = validator.operand_stack_height();
+        if height > max_operands {
+            max_operands = height;
+            limit(
+                "operand stack values",
+                u64::from(height),
+                u64::from(MAX_OPERAND_STACK),
+            )?;
+        }
+        // The function's own frame is one level of the control stack.
+        let depth = validator.control_stack_height().saturating_sub(1);
+        limit(
+            "nesting depth",
+            u64::from(depth),
+            u64::from(MAX_NESTING_DEPTH),
+        )?;
+        if height > 0 && validator.get_operand_type(0) == Some(Some(ValType::V128)) {
+            vectors = true;
+        }
+    }
+    ops.finish().map_err(invalid)?;
+    *allocs = validator.into_allocations();
+    Ok(frame_bytes(params, local_bytes, max_operands, vectors))
+}
+
+/// Operators in a constant expression, its final `end` included.
+fn const_expr_ops(expr: &ConstExpr<'_>) -> Result<usize, DeployError> {
+    let mut reader = expr.get_operators_reader();
+    let mut ops = 0;
+    while !reader.eof() {
+        reader.read().map_err(invalid)?;
+        ops += 1;
+    }
+    Ok(ops)
+}
+
+fn check_const_expr(expr: &ConstExpr<'_>) -> Result<(), DeployError> {
+    too_many(
+        "operators in a constant expression",
+        const_expr_ops(expr)? as u64,
+        MAX_CONST_EXPR_OPS as u64,
+    )
+}
+
+/// Checks `wasm` against every upload rule, and returns what validation learned.
+pub fn validate(wasm: &[u8]) -> Result<ModuleInfo, DeployError> {
+    check(wasm).map(|v| v.info)
+}
+
+/// [`validate`], plus what instrumentation and pricing need.
+pub(crate) fn check(wasm: &[u8]) -> Result<Validated, DeployError> {
     if wasm.len() > MAX_MODULE_SIZE {
         return Err(DeployError::TooLarge {
             size: wasm.len(),
             limit: MAX_MODULE_SIZE,
         });
     }
-    let types = Validator::new_with_features(engine_features)
-        .validate_all(wasm)
-        .map_err(|e| DeployError::Invalid(e.to_string()))?;
-    let types = types.as_ref();
-    let func_type =
-        |index: u32| -> FuncType { types[types.core_function_at(index)].unwrap_func().clone() };
+    let mut validator = Validator::new_with_features(upload_features());
+    let mut allocs = FuncValidatorAllocations::default();
+    let mut totals = Totals::default();
 
+    let mut types: Vec<Signature> = Vec::new();
+    // The type index of every function, imported ones first.
+    let mut functions: Vec<usize> = Vec::new();
+    let mut frame_bytes = Vec::new();
+    let mut data_bytes = 0u64;
     let mut imported = Vec::new();
     let mut entry_apply = false;
     let mut has_init = false;
@@ -134,13 +316,44 @@ pub fn validate(wasm: &[u8], engine_features: WasmFeatures) -> Result<ModuleInfo
     let mut handlers = Vec::new();
 
     for payload in Parser::new(0).parse_all(wasm) {
-        let payload = payload.map_err(|e| DeployError::Invalid(e.to_string()))?;
+        let payload = payload.map_err(invalid)?;
+        // wasmparser validates each payload before Tally's rules look at it, so the rules
+        // below can trust indices and types.
+        if let ValidPayload::Func(func, body) = validator.payload(&payload).map_err(invalid)? {
+            let signature = &types[functions[func.index as usize]];
+            frame_bytes.push(check_function(
+                func,
+                &body,
+                &signature.params,
+                &mut allocs,
+                &mut totals,
+            )?);
+        }
         match payload {
+            Payload::TypeSection(reader) => {
+                too_many("types", u64::from(reader.count()), MAX_TYPES as u64)?;
+                for ty in reader.into_iter_err_on_gc_types() {
+                    let ty = ty.map_err(invalid)?;
+                    too_many(
+                        "parameters of a function type",
+                        ty.params().len() as u64,
+                        MAX_FUNCTION_PARAMS as u64,
+                    )?;
+                    too_many(
+                        "results of a function type",
+                        ty.results().len() as u64,
+                        MAX_FUNCTION_RESULTS as u64,
+                    )?;
+                    types.push(Signature {
+                        params: ty.params().to_vec(),
+                        results: ty.results().to_vec(),
+                    });
+                }
+            }
             Payload::ImportSection(reader) => {
                 too_many("imports", u64::from(reader.count()), MAX_IMPORTS as u64)?;
-                // Every accepted import is a function, so import i is function i.
-                for (func_index, import) in reader.into_imports().enumerate() {
-                    let import = import.map_err(|e| DeployError::Invalid(e.to_string()))?;
+                for import in reader.into_imports() {
+                    let import = import.map_err(invalid)?;
                     let spec = (import.module == abi::MODULE)
                         .then(|| abi::import(import.name))
                         .flatten()
@@ -149,66 +362,108 @@ pub fn validate(wasm: &[u8], engine_features: WasmFeatures) -> Result<ModuleInfo
                             name: import.name.to_string(),
                         })?;
                     let expected = show_abi(spec.params, spec.results);
-                    let TypeRef::Func(_) = import.ty else {
+                    let TypeRef::Func(type_index) = import.ty else {
                         return Err(DeployError::ImportSignature {
                             name: spec.name.to_string(),
                             expected,
                             found: "a non-function import".into(),
                         });
                     };
-                    let ty = func_type(func_index as u32);
+                    let ty = &types[type_index as usize];
                     let params: Vec<_> = spec.params.iter().map(|t| wasm_type(*t)).collect();
                     let results: Vec<_> = spec.results.iter().map(|t| wasm_type(*t)).collect();
-                    if !matches(&ty, &params, &results) {
+                    if !ty.is(&params, &results) {
                         return Err(DeployError::ImportSignature {
                             name: spec.name.to_string(),
                             expected,
-                            found: show(&ty),
+                            found: ty.show(),
                         });
                     }
                     if imported.contains(&spec.name) {
                         return Err(DeployError::DuplicateImport(spec.name.to_string()));
                     }
                     imported.push(spec.name);
+                    functions.push(type_index as usize);
                 }
             }
             Payload::FunctionSection(reader) => {
                 too_many("functions", u64::from(reader.count()), MAX_FUNCTIONS as u64)?;
+                for ty in reader {
+                    functions.push(ty.map_err(invalid)? as usize);
+                }
             }
             Payload::GlobalSection(reader) => {
                 too_many("globals", u64::from(reader.count()), MAX_GLOBALS as u64)?;
+                for global in reader {
+                    check_const_expr(&global.map_err(invalid)?.init_expr)?;
+                }
             }
             Payload::TableSection(reader) => {
                 too_many("tables", u64::from(reader.count()), MAX_TABLES as u64)?;
                 for table in reader {
-                    let table = table.map_err(|e| DeployError::Invalid(e.to_string()))?;
+                    let table = table.map_err(invalid)?;
                     too_many("table elements", table.ty.initial, MAX_TABLE_ELEMENTS)?;
                 }
             }
             Payload::MemorySection(reader) => {
                 for memory in reader {
-                    let memory = memory.map_err(|e| DeployError::Invalid(e.to_string()))?;
+                    let memory = memory.map_err(invalid)?;
                     // A declared maximum above MAX_MEMORY_PAGES is harmless: the engine stops
                     // growth there, and `memory.grow` returns -1 as the spec allows.
                     too_many("initial memory pages", memory.initial, MAX_INITIAL_PAGES)?;
                 }
             }
             Payload::StartSection { .. } => return Err(DeployError::StartFunction),
+            Payload::ElementSection(reader) => {
+                too_many(
+                    "element segments",
+                    u64::from(reader.count()),
+                    MAX_ELEMENT_SEGMENTS as u64,
+                )?;
+                for element in reader {
+                    let element = element.map_err(invalid)?;
+                    if let ElementKind::Active { offset_expr, .. } = &element.kind {
+                        check_const_expr(offset_expr)?;
+                    }
+                    if let ElementItems::Expressions(_, exprs) = element.items {
+                        for expr in exprs {
+                            check_const_expr(&expr.map_err(invalid)?)?;
+                        }
+                    }
+                }
+            }
+            Payload::DataSection(reader) => {
+                too_many(
+                    "data segments",
+                    u64::from(reader.count()),
+                    MAX_DATA_SEGMENTS as u64,
+                )?;
+                for data in reader {
+                    let data = data.map_err(invalid)?;
+                    if let DataKind::Active { offset_expr, .. } = &data.kind {
+                        check_const_expr(offset_expr)?;
+                    }
+                    data_bytes += data.data.len() as u64;
+                }
+            }
+            Payload::CodeSectionStart { size, .. } => {
+                too_many("code bytes", u64::from(size), MAX_CODE_SIZE as u64)?;
+            }
             Payload::ExportSection(reader) => {
                 too_many("exports", u64::from(reader.count()), MAX_EXPORTS as u64)?;
                 for export in reader {
-                    let export = export.map_err(|e| DeployError::Invalid(e.to_string()))?;
+                    let export = export.map_err(invalid)?;
                     if export
                         .name
                         .starts_with(crate::instrument::RESERVED_EXPORT_PREFIX)
                     {
                         return Err(DeployError::ReservedExport(export.name.to_string()));
                     }
+                    let signature = || &types[functions[export.index as usize]];
                     match (export.kind, export.name) {
                         (ExternalKind::Memory, abi::MEMORY_EXPORT) => has_memory = true,
                         (ExternalKind::Func, abi::APPLY_EXPORT) => {
-                            let i64s = [ValType::I64; 3];
-                            if !matches(&func_type(export.index), &i64s, &[]) {
+                            if !signature().is(&[ValType::I64; 3], &[]) {
                                 return Err(DeployError::EntrySignature {
                                     name: export.name.into(),
                                     expected: "(i64, i64, i64) -> ()",
@@ -217,7 +472,7 @@ pub fn validate(wasm: &[u8], engine_features: WasmFeatures) -> Result<ModuleInfo
                             entry_apply = true;
                         }
                         (ExternalKind::Func, abi::INIT_EXPORT) => {
-                            if !matches(&func_type(export.index), &[], &[]) {
+                            if !signature().is(&[], &[]) {
                                 return Err(DeployError::EntrySignature {
                                     name: export.name.into(),
                                     expected: "() -> ()",
@@ -227,7 +482,7 @@ pub fn validate(wasm: &[u8], engine_features: WasmFeatures) -> Result<ModuleInfo
                         }
                         (ExternalKind::Func, name) => {
                             if let Some(handler) = legacy_handler(name) {
-                                if !matches(&func_type(export.index), &[], &[]) {
+                                if !signature().is(&[], &[]) {
                                     return Err(DeployError::EntrySignature {
                                         name: name.into(),
                                         expected: "() -> ()",
@@ -255,7 +510,6 @@ pub fn validate(wasm: &[u8], engine_features: WasmFeatures) -> Result<ModuleInfo
             _ => {}
         }
     }
-
     if !has_memory {
         return Err(DeployError::NoMemory);
     }
@@ -266,5 +520,9 @@ pub fn validate(wasm: &[u8], engine_features: WasmFeatures) -> Result<ModuleInfo
     } else {
         return Err(DeployError::NoEntryPoint);
     };
-    Ok(ModuleInfo { entry, has_init })
+    Ok(Validated {
+        info: ModuleInfo { entry, has_init },
+        frame_bytes,
+        data_bytes,
+    })
 }

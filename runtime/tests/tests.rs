@@ -6,7 +6,8 @@ use std::sync::Arc;
 use tally_host_api::limits::{FUEL_PER_ACTION, MAX_CONSOLE_LEN, MAX_KEY_LEN};
 use tally_host_api::{Abort, AbortCode, Host, HostError, Name};
 use tally_runtime::{
-    Contract, DeployError, Entry, EntryPoints, Outcome, Receipt, Runtime, RuntimeConfig,
+    Contract, DeployError, Entry, EntryPoints, Outcome, PrepareError, Receipt, Runtime,
+    RuntimeConfig,
 };
 
 /// A host over a sorted map, recording what the action did.
@@ -422,10 +423,17 @@ fn legacy_handlers_resolve_to_names_at_deploy() {
     assert_eq!(failure(&r).code, AbortCode::NoHandler);
 }
 
+/// Why `wasm` is rejected; panics if it is accepted or the node failed.
+fn rejection(rt: &Runtime, wasm: &[u8]) -> DeployError {
+    match rt.prepare(wasm) {
+        Err(PrepareError::Rejected(e)) => e,
+        Err(PrepareError::Node(e)) => panic!("node fault instead of a rejection: {e}"),
+        Ok(_) => panic!("deploy should fail"),
+    }
+}
+
 fn deploy_error(wat: &str) -> DeployError {
-    runtime()
-        .prepare(&wat::parse_str(wat).unwrap())
-        .expect_err("deploy should fail")
+    rejection(&runtime(), &wat::parse_str(wat).unwrap())
 }
 
 #[test]
@@ -486,18 +494,21 @@ fn deploy_rejects_modules_that_break_the_rules() {
         let err = deploy_error(&wat);
         assert!(expected(&err), "{wat}\n => {err}");
     }
-    let err = runtime().prepare(b"\0asm garbage").unwrap_err();
+    let err = rejection(&runtime(), b"\0asm garbage");
     assert!(matches!(err, DeployError::Invalid(_)), "{err}");
     let huge = vec![0u8; tally_host_api::limits::MAX_MODULE_SIZE + 1];
     assert!(matches!(
-        runtime().prepare(&huge),
-        Err(DeployError::TooLarge { .. })
+        rejection(&runtime(), &huge),
+        DeployError::TooLarge { .. }
     ));
 }
 
+/// A runtime caching in `dir`, with its key in `dir`'s sibling `<dir>.key` (never inside
+/// the cache directory, which the runtime refuses).
 fn cached_runtime(dir: &std::path::Path) -> Runtime {
     Runtime::new(RuntimeConfig {
         cache_dir: Some(dir.to_path_buf()),
+        cache_key: Some(dir.with_extension("key")),
         ..RuntimeConfig::default()
     })
     .unwrap()
@@ -511,16 +522,17 @@ fn works(rt: &Runtime, c: &Arc<Contract>) {
 
 #[test]
 fn a_rebuilt_runtime_loads_from_the_disk_cache_without_recompiling() {
-    let dir = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("cache");
     let code = contract("(call $ret (i32.const 5))");
-    let first = cached_runtime(dir.path());
+    let first = cached_runtime(&dir);
     works(&first, &first.prepare(&code).unwrap());
     assert_eq!(first.cache_stats().compiles, 1);
     first.prepare(&code).unwrap();
     assert_eq!(first.cache_stats().memory_hits, 1);
     drop(first);
 
-    let second = cached_runtime(dir.path());
+    let second = cached_runtime(&dir);
     let c = second.prepare(&code).unwrap();
     let stats = second.cache_stats();
     assert_eq!((stats.compiles, stats.disk_hits), (0, 1), "{stats:?}");
@@ -529,10 +541,11 @@ fn a_rebuilt_runtime_loads_from_the_disk_cache_without_recompiling() {
 
 #[test]
 fn a_corrupt_or_truncated_cache_file_is_recompiled_and_rewritten() {
-    let dir = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("cache");
     let code = contract("(call $ret (i32.const 5))");
-    cached_runtime(dir.path()).prepare(&code).unwrap();
-    let file = std::fs::read_dir(dir.path())
+    cached_runtime(&dir).prepare(&code).unwrap();
+    let file = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_some_and(|e| e == "cwasm"))
@@ -549,13 +562,13 @@ fn a_corrupt_or_truncated_cache_file_is_recompiled_and_rewritten() {
         b"TALLYMOD".to_vec(),
     ] {
         std::fs::write(&file, &bad).unwrap();
-        let rt = cached_runtime(dir.path());
+        let rt = cached_runtime(&dir);
         let c = rt.prepare(&code).unwrap();
         let stats = rt.cache_stats();
         assert_eq!((stats.compiles, stats.disk_rejected), (1, 1), "{stats:?}");
         works(&rt, &c);
         // The entry was rewritten: the next runtime loads it.
-        let again = cached_runtime(dir.path());
+        let again = cached_runtime(&dir);
         again.prepare(&code).unwrap();
         assert_eq!(again.cache_stats().disk_hits, 1);
     }
@@ -666,4 +679,888 @@ fn a_module_that_mutates_its_table_gets_a_fresh_instance_per_action() {
         assert_eq!(host.state[[0u8].as_slice()], vec![0, 0, 0, 0]);
     }
     assert_eq!(rt.instantiations(), 4);
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 10: compile bombs are refused before anything is compiled.
+
+/// `count` copies of `item`, space-separated.
+fn repeat(item: &str, count: usize) -> String {
+    vec![item; count].join(" ")
+}
+
+/// A module with an empty `apply` and `extra` (functions, types, globals…) besides.
+fn with_apply(extra: &str) -> Vec<u8> {
+    wat::parse_str(format!(
+        r#"(module (memory (export "memory") 1)
+             (func (export "apply") (param i64 i64 i64))
+             {extra})"#
+    ))
+    .unwrap()
+}
+
+/// `functions` functions of type `apply` (the first exported as `apply`), each declaring
+/// `locals` unused i64 locals.
+fn locals_bomb(functions: usize, locals: u32) -> Vec<u8> {
+    use wasm_encoder::{
+        CodeSection, ExportKind, ExportSection, Function, FunctionSection, MemorySection,
+        MemoryType, Module, TypeSection, ValType,
+    };
+    let mut types = TypeSection::new();
+    types.ty().function([ValType::I64; 3], []);
+    let mut function_section = FunctionSection::new();
+    let mut code = CodeSection::new();
+    for _ in 0..functions {
+        function_section.function(0);
+        let mut f = Function::new([(locals, ValType::I64)]);
+        f.instruction(&wasm_encoder::Instruction::End);
+        code.function(&f);
+    }
+    let mut memory = MemorySection::new();
+    memory.memory(MemoryType {
+        minimum: 1,
+        maximum: None,
+        memory64: false,
+        shared: false,
+        page_size_log2: None,
+    });
+    let mut exports = ExportSection::new();
+    exports.export("memory", ExportKind::Memory, 0);
+    exports.export("apply", ExportKind::Func, 0);
+    let mut module = Module::new();
+    module
+        .section(&types)
+        .section(&function_section)
+        .section(&memory)
+        .section(&exports)
+        .section(&code);
+    module.finish()
+}
+
+#[test]
+fn issue_10_the_locals_compile_bomb_is_refused_without_compiling() {
+    use tally_host_api::limits::{MAX_FUNCTION_LOCALS, MAX_FUNCTIONS};
+    let rt = runtime();
+    // The reported bomb: 20,000 functions of ~50,000 locals, ~160 KB that took ~90 s to
+    // compile. Its function count alone is now over the limit.
+    let bomb = locals_bomb(20_000, 49_990);
+    assert!(bomb.len() < 200_000, "{}", bomb.len());
+    let err = rejection(&rt, &bomb);
+    assert!(
+        matches!(
+            err,
+            DeployError::TooMany {
+                what: "functions",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // As many functions as allowed, each with the most locals wasmparser accepts.
+    let err = rejection(&rt, &locals_bomb(MAX_FUNCTIONS, 49_990));
+    assert!(
+        matches!(
+            err,
+            DeployError::FunctionLimit {
+                what: "locals",
+                count: 49_990,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(rt.cache_stats().compiles, 0);
+    // At the per-function limit, the total limit stops it.
+    let err = rejection(&rt, &locals_bomb(MAX_FUNCTIONS, MAX_FUNCTION_LOCALS));
+    assert!(
+        matches!(
+            err,
+            DeployError::TooMany {
+                what: "locals in all functions",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(rt.cache_stats().compiles, 0);
+}
+
+#[test]
+fn issue_10_every_compile_cost_limit_is_enforced_with_a_precise_error() {
+    use tally_host_api::limits::*;
+    let nested =
+        |depth: usize| format!("(func {} {})", repeat("block", depth), repeat("end", depth));
+    let targets = |n: usize| {
+        format!(
+            "(func (block (br_table {} (i32.const 0))))",
+            repeat("0", n + 1)
+        )
+    };
+    type Expect = fn(&DeployError) -> bool;
+    let cases: Vec<(&str, String, Expect)> = vec![
+        (
+            "locals per function",
+            format!(
+                "(func (local {}))",
+                repeat("i32", MAX_FUNCTION_LOCALS as usize + 1)
+            ),
+            |e| matches!(e, DeployError::FunctionLimit { what: "locals", .. }),
+        ),
+        (
+            "locals in all functions",
+            repeat(
+                &format!(
+                    "(func (local {}))",
+                    repeat("i64", MAX_FUNCTION_LOCALS as usize)
+                ),
+                (MAX_TOTAL_LOCALS / u64::from(MAX_FUNCTION_LOCALS)) as usize + 1,
+            ),
+            |e| {
+                matches!(
+                    e,
+                    DeployError::TooMany {
+                        what: "locals in all functions",
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "body bytes",
+            format!("(func {})", repeat("nop", MAX_FUNCTION_BODY_SIZE + 1)),
+            |e| {
+                matches!(
+                    e,
+                    DeployError::FunctionLimit {
+                        what: "body bytes",
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "code bytes",
+            repeat(
+                &format!("(func {})", repeat("nop", MAX_FUNCTION_BODY_SIZE - 16)),
+                MAX_CODE_SIZE / MAX_FUNCTION_BODY_SIZE + 1,
+            ),
+            |e| {
+                matches!(
+                    e,
+                    DeployError::TooMany {
+                        what: "code bytes",
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "nesting depth",
+            nested(MAX_NESTING_DEPTH as usize + 1),
+            |e| {
+                matches!(
+                    e,
+                    DeployError::FunctionLimit {
+                        what: "nesting depth",
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "blocks per function",
+            format!(
+                "(func {})",
+                repeat("block end", MAX_BLOCKS_PER_FUNCTION as usize + 1)
+            ),
+            |e| matches!(e, DeployError::FunctionLimit { what: "blocks", .. }),
+        ),
+        (
+            "br_table targets",
+            targets(MAX_BR_TABLE_TARGETS as usize + 1),
+            |e| {
+                matches!(
+                    e,
+                    DeployError::FunctionLimit {
+                        what: "br_table targets",
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "operand stack",
+            format!(
+                "(func {} {})",
+                repeat("i32.const 1", MAX_OPERAND_STACK as usize + 1),
+                repeat("drop", MAX_OPERAND_STACK as usize + 1)
+            ),
+            |e| {
+                matches!(
+                    e,
+                    DeployError::FunctionLimit {
+                        what: "operand stack values",
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "parameters",
+            format!("(func (param {}))", repeat("i32", MAX_FUNCTION_PARAMS + 1)),
+            |e| {
+                matches!(
+                    e,
+                    DeployError::TooMany {
+                        what: "parameters of a function type",
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "results",
+            "(func (result i32 i32) i32.const 1 i32.const 2)".into(),
+            |e| {
+                matches!(
+                    e,
+                    DeployError::TooMany {
+                        what: "results of a function type",
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "types",
+            repeat("(type (func (param i32)))", MAX_TYPES + 1),
+            |e| matches!(e, DeployError::TooMany { what: "types", .. }),
+        ),
+        (
+            "constant expression",
+            format!(
+                "(global i32 (i32.const 0) {})",
+                repeat("i32.const 1 i32.add", MAX_CONST_EXPR_OPS / 2)
+            ),
+            |e| {
+                matches!(
+                    e,
+                    DeployError::TooMany {
+                        what: "operators in a constant expression",
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "data segments",
+            repeat("(data (i32.const 0) \"x\")", MAX_DATA_SEGMENTS + 1),
+            |e| {
+                matches!(
+                    e,
+                    DeployError::TooMany {
+                        what: "data segments",
+                        ..
+                    }
+                )
+            },
+        ),
+        ("tail calls", "(func $f return_call $f)".into(), |e| {
+            matches!(e, DeployError::Invalid(_))
+        }),
+    ];
+    let rt = runtime();
+    for (what, extra, expected) in cases {
+        let err = rejection(&rt, &with_apply(&extra));
+        assert!(expected(&err), "{what}: {err}");
+    }
+    assert_eq!(rt.cache_stats().compiles, 0);
+    // Exactly at each limit, a module deploys.
+    let at_limits = [
+        format!(
+            "(func (local {}))",
+            repeat("i32", MAX_FUNCTION_LOCALS as usize)
+        ),
+        nested(MAX_NESTING_DEPTH as usize),
+        targets(MAX_BR_TABLE_TARGETS as usize),
+        format!("(func (param {}))", repeat("i32", MAX_FUNCTION_PARAMS)),
+    ];
+    for extra in at_limits {
+        rt.prepare(&with_apply(&extra))
+            .unwrap_or_else(|e| panic!("{extra:.80}: {e}"));
+    }
+}
+
+#[test]
+fn deploy_errors_have_stable_codes_and_reasons_without_engine_text() {
+    let rt = runtime();
+    let garbage = rejection(&rt, b"\0asm\x01\0\0\0garbage");
+    let DeployError::Invalid(detail) = &garbage else {
+        panic!("{garbage}");
+    };
+    assert!(!detail.is_empty());
+    assert_eq!(garbage.code(), 2);
+    assert_eq!(
+        garbage.reason(),
+        "invalid WebAssembly, or a feature contracts may not use"
+    );
+    let oob = deploy_error(
+        r#"(module (memory (export "memory") 1) (data (i32.const 65530) "0123456789")
+           (func (export "apply") (param i64 i64 i64)))"#,
+    );
+    assert_eq!(oob.reason(), "the module cannot be instantiated");
+    let long = "x".repeat(10_000);
+    let unknown = deploy_error(&format!(
+        r#"(module (import "env" "{long}" (func)) (memory (export "memory") 1)
+           (func (export "apply") (param i64 i64 i64)))"#
+    ));
+    assert_eq!(unknown.code(), 3);
+    assert!(unknown.reason().len() < 200, "{}", unknown.reason());
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 10: instantiation runs with its own fuel budget.
+
+#[test]
+fn issue_10_modules_whose_instantiation_runs_code_deploy_and_run() {
+    let shapes = [
+        (
+            "funcref global",
+            r#"(global $g funcref (ref.func $five)) (elem declare func $five)
+               (func $five (result i32) (i32.const 5))
+               (table 1 funcref)
+               (func (export "apply") (param i64 i64 i64)
+                 (call $ret (call_ref_five)))"#,
+        ),
+        (
+            "extended-const global",
+            r#"(global $g i32 (i32.add (i32.const 3) (i32.const 2)))
+               (func (export "apply") (param i64 i64 i64) (call $ret (global.get $g)))"#,
+        ),
+        (
+            "data at a computed offset",
+            r#"(data (i32.add (i32.const 1990) (i32.const 10)) "\05\00\00\00")
+               (func (export "apply") (param i64 i64 i64) (call $ret (i32.load (i32.const 2000))))"#,
+        ),
+    ];
+    for (what, body) in shapes {
+        // The funcref shape reads the global through a table slot it sets from it.
+        let body = body.replace(
+            "(call_ref_five)",
+            "(table.set (i32.const 0) (global.get $g)) (call_indirect (result i32) (i32.const 0))",
+        );
+        let wat = format!(
+            r#"(module {IMPORTS}
+              (memory (export "memory") 1)
+              (func $ret (param i32)
+                (i32.store (i32.const 1100) (local.get 0))
+                (call $store (i32.const 1000) (i32.const 1) (i32.const 1100) (i32.const 4)))
+              (data (i32.const 1000) "r")
+              {body})"#
+        );
+        let rt = runtime();
+        let c = rt
+            .prepare(&wat::parse_str(&wat).unwrap())
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        for _ in 0..2 {
+            let mut host = TestHost::default();
+            let r = call(&rt, &c, &mut host);
+            assert!(r.is_success(), "{what}: {r:?}");
+            assert_eq!(host.i32_at("r"), 5, "{what}");
+        }
+    }
+    // `global.get` of a global the module defines is WebAssembly 3.0 (the GC proposal), which
+    // uploads may not use: refused at validation, never at instantiation.
+    let err = deploy_error(
+        r#"(module (memory (export "memory") 1) (global $at i32 (i32.const 8))
+             (data (global.get $at) "x") (func (export "apply") (param i64 i64 i64)))"#,
+    );
+    assert!(matches!(err, DeployError::Invalid(_)), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 10: the call stack is exhausted at the same depth on every node.
+
+/// `apply` reads (limit, mode) from the message and recurses from depth 1, storing each depth
+/// under key "d", until depth == limit (-1: never). Mode 0 recurses through `$plain`, mode 1
+/// through `$spilly`: the same accounted frame (one param, 16 i64 locals, at most four
+/// operands), but `$spilly` keeps all 16 locals live across its call, so its native frame is
+/// larger.
+fn recursion_contract() -> Vec<u8> {
+    let locals = repeat("i64", 16);
+    let sets: String = (0..16)
+        .map(|i| {
+            format!(
+                "(local.set {} (i64.extend_i32_u (i32.add (local.get $n) (i32.const {i}))))",
+                i + 1
+            )
+        })
+        .collect();
+    let sum: String = (2..=16).fold("(local.get 1)".to_string(), |acc, i| {
+        format!("(i64.add {acc} (local.get {i}))")
+    });
+    wat::parse_str(format!(
+        r#"(module
+          (import "env" "read_message" (func $read_message (param i32 i32) (result i32)))
+          (import "env" "store" (func $store (param i32 i32 i32 i32)))
+          (memory (export "memory") 1)
+          (data (i32.const 0) "d")
+          (global $limit (mut i32) (i32.const 0))
+          (func $plain (param $n i32) (local {locals})
+            (i32.store (i32.const 8) (local.get $n))
+            (call $store (i32.const 0) (i32.const 1) (i32.const 8) (i32.const 4))
+            (if (i32.ne (local.get $n) (global.get $limit))
+              (then (call $plain (i32.add (local.get $n) (i32.const 1))))))
+          (func $spilly (param $n i32) (local {locals})
+            {sets}
+            (i32.store (i32.const 8) (local.get $n))
+            (call $store (i32.const 0) (i32.const 1) (i32.const 8) (i32.const 4))
+            (if (i32.ne (local.get $n) (global.get $limit))
+              (then (call $spilly (i32.add (local.get $n) (i32.const 1)))))
+            (i64.store (i32.const 16) {sum}))
+          (func (export "apply") (param i64 i64 i64)
+            (drop (call $read_message (i32.const 32) (i32.const 8)))
+            (global.set $limit (i32.load (i32.const 32)))
+            (if (i32.load (i32.const 36))
+              (then (call $spilly (i32.const 1)))
+              (else (call $plain (i32.const 1))))))"#
+    ))
+    .unwrap()
+}
+
+/// Runs the recursion; returns the receipt and the deepest depth reached.
+fn recurse(rt: &Runtime, c: &Contract, limit: i32, spilly: bool) -> (Receipt, i32) {
+    let mut message = limit.to_le_bytes().to_vec();
+    message.extend_from_slice(&i32::from(spilly).to_le_bytes());
+    let mut host = TestHost {
+        message,
+        ..Default::default()
+    };
+    let r = call(rt, c, &mut host);
+    let depth = i32::from_le_bytes(host.state[&b"d"[..]][..4].try_into().unwrap());
+    (r, depth)
+}
+
+#[test]
+fn issue_10_stack_overflow_happens_at_the_same_depth_whatever_the_native_frames() {
+    let rt = runtime();
+    let c = rt.prepare(&recursion_contract()).unwrap();
+    let (plain, plain_depth) = recurse(&rt, &c, -1, false);
+    let (spilly, spilly_depth) = recurse(&rt, &c, -1, true);
+    for r in [&plain, &spilly] {
+        let abort = failure(r);
+        assert_eq!(abort.code, AbortCode::StackOverflow, "{abort}");
+        assert!(abort.message.starts_with("call stack exhausted"), "{abort}");
+    }
+    assert_eq!(plain_depth, spilly_depth);
+    assert!(plain_depth > 200, "{plain_depth}");
+    // Just under the limit succeeds; one more frame fails, in both shapes.
+    for spilly in [false, true] {
+        let (r, depth) = recurse(&rt, &c, plain_depth, spilly);
+        assert!(r.is_success(), "{r:?}");
+        assert_eq!(depth, plain_depth);
+        let (r, _) = recurse(&rt, &c, plain_depth + 1, spilly);
+        assert_eq!(failure(&r).code, AbortCode::StackOverflow);
+    }
+    // The frames charged before the overflow were refunded: the instance is reused and the
+    // next action gets the whole stack again.
+    let (_, again) = recurse(&rt, &c, -1, false);
+    assert_eq!(again, plain_depth);
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 10: memory costs what it dirties, and prepared contracts stay small.
+
+/// `apply` writes a byte at each offset listed in the message (i32 each) of a 512-page memory.
+fn writer(pages: u32) -> Vec<u8> {
+    wat::parse_str(format!(
+        r#"(module
+          (import "env" "read_message" (func $read_message (param i32 i32) (result i32)))
+          (memory (export "memory") {pages})
+          (data (i32.const 0) "pristine")
+          (func (export "apply") (param i64 i64 i64) (local $i i32) (local $n i32)
+            (local.set $n (call $read_message (i32.const 64) (i32.const 64)))
+            (block $done (loop $next
+              (br_if $done (i32.ge_u (local.get $i) (local.get $n)))
+              (i32.store8 (i32.load (i32.add (i32.const 64) (local.get $i))) (i32.const 1))
+              (local.set $i (i32.add (local.get $i) (i32.const 4)))
+              (br $next)))))"#
+    ))
+    .unwrap()
+}
+
+fn write_at(rt: &Runtime, c: &Contract, offsets: &[u32]) -> Receipt {
+    let mut host = TestHost {
+        message: offsets.iter().flat_map(|o| o.to_le_bytes()).collect(),
+        ..Default::default()
+    };
+    call(rt, c, &mut host)
+}
+
+#[test]
+fn issue_10_an_action_pays_for_each_chunk_it_dirties() {
+    use tally_host_api::limits::FUEL_PER_DIRTY_CHUNK;
+    let rt = runtime();
+    let c = rt.prepare(&writer(512)).unwrap();
+    let last = 512 * 65536 - 1;
+    // The message lands in chunk 0 (the host's write), so chunk 0 is dirty in every action.
+    let same_chunk = write_at(&rt, &c, &[100, 200]);
+    let first_and_last = write_at(&rt, &c, &[100, last]);
+    assert!(first_and_last.is_success(), "{first_and_last:?}");
+    // One more chunk, and the few instructions of the charge point that pays for it.
+    let extra = first_and_last.fuel_used - same_chunk.fuel_used;
+    assert!(
+        (FUEL_PER_DIRTY_CHUNK..=FUEL_PER_DIRTY_CHUNK + 8).contains(&extra),
+        "{extra}"
+    );
+    // Both bytes were restored: a reader of the whole memory sees them pristine, so writing
+    // them again costs the same.
+    assert_eq!(write_at(&rt, &c, &[100, last]), first_and_last);
+    assert_eq!(rt.instantiations(), 1);
+}
+
+#[test]
+fn issue_10_bulk_memory_operations_pay_per_byte() {
+    let rt = runtime();
+    let fill = |len: u32| {
+        let c = rt
+            .prepare(&contract(&format!(
+                "(memory.fill (i32.const 0) (i32.const 7) (i32.const {len}))"
+            )))
+            .unwrap();
+        call(&rt, &c, &mut TestHost::default())
+    };
+    use tally_host_api::limits::{DIRTY_CHUNK_BYTES, FUEL_PER_BULK_BYTE, FUEL_PER_DIRTY_CHUNK};
+    let small = fill(1);
+    let large = fill(60_000);
+    assert!(large.is_success(), "{large:?}");
+    // 59,999 more bytes, over 58 more chunks.
+    let chunks = 60_000u64.div_ceil(DIRTY_CHUNK_BYTES) - 1;
+    assert_eq!(
+        large.fuel_used - small.fuel_used,
+        59_999 * u64::from(FUEL_PER_BULK_BYTE) + chunks * FUEL_PER_DIRTY_CHUNK
+    );
+    // 32 MiB for one fuel was the bug: now it runs out of fuel.
+    let c = rt
+        .prepare(
+            &wat::parse_str(
+                r#"(module (memory (export "memory") 512)
+                 (func (export "apply") (param i64 i64 i64)
+                   (memory.fill (i32.const 0) (i32.const 7) (i32.const 33554432))))"#,
+            )
+            .unwrap(),
+        )
+        .unwrap();
+    let r = call(&rt, &c, &mut TestHost::default());
+    assert_eq!(failure(&r).code, AbortCode::OutOfFuel);
+}
+
+#[test]
+fn issue_10_a_prepared_contract_keeps_only_its_initialised_pages() {
+    // 24 contracts declaring 512 pages each once held 33 MiB of snapshot apiece.
+    let rt = runtime();
+    let mut total = 0;
+    for i in 0..24 {
+        let c = rt.prepare(&writer(512 - i)).unwrap();
+        assert!(c.weight() < 1024 * 1024, "{}", c.weight());
+        total += c.weight();
+    }
+    assert!(total < 24 * 1024 * 1024, "{total}");
+    assert_eq!(rt.contract_cache_bytes(), total);
+}
+
+#[test]
+fn issue_10_the_contract_cache_is_bounded_by_bytes_and_evicts_the_least_recently_used() {
+    let probe = runtime()
+        .prepare(&contract("(call $ret (i32.const 0))"))
+        .unwrap();
+    let limit = probe.weight() * 3 + probe.weight() / 2;
+    let rt = Runtime::new(RuntimeConfig {
+        contract_cache_bytes: limit,
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let codes: Vec<Vec<u8>> = (0..4)
+        .map(|i| contract(&format!("(call $ret (i32.const {i}))")))
+        .collect();
+    for code in &codes[..3] {
+        rt.prepare(code).unwrap();
+    }
+    rt.prepare(&codes[0]).unwrap(); // code 0 is now the most recently used, code 1 the least
+    rt.prepare(&codes[3]).unwrap();
+    assert!(
+        rt.contract_cache_bytes() <= limit,
+        "{}",
+        rt.contract_cache_bytes()
+    );
+    let stats = rt.cache_stats();
+    assert_eq!((stats.evictions, stats.compiles), (1, 4), "{stats:?}");
+    rt.prepare(&codes[0]).unwrap();
+    assert_eq!(rt.cache_stats().compiles, 4, "code 0 stayed");
+    let c = rt.prepare(&codes[1]).unwrap();
+    assert_eq!(rt.cache_stats().compiles, 5, "code 1 was evicted");
+    let mut host = TestHost::default();
+    assert!(call(&rt, &c, &mut host).is_success());
+    assert_eq!(host.i32_at("r"), 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 10: host calls pay for the keys they touch.
+
+#[test]
+fn issue_10_storing_a_new_key_costs_more_than_overwriting_one() {
+    use tally_host_api::limits::FUEL_PER_NEW_KEY;
+    let body = "(call $store (i32.const 1002) (i32.const 1) (i32.const 1010) (i32.const 4))";
+    let fresh = run(body, &mut TestHost::default());
+    let mut host = TestHost::default();
+    host.state.insert(b"k".to_vec(), b"old".to_vec());
+    let overwrite = run(body, &mut host);
+    assert!(fresh.is_success() && overwrite.is_success());
+    assert_eq!(fresh.fuel_used - overwrite.fuel_used, FUEL_PER_NEW_KEY);
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 11: no host pointer outlives its call.
+
+/// A host whose `load` panics, like a buggy embedder.
+struct PanickingHost;
+
+impl Host for PanickingHost {
+    fn message(&self) -> &[u8] {
+        &[]
+    }
+    fn load(&mut self, _: &[u8]) -> Result<Option<&[u8]>, HostError> {
+        panic!("the embedder's store failed")
+    }
+    fn store(&mut self, _: &[u8], _: &[u8]) -> Result<(), HostError> {
+        Ok(())
+    }
+    fn remove(&mut self, _: &[u8]) -> Result<(), HostError> {
+        Ok(())
+    }
+    fn is_authorized(&self, _: Name) -> bool {
+        false
+    }
+}
+
+#[test]
+fn a_host_that_panics_leaves_the_runtime_usable() {
+    let rt = runtime();
+    let c = rt
+        .prepare(&contract(
+            "(call $ret (call $load (i32.const 1002) (i32.const 1) (i32.const 0) (i32.const 4)))",
+        ))
+        .unwrap();
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.execute(
+            &c,
+            Entry::Action {
+                receiver: name("test"),
+                code: name("test"),
+                action: name("run"),
+            },
+            &mut PanickingHost,
+        )
+    }));
+    assert!(panicked.is_err());
+    let mut host = TestHost::default();
+    assert!(call(&rt, &c, &mut host).is_success());
+    assert_eq!(host.i32_at("r"), -1);
+}
+
+/// A contract whose `apply` calls `$r` (with an i64 argument of 1, if it takes one), where
+/// `$r` recurses without end; `funcs` defines `$r`.
+fn unbounded(funcs: &str) -> Vec<u8> {
+    wat::parse_str(format!(
+        r#"(module
+          (memory (export "memory") 1)
+          (global $zero (mut i32) (i32.const 0))
+          {funcs}
+          (func (export "apply") (param i64 i64 i64) (drop (call $r (i64.const 1)))))"#
+    ))
+    .unwrap()
+}
+
+#[test]
+fn issue_10_the_deterministic_stack_limit_always_fires_before_the_native_one() {
+    use tally_host_api::limits::{MAX_FUNCTION_LOCALS, MAX_FUNCTION_PARAMS, MAX_OPERAND_STACK};
+    let params = MAX_FUNCTION_PARAMS;
+    let many_args = repeat("(local.get 0)", params - 1);
+    let operands = MAX_OPERAND_STACK as usize - 8;
+    let hoistable: String = (0..300)
+        .map(|i| {
+            format!(
+                "(i64.store (i32.const {}) (i64.mul (local.get 0) (i64.const {})))",
+                i % 8000,
+                1_000_003 + i
+            )
+        })
+        .collect();
+    let live_locals = MAX_FUNCTION_LOCALS as usize;
+    let sets: String = (0..live_locals)
+        .map(|i| {
+            format!(
+                "(local.set {} (i64x2.splat (i64.add (local.get 0) (i64.const {i}))))",
+                i + 1
+            )
+        })
+        .collect();
+    let uses: String = (0..live_locals)
+        .map(|i| {
+            format!(
+                "(v128.store (i32.const {}) (local.get {}))",
+                (i % 4000) * 16,
+                i + 1
+            )
+        })
+        .collect();
+    let shapes: Vec<(&str, String)> = vec![
+        ("smallest frames", "(func $r (param i64) (result i64) (call $r (local.get 0)))".into()),
+        (
+            "most parameters, all passed on",
+            format!(
+                "(func $r (param {}) (result i64) (call $r2 (local.get 0) {many_args}))
+                 (func $r2 (param {}) (result i64) (call $r2 (local.get 0) {many_args}))",
+                repeat("i64", 1),
+                repeat("i64", params)
+            ),
+        ),
+        (
+            "the deepest operand stack, live across the call",
+            format!(
+                "(func $r (param i64) (result i64) {} (call $r (local.get 0)) {})",
+                repeat("(local.get 0)", operands),
+                repeat("i64.add", operands)
+            ),
+        ),
+        (
+            "the most vector locals, live across the call",
+            format!(
+                "(func $r (param i64) (result i64) (local {}) {sets} (drop (call $r (local.get 0))) {uses} (local.get 0))",
+                repeat("v128", live_locals)
+            ),
+        ),
+        (
+            // Without the e-graph disabled, Cranelift hoists the thousands of products out
+            // of the loop, and they stay live across the call.
+            "loop-invariant values",
+            format!(
+                "(func $r (param i64) (result i64)
+                   (loop $l {hoistable} (drop (call $r (local.get 0))) (br_if $l (global.get $zero)))
+                   (local.get 0))"
+            ),
+        ),
+    ];
+    let rt = runtime();
+    for (what, funcs) in shapes {
+        let c = rt
+            .prepare(&unbounded(&funcs))
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let r = call(&rt, &c, &mut TestHost::default());
+        let abort = failure(&r);
+        assert_eq!(abort.code, AbortCode::StackOverflow, "{what}: {abort}");
+        assert!(
+            abort.message.starts_with("call stack exhausted"),
+            "{what}: the native backstop fired first: {abort}"
+        );
+    }
+}
+
+#[test]
+fn issue_10_slow_operators_cost_what_they_take() {
+    use tally_host_api::limits::{FUEL_PER_FLOAT_DIVISION, FUEL_PER_INTEGER_DIVISION};
+    let fuel = |op: &str, ty: &str| {
+        run(
+            &format!("(drop ({ty}.{op} ({ty}.const 7) ({ty}.const 3)))"),
+            &mut TestHost::default(),
+        )
+        .fuel_used
+    };
+    let add = fuel("add", "i64");
+    assert_eq!(
+        fuel("div_u", "i64") - add,
+        u64::from(FUEL_PER_INTEGER_DIVISION) - 1
+    );
+    assert_eq!(
+        fuel("rem_s", "i32") - fuel("add", "i32"),
+        u64::from(FUEL_PER_INTEGER_DIVISION) - 1
+    );
+    assert_eq!(
+        fuel("div", "f64") - fuel("add", "f64"),
+        u64::from(FUEL_PER_FLOAT_DIVISION) - 1
+    );
+}
+
+#[test]
+fn issue_10_an_out_of_bounds_store_that_trapped_leaves_no_mark_behind() {
+    // Mode 1 stores past the end of its one page (and traps); mode 2 grows the memory so
+    // that the same address is inside it, and writes nothing there.
+    let code = wat::parse_str(
+        r#"(module
+          (import "env" "read_message" (func $read_message (param i32 i32) (result i32)))
+          (memory (export "memory") 1)
+          (func (export "apply") (param i64 i64 i64)
+            (drop (call $read_message (i32.const 0) (i32.const 1)))
+            (if (i32.eq (i32.load8_u (i32.const 0)) (i32.const 1))
+              (then (i32.store (i32.const 70000) (i32.const 1))))
+            (if (i32.eq (i32.load8_u (i32.const 0)) (i32.const 2))
+              (then (drop (memory.grow (i32.const 1)))))))"#,
+    )
+    .unwrap();
+    let action = |rt: &Runtime, c: &Contract, mode: u8| {
+        let mut host = TestHost {
+            message: vec![mode],
+            ..Default::default()
+        };
+        call(rt, c, &mut host)
+    };
+    let warm = runtime();
+    let c = warm.prepare(&code).unwrap();
+    assert_eq!(failure(&action(&warm, &c, 1)).code, AbortCode::Trap);
+    let after_trap = action(&warm, &c, 2);
+    let fresh = runtime();
+    let c = fresh.prepare(&code).unwrap();
+    assert_eq!(after_trap, action(&fresh, &c, 2));
+}
+
+#[test]
+fn issue_10_every_action_pays_for_reading_its_memorys_dirty_map() {
+    use tally_host_api::limits::FUEL_PER_MEMORY_PAGE;
+    let rt = runtime();
+    let empty = |pages: u32| {
+        let c = rt
+            .prepare(
+                &wat::parse_str(format!(
+                    r#"(module (memory (export "memory") {pages})
+                         (func (export "apply") (param i64 i64 i64)))"#
+                ))
+                .unwrap(),
+            )
+            .unwrap();
+        call(&rt, &c, &mut TestHost::default()).fuel_used
+    };
+    assert_eq!(empty(512) - empty(1), 511 * FUEL_PER_MEMORY_PAGE);
+}
+
+#[test]
+fn issue_10_a_loop_cannot_dirty_memory_it_has_not_paid_for() {
+    // One store per 1 KiB chunk over 32 MiB would cost ~67M fuel in chunks; the loop runs out
+    // at the charge point of its header, long before the host call after it.
+    let c = wat::parse_str(format!(
+        r#"(module {IMPORTS}
+          (memory (export "memory") 512)
+          (data (i32.const 0) "done")
+          (func (export "apply") (param i64 i64 i64) (local $i i32)
+            (block $d (loop $w (br_if $d (i32.ge_u (local.get $i) (i32.const 33554432)))
+              (i32.store8 offset=4096 (local.get $i) (i32.const 7))
+              (local.set $i (i32.add (local.get $i) (i32.const 1024))) (br $w)))
+            (call $store (i32.const 0) (i32.const 4) (i32.const 0) (i32.const 4))))"#
+    ))
+    .unwrap();
+    let rt = runtime();
+    let c = rt.prepare(&c).unwrap();
+    let mut host = TestHost::default();
+    let r = call(&rt, &c, &mut host);
+    assert_eq!(failure(&r).code, AbortCode::OutOfFuel);
+    assert!(host.state.is_empty(), "the loop finished before paying");
 }

@@ -150,6 +150,156 @@ static inline void String_unpack(DataStream *ds, String **s) {
     *s = (String *)p;
 }
 
+/* ---- Strict readers and writers (what `tally abigen --lang c` generates code against) ---- */
+
+/** What an apply call is about: the account whose contract runs (and whose storage it writes),
+ * the account the action was sent to, and the action's name. */
+typedef struct {
+    AccountName receiver;
+    AccountName code;
+    AccountName action;
+} ApplyContext;
+
+/** A borsh `bytes` inside a message: a u32 length, then the bytes (the layout of String). */
+typedef String Bytes;
+
+/** \brief Reads one byte. */
+static inline void uint8_unpack(DataStream *ds, uint8_t *value) {
+    *value = (uint8_t)*DataStream_take(ds, 1);
+}
+
+/** \brief Reads a little-endian u32. */
+static inline void uint32_unpack(DataStream *ds, uint32_t *value) {
+    const unsigned char *p = (const unsigned char *)DataStream_take(ds, 4);
+    *value = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/** \brief Reads a little-endian i64. */
+static inline void int64_unpack(DataStream *ds, int64_t *value) {
+    uint64_t v;
+    uint64_unpack(ds, &v);
+    *value = (int64_t)v;
+}
+
+/** \brief Points `*b` at a borsh `bytes` inside the stream (no copy). */
+static inline void Bytes_unpack(DataStream *ds, Bytes **b) { String_unpack(ds, b); }
+
+/** \brief Whether `len` bytes at `s` are UTF-8 exactly as Rust's `core::str::from_utf8` defines
+ * it (no overlong forms, no surrogates, nothing above U+10FFFF). */
+static inline int tally_utf8_valid(const char *s, uint32_t len) {
+    const unsigned char *p = (const unsigned char *)s;
+    const unsigned char *end = p + len;
+    while (p < end) {
+        unsigned char c = *p++;
+        uint32_t more;
+        unsigned char lo = 0x80, hi = 0xBF; /* the range of the first continuation byte */
+        if (c < 0x80) continue;
+        if (c >= 0xC2 && c <= 0xDF) more = 1;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            more = 2;
+            if (c == 0xE0) lo = 0xA0;
+            if (c == 0xED) hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            more = 3;
+            if (c == 0xF0) lo = 0x90;
+            if (c == 0xF4) hi = 0x8F;
+        } else return 0;
+        if ((uint32_t)(end - p) < more || *p < lo || *p > hi) return 0;
+        p++;
+        for (uint32_t i = 1; i < more; i++, p++)
+            if (*p < 0x80 || *p > 0xBF) return 0;
+    }
+    return 1;
+}
+
+/** \brief String_unpack, then aborts "malformed action data" unless the string is UTF-8 (as a
+ * Rust contract's String is). */
+static inline void String_unpack_utf8(DataStream *ds, String **s) {
+    String_unpack(ds, s);
+    assert(tally_utf8_valid((*s)->data, (*s)->len), "malformed action data");
+}
+
+/** \brief Aborts "message has trailing bytes" unless the whole stream was read. */
+static inline void DataStream_end(DataStream *ds) {
+    assert(ds->pos == ds->end, "message has trailing bytes");
+}
+
+#ifndef TALLY_MESSAGE_MAX
+/** Longest action data tally_message accepts, in bytes. A C contract starts with one 64 KiB
+ * page holding its data and an 8 KiB stack, so the default keeps the buffer well inside it;
+ * define TALLY_MESSAGE_MAX before including tally.h for longer messages (a Rust contract's
+ * limit is its heap). */
+#define TALLY_MESSAGE_MAX 4096
+#endif
+
+/** \brief The running action's whole data, copied into a static buffer; aborts "message longer
+ * than TALLY_MESSAGE_MAX" if it does not fit. */
+static inline DataStream tally_message(void) {
+    static char buffer[TALLY_MESSAGE_MAX];
+    uint32_t size = (uint32_t)tally_message_size();
+    DataStream ds;
+    assert(size <= TALLY_MESSAGE_MAX, "message longer than TALLY_MESSAGE_MAX");
+    tally_read_message(buffer, size);
+    DataStream_init(&ds, buffer, size);
+    return ds;
+}
+
+/** A cursor over a buffer being written; writing past its end aborts the action. */
+typedef struct {
+    char *start;
+    char *pos;
+    char *end;
+} WriteStream;
+
+/** \brief Starts writing `len` bytes at `buffer`. */
+static inline void WriteStream_init(WriteStream *ws, char *buffer, uint32_t len) {
+    ws->start = buffer;
+    ws->pos = buffer;
+    ws->end = buffer + len;
+}
+
+/** \brief The number of bytes written so far. */
+static inline uint32_t WriteStream_size(const WriteStream *ws) {
+    return (uint32_t)(ws->pos - ws->start);
+}
+
+static inline unsigned char *WriteStream_take(WriteStream *ws, uint32_t n) {
+    char *at = ws->pos;
+    assert((uint32_t)(ws->end - ws->pos) >= n, "pack buffer too small");
+    ws->pos += n;
+    return (unsigned char *)at;
+}
+
+/** \brief Writes one byte. */
+static inline void uint8_pack(WriteStream *ws, uint8_t value) { *WriteStream_take(ws, 1) = value; }
+
+/** \brief Writes a little-endian u32. */
+static inline void uint32_pack(WriteStream *ws, uint32_t value) {
+    unsigned char *p = WriteStream_take(ws, 4);
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(value >> (8 * i));
+}
+
+/** \brief Writes a little-endian u64. */
+static inline void uint64_pack(WriteStream *ws, uint64_t value) {
+    unsigned char *p = WriteStream_take(ws, 8);
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(value >> (8 * i));
+}
+
+/** \brief Writes a little-endian i64. */
+static inline void int64_pack(WriteStream *ws, int64_t value) { uint64_pack(ws, (uint64_t)value); }
+
+/** \brief Writes an account name (a little-endian u64). */
+static inline void AccountName_pack(WriteStream *ws, AccountName name) { uint64_pack(ws, name); }
+
+/** \brief Writes a borsh string: its length, then its bytes. */
+static inline void String_pack(WriteStream *ws, const String *s) {
+    uint32_pack(ws, s->len);
+    __builtin_memcpy(WriteStream_take(ws, s->len), s->data, s->len);
+}
+
+/** \brief Writes a borsh `bytes`: its length, then the bytes. */
+static inline void Bytes_pack(WriteStream *ws, const Bytes *b) { String_pack(ws, b); }
+
 #ifdef __cplusplus
 }
 #endif

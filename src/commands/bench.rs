@@ -1,5 +1,6 @@
 //! `tally bench`: the experiment of the EOS post, done properly.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -8,8 +9,14 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
-use tally_chain::workload::{self, BenchConfig, Distribution};
-use tally_chain::{Chain, ChainConfig, Pipeline};
+use tally_bench::baseline;
+use tally_bench::proc::{cpu_model, peak_rss_bytes};
+use tally_bench::report::{
+    BaselineReport, BlockPoint, ConfigReport, MachineReport, ParallelReport, PipelineReport, Report,
+};
+use tally_bench::sampler::Distribution;
+use tally_bench::workload::{self, BenchConfig};
+use tally_chain::{Access, Chain, ChainConfig, Pipeline};
 use tally_runtime::{Runtime, RuntimeConfig};
 
 use super::store::{StoreKind, open_store};
@@ -75,7 +82,10 @@ pub struct BenchArgs {
     /// Make each block durable before the next one executes.
     #[arg(long)]
     pub no_overlap_commit: bool,
-    /// Every pipeline stage off (the four --no-* switches at once).
+    /// Execute each block's transactions one at a time, not speculatively on all cores.
+    #[arg(long)]
+    pub no_parallel_execute: bool,
+    /// Every pipeline stage off (the five --no-* switches at once).
     #[arg(long)]
     pub sequential: bool,
     /// The contract the transfers go through: the 2017 C simplecoin or the Rust token-rs.
@@ -145,31 +155,6 @@ impl From<Dist> for Distribution {
     }
 }
 
-/// The CPU model, for reports that name the machine they ran on.
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into())
-}
-
-/// Peak resident memory of this process (VmHWM), in bytes.
-fn peak_rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
-            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kib * 1024)
-        })
-        .unwrap_or(0)
-}
-
 /// The settings a data directory was created with, so a rerun can resume only the same run.
 fn bench_marker(config: &BenchConfig, store: StoreKind) -> serde_json::Value {
     json!({
@@ -196,6 +181,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         batch_dedup: !(args.sequential || args.no_batch_dedup),
         early_encode: !(args.sequential || args.no_early_encode),
         overlap_commit: !(args.sequential || args.no_overlap_commit),
+        parallel_execute: !(args.sequential || args.no_parallel_execute),
     };
     let config = BenchConfig {
         transfers: args.transfers,
@@ -258,25 +244,30 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         runtime.cache_stats()
     );
 
-    let store = open_store(args.store, &data.join("store"), chain_config.retain_blocks)?;
-    let mut chain = Chain::open(runtime, store, chain_config.clone())?;
+    let store = open_store(
+        args.store,
+        &data.join("store"),
+        chain_config.retain_blocks,
+        Access::ReadWrite,
+    )?;
+    let mut chain = if store.head().is_some() {
+        Chain::open(runtime, store, chain_config.clone())?
+    } else {
+        workload::create(runtime, store, chain_config.clone(), &config)?.0
+    };
     let bar = ProgressBar::new(config.transfers).with_style(
         ProgressStyle::with_template("{spinner} {bar:40} {pos}/{len} transfers ({per_sec}, {eta})")
             .expect("valid template"),
     );
-    let report = if resuming {
-        workload::resume(&mut chain, &config, &mut |done| bar.set_position(done))?
-    } else {
-        workload::run(&mut chain, &config, &mut |done| bar.set_position(done))?
-    };
+    let run = workload::run(&mut chain, &config, &mut |done| bar.set_position(done))?;
     bar.finish_and_clear();
 
     // Baselines: the same workload on a fresh store of the same kind, same settings.
-    let mut baselines = serde_json::Map::new();
+    let mut baselines = BTreeMap::new();
     for &baseline in &args.baseline {
         let executor: tally_chain::NativeContract = match baseline {
-            Baseline::Native => Arc::new(workload::native_simplecoin),
-            Baseline::Wasmi => super::wasmi_baseline::executor(config.contract.wasm())?,
+            Baseline::Native => Arc::new(baseline::native_simplecoin),
+            Baseline::Wasmi => baseline::wasmi::executor(config.contract.wasm())?,
         };
         let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
         let runtime = Arc::new(Runtime::new(RuntimeConfig::default())?);
@@ -284,159 +275,90 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             args.store,
             &dir.path().join("store"),
             chain_config.retain_blocks,
+            Access::ReadWrite,
         )?;
-        let mut chain = Chain::open(runtime, store, chain_config.clone())?;
+        let (mut chain, _) = workload::create(runtime, store, chain_config.clone(), &config)?;
         chain.set_native(workload::SIMPLECOIN, executor);
         let base = workload::run(&mut chain, &config, &mut |_| {})?;
         anyhow::ensure!(
-            base.state_checksum == report.state_checksum || resuming,
+            base.state_checksum == run.state_checksum || resuming,
             "the {} baseline reached another state than the contract",
             baseline.label()
         );
         let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / base.transfers.max(1) as f64;
         baselines.insert(
-            baseline.label().into(),
-            json!({
-                "tps": base.tps(),
-                "verify_us": per(base.phases.verify),
-                "execute_us": per(base.phases.execute),
-                "commit_us": per(base.phases.commit),
-            }),
+            baseline.label().to_string(),
+            BaselineReport {
+                tps: base.tps(),
+                verify_us: per(base.phases.verify),
+                execute_us: per(base.phases.execute),
+                commit_us: per(base.phases.commit),
+            },
         );
     }
 
-    let tps = report.tps();
-    let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / report.transfers.max(1) as f64;
-    let us_per_transfer = per(report.elapsed);
-    let checksum = hex::encode(report.state_checksum);
-    let (peak_rss, disk) = (peak_rss_bytes(), chain.store().disk_bytes());
-    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
-    let rows = [
-        ("transfers", report.transfers.to_string()),
-        ("failed", report.failed.to_string()),
-        ("seconds", format!("{:.3}", report.elapsed.as_secs_f64())),
-        ("transfers/s", format!("{tps:.0}")),
-        (
-            "verify ceiling",
-            match report.verify_ceiling_tps() {
-                Some(c) => format!("{c:.0}/s (this run reaches {:.2} of it)", tps / c),
-                None => "- (unsigned)".into(),
-            },
-        ),
-        ("µs per transfer", format!("{us_per_transfer:.2}")),
-        (
-            "  of which verify",
-            format!("{:.2} µs", per(report.phases.verify)),
-        ),
-        (
-            "  of which execute",
-            format!("{:.2} µs", per(report.phases.execute)),
-        ),
-        (
-            "  of which commit",
-            format!("{:.2} µs", per(report.phases.commit)),
-        ),
-        (
-            "blocks",
-            format!("{} of {}", report.blocks, config.block_size),
-        ),
-        ("height", report.height.to_string()),
-        ("peak RSS", mib(peak_rss)),
-        ("disk", mib(disk)),
-        (
-            "compile at deploy",
-            format!("{:.2} ms", compile.as_secs_f64() * 1e3),
-        ),
-        (
-            "load from disk cache",
-            format!("{:.1} µs", cache_load.as_secs_f64() * 1e6),
-        ),
-        ("state checksum", checksum.clone()),
-    ];
-    let mut rows = rows.to_vec();
-    for (name, b) in &baselines {
-        rows.push((
-            "baseline",
-            format!(
-                "{name}: {:.0} transfers/s ({:.2} µs execute per transfer; Tally reaches {:.2} of it)",
-                b["tps"].as_f64().unwrap_or(0.0),
-                b["execute_us"].as_f64().unwrap_or(0.0),
-                tps / b["tps"].as_f64().unwrap_or(f64::INFINITY),
-            ),
-        ));
-    }
-    let mut table = format!(
-        "tally bench: {}, {} accounts, {} distribution, seed {}, {} store, {}{}\n",
-        config.contract.label(),
-        config.accounts,
-        config.dist.label(),
-        config.seed,
-        args.store.label(),
-        if config.signed {
-            "signed by the client before timing, verified by the chain"
-        } else {
-            "unsigned (execution alone)"
+    let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / run.transfers.max(1) as f64;
+    let report = Report {
+        transfers: run.transfers,
+        failed: run.failed,
+        seconds: run.elapsed.as_secs_f64(),
+        tps: run.tps(),
+        verify_ceiling_tps: run.verify_ceiling_tps(),
+        baselines,
+        pipeline: PipelineReport {
+            batch_verify: pipeline.batch_verify,
+            batch_dedup: pipeline.batch_dedup,
+            early_encode: pipeline.early_encode,
+            overlap_commit: pipeline.overlap_commit,
+            parallel_execute: pipeline.parallel_execute,
         },
-        if resuming { ", resumed" } else { "" }
-    );
-    table.push_str(&format!(
-        "  pipeline: {}, {} threads\n",
-        pipeline.describe(),
-        rayon::current_num_threads()
-    ));
-    for (name, value) in rows {
-        table.push_str(&format!("  {name:<22} {value}\n"));
-    }
-
-    let report_json = json!({
-        "transfers": report.transfers,
-        "failed": report.failed,
-        "seconds": report.elapsed.as_secs_f64(),
-        "tps": tps,
-        "verify_ceiling_tps": report.verify_ceiling_tps(),
-        "baselines": baselines,
-        "pipeline": {
-            "batch_verify": pipeline.batch_verify,
-            "batch_dedup": pipeline.batch_dedup,
-            "early_encode": pipeline.early_encode,
-            "overlap_commit": pipeline.overlap_commit,
+        threads: rayon::current_num_threads(),
+        parallel: ParallelReport {
+            speculated: run.speculated,
+            confirmed: run.confirmed,
+            confirmed_share: run.confirmed as f64 / run.speculated.max(1) as f64,
         },
-        "threads": rayon::current_num_threads(),
-        "per_block": report.per_block.iter().map(|(tps, rss)| json!({"tps": tps, "rss_bytes": rss})).collect::<Vec<_>>(),
-        "us_per_transfer": us_per_transfer,
-        "verify_us": per(report.phases.verify),
-        "execute_us": per(report.phases.execute),
-        "commit_us": per(report.phases.commit),
-        "blocks": report.blocks,
-        "height": report.height,
-        "state_checksum": checksum,
-        "store": args.store.label(),
-        "signed": config.signed,
-        "resumed": resuming,
-        "peak_rss_bytes": peak_rss,
-        "disk_bytes": disk,
-        "compile_ms": compile.as_secs_f64() * 1e3,
-        "cache_load_us": cache_load.as_secs_f64() * 1e6,
-        "config": {
-            "transfers": config.transfers,
-            "accounts": config.accounts,
-            "dist": config.dist.label(),
-            "seed": config.seed,
-            "block_size": config.block_size,
-            "contract": config.contract.label(),
-            "store": args.store.label(),
-            "signed": config.signed,
-            "pipeline": pipeline.describe(),
+        per_block: run
+            .per_block
+            .iter()
+            .map(|&(tps, rss_bytes)| BlockPoint { tps, rss_bytes })
+            .collect(),
+        us_per_transfer: per(run.elapsed),
+        verify_us: per(run.phases.verify),
+        execute_us: per(run.phases.execute),
+        commit_us: per(run.phases.commit),
+        blocks: run.blocks,
+        height: run.height,
+        state_checksum: hex::encode(run.state_checksum),
+        store: args.store.label(),
+        signed: config.signed,
+        resumed: resuming,
+        peak_rss_bytes: peak_rss_bytes(),
+        disk_bytes: chain.store().disk_bytes(),
+        compile_ms: compile.as_secs_f64() * 1e3,
+        cache_load_us: cache_load.as_secs_f64() * 1e6,
+        config: ConfigReport {
+            transfers: config.transfers,
+            accounts: config.accounts,
+            dist: config.dist.label(),
+            seed: config.seed,
+            block_size: config.block_size,
+            contract: config.contract.label(),
+            store: args.store.label(),
+            signed: config.signed,
+            pipeline: pipeline.describe(),
         },
-        "machine": {
-            "cpu": cpu_model(),
-            "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        machine: MachineReport {
+            cpu: cpu_model(),
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         },
-    });
+    };
+    let table = report.table();
+    let tps = report.tps;
     if let Some(path) = &args.plot {
         let title = format!(
             "tally bench: {} transfers, {} accounts ({}), {} store, {}; {tps:.0} transfers/s",
-            report.transfers,
+            run.transfers,
             config.accounts,
             config.dist.label(),
             args.store.label(),
@@ -445,19 +367,19 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         let svg = super::plot::svg(
             &title,
             config.block_size as u64,
-            report.transfers,
-            &report.per_block,
+            run.transfers,
+            &run.per_block,
         );
         std::fs::write(path, svg).with_context(|| format!("cannot write {}", path.display()))?;
     }
     match args.json.as_deref() {
         Some(path) if path.as_os_str() == "-" => {
             eprint!("{table}");
-            println!("{}", serde_json::to_string_pretty(&report_json)?);
+            println!("{}", serde_json::to_string_pretty(&report)?);
         }
         Some(path) => {
             print!("{table}");
-            std::fs::write(path, serde_json::to_string_pretty(&report_json)? + "\n")
+            std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }
         None => print!("{table}"),

@@ -52,11 +52,11 @@ pub fn run(args: BlocksArgs) -> anyhow::Result<()> {
             "{h:>8}  {:<16}  {:>5}  {failed:>6}  {checksum}{}\n",
             &id[..16],
             body.transactions.len(),
-            if body.setup { "  (setup)" } else { "" }
+            if h == 0 { "  (genesis)" } else { "" }
         ));
         rows.push(json!({
             "height": h, "id": id, "timestamp_ms": record.header.timestamp_ms,
-            "transactions": body.transactions.len(), "failed": failed, "setup": body.setup,
+            "transactions": body.transactions.len(), "failed": failed, "genesis": h == 0,
             "state_checksum": checksum, "changes": record.changes.len(),
         }));
     }

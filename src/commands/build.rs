@@ -121,6 +121,9 @@ pub fn compile_c(source: &Path, output: &Path) -> anyhow::Result<()> {
 /// order; building through one fixed path makes the bytes the same in any checkout.
 const BUILD_ROOT: &str = "/tmp/tally-contract-build";
 
+/// Held while a build goes through [`BUILD_ROOT`], by every `tally build` on the machine.
+const BUILD_LOCK: &str = "/tmp/tally-contract-build.lock";
+
 /// Flags for Rust contracts: a 64 KiB stack instead of Rust's 1 MiB default keeps the initial
 /// memory small, and the remappings keep local paths out of the module.
 fn rust_flags() -> String {
@@ -150,6 +153,15 @@ pub fn compile_rust(package: &Path, output: &Path) -> anyhow::Result<()> {
         .and_then(Path::parent)
         .context("a Rust contract needs a parent and a grandparent directory")?;
     let relative = package.strip_prefix(root).expect("root is an ancestor");
+    // Two builds at once would repoint the one symlink under each other: take turns.
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(BUILD_LOCK)
+        .with_context(|| format!("cannot open {BUILD_LOCK}"))?;
+    lock.lock()
+        .with_context(|| format!("cannot lock {BUILD_LOCK}"))?;
     let link = Path::new(BUILD_ROOT);
     if link.symlink_metadata().is_ok() {
         std::fs::remove_file(link)
@@ -223,10 +235,17 @@ mod toml_name {
     }
 }
 
-/// Where a build writes by default: `x.c` → `x.wasm`; a Rust package `dir` → `dir.wasm`.
+/// Where a build writes by default: `x.c` → `x.wasm`; a Rust package `dir` → `dir.wasm`
+/// (for `.`, the current directory's name beside it).
 fn default_output(source: &Path) -> PathBuf {
     if source.is_dir() {
-        source.components().as_path().with_extension("wasm")
+        let dir = source.components().as_path();
+        if dir.file_name().is_none()
+            && let Ok(full) = dir.canonicalize()
+        {
+            return full.with_extension("wasm");
+        }
+        dir.with_extension("wasm")
     } else {
         source.with_extension("wasm")
     }

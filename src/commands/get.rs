@@ -13,18 +13,48 @@ use super::local::{Local, output, parse_name};
 #[command(after_help = "Examples:
   tally get simplecoin name:alice --data ./chain     # the key is alice's 8-byte name
   tally get registry str:home --data ./chain         # a UTF-8 key
-  tally get registry hex:0a0b --data ./chain         # raw bytes")]
+  tally get registry hex:0a0b --data ./chain         # raw bytes
+  tally get simplecoin name:u1 --rpc 127.0.0.1:26601 # ask a running node (tally devnet)")]
 pub struct GetArgs {
     /// The contract account.
     pub contract: String,
     /// The key: name:ACCOUNT, str:TEXT or hex:BYTES.
     pub key: String,
     /// The data directory.
-    #[arg(long, value_name = "DIR")]
-    pub data: PathBuf,
+    #[arg(
+        long,
+        value_name = "DIR",
+        required_unless_present = "rpc",
+        conflicts_with = "rpc"
+    )]
+    pub data: Option<PathBuf>,
+    /// Ask a running node's CometBFT RPC instead (its committed state).
+    #[arg(long, value_name = "URL")]
+    pub rpc: Option<String>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The committed value of `contract`'s `key`, from a data directory or a node.
+fn read(
+    data: Option<&PathBuf>,
+    rpc: Option<&str>,
+    contract: tally_chain::Name,
+    key: &[u8],
+) -> anyhow::Result<Option<Vec<u8>>> {
+    if let Some(url) = rpc {
+        let mut query = contract.0.to_le_bytes().to_vec();
+        query.extend_from_slice(key);
+        let (code, value, log) = crate::node::rpc::Rpc::new(url).query("get", &query)?;
+        return match code {
+            crate::node::app::code::OK => Ok(Some(value)),
+            crate::node::app::code::NOT_FOUND => Ok(None),
+            _ => anyhow::bail!("the node refused the query (code {code}): {log}"),
+        };
+    }
+    let data = data.context("give --data DIR or --rpc URL")?;
+    Ok(Local::open_read_only(data)?.chain.get(contract, key)?)
 }
 
 fn parse_key(key: &str) -> anyhow::Result<Vec<u8>> {
@@ -42,8 +72,7 @@ fn parse_key(key: &str) -> anyhow::Result<Vec<u8>> {
 pub fn run(args: GetArgs) -> anyhow::Result<()> {
     let contract = parse_name(&args.contract)?;
     let key = parse_key(&args.key)?;
-    let local = Local::open(&args.data)?;
-    let value = local.chain.get(contract, &key)?;
+    let value = read(args.data.as_ref(), args.rpc.as_deref(), contract, &key)?;
     let as_u64 = value
         .as_ref()
         .filter(|v| v.len() == 8)
@@ -67,7 +96,8 @@ pub fn run(args: GetArgs) -> anyhow::Result<()> {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   tally balance alice --data ./chain
-  tally balance alice --contract mycoin --data ./chain")]
+  tally balance alice --contract mycoin --data ./chain
+  tally balance u1 --rpc 127.0.0.1:26601              # ask a running node (tally devnet)")]
 pub struct BalanceArgs {
     /// The account.
     pub account: String,
@@ -75,8 +105,16 @@ pub struct BalanceArgs {
     #[arg(long, default_value = "simplecoin")]
     pub contract: String,
     /// The data directory.
-    #[arg(long, value_name = "DIR")]
-    pub data: PathBuf,
+    #[arg(
+        long,
+        value_name = "DIR",
+        required_unless_present = "rpc",
+        conflicts_with = "rpc"
+    )]
+    pub data: Option<PathBuf>,
+    /// Ask a running node's CometBFT RPC instead (its committed state).
+    #[arg(long, value_name = "URL")]
+    pub rpc: Option<String>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -84,8 +122,15 @@ pub struct BalanceArgs {
 
 pub fn run_balance(args: BalanceArgs) -> anyhow::Result<()> {
     let (account, contract) = (parse_name(&args.account)?, parse_name(&args.contract)?);
-    let local = Local::open(&args.data)?;
-    let balance = tally_chain::workload::balance(&local.chain, contract, account)?.unwrap_or(0);
+    let value = read(
+        args.data.as_ref(),
+        args.rpc.as_deref(),
+        contract,
+        &account.0.to_le_bytes(),
+    )?;
+    let balance = value
+        .and_then(|v| Some(u64::from_le_bytes(v.get(..8)?.try_into().ok()?)))
+        .unwrap_or(0);
     output(
         args.json,
         json!({ "account": account.to_string(), "contract": contract.to_string(), "balance": balance }),

@@ -17,7 +17,8 @@ use anyhow::{Context, bail};
 use ed25519_dalek::SigningKey;
 use serde::{Deserialize, Serialize};
 use tally_chain::{
-    Action, BlockHeader, Chain, ChainConfig, Name, SignedTransaction, Transaction, TxReceipt,
+    Access, Action, BlockHeader, Chain, ChainConfig, Genesis, Name, SignedTransaction, Transaction,
+    TxReceipt, TxResult,
 };
 use tally_runtime::{Runtime, RuntimeConfig};
 
@@ -39,19 +40,22 @@ pub struct ChainFile {
 }
 
 impl ChainFile {
-    pub fn config(&self) -> anyhow::Result<ChainConfig> {
-        let key = hex::decode(&self.system_key)
-            .ok()
-            .and_then(|k| <[u8; 32]>::try_from(k).ok())
-            .context("chain.json: system_key is not 32 bytes of hex")?;
-        Ok(ChainConfig {
+    pub fn config(&self) -> ChainConfig {
+        ChainConfig {
             genesis_time_ms: self.genesis_time_ms,
             block_interval_ms: self.block_interval_ms,
             max_tx_lifetime_ms: self.max_tx_lifetime_ms,
             retain_blocks: self.retain_blocks,
             check_signatures: true,
-            system_key: Some(key),
-        })
+        }
+    }
+
+    /// The system account's public key, which genesis registers.
+    pub fn system_key(&self) -> anyhow::Result<[u8; 32]> {
+        hex::decode(&self.system_key)
+            .ok()
+            .and_then(|k| <[u8; 32]>::try_from(k).ok())
+            .context("chain.json: system_key is not 32 bytes of hex")
     }
 
     pub fn store_kind(&self) -> anyhow::Result<StoreKind> {
@@ -114,6 +118,15 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<T> {
     serde_json::from_str(&text).with_context(|| format!("{} is not valid", path.display()))
 }
 
+/// The runtime of a local chain, with its module cache in the data directory. A reader keeps
+/// compiled modules in memory only: read-only commands write no file, the cache's included.
+fn runtime(dir: &Path, access: Access) -> anyhow::Result<Arc<Runtime>> {
+    Ok(Arc::new(Runtime::new(RuntimeConfig {
+        cache_dir: (access == Access::ReadWrite).then(|| dir.join("modules")),
+        ..RuntimeConfig::default()
+    })?))
+}
+
 /// An opened local chain.
 pub struct Local {
     pub dir: PathBuf,
@@ -122,8 +135,17 @@ pub struct Local {
 }
 
 impl Local {
-    /// Opens the chain in `dir`.
+    /// Opens the chain in `dir` to push blocks.
     pub fn open(dir: &Path) -> anyhow::Result<Self> {
+        Self::open_with(dir, Access::ReadWrite)
+    }
+
+    /// Opens the chain in `dir` to read it: no file in `dir` is written.
+    pub fn open_read_only(dir: &Path) -> anyhow::Result<Self> {
+        Self::open_with(dir, Access::ReadOnly)
+    }
+
+    fn open_with(dir: &Path, access: Access) -> anyhow::Result<Self> {
         let file: ChainFile = read_json(&dir.join("chain.json"))?;
         if file.version != LAYOUT_VERSION {
             bail!(
@@ -133,14 +155,23 @@ impl Local {
             );
         }
         let keystore: Keystore = read_json(&dir.join("keystore.json"))?;
-        let config = file.config()?;
-        let runtime = Arc::new(Runtime::new(RuntimeConfig {
-            cache_dir: Some(dir.join("modules")),
-            ..RuntimeConfig::default()
-        })?);
-        let store = open_store(file.store_kind()?, &dir.join("store"), config.retain_blocks)?;
-        let chain = Chain::open(runtime, store, config.clone())?;
-        if chain.account_key(tally_chain::system::SYSTEM)? != config.system_key {
+        let config = file.config();
+        let system_key = file.system_key()?;
+        let store = open_store(
+            file.store_kind()?,
+            &dir.join("store"),
+            config.retain_blocks,
+            access,
+        )?;
+        if store.head().is_none() {
+            bail!(
+                "{} has no genesis block: `tally init` did not finish; remove the directory and \
+                 run it again",
+                dir.display()
+            );
+        }
+        let chain = Chain::open(runtime(dir, access)?, store, config)?;
+        if chain.account_key(tally_chain::system::SYSTEM)? != Some(system_key) {
             bail!(
                 "{}: the store belongs to another chain (its system key differs from chain.json)",
                 dir.display()
@@ -158,6 +189,13 @@ impl Local {
         if dir.join("chain.json").exists() {
             bail!(
                 "{} already holds a chain; nothing was changed (use another --data directory)",
+                dir.display()
+            );
+        }
+        if dir.join("store").exists() {
+            bail!(
+                "{} has a store but no chain.json: an earlier `tally init` did not finish; \
+                 remove the directory and run it again",
                 dir.display()
             );
         }
@@ -180,6 +218,22 @@ impl Local {
             serde_json::to_string_pretty(&keystore)?.as_bytes(),
             0o600,
         )?;
+        let genesis = Genesis::with_system_key(system.verifying_key().to_bytes());
+        let config = file.config();
+        let store = open_store(
+            file.store_kind()?,
+            &dir.join("store"),
+            config.retain_blocks,
+            Access::ReadWrite,
+        )?;
+        drop(Chain::create(
+            runtime(dir, Access::ReadWrite)?,
+            store,
+            config,
+            &genesis,
+        )?);
+        // chain.json last: a directory without it is not a chain, so an interrupted init can
+        // simply run again.
         write_atomic(
             &dir.join("chain.json"),
             serde_json::to_string_pretty(&file)?.as_bytes(),
@@ -209,16 +263,19 @@ impl Local {
             .collect::<anyhow::Result<Vec<_>>>()?;
         let (ref_block_num, ref_block_prefix) = self.chain.tapos();
         let tx = Transaction {
-            expiration_ms: self.chain.pending_block_time_ms() + 60_000,
+            expiration_ms: self.chain.next_block_time_ms() + 60_000,
             ref_block_num,
             ref_block_prefix,
             actions,
         };
         let refs: Vec<(Name, &SigningKey)> = keys.iter().map(|(n, k)| (*n, k)).collect();
         let signed = SignedTransaction::sign(tx, &refs);
-        let receipt = self.chain.push_transaction(&signed)?;
-        let header = self.chain.finish_block()?;
-        Ok((receipt, header))
+        let mut block = self.chain.run_block(vec![signed])?;
+        match block.results.pop() {
+            Some(TxResult::Included(receipt)) => Ok((receipt, block.header)),
+            Some(TxResult::Rejected(e)) => Err(e).context("the transaction was rejected"),
+            None => bail!("the block holds no result for the transaction"),
+        }
     }
 
     pub fn abi_path(&self, contract: Name) -> PathBuf {
@@ -227,7 +284,7 @@ impl Local {
 }
 
 /// Opens the chain of a local-chain directory, or of a `tally bench --data` directory (which
-/// has no keystore: only reading commands work on it).
+/// has no keystore), read-only: for `tally blocks` and `tally verify`.
 pub fn open_chain(dir: &Path) -> anyhow::Result<Chain> {
     if !dir.join("chain.json").exists() && dir.join("bench.json").exists() {
         let marker: serde_json::Value = read_json(&dir.join("bench.json"))?;
@@ -244,10 +301,15 @@ pub fn open_chain(dir: &Path) -> anyhow::Result<Chain> {
             ..ChainConfig::default()
         };
         let runtime = Arc::new(Runtime::new(RuntimeConfig::default())?);
-        let store = open_store(store, &dir.join("store"), config.retain_blocks)?;
+        let store = open_store(
+            store,
+            &dir.join("store"),
+            config.retain_blocks,
+            Access::ReadOnly,
+        )?;
         return Ok(Chain::open(runtime, store, config)?);
     }
-    Ok(Local::open(dir)?.chain)
+    Ok(Local::open_read_only(dir)?.chain)
 }
 
 /// Parses a name argument with a readable error.

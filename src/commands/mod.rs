@@ -1,17 +1,23 @@
 //! One module per subcommand: its arguments, its `run`, and examples in its `--help`.
 
+mod abigen;
 mod account;
 mod bench;
 mod blocks;
 mod build;
 mod deploy;
+mod devnet;
 mod get;
 mod init;
-mod local;
+mod load;
+pub(crate) mod local;
+mod new;
+mod node;
 mod plot;
 mod push;
-mod store;
-mod wasmi_baseline;
+pub(crate) mod store;
+mod storebench;
+mod storebench_workload;
 
 use clap::{Parser, Subcommand};
 
@@ -26,8 +32,12 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Compile a C contract to WebAssembly.
+    /// Create a contract project (C or Rust): source, ABI, generated types, a test, a README.
+    New(new::NewArgs),
+    /// Compile a contract (C or Rust) to WebAssembly.
     Build(build::BuildArgs),
+    /// Generate a contract's action types (C or Rust) from its ABI file.
+    Abigen(abigen::AbigenArgs),
     /// Push signed transfers through the simplecoin contract and report transfers per second.
     Bench(bench::BenchArgs),
     /// Create a local chain in a data directory.
@@ -46,13 +56,32 @@ pub enum Command {
     Blocks(blocks::BlocksArgs),
     /// Verify every stored block and the state.
     Verify(blocks::VerifyArgs),
+    /// Run Tally as the ABCI application of a CometBFT node.
+    Node(node::NodeArgs),
+    /// Start or stop a local network of CometBFT validators running Tally.
+    Devnet(devnet::DevnetArgs),
+    /// Sign transfers, submit them to a network and measure committed transfers per second.
+    Load(load::LoadArgs),
+    /// Compare state stores on a storage workload (GriffinDB, IAVL or transfers).
+    Storebench(storebench::StorebenchArgs),
 }
 
 impl Command {
+    /// Whether the command keeps sockets open to other processes (and must survive a peer
+    /// that disconnects).
+    pub fn serves_sockets(&self) -> bool {
+        matches!(
+            self,
+            Command::Node(_) | Command::Devnet(_) | Command::Load(_)
+        )
+    }
+
     /// Runs the subcommand.
     pub fn run(self) -> anyhow::Result<()> {
         match self {
+            Command::New(args) => new::run(args),
             Command::Build(args) => build::run(args),
+            Command::Abigen(args) => abigen::run(args),
             Command::Bench(args) => bench::run(args),
             Command::Init(args) => init::run(args),
             Command::Account(args) => account::run(args),
@@ -62,6 +91,10 @@ impl Command {
             Command::Balance(args) => get::run_balance(args),
             Command::Blocks(args) => blocks::run(args),
             Command::Verify(args) => blocks::run_verify(args),
+            Command::Node(args) => node::run(args),
+            Command::Devnet(args) => devnet::run(args),
+            Command::Load(args) => load::run(args),
+            Command::Storebench(args) => storebench::run(args),
         }
     }
 }

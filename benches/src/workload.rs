@@ -1,17 +1,20 @@
 //! The transfer workload of `tally bench`, shared with the criterion benches so the number a
-//! user sees and the number CI tracks come from the same code.
+//! user sees and the number CI tracks come from the same code. It only drives the library's
+//! block path: [`tally_chain::prepare_block`], [`Chain::execute_block`], [`Chain::commit`].
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ed25519_dalek::SigningKey;
 use rayon::prelude::*;
+use tally_chain::{
+    Action, Chain, ChainConfig, ChainError, Pipeline, PreparedTx, SignedTransaction, StateStore,
+    Transaction, Transfer, TxId, crypto, prepare_block,
+};
 use tally_host_api::Name;
+use tally_runtime::Runtime;
 
-use crate::chain::Chain;
-use crate::crypto;
-use crate::error::ChainError;
-use crate::pipeline::{self, Pipeline};
-use crate::tx::{Action, SignedTransaction, Transaction, Transfer, TxId};
+use crate::sampler::{Distribution, Rng, Sampler};
 
 /// The account simplecoin is deployed to.
 pub const SIMPLECOIN: Name = match Name::from_str_const("simplecoin") {
@@ -85,165 +88,6 @@ pub fn account_name(i: u64) -> Name {
         }
     }
     Name::from_str_const(std::str::from_utf8(&s).expect("ascii")).expect("valid name")
-}
-
-/// SplitMix64: tiny, fast and fully specified, so a seed means the same workload on every
-/// platform and version.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from `seed`.
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-
-    /// Uniform in `[0, n)`.
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((self.next_u64() as u128 * n as u128) >> 64) as u64
-    }
-}
-
-/// How benchmark accounts are picked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Distribution {
-    /// Every account equally likely.
-    Uniform,
-    /// Zipf-Mandelbrot with s = 1.0001, v = 2.7, as in the Vryx test: a few accounts are very
-    /// hot, most are cold.
-    Zipf,
-}
-
-impl Distribution {
-    /// Its command-line label.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Uniform => "uniform",
-            Self::Zipf => "zipf",
-        }
-    }
-}
-
-/// Samples ranks `0..n` from Zipf-Mandelbrot, P(k) ∝ (k + v)^-s for k = 1..n, by
-/// rejection-inversion (Hörmann & Derflinger 1996): O(1) memory and time per sample, so ten
-/// million accounts need no table.
-#[derive(Debug, Clone)]
-pub struct ZipfMandelbrot {
-    n: f64,
-    s: f64,
-    v: f64,
-    h_x1: f64,
-    h_n: f64,
-    threshold: f64,
-}
-
-impl ZipfMandelbrot {
-    /// The Vryx parameters: s = 1.0001, v = 2.7.
-    pub fn vryx(n: u64) -> Self {
-        Self::new(n, 1.0001, 2.7)
-    }
-
-    /// A sampler over `n` ranks with exponent `s` (> 0, ≠ 1 is fine and so is 1) and shift `v`.
-    pub fn new(n: u64, s: f64, v: f64) -> Self {
-        let mut z = Self {
-            n: n as f64,
-            s,
-            v,
-            h_x1: 0.0,
-            h_n: 0.0,
-            threshold: 0.0,
-        };
-        z.h_x1 = z.big_h(1.5) - z.h(1.0);
-        z.h_n = z.big_h(z.n + 0.5);
-        z.threshold = 2.0 - z.big_h_inv(z.big_h(2.5) - z.h(2.0));
-        z
-    }
-
-    fn h(&self, x: f64) -> f64 {
-        (-self.s * (x + self.v).ln()).exp()
-    }
-
-    /// An antiderivative of `h`: ((x+v)^(1-s) - 1) / (1-s), computed stably near s = 1.
-    fn big_h(&self, x: f64) -> f64 {
-        let log_x = (x + self.v).ln();
-        helper2((1.0 - self.s) * log_x) * log_x
-    }
-
-    fn big_h_inv(&self, y: f64) -> f64 {
-        let t = (y * (1.0 - self.s)).max(-1.0);
-        (helper1(t) * y).exp() - self.v
-    }
-
-    /// A rank in `0..n` (0 is the hottest).
-    pub fn sample(&self, rng: &mut Rng) -> u64 {
-        loop {
-            let u = self.h_n + rng.next_f64() * (self.h_x1 - self.h_n);
-            let x = self.big_h_inv(u);
-            let k = x.round().clamp(1.0, self.n);
-            if k - x <= self.threshold || u >= self.big_h(k + 0.5) - self.h(k) {
-                return k as u64 - 1;
-            }
-        }
-    }
-}
-
-/// log1p(x) / x, stable near 0.
-fn helper1(x: f64) -> f64 {
-    if x.abs() > 1e-8 {
-        x.ln_1p() / x
-    } else {
-        1.0 - x * (0.5 - x * (1.0 / 3.0 - 0.25 * x))
-    }
-}
-
-/// expm1(x) / x, stable near 0.
-fn helper2(x: f64) -> f64 {
-    if x.abs() > 1e-8 {
-        x.exp_m1() / x
-    } else {
-        1.0 + x * 0.5 * (1.0 + x * (1.0 / 3.0) * (1.0 + 0.25 * x))
-    }
-}
-
-/// Picks accounts for transfers.
-#[derive(Debug, Clone)]
-pub enum Sampler {
-    /// Uniform over `0..n`.
-    Uniform(u64),
-    /// Zipf-Mandelbrot.
-    Zipf(ZipfMandelbrot),
-}
-
-impl Sampler {
-    /// A sampler over `accounts` accounts.
-    pub fn new(dist: Distribution, accounts: u64) -> Self {
-        match dist {
-            Distribution::Uniform => Self::Uniform(accounts),
-            Distribution::Zipf => Self::Zipf(ZipfMandelbrot::vryx(accounts)),
-        }
-    }
-
-    /// An account index.
-    pub fn sample(&self, rng: &mut Rng) -> u64 {
-        match self {
-            Self::Uniform(n) => rng.below(*n),
-            Self::Zipf(z) => z.sample(rng),
-        }
-    }
 }
 
 /// Distinct signing keys the benchmark accounts share (account `i` uses key `i % KEY_POOL`).
@@ -398,11 +242,12 @@ impl TransferGen {
 /// Where the timed section's time went.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Phases {
-    /// The stateless stage: ids, signatures, early encoding and the batched duplicate check.
+    /// The stateless stage: encodings, ids, admission and batched signature verification.
     pub verify: Duration,
-    /// Checking and executing transactions.
+    /// [`Chain::execute_block`]: the duplicate check, validation, execution, the block's
+    /// sorted changes and checksum (and signature checks, when they are not batched).
     pub execute: Duration,
-    /// Committing blocks (sorting changes, checksums, the store's durable write).
+    /// [`Chain::commit`]: the store's write and its durable sync.
     pub commit: Duration,
 }
 
@@ -425,14 +270,16 @@ pub struct BenchReport {
     pub height: u64,
     /// The last block's chained state checksum.
     pub state_checksum: [u8; 32],
-    /// Time to deploy simplecoin (validate, compile or load from cache, run `onInit`).
-    pub deploy: Duration,
     /// Time that batched signature verification alone, on all cores, took over the same
     /// transactions (measured per block outside the timed section; zero when unsigned).
     pub verify_alone: Duration,
     /// Transfers per second of each block, in order, with the process's resident memory
     /// after it (bytes; 0 where unknown).
     pub per_block: Vec<(f64, u64)>,
+    /// Transactions executed speculatively in parallel.
+    pub speculated: u64,
+    /// Of those, how many needed no re-execution.
+    pub confirmed: u64,
 }
 
 impl BenchReport {
@@ -449,149 +296,74 @@ impl BenchReport {
     }
 }
 
-/// Deploys simplecoin on `chain` unless it is already there, gives every account
-/// [`INITIAL_BALANCE`] (and, for signed runs, a key), and commits that as a setup block.
-pub fn setup(
-    chain: &mut Chain,
-    generator: &TransferGen,
+/// Creates the benchmark chain on an empty `store`: a genesis that deploys the contract, gives
+/// every account [`INITIAL_BALANCE`] and (for signed runs) registers its key. Returns the chain
+/// and how long deploying the contract took.
+pub fn create(
+    runtime: Arc<Runtime>,
+    store: Box<dyn StateStore>,
+    chain_config: ChainConfig,
     config: &BenchConfig,
-) -> Result<Duration, ChainError> {
+) -> Result<(Chain, Duration), ChainError> {
+    let generator = TransferGen::new(config);
+    let mut genesis = Chain::genesis(runtime, store, chain_config)?;
     let start = Instant::now();
-    chain.deploy(SIMPLECOIN, config.contract.wasm())?;
+    genesis.deploy(SIMPLECOIN, config.contract.wasm())?;
     let deploy = start.elapsed();
     for i in 0..config.accounts {
         let name = account_name(i);
-        chain.allocate(
+        genesis.allocate(
             SIMPLECOIN,
             &name.0.to_le_bytes(),
             &INITIAL_BALANCE.to_le_bytes(),
-        )?;
+        );
         if config.signed {
-            chain.register_account(name, generator.public_key(i))?;
+            genesis.account(name, generator.public_key(i));
         }
     }
-    chain.finish_block()?;
-    Ok(deploy)
+    Ok((genesis.finish()?, deploy))
 }
 
-/// Runs the benchmark on a fresh `chain`: setup, then `config.transfers` transfers in blocks
-/// of `config.block_size`. Each block's transactions are generated and signed before its
-/// timer starts. `progress` gets the transfers done so far.
+/// Runs the benchmark on a `chain` made by [`create`] (or reopened from disk): the blocks
+/// already committed are skipped (their transfers are drawn again but not pushed), so a
+/// resumed run ends at the state checksum of an uninterrupted one. `progress` gets the
+/// transfers done so far.
 pub fn run(
     chain: &mut Chain,
     config: &BenchConfig,
     progress: &mut dyn FnMut(u64),
 ) -> Result<BenchReport, ChainError> {
-    bench(chain, config, progress, false)
+    bench(chain, config, progress)
 }
 
-/// Continues a run of the same `config` on a chain reopened from disk: the blocks already
-/// committed are skipped (their transfers are drawn again but not pushed), so the final state
-/// checksum equals that of an uninterrupted run.
-pub fn resume(
-    chain: &mut Chain,
-    config: &BenchConfig,
-    progress: &mut dyn FnMut(u64),
-) -> Result<BenchReport, ChainError> {
-    bench(chain, config, progress, true)
-}
-
-/// simplecoin's `transfer` (contracts/simplecoin.c) in plain Rust over the same host calls:
-/// the `native` baseline of `tally bench`, the limit for any runtime.
-pub fn native_simplecoin(
-    host: &mut dyn tally_host_api::Host,
-) -> Result<(), tally_host_api::HostError> {
-    use tally_host_api::{Abort, AbortCode};
-    let mut msg = [0u8; 24];
-    let data = host.message();
-    let n = data.len().min(24);
-    msg[..n].copy_from_slice(&data[..n]);
-    let word = |i: usize| u64::from_le_bytes(msg[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-    let (from, to, amount) = (word(0), word(1), word(2));
-    let balance =
-        |v: Option<&[u8]>| -> Option<u64> { Some(u64::from_le_bytes(v?.try_into().ok()?)) };
-    let Some(mut from_balance) = balance(host.load(&from.to_le_bytes())?) else {
-        return Err(Abort::new(AbortCode::AssertFailed, "no existing balance").into());
-    };
-    if from_balance < amount {
-        return Err(Abort::new(AbortCode::AssertFailed, "insufficient funds").into());
-    }
-    let mut to_balance = balance(host.load(&to.to_le_bytes())?).unwrap_or(0);
-    to_balance = to_balance.wrapping_add(amount);
-    from_balance -= amount;
-    if from_balance != 0 {
-        host.store(&from.to_le_bytes(), &from_balance.to_le_bytes())?;
-    } else {
-        host.remove(&from.to_le_bytes())?;
-    }
-    host.store(&to.to_le_bytes(), &to_balance.to_le_bytes())
-}
-
-/// What executing one block's transactions took.
-struct Executed {
+/// What executing and committing one block gave.
+struct BlockRun {
     failed: u64,
-    /// Signature checks done one by one (without batched verification).
-    verify: Duration,
+    speculated: u64,
+    confirmed: u64,
     execute: Duration,
+    commit: Duration,
 }
 
-/// Includes `block`'s transactions in the pending block, using what the stateless stage
-/// `prepared`.
-fn execute_block(
-    chain: &mut Chain,
-    block: &[SignedTransaction],
-    prepared: &[pipeline::Prepared],
-    pipeline: &Pipeline,
-) -> Result<Executed, ChainError> {
-    let start = Instant::now();
-    let check = chain.config().check_signatures;
-    let in_window = pipeline.batch_dedup.then(|| {
-        let ids: Vec<TxId> = prepared.iter().map(|p| p.id).collect();
-        chain.in_recent_window(&ids)
-    });
-    let mut done = Executed {
-        failed: 0,
-        verify: Duration::ZERO,
-        execute: Duration::ZERO,
-    };
-    for (i, (tx, p)) in block.iter().zip(prepared).enumerate() {
-        match &p.signatures {
-            Some(result) => result.clone()?,
-            None if check => {
-                let t = Instant::now();
-                crypto::verify_signatures(tx, &p.id)?;
-                done.verify += t.elapsed();
-            }
-            None => {}
-        }
-        let known = in_window.as_ref().map(|w| w[i]);
-        if !chain
-            .push_prepared(tx, p.id, p.encoded.as_deref(), known)?
-            .is_success()
-        {
-            done.failed += 1;
-        }
-    }
-    done.execute = start.elapsed() - done.verify;
-    Ok(done)
+/// Executes one prepared block through the library and commits it.
+fn execute_and_commit(chain: &mut Chain, prepared: &[PreparedTx]) -> Result<BlockRun, ChainError> {
+    let t0 = Instant::now();
+    let executed = chain.execute_block(chain.next_block_time_ms(), prepared)?;
+    let t1 = Instant::now();
+    chain.commit()?;
+    Ok(BlockRun {
+        failed: executed.results.iter().filter(|r| !r.is_success()).count() as u64,
+        speculated: executed.speculated.into(),
+        confirmed: executed.confirmed.into(),
+        execute: t1 - t0,
+        commit: t1.elapsed(),
+    })
 }
-
-/// The process's resident memory in bytes (Linux), or 0.
-pub fn resident_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * 4096)
-}
-
-/// The height of the setup block of a benchmark chain (genesis is 0).
-const SETUP_HEIGHT: u64 = 1;
 
 fn bench(
     chain: &mut Chain,
     config: &BenchConfig,
     progress: &mut dyn FnMut(u64),
-    resume: bool,
 ) -> Result<BenchReport, ChainError> {
     if config.signed != chain.config().check_signatures {
         return Err(ChainError::Config(format!(
@@ -605,81 +377,80 @@ fn bench(
         )));
     }
     let mut generator = TransferGen::new(config);
-    let mut done = 0u64;
-    let deploy = if resume && chain.head().height >= SETUP_HEIGHT {
-        done = (chain.head().height - SETUP_HEIGHT) * config.block_size as u64;
-        generator.skip(done.min(config.transfers));
-        Duration::ZERO
-    } else {
-        setup(chain, &generator, config)?
-    };
+    // Block h of the run holds transfers (h-1)*block_size.. : genesis is block 0.
+    let mut done = chain.head().height * config.block_size as u64;
+    generator.skip(done.min(config.transfers));
     let mut phases = Phases::default();
     let mut elapsed = Duration::ZERO;
     let (mut failed, mut blocks) = (0u64, 0u64);
+    let (mut speculated, mut confirmed) = (0u64, 0u64);
     let start_done = done;
     let check = chain.config().check_signatures;
     let pipeline = config.pipeline;
-    chain.set_overlap_commit(pipeline.overlap_commit);
+    chain.set_pipeline(pipeline);
     let mut verify_alone = Duration::ZERO;
     let mut per_block = Vec::new();
     let block_len = |done: u64| (config.transfers - done).min(config.block_size as u64);
-    // The client generates one block ahead; with batched verification the chain verifies that
+    // The client generates one block ahead; with batched verification the chain prepares that
     // block on the spare cores while the current one executes.
     let mut height = chain.head().height + 1;
     let mut current = (done < config.transfers).then(|| {
         let block = generator.next_block(chain, height, block_len(done));
         let t = Instant::now();
-        let prepared = pipeline::prepare(&block, check, &pipeline);
+        let prepared = prepare_block(block, check, &pipeline);
         phases.verify += t.elapsed();
         elapsed += t.elapsed();
-        (block, prepared)
+        prepared
     });
-    while let Some((block, prepared)) = current.take() {
-        let n = block.len() as u64;
+    while let Some(prepared) = current.take() {
+        let n = prepared.len() as u64;
         let ahead = (done + n < config.transfers)
             .then(|| generator.next_block(chain, height + 1, block_len(done + n)));
         if check {
             // The ceiling: batched verification of these transactions and nothing else.
             let items: Vec<(&SignedTransaction, &TxId)> =
-                block.iter().zip(prepared.iter().map(|p| &p.id)).collect();
+                prepared.iter().map(|p| (&p.tx, &p.id)).collect();
             let t = Instant::now();
             let results = crypto::verify_many(&items);
             verify_alone += t.elapsed();
             debug_assert!(results.iter().all(Result::is_ok));
         }
         let t0 = Instant::now();
-        let verify_ahead = |ahead: Option<Vec<SignedTransaction>>| {
+        let prepare_ahead = |ahead: Option<Vec<SignedTransaction>>| {
             ahead.map(|block| {
                 let t = Instant::now();
-                let prepared = pipeline::prepare(&block, check, &pipeline);
-                (block, prepared, t.elapsed())
+                let prepared = prepare_block(block, check, &pipeline);
+                (prepared, t.elapsed())
             })
         };
         let (next, executed) = if pipeline.batch_verify {
             rayon::join(
-                || verify_ahead(ahead),
-                || execute_block(chain, &block, &prepared, &pipeline),
+                || prepare_ahead(ahead),
+                || execute_and_commit(chain, &prepared),
             )
         } else {
-            let executed = execute_block(chain, &block, &prepared, &pipeline);
-            (verify_ahead(ahead), executed)
+            let executed = execute_and_commit(chain, &prepared);
+            (prepare_ahead(ahead), executed)
         };
         let executed = executed?;
         let t1 = Instant::now();
-        chain.finish_block()?;
         if next.is_none() {
             chain.sync()?; // the last block is durable before the clock stops
         }
         let t2 = Instant::now();
         failed += executed.failed;
-        phases.verify += executed.verify;
+        speculated += executed.speculated;
+        confirmed += executed.confirmed;
         phases.execute += executed.execute;
-        phases.commit += t2 - t1;
-        per_block.push((n as f64 / (t2 - t0).as_secs_f64(), resident_bytes()));
+        phases.commit += executed.commit + (t2 - t1);
+        per_block.push((
+            n as f64 / (t2 - t0).as_secs_f64(),
+            crate::proc::resident_bytes(),
+        ));
         elapsed += t2 - t0;
-        current = next.map(|(block, prepared, took)| {
+        current = next.map(|(prepared, took)| {
             phases.verify += took;
-            (block, prepared)
+            prepared
         });
         done += n;
         height += 1;
@@ -694,8 +465,9 @@ fn bench(
         blocks,
         height: chain.head().height,
         state_checksum: chain.head().state_checksum,
-        deploy,
         verify_alone,
         per_block,
+        speculated,
+        confirmed,
     })
 }

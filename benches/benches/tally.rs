@@ -5,9 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use tally_chain::crypto;
-use tally_chain::workload::{self, BenchConfig, TransferGen};
-use tally_chain::{Chain, ChainConfig, MemoryStore, SignedTransaction, TxId};
+use tally_bench::workload::{self, BenchConfig, TransferGen};
+use tally_chain::{ChainConfig, MemoryStore, SignedTransaction, TxId, crypto, prepare_block};
 use tally_host_api::{Host, HostError, Name};
 use tally_runtime::{Entry, Runtime, RuntimeConfig};
 
@@ -103,10 +102,9 @@ fn signed_block(n: u64) -> (Vec<SignedTransaction>, Vec<TxId>) {
         ..BenchConfig::default()
     };
     let rt = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
-    let mut chain =
-        Chain::open(rt, Box::new(MemoryStore::new(512)), ChainConfig::default()).unwrap();
+    let store = Box::new(MemoryStore::new(512));
+    let (chain, _) = workload::create(rt, store, ChainConfig::default(), &config).unwrap();
     let mut generator = TransferGen::new(&config);
-    workload::setup(&mut chain, &generator, &config).unwrap();
     let block = generator.next_block(&chain, chain.head().height + 1, n);
     let ids = block.iter().map(|tx| tx.transaction.id()).collect();
     (block, ids)
@@ -121,6 +119,7 @@ fn verify(c: &mut Criterion) {
     group.throughput(criterion::Throughput::Elements(block.len() as u64));
     let items: Vec<_> = block.iter().zip(&ids).collect();
     group.bench_function("1024 signatures, batched on all cores", |b| {
+        let items: Vec<_> = block.iter().zip(&ids).collect();
         b.iter(|| crypto::verify_many(&items))
     });
     group.finish();
@@ -142,21 +141,25 @@ fn chain(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let store =
         tally_chain::LogStore::open(dir.path(), tally_chain::LogOptions::default()).unwrap();
-    let mut chain = Chain::open(rt, Box::new(store), chain_config).unwrap();
+    let (mut chain, _) = workload::create(rt, Box::new(store), chain_config, &config).unwrap();
     let mut generator = TransferGen::new(&config);
-    workload::setup(&mut chain, &generator, &config).unwrap();
     group.throughput(criterion::Throughput::Elements(config.transfers));
+    chain.set_pipeline(tally_chain::Pipeline {
+        overlap_commit: false,
+        ..tally_chain::Pipeline::ALL
+    });
     group.bench_function("5000 transfers: execute + commit (log store, fsync)", |b| {
         b.iter_custom(|iters| {
             let mut timed = Duration::ZERO;
             for _ in 0..iters {
                 let height = chain.head().height + 1;
                 let block = generator.next_block(&chain, height, config.transfers);
+                let prepared = prepare_block(block, false, &chain.pipeline());
                 let start = Instant::now();
-                for tx in &block {
-                    chain.push_transaction(tx).unwrap();
-                }
-                chain.finish_block().unwrap();
+                chain
+                    .execute_block(chain.next_block_time_ms(), &prepared)
+                    .unwrap();
+                chain.commit().unwrap();
                 timed += start.elapsed();
             }
             timed

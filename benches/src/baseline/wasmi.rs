@@ -8,6 +8,7 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use crate::workload::{SIMPLECOIN, TRANSFER};
 use anyhow::Context;
 use tally_chain::NativeContract;
 use tally_host_api::limits::FUEL_PER_ACTION;
@@ -188,8 +189,8 @@ pub fn executor(wasm: &[u8]) -> anyhow::Result<NativeContract> {
         let apply = instance
             .get_typed_func::<(i64, i64, i64), ()>(&store, "apply")
             .map_err(failed)?;
-        let coin = tally_chain::workload::SIMPLECOIN.0 as i64;
-        let transfer = tally_chain::workload::TRANSFER.0 as i64;
+        let coin = SIMPLECOIN.0 as i64;
+        let transfer = TRANSFER.0 as i64;
         Ok(apply
             .call(&mut store, (coin, coin, transfer))
             .map_err(failed)?)

@@ -1,0 +1,224 @@
+//! One report of a `tally bench` run: serialised as its JSON, and printed as its table, from
+//! the same fields.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use serde::Serialize;
+
+/// A baseline measured in the same run.
+#[derive(Debug, Clone, Serialize)]
+pub struct BaselineReport {
+    /// Transfers per second it reached.
+    pub tps: f64,
+    /// µs per transfer in the stateless stage.
+    pub verify_us: f64,
+    /// µs per transfer executing.
+    pub execute_us: f64,
+    /// µs per transfer committing.
+    pub commit_us: f64,
+}
+
+/// The pipeline switches of the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct PipelineReport {
+    /// Batched signature verification on all cores.
+    pub batch_verify: bool,
+    /// Batched duplicate check.
+    pub batch_dedup: bool,
+    /// Encoding ahead of execution on all cores.
+    pub early_encode: bool,
+    /// Durable sync overlapped with the next block.
+    pub overlap_commit: bool,
+    /// Speculative parallel execution.
+    pub parallel_execute: bool,
+}
+
+/// How parallel execution went.
+#[derive(Debug, Clone, Serialize)]
+pub struct ParallelReport {
+    /// Transactions run speculatively on all cores.
+    pub speculated: u64,
+    /// Of those, finalized from their speculative run (no re-execution).
+    pub confirmed: u64,
+    /// `confirmed / speculated` (0 when nothing was speculated).
+    pub confirmed_share: f64,
+}
+
+/// One block's throughput and the process's memory after it.
+#[derive(Debug, Clone, Serialize)]
+pub struct BlockPoint {
+    /// Transfers per second of the block.
+    pub tps: f64,
+    /// Resident memory after it, in bytes.
+    pub rss_bytes: u64,
+}
+
+/// What the run was asked to do.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfigReport {
+    /// Transfers pushed.
+    pub transfers: u64,
+    /// Accounts.
+    pub accounts: u64,
+    /// Account distribution.
+    pub dist: &'static str,
+    /// Workload seed.
+    pub seed: u64,
+    /// Transactions per block.
+    pub block_size: usize,
+    /// Contract the transfers go through.
+    pub contract: &'static str,
+    /// Store backend.
+    pub store: &'static str,
+    /// Whether transfers were signed.
+    pub signed: bool,
+    /// The pipeline switches, as text.
+    pub pipeline: String,
+}
+
+/// The machine it ran on.
+#[derive(Debug, Clone, Serialize)]
+pub struct MachineReport {
+    /// CPU model.
+    pub cpu: String,
+    /// Cores available.
+    pub cores: usize,
+}
+
+/// Everything a `tally bench` run reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Transfers pushed in the timed section.
+    pub transfers: u64,
+    /// Of which failed.
+    pub failed: u64,
+    /// Seconds of the timed section.
+    pub seconds: f64,
+    /// Transfers per second.
+    pub tps: f64,
+    /// Transfers per second batched verification alone reaches (signed runs).
+    pub verify_ceiling_tps: Option<f64>,
+    /// Baselines measured in the same run, by name.
+    pub baselines: BTreeMap<String, BaselineReport>,
+    /// Pipeline switches.
+    pub pipeline: PipelineReport,
+    /// Worker threads.
+    pub threads: usize,
+    /// Parallel execution's speculation and confirmation counts.
+    pub parallel: ParallelReport,
+    /// Throughput and memory per block.
+    pub per_block: Vec<BlockPoint>,
+    /// µs per transfer, all phases.
+    pub us_per_transfer: f64,
+    /// µs per transfer in the stateless stage.
+    pub verify_us: f64,
+    /// µs per transfer executing.
+    pub execute_us: f64,
+    /// µs per transfer committing.
+    pub commit_us: f64,
+    /// Blocks committed in the timed section.
+    pub blocks: u64,
+    /// Height of the last block.
+    pub height: u64,
+    /// Its state checksum, hex.
+    pub state_checksum: String,
+    /// Store backend.
+    pub store: &'static str,
+    /// Whether transfers were signed.
+    pub signed: bool,
+    /// Whether the run resumed a data directory.
+    pub resumed: bool,
+    /// Peak resident memory of the process.
+    pub peak_rss_bytes: u64,
+    /// Bytes the store occupies on disk.
+    pub disk_bytes: u64,
+    /// Milliseconds to compile the contract.
+    pub compile_ms: f64,
+    /// µs to load it from the disk cache.
+    pub cache_load_us: f64,
+    /// What the run was asked to do.
+    pub config: ConfigReport,
+    /// The machine.
+    pub machine: MachineReport,
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+}
+
+impl Report {
+    /// The report as the table `tally bench` prints.
+    pub fn table(&self) -> String {
+        let c = &self.config;
+        let mut out = format!(
+            "tally bench: {}, {} accounts, {} distribution, seed {}, {} store, {}{}\n",
+            c.contract,
+            c.accounts,
+            c.dist,
+            c.seed,
+            c.store,
+            if c.signed {
+                "signed by the client before timing, verified by the chain"
+            } else {
+                "unsigned (execution alone)"
+            },
+            if self.resumed { ", resumed" } else { "" }
+        );
+        let _ = writeln!(out, "  pipeline: {}, {} threads", c.pipeline, self.threads);
+        let mut rows: Vec<(&str, String)> = vec![
+            ("transfers", self.transfers.to_string()),
+            ("failed", self.failed.to_string()),
+            ("seconds", format!("{:.3}", self.seconds)),
+            ("transfers/s", format!("{:.0}", self.tps)),
+            (
+                "verify ceiling",
+                match self.verify_ceiling_tps {
+                    Some(v) => format!("{v:.0}/s (this run reaches {:.2} of it)", self.tps / v),
+                    None => "- (unsigned)".into(),
+                },
+            ),
+            ("µs per transfer", format!("{:.2}", self.us_per_transfer)),
+            (
+                "parallel execution",
+                if self.parallel.speculated == 0 {
+                    "- (sequential)".into()
+                } else {
+                    format!(
+                        "{:.1}% of {} speculative runs needed no re-execution",
+                        self.parallel.confirmed_share * 100.0,
+                        self.parallel.speculated
+                    )
+                },
+            ),
+            ("  of which verify", format!("{:.2} µs", self.verify_us)),
+            ("  of which execute", format!("{:.2} µs", self.execute_us)),
+            ("  of which commit", format!("{:.2} µs", self.commit_us)),
+            ("blocks", format!("{} of {}", self.blocks, c.block_size)),
+            ("height", self.height.to_string()),
+            ("peak RSS", mib(self.peak_rss_bytes)),
+            ("disk", mib(self.disk_bytes)),
+            ("compile at deploy", format!("{:.2} ms", self.compile_ms)),
+            (
+                "load from disk cache",
+                format!("{:.1} µs", self.cache_load_us),
+            ),
+            ("state checksum", self.state_checksum.clone()),
+        ];
+        for (name, b) in &self.baselines {
+            rows.push((
+                "baseline",
+                format!(
+                    "{name}: {:.0} transfers/s ({:.2} µs execute per transfer; Tally reaches {:.2} of it)",
+                    b.tps,
+                    b.execute_us,
+                    self.tps / b.tps
+                ),
+            ));
+        }
+        for (name, value) in rows {
+            let _ = writeln!(out, "  {name:<22} {value}");
+        }
+        out
+    }
+}

@@ -1,0 +1,224 @@
+//! The benchmark workload through the library's block path: determinism across seeds,
+//! pipeline switches, thread counts, baselines, contracts and stores.
+
+use std::sync::Arc;
+
+use tally_bench::baseline;
+use tally_bench::sampler::{Distribution, Rng, ZipfMandelbrot};
+use tally_bench::workload::{
+    self, BenchConfig, BenchContract, INITIAL_BALANCE, SIMPLECOIN, account_name,
+};
+use tally_chain::{Chain, ChainConfig, MemoryStore, Pipeline, StateStore};
+use tally_runtime::{Runtime, RuntimeConfig};
+
+fn runtime() -> Arc<Runtime> {
+    Arc::new(Runtime::new(RuntimeConfig::default()).unwrap())
+}
+
+/// A fresh benchmark chain for `config` on `store`.
+fn bench_chain(
+    store: Box<dyn StateStore>,
+    chain_config: ChainConfig,
+    config: &BenchConfig,
+) -> Chain {
+    workload::create(runtime(), store, chain_config, config)
+        .unwrap()
+        .0
+}
+
+/// A fresh chain for `config` on a memory store, checking signatures as the workload signs.
+fn memory_chain(config: &BenchConfig) -> Chain {
+    let chain_config = ChainConfig {
+        check_signatures: config.signed,
+        ..ChainConfig::default()
+    };
+    bench_chain(Box::new(MemoryStore::new(512)), chain_config, config)
+}
+
+fn bal(chain: &Chain, account: tally_chain::Name) -> Option<u64> {
+    let v = chain.get(SIMPLECOIN, &account.0.to_le_bytes()).unwrap()?;
+    Some(u64::from_le_bytes(v.get(..8)?.try_into().ok()?))
+}
+
+fn bench_checksum(seed: u64, dist: Distribution) -> ([u8; 32], u64) {
+    let config = BenchConfig {
+        transfers: 3_000,
+        accounts: 200,
+        dist,
+        seed,
+        block_size: 1_000,
+        signed: true,
+        pipeline: Pipeline::ALL,
+        contract: BenchContract::Simplecoin,
+    };
+    let report = workload::run(&mut memory_chain(&config), &config, &mut |_| {}).unwrap();
+    assert_eq!(report.transfers, 3_000);
+    (report.state_checksum, report.failed)
+}
+
+#[test]
+fn the_same_seed_gives_the_same_state_checksum() {
+    for dist in [Distribution::Uniform, Distribution::Zipf] {
+        let a = bench_checksum(42, dist);
+        assert_eq!(a, bench_checksum(42, dist), "{dist:?}");
+        assert_ne!(a.0, bench_checksum(43, dist).0, "{dist:?}");
+    }
+}
+
+/// Runs a signed benchmark on a log store with `pipeline` on a pool of `threads` workers, and
+/// returns the head block's id (it covers the state checksum and the transactions root).
+fn pipelined_head(pipeline: Pipeline, threads: usize) -> tally_chain::BlockId {
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        tally_chain::LogStore::open(dir.path(), tally_chain::LogOptions::default()).unwrap();
+    let config = BenchConfig {
+        transfers: 1_200,
+        accounts: 100,
+        dist: Distribution::Zipf,
+        seed: 5,
+        block_size: 200,
+        signed: true,
+        pipeline,
+        contract: BenchContract::Simplecoin,
+    };
+    let mut chain = bench_chain(Box::new(store), ChainConfig::default(), &config);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    pool.install(|| workload::run(&mut chain, &config, &mut |_| {}))
+        .unwrap();
+    // The body kept encoded while the block was built is exactly borsh of a BlockBody.
+    let record = chain.store().block(chain.head().height).unwrap().unwrap();
+    let body: tally_chain::BlockBody = borsh::from_slice(&record.body).unwrap();
+    assert_eq!(body.transactions.len(), 200);
+    assert_eq!(borsh::to_vec(&body).unwrap(), record.body);
+    chain.head_id()
+}
+
+#[test]
+fn every_pipeline_switch_and_thread_count_gives_the_same_chain() {
+    let reference = pipelined_head(Pipeline::NONE, 1);
+    for bits in 0u8..32 {
+        let pipeline = Pipeline {
+            batch_verify: bits & 1 != 0,
+            batch_dedup: bits & 2 != 0,
+            early_encode: bits & 4 != 0,
+            overlap_commit: bits & 8 != 0,
+            parallel_execute: bits & 16 != 0,
+        };
+        let threads = 1 + (bits as usize % 3);
+        assert_eq!(
+            pipelined_head(pipeline, threads),
+            reference,
+            "{} on {threads} threads",
+            pipeline.describe()
+        );
+    }
+}
+
+#[test]
+fn the_native_baseline_reaches_the_contracts_state() {
+    let config = BenchConfig {
+        transfers: 1_000,
+        accounts: 30,
+        dist: Distribution::Zipf,
+        seed: 3,
+        block_size: 250,
+        signed: false,
+        pipeline: Pipeline::ALL,
+        contract: BenchContract::Simplecoin,
+    };
+    let wasm = workload::run(&mut memory_chain(&config), &config, &mut |_| {}).unwrap();
+    let mut native = memory_chain(&config);
+    native.set_native(SIMPLECOIN, Arc::new(baseline::native_simplecoin));
+    let base = workload::run(&mut native, &config, &mut |_| {}).unwrap();
+    assert_eq!(base.state_checksum, wasm.state_checksum);
+    assert_eq!(base.failed, wasm.failed);
+}
+
+#[test]
+fn token_rs_and_simplecoin_give_the_same_balances() {
+    let run = |contract| {
+        let config = BenchConfig {
+            transfers: 2_000,
+            accounts: 60,
+            dist: Distribution::Zipf,
+            seed: 8,
+            block_size: 500,
+            signed: true,
+            pipeline: Pipeline::ALL,
+            contract,
+        };
+        let mut chain = memory_chain(&config);
+        let report = workload::run(&mut chain, &config, &mut |_| {}).unwrap();
+        let balances: Vec<Option<u64>> = (0..config.accounts)
+            .map(|i| bal(&chain, account_name(i)))
+            .collect();
+        (report.failed, balances)
+    };
+    let c = run(BenchContract::Simplecoin);
+    assert_eq!(run(BenchContract::TokenRs), c);
+    assert!(c.1.iter().any(|b| *b != Some(INITIAL_BALANCE)));
+}
+
+#[test]
+fn benchmark_transfers_conserve_coins() {
+    let config = BenchConfig {
+        transfers: 2_000,
+        accounts: 50,
+        dist: Distribution::Zipf,
+        seed: 9,
+        block_size: 500,
+        signed: false,
+        pipeline: Pipeline::ALL,
+        contract: BenchContract::Simplecoin,
+    };
+    let mut chain = memory_chain(&config);
+    workload::run(&mut chain, &config, &mut |_| {}).unwrap();
+    let total: u64 = (0..config.accounts)
+        .map(|i| bal(&chain, account_name(i)).unwrap_or(0))
+        .sum();
+    assert_eq!(total, config.accounts * INITIAL_BALANCE);
+}
+
+#[test]
+fn zipf_mandelbrot_favours_low_ranks_and_stays_in_range() {
+    let n = 10_000_000;
+    let z = ZipfMandelbrot::vryx(n);
+    let mut rng = Rng::new(1);
+    let mut counts = [0u32; 4];
+    for _ in 0..200_000 {
+        let k = z.sample(&mut rng);
+        assert!(k < n);
+        if k < 4 {
+            counts[k as usize] += 1;
+        }
+    }
+    // P(k) ∝ (k + 1 + 2.7)^-1.0001: rank 0 is about (4.7 / 3.7) times as likely as rank 1.
+    let ratio = counts[0] as f64 / counts[1] as f64;
+    assert!(
+        (1.15..1.40).contains(&ratio),
+        "ratio {ratio}, counts {counts:?}"
+    );
+    assert!(counts[1] > counts[2] && counts[2] > counts[3], "{counts:?}");
+}
+
+#[test]
+fn account_names_are_distinct_and_valid() {
+    let names: std::collections::HashSet<_> = (0..100_000).map(account_name).collect();
+    assert_eq!(names.len(), 100_000);
+    assert_eq!(account_name(0).to_string(), "u1");
+}
+
+#[test]
+fn issue_10_every_hostile_block_stays_within_the_block_fuel_budget() {
+    use tally_bench::hostile::{self, HOSTILE};
+    use tally_host_api::limits::MAX_BLOCK_FUEL;
+    let mut chain = hostile::chain().unwrap();
+    for h in HOSTILE {
+        let run = hostile::run(&mut chain, h).unwrap();
+        assert!(run.fuel <= MAX_BLOCK_FUEL, "{}: {} fuel", h.name, run.fuel);
+        assert!(run.included > 0, "{}", h.name);
+    }
+}

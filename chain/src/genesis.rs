@@ -1,0 +1,214 @@
+//! Genesis: the only block whose state changes are not derived from signed transactions.
+//!
+//! A chain starts from a [`Genesis`] (accounts with their keys, deployed contracts, contract
+//! storage allocations), written as block 0. Every later change comes from signed actions, and
+//! `verify` re-derives it. Every node given the same genesis derives the same block 0, so its
+//! state checksum identifies the chain.
+
+use serde::{Deserialize, Serialize};
+use tally_host_api::Name;
+use tally_runtime::{Outcome, Receipt};
+
+use crate::chain::Chain;
+use crate::error::ChainError;
+use crate::execute::Env;
+use crate::state::keys;
+use crate::system;
+
+/// An account that exists at genesis.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GenesisAccount {
+    /// Its name.
+    #[serde(with = "name_str")]
+    pub name: Name,
+    /// Its ed25519 public key, hex.
+    #[serde(with = "hex_array")]
+    pub key: [u8; 32],
+}
+
+/// A contract deployed at genesis (its `onInit` runs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GenesisContract {
+    /// The account it is deployed to.
+    #[serde(with = "name_str")]
+    pub account: Name,
+    /// The WebAssembly module, hex.
+    #[serde(with = "hex_vec")]
+    pub code: Vec<u8>,
+}
+
+/// A value written directly to a contract's storage at genesis, after the contracts' `onInit`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Allocation {
+    /// The contract whose storage gets it.
+    #[serde(with = "name_str")]
+    pub contract: Name,
+    /// The storage key, hex.
+    #[serde(with = "hex_vec")]
+    pub key: Vec<u8>,
+    /// The value, hex.
+    #[serde(with = "hex_vec")]
+    pub value: Vec<u8>,
+}
+
+/// A chain's initial state. Serialises to the JSON a CometBFT genesis carries as `app_state`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Genesis {
+    /// Accounts and keys (the system account `tally` among them, to create others).
+    #[serde(default)]
+    pub accounts: Vec<GenesisAccount>,
+    /// Deployed contracts, in order.
+    #[serde(default)]
+    pub contracts: Vec<GenesisContract>,
+    /// Storage values, written last.
+    #[serde(default)]
+    pub allocations: Vec<Allocation>,
+}
+
+impl Genesis {
+    /// A genesis with just the system account and its key.
+    pub fn with_system_key(key: [u8; 32]) -> Self {
+        Self {
+            accounts: vec![GenesisAccount {
+                name: system::SYSTEM,
+                key,
+            }],
+            ..Self::default()
+        }
+    }
+}
+
+/// Builds block 0 of a new chain, one entry at a time (so a benchmark can create ten million
+/// accounts without a [`Genesis`] value holding them all).
+pub struct GenesisBuilder {
+    chain: Chain,
+}
+
+impl GenesisBuilder {
+    pub(crate) fn new(chain: Chain) -> Self {
+        Self { chain }
+    }
+
+    /// Creates `account` with public key `key`.
+    pub fn account(&mut self, account: Name, key: [u8; 32]) {
+        self.chain
+            .journal
+            .write_block(keys::account(account), Some(key.to_vec()));
+    }
+
+    /// Writes `value` under `contract`'s storage key `key`.
+    pub fn allocate(&mut self, contract: Name, key: &[u8], value: &[u8]) {
+        self.chain
+            .journal
+            .write_block(keys::contract(contract, key), Some(value.to_vec()));
+    }
+
+    /// Deploys `code` to `account` and runs its `onInit`. Genesis is trusted, so it pays no
+    /// fuel beyond the action's own; a module that is refused, or an `onInit` that fails, is
+    /// an error.
+    pub fn deploy(&mut self, account: Name, code: &[u8]) -> Result<Receipt, ChainError> {
+        let chain = &mut self.chain;
+        chain.journal.checkpoint();
+        let mut env = Env {
+            runtime: &chain.runtime,
+            store: chain.store.as_ref(),
+            journal: &mut chain.journal,
+            code: &mut chain.code,
+            key: &mut chain.key,
+        };
+        let result = chain
+            .runtime
+            .prepare(code)
+            .map_err(ChainError::from)
+            .and_then(|contract| system::install(&mut env, account, code, contract, u64::MAX));
+        let receipt = match result {
+            Ok(receipt) => receipt,
+            Err(e) => {
+                chain.journal.discard_tx();
+                chain.code.discard_tx();
+                return Err(e);
+            }
+        };
+        if let Outcome::Failure(abort) = &receipt.outcome {
+            chain.journal.discard_tx();
+            chain.code.discard_tx();
+            return Err(ChainError::InitFailed(abort.clone()));
+        }
+        chain.journal.commit_tx();
+        chain.code.commit_tx();
+        Ok(receipt)
+    }
+
+    /// Applies every entry of `genesis`.
+    pub fn apply(&mut self, genesis: &Genesis) -> Result<(), ChainError> {
+        for a in &genesis.accounts {
+            self.account(a.name, a.key);
+        }
+        for c in &genesis.contracts {
+            self.deploy(c.account, &c.code)?;
+        }
+        for a in &genesis.allocations {
+            self.allocate(a.contract, &a.key, &a.value);
+        }
+        Ok(())
+    }
+
+    /// Writes recorded changes as they are: to replay a stored genesis block.
+    pub fn apply_changes(&mut self, changes: &[crate::state::Change]) {
+        for (key, value) in changes {
+            self.chain.journal.write_block(key.clone(), value.clone());
+        }
+    }
+
+    /// Commits block 0 and returns the chain, ready for transactions.
+    pub fn finish(mut self) -> Result<Chain, ChainError> {
+        self.chain.commit_genesis()?;
+        Ok(self.chain)
+    }
+}
+
+/// serde of a 32-byte array as hex.
+mod hex_array {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&hex::encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 32], D::Error> {
+        let text = String::deserialize(d)?;
+        let bytes = hex::decode(&text).map_err(serde::de::Error::custom)?;
+        bytes
+            .try_into()
+            .map_err(|_| serde::de::Error::custom("expected 32 bytes of hex"))
+    }
+}
+
+/// serde of a [`Name`] as its text.
+mod name_str {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use tally_host_api::Name;
+
+    pub fn serialize<S: Serializer>(name: &Name, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(name)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Name, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(|e| serde::de::Error::custom(format!("{e}")))
+    }
+}
+
+/// serde of bytes as hex.
+mod hex_vec {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&hex::encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        hex::decode(String::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}

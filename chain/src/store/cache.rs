@@ -1,0 +1,185 @@
+//! A bounded cache of recently read and written values, so that hot keys (a Zipf workload's
+//! few busy accounts) are served from memory while the rest stay on disk.
+//!
+//! Two-way set associative, indexed by the key's hash: each set keeps its two most recently
+//! used entries. No linked lists, no per-access allocation; a miss evicts the set's older
+//! entry. An entry also keeps where the key's change lies in the log, so the index can
+//! confirm an update of a cached key without reading the key back from disk.
+
+use super::index::Loc;
+
+/// A cached value: the key, its value (`None`: deleted), and its log location when the
+/// value came from the log (`None`: from the sorted run).
+struct Entry {
+    hash: u64,
+    key: Box<[u8]>,
+    value: Option<Box<[u8]>>,
+    loc: Option<Loc>,
+}
+
+impl Entry {
+    fn bytes(&self) -> usize {
+        self.key.len() + self.value.as_ref().map_or(0, |v| v.len()) + ENTRY_OVERHEAD
+    }
+}
+
+/// Bytes an entry costs beyond its key and value: the struct and two allocations' headers.
+const ENTRY_OVERHEAD: usize = std::mem::size_of::<Entry>() + 32;
+
+/// Values larger than this are never cached: one contract's code must not evict every
+/// account.
+const MAX_CACHED_VALUE: usize = 4096;
+
+/// The cache.
+pub struct ValueCache {
+    sets: Vec<[Option<Entry>; 2]>,
+    bytes: usize,
+    /// Hits and misses, for the read-amplification counters.
+    pub hits: u64,
+    /// Lookups that found nothing.
+    pub misses: u64,
+}
+
+impl ValueCache {
+    /// A cache of about `budget` bytes for entries of typical size (64 bytes each).
+    pub fn new(budget: usize) -> Self {
+        let sets = (budget / (2 * (ENTRY_OVERHEAD + 64)))
+            .max(1)
+            .next_power_of_two();
+        Self {
+            sets: (0..sets).map(|_| [None, None]).collect(),
+            bytes: 0,
+            hits: 0,
+            misses: 0,
+        }
+    }
+
+    fn set(&self, hash: u64) -> usize {
+        (hash as usize) & (self.sets.len() - 1)
+    }
+
+    /// The cached value of `key`: `Some(None)` if cached as deleted.
+    pub fn get(&mut self, hash: u64, key: &[u8]) -> Option<Option<&[u8]>> {
+        let s = self.set(hash);
+        let set = &mut self.sets[s];
+        let way = set
+            .iter()
+            .position(|e| e.as_ref().is_some_and(|e| e.hash == hash && *e.key == *key));
+        match way {
+            Some(w) => {
+                self.hits += 1;
+                // Most recent first.
+                if w == 1 {
+                    set.swap(0, 1);
+                }
+                Some(set[0].as_ref().expect("found").value.as_deref())
+            }
+            None => {
+                self.misses += 1;
+                None
+            }
+        }
+    }
+
+    /// Whether `key`, cached, lies at `loc` in the log.
+    pub fn confirms(&self, hash: u64, loc: Loc, key: &[u8]) -> bool {
+        self.sets[self.set(hash)].iter().any(|e| {
+            e.as_ref()
+                .is_some_and(|e| e.hash == hash && e.loc == Some(loc) && *e.key == *key)
+        })
+    }
+
+    /// Caches `key`'s value (replacing an older entry of the key).
+    pub fn put(&mut self, hash: u64, key: &[u8], value: Option<&[u8]>, loc: Option<Loc>) {
+        if value.is_some_and(|v| v.len() > MAX_CACHED_VALUE) {
+            self.forget(hash, key);
+            return;
+        }
+        let s = self.set(hash);
+        let set = &mut self.sets[s];
+        let entry = Entry {
+            hash,
+            key: key.into(),
+            value: value.map(Into::into),
+            loc,
+        };
+        let way = set
+            .iter()
+            .position(|e| e.as_ref().is_some_and(|e| e.hash == hash && *e.key == *key))
+            .unwrap_or(1);
+        if let Some(old) = set[way].take() {
+            self.bytes -= old.bytes();
+        }
+        self.bytes += entry.bytes();
+        set[way] = Some(entry);
+        if way == 1 {
+            set.swap(0, 1);
+        }
+    }
+
+    /// Updates `key` if cached (a write of a key nobody read stays out of the cache).
+    pub fn update(&mut self, hash: u64, key: &[u8], value: Option<&[u8]>, loc: Loc) {
+        let s = self.set(hash);
+        if self.sets[s]
+            .iter()
+            .any(|e| e.as_ref().is_some_and(|e| e.hash == hash && *e.key == *key))
+        {
+            self.put(hash, key, value, Some(loc));
+        }
+    }
+
+    /// Drops `key`.
+    pub fn forget(&mut self, hash: u64, key: &[u8]) {
+        let s = self.set(hash);
+        for e in &mut self.sets[s] {
+            if e.as_ref().is_some_and(|e| e.hash == hash && *e.key == *key) {
+                self.bytes -= e.take().expect("some").bytes();
+            }
+        }
+    }
+
+    /// Forgets the log locations of every entry: after a merge, the log that they point
+    /// into may be deleted, but the values stay right.
+    pub fn forget_locations(&mut self) {
+        for set in &mut self.sets {
+            for e in set.iter_mut().flatten() {
+                e.loc = None;
+            }
+        }
+    }
+
+    /// Bytes held, entries and table.
+    pub fn heap_bytes(&self) -> usize {
+        self.bytes + self.sets.len() * std::mem::size_of::<[Option<Entry>; 2]>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_returns_what_was_put_and_keeps_the_two_most_recent_per_set() {
+        let mut cache = ValueCache::new(1);
+        assert_eq!(cache.sets.len(), 1);
+        cache.put(1, b"a", Some(b"1"), None);
+        cache.put(2, b"b", None, Some(Loc::new(1, 2)));
+        assert_eq!(cache.get(1, b"a"), Some(Some(&b"1"[..])));
+        assert_eq!(cache.get(2, b"b"), Some(None));
+        assert!(cache.confirms(2, Loc::new(1, 2), b"b"));
+        assert!(!cache.confirms(2, Loc::new(1, 3), b"b"));
+        cache.put(3, b"c", Some(b"3"), None); // evicts "a", the least recent
+        assert_eq!(cache.get(1, b"a"), None);
+        assert_eq!(cache.get(3, b"c"), Some(Some(&b"3"[..])));
+        cache.update(3, b"c", Some(b"33"), Loc::new(0, 9));
+        assert_eq!(cache.get(3, b"c"), Some(Some(&b"33"[..])));
+        cache.update(4, b"d", Some(b"4"), Loc::new(0, 9));
+        assert_eq!(
+            cache.get(4, b"d"),
+            None,
+            "writes of uncached keys are not cached"
+        );
+        cache.forget_locations();
+        assert!(!cache.confirms(3, Loc::new(0, 9), b"c"));
+    }
+}

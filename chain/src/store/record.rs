@@ -1,0 +1,412 @@
+//! Log records: framing, the block record's payload, and reading one change or a block's
+//! changes in order straight from a segment file, without decoding the whole block.
+//!
+//! A record is `[payload length:u32][crc32 of payload:u32][crc32 of the previous 8 bytes:u32]`
+//! then the payload. The header has its own checksum so that a damaged length is caught as
+//! damage, never mistaken for a record cut short by a crash.
+//!
+//! A block record's payload is `[kind = 1][retain_from:u64]` then the borsh of the
+//! [`BlockRecord`]: its 112-byte header, its body as `[len:u32][bytes]`, and its changes as
+//! `[count:u32]` then `[klen:u32][key][0 | 1 [vlen:u32][value]]` each, sorted by key. The
+//! index points at the `klen` of a key's change.
+
+use std::io::{self, Read, Write};
+use std::ops::Deref;
+
+use crate::block::BlockHeader;
+use crate::state::BlockRecord;
+
+use super::error::{StoreError, StoreResult};
+use super::vfs::VFile;
+
+/// Bytes of a record header.
+pub const RECORD_HEADER_LEN: u64 = 12;
+/// Bytes of a borsh-encoded [`BlockHeader`].
+pub const BLOCK_HEADER_LEN: u64 = 112;
+/// The payload's kind byte for a block record.
+pub const KIND_BLOCK: u8 = 1;
+/// Bytes before the borsh of the block: kind and `retain_from`.
+pub const PREFIX_LEN: u64 = 9;
+/// Longest key a change may have when read back: far above the host API's key limit, so only
+/// damage trips it.
+const MAX_KEY: u64 = 1 << 20;
+/// Longest value, likewise (the largest value is contract code).
+const MAX_VALUE: u64 = 1 << 30;
+
+/// A record header that passed its own checksum.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordHeader {
+    /// Payload length.
+    pub len: u64,
+    /// crc32 of the payload.
+    pub payload_crc: u32,
+}
+
+/// Parses a record header; `None` if its checksum fails.
+pub fn parse_header(bytes: &[u8; RECORD_HEADER_LEN as usize]) -> Option<RecordHeader> {
+    let word = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
+    (crc32fast::hash(&bytes[..8]) == word(8)).then(|| RecordHeader {
+        len: word(0) as u64,
+        payload_crc: word(4),
+    })
+}
+
+/// The 12-byte header of a payload of `len` bytes with checksum `crc`.
+pub fn header_bytes(len: u32, crc: u32) -> [u8; RECORD_HEADER_LEN as usize] {
+    let mut h = [0u8; RECORD_HEADER_LEN as usize];
+    h[..4].copy_from_slice(&len.to_le_bytes());
+    h[4..8].copy_from_slice(&crc.to_le_bytes());
+    let hc = crc32fast::hash(&h[..8]);
+    h[8..].copy_from_slice(&hc.to_le_bytes());
+    h
+}
+
+/// A sink that only counts and checksums (the first pass over a large record).
+struct Measure {
+    len: u64,
+    crc: crc32fast::Hasher,
+}
+
+impl Write for Measure {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.len += buf.len() as u64;
+        self.crc.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Writes the payload of `block`'s record.
+fn write_payload(block: &BlockRecord, retain_from: u64, out: &mut impl Write) -> io::Result<()> {
+    out.write_all(&[KIND_BLOCK])?;
+    out.write_all(&retain_from.to_le_bytes())?;
+    borsh::BorshSerialize::serialize(block, out)
+}
+
+/// `block`'s record, framed: the payload's length and checksum from a first pass that
+/// stores nothing, so a block of any size costs no second copy in memory. Returns the
+/// framed bytes written to `out` and the payload length.
+pub fn write_block_record(
+    block: &BlockRecord,
+    retain_from: u64,
+    out: &mut impl Write,
+) -> StoreResult<u64> {
+    let mut measure = Measure {
+        len: 0,
+        crc: crc32fast::Hasher::new(),
+    };
+    write_payload(block, retain_from, &mut measure)?;
+    let len = u32::try_from(measure.len).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "block {} has a record of {} bytes; a record holds at most 4 GiB",
+                block.header.height, measure.len
+            ),
+        )
+    })?;
+    out.write_all(&header_bytes(len, measure.crc.finalize()))?;
+    write_payload(block, retain_from, out)?;
+    Ok(measure.len)
+}
+
+/// Where each change of `block` starts, relative to the record's start, in order.
+pub fn change_offsets(block: &BlockRecord) -> impl Iterator<Item = u64> + '_ {
+    let mut at =
+        RECORD_HEADER_LEN + PREFIX_LEN + BLOCK_HEADER_LEN + 4 + block.body.len() as u64 + 4;
+    block.changes.iter().map(move |(k, v)| {
+        let here = at;
+        at += 4 + k.len() as u64 + 1 + v.as_ref().map_or(0, |v| 4 + v.len() as u64);
+        here
+    })
+}
+
+/// A `Read` over a [`VFile`] (borrowed or shared) from an offset, in chunks.
+pub struct FileReader<F: Deref<Target = dyn VFile>> {
+    file: F,
+    pos: u64,
+    end: u64,
+    buf: Vec<u8>,
+    at: usize,
+    /// Bytes read from the file.
+    pub read_bytes: u64,
+}
+
+impl<F: Deref<Target = dyn VFile>> FileReader<F> {
+    /// Reads `file` from `pos` up to `end`, `chunk` bytes at a time.
+    pub fn new(file: F, pos: u64, end: u64, chunk: usize) -> Self {
+        Self {
+            file,
+            pos,
+            end,
+            buf: Vec::with_capacity(chunk),
+            at: 0,
+            read_bytes: 0,
+        }
+    }
+
+    /// The file offset of the next byte `read` returns.
+    pub fn position(&self) -> u64 {
+        self.pos - (self.buf.len() - self.at) as u64
+    }
+
+    /// Skips `n` bytes.
+    pub fn skip(&mut self, mut n: u64) -> io::Result<()> {
+        let buffered = (self.buf.len() - self.at) as u64;
+        if n <= buffered {
+            self.at += n as usize;
+            return Ok(());
+        }
+        n -= buffered;
+        self.at = self.buf.len();
+        if self.pos + n > self.end {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        self.pos += n;
+        Ok(())
+    }
+}
+
+impl<F: Deref<Target = dyn VFile>> Read for FileReader<F> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if self.at == self.buf.len() {
+            let want = (self.buf.capacity() as u64).min(self.end - self.pos) as usize;
+            if want == 0 {
+                return Ok(0);
+            }
+            self.buf.resize(want, 0);
+            let n = self.file.read_at(&mut self.buf, self.pos)?;
+            if n == 0 {
+                self.buf.clear();
+                self.at = 0;
+                return Ok(0);
+            }
+            self.buf.truncate(n);
+            self.pos += n as u64;
+            self.read_bytes += n as u64;
+            self.at = 0;
+        }
+        let n = out.len().min(self.buf.len() - self.at);
+        out[..n].copy_from_slice(&self.buf[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+fn read_u32(r: &mut impl Read) -> io::Result<u32> {
+    let mut b = [0u8; 4];
+    r.read_exact(&mut b)?;
+    Ok(u32::from_le_bytes(b))
+}
+
+fn read_u64(r: &mut impl Read) -> io::Result<u64> {
+    let mut b = [0u8; 8];
+    r.read_exact(&mut b)?;
+    Ok(u64::from_le_bytes(b))
+}
+
+/// The start of a block record's payload: its `retain_from` and header.
+pub struct BlockPrefix {
+    /// The lowest height the committer asked to retain.
+    pub retain_from: u64,
+    /// The block's header.
+    pub header: BlockHeader,
+}
+
+/// Reads the kind, `retain_from` and header of a block payload.
+pub fn read_prefix(r: &mut impl Read) -> io::Result<Option<BlockPrefix>> {
+    let mut kind = [0u8; 1];
+    r.read_exact(&mut kind)?;
+    if kind[0] != KIND_BLOCK {
+        return Ok(None);
+    }
+    let retain_from = read_u64(r)?;
+    let header: BlockHeader = borsh::BorshDeserialize::deserialize_reader(r)?;
+    Ok(Some(BlockPrefix {
+        retain_from,
+        header,
+    }))
+}
+
+/// Walks a block's changes in order, straight from the file: `key` and `value` are reused
+/// buffers, and `at` is where each change starts.
+pub struct ChangeCursor<F: Deref<Target = dyn VFile>> {
+    reader: FileReader<F>,
+    left: u32,
+}
+
+impl<F: Deref<Target = dyn VFile>> ChangeCursor<F> {
+    /// A cursor over the changes of the block record at `offset` (its header) in `file`,
+    /// whose payload is `len` bytes. Reads `chunk` bytes at a time.
+    pub fn new(file: F, offset: u64, len: u64, chunk: usize) -> io::Result<(BlockPrefix, Self)> {
+        let start = offset + RECORD_HEADER_LEN;
+        let mut reader = FileReader::new(file, start, start + len, chunk);
+        let prefix = read_prefix(&mut reader)?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not a block record"))?;
+        let body = read_u32(&mut reader)? as u64;
+        reader.skip(body)?;
+        let left = read_u32(&mut reader)?;
+        Ok((prefix, Self { reader, left }))
+    }
+
+    /// The next change into `key` and `value` (`false`: deleted); `None` after the last.
+    pub fn next_into(
+        &mut self,
+        key: &mut Vec<u8>,
+        value: &mut Vec<u8>,
+    ) -> io::Result<Option<(u64, bool)>> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        self.left -= 1;
+        let at = self.reader.position();
+        let present = read_change(&mut self.reader, key, value)?;
+        Ok(Some((at, present)))
+    }
+
+    /// Bytes read from the file so far.
+    pub fn read_bytes(&self) -> u64 {
+        self.reader.read_bytes
+    }
+}
+
+fn invalid(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_string())
+}
+
+/// Reads one change, key and value into the buffers; whether it sets (not deletes) the key.
+fn read_change(r: &mut impl Read, key: &mut Vec<u8>, value: &mut Vec<u8>) -> io::Result<bool> {
+    let klen = read_u32(r)? as u64;
+    if klen > MAX_KEY {
+        return Err(invalid("a change's key length is out of range"));
+    }
+    key.resize(klen as usize, 0);
+    r.read_exact(key)?;
+    let mut tag = [0u8; 1];
+    r.read_exact(&mut tag)?;
+    match tag[0] {
+        0 => {
+            value.clear();
+            Ok(false)
+        }
+        1 => {
+            let vlen = read_u32(r)? as u64;
+            if vlen > MAX_VALUE {
+                return Err(invalid("a change's value length is out of range"));
+            }
+            value.resize(vlen as usize, 0);
+            r.read_exact(value)?;
+            Ok(true)
+        }
+        _ => Err(invalid("a change's presence tag is neither 0 nor 1")),
+    }
+}
+
+/// Reads the change at `offset` of `file` into `key` and `value`; whether it sets (not
+/// deletes) the key, and the bytes read. Reads 128 bytes first: most changes fit.
+pub fn read_change_at(
+    file: &(dyn VFile + 'static),
+    offset: u64,
+    key: &mut Vec<u8>,
+    value: &mut Vec<u8>,
+) -> io::Result<(bool, u64)> {
+    let mut reader = FileReader::new(file, offset, u64::MAX, 128);
+    let present = read_change(&mut reader, key, value)?;
+    Ok((present, reader.read_bytes))
+}
+
+/// Checks the payload checksum of the record whose payload is `len` bytes at `start`,
+/// reading it in chunks.
+pub fn payload_crc_ok(
+    file: &(dyn VFile + 'static),
+    start: u64,
+    len: u64,
+    crc: u32,
+) -> io::Result<bool> {
+    let mut reader = FileReader::new(file, start, start + len, 1 << 20);
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = len;
+    while left > 0 {
+        let n = reader.read(&mut buf[..(left.min(1 << 20)) as usize])?;
+        if n == 0 {
+            return Ok(false);
+        }
+        hasher.update(&buf[..n]);
+        left -= n as u64;
+    }
+    Ok(hasher.finalize() == crc)
+}
+
+/// Decodes a whole block record payload (for [`crate::state::BlockArchive::block`]).
+pub fn decode_block(payload: &[u8]) -> Result<(u64, BlockRecord), String> {
+    if payload.first() != Some(&KIND_BLOCK) || payload.len() < PREFIX_LEN as usize {
+        return Err("not a block record".into());
+    }
+    let retain_from = u64::from_le_bytes(payload[1..9].try_into().expect("8 bytes"));
+    let record = borsh::from_slice::<BlockRecord>(&payload[PREFIX_LEN as usize..])
+        .map_err(|e| format!("the block record does not decode: {e}"))?;
+    Ok((retain_from, record))
+}
+
+/// A corruption error for `path` at `offset`.
+pub fn corrupt(path: &std::path::Path, offset: u64, why: impl Into<String>) -> StoreError {
+    StoreError::corrupted(path, Some(offset), why)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::vfs::{FaultFs, Vfs};
+    use std::path::Path;
+
+    fn block() -> BlockRecord {
+        BlockRecord {
+            header: BlockHeader {
+                height: 9,
+                previous: [1; 32],
+                timestamp_ms: 2,
+                transactions_root: [3; 32],
+                state_checksum: [4; 32],
+            },
+            body: vec![7; 33],
+            changes: vec![
+                (b"a".to_vec(), Some(vec![1; 300])),
+                (b"bb".to_vec(), None),
+                (b"ccc".to_vec(), Some(b"x".to_vec())),
+            ],
+        }
+    }
+
+    #[test]
+    fn a_block_record_reads_back_whole_by_change_and_in_order() {
+        let fs = FaultFs::new(1);
+        let file = fs.create(Path::new("/d/f")).unwrap();
+        file.append(b"0123456789").unwrap();
+        let mut bytes = Vec::new();
+        let b = block();
+        let len = write_block_record(&b, 5, &mut bytes).unwrap();
+        file.append(&bytes).unwrap();
+        let header = parse_header(bytes[..12].try_into().unwrap()).unwrap();
+        assert_eq!(header.len, len);
+        assert!(payload_crc_ok(&*file, 10 + 12, len, header.payload_crc).unwrap());
+        assert_eq!(decode_block(&bytes[12..]).unwrap(), (5, b.clone()));
+        let (mut k, mut v) = (Vec::new(), Vec::new());
+        for (offset, (key, value)) in change_offsets(&b).zip(&b.changes) {
+            let (present, _) = read_change_at(&*file, 10 + offset, &mut k, &mut v).unwrap();
+            assert_eq!(&k, key);
+            assert_eq!(present.then(|| v.clone()), *value);
+        }
+        let (prefix, mut cursor) = ChangeCursor::new(&*file, 10, len, 64).unwrap();
+        assert_eq!((prefix.retain_from, prefix.header.height), (5, 9));
+        let mut offsets = change_offsets(&b);
+        for (key, value) in &b.changes {
+            let (at, present) = cursor.next_into(&mut k, &mut v).unwrap().unwrap();
+            assert_eq!(at, 10 + offsets.next().unwrap());
+            assert_eq!((&k, present.then(|| v.clone())), (key, value.clone()));
+        }
+        assert!(cursor.next_into(&mut k, &mut v).unwrap().is_none());
+    }
+}

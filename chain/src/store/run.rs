@@ -1,0 +1,576 @@
+//! The sorted run: the whole state at one block, in one file, sorted by key. It is the log
+//! store's snapshot, written in the background by merging the previous run with the blocks
+//! committed since ([`super::merge`]), and read by point lookups that cost one block read.
+//!
+//! Layout (`run-<height>.trun`, little-endian):
+//!
+//! ```text
+//! "TALLYRUN" version:u32 head:BlockHeader(borsh)
+//! block*      [len:u32][crc32:u32][entry*]   entry = [klen:u32][vlen:u32][key][value]
+//! meta        [count:u32] ([klen:u32][first key][offset:u64][len:u32])*   the sparse index
+//!             [hashes:u32][bits:u64][bit bytes]                           the bloom filter
+//! footer      [meta offset:u64][meta len:u64][entries:u64][meta crc32:u32]"TALLYEND"
+//! ```
+//!
+//! Blocks hold about [`BLOCK_BYTES`] of entries, so a lookup reads one block (as RocksDB's
+//! default 4 KiB `block_size` does); the sparse index (each block's first key) and the bloom
+//! filter stay in memory: about 10 bytes per key for the filter and 0.5% of the data for the
+//! index.
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::block::BlockHeader;
+
+use super::error::{StoreError, StoreResult};
+use super::index::key_hash;
+use super::vfs::{VFile, Vfs};
+
+const MAGIC: &[u8; 8] = b"TALLYRUN";
+const END_MAGIC: &[u8; 8] = b"TALLYEND";
+/// The run format's version.
+pub const VERSION: u32 = 3;
+const FOOTER_LEN: u64 = 8 + 8 + 8 + 4 + 8;
+/// The size the run's data blocks aim for: one page, RocksDB's default `block_size`.
+pub const BLOCK_BYTES: usize = 4096;
+/// Bloom filter bits per key: about 1% false positives with 7 hashes, RocksDB's usual 10.
+const BLOOM_BITS_PER_KEY: u64 = 10;
+const BLOOM_HASHES: u32 = 7;
+/// Keys and values are bounded well below this by the host API; a run entry claiming more is
+/// damage.
+const MAX_ENTRY_BYTES: u64 = 1 << 30;
+
+/// A `Write` that appends to a [`VFile`] in large chunks and counts and checksums.
+pub struct FileWriter {
+    file: Arc<dyn VFile>,
+    buf: Vec<u8>,
+    /// Bytes written so far (buffered included).
+    pub written: u64,
+}
+
+impl FileWriter {
+    /// A writer appending to `file`.
+    pub fn new(file: Arc<dyn VFile>) -> Self {
+        Self {
+            file,
+            buf: Vec::with_capacity(1 << 20),
+            written: 0,
+        }
+    }
+    /// Flushes and returns the file.
+    pub fn finish(mut self) -> io::Result<Arc<dyn VFile>> {
+        self.flush()?;
+        Ok(self.file)
+    }
+}
+
+impl Write for FileWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        self.written += data.len() as u64;
+        if self.buf.len() >= 1 << 20 {
+            self.flush()?;
+        }
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        if !self.buf.is_empty() {
+            self.file.append(&self.buf)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+}
+
+/// Bloom filter over key hashes (double hashing: `h1 + i·h2`).
+struct Bloom {
+    bits: Vec<u8>,
+    nbits: u64,
+    hashes: u32,
+}
+
+impl Bloom {
+    fn new(keys: u64) -> Self {
+        let nbits = (keys * BLOOM_BITS_PER_KEY).max(64);
+        Self {
+            bits: vec![0; nbits.div_ceil(8) as usize],
+            nbits,
+            hashes: BLOOM_HASHES,
+        }
+    }
+    fn probes(&self, hash: u64) -> impl Iterator<Item = u64> + '_ {
+        let h2 = hash.rotate_left(32) | 1;
+        (0..self.hashes as u64).map(move |i| hash.wrapping_add(i.wrapping_mul(h2)) % self.nbits)
+    }
+    fn add(&mut self, hash: u64) {
+        let probes: Vec<u64> = self.probes(hash).collect();
+        for bit in probes {
+            self.bits[(bit / 8) as usize] |= 1 << (bit % 8);
+        }
+    }
+    fn may_contain(&self, hash: u64) -> bool {
+        self.probes(hash)
+            .all(|bit| self.bits[(bit / 8) as usize] & (1 << (bit % 8)) != 0)
+    }
+}
+
+/// Writes a run, entries in strictly increasing key order.
+pub struct RunWriter {
+    out: FileWriter,
+    header: Vec<u8>,
+    block: Vec<u8>,
+    block_first: Vec<u8>,
+    index: Vec<(Vec<u8>, u64, u32)>,
+    hashes: Vec<u64>,
+    last_key: Option<Vec<u8>>,
+    entries: u64,
+}
+
+impl RunWriter {
+    /// Starts a run of the state at `head` in `file` (empty).
+    pub fn new(file: Arc<dyn VFile>, head: &BlockHeader) -> io::Result<Self> {
+        let mut out = FileWriter::new(file);
+        let mut header = MAGIC.to_vec();
+        header.extend_from_slice(&VERSION.to_le_bytes());
+        borsh::BorshSerialize::serialize(head, &mut header)?;
+        debug_assert_eq!(header.len() as u64, HEADER_LEN);
+        out.write_all(&header)?;
+        Ok(Self {
+            out,
+            header,
+            block: Vec::with_capacity(2 * BLOCK_BYTES),
+            block_first: Vec::new(),
+            index: Vec::new(),
+            hashes: Vec::new(),
+            last_key: None,
+            entries: 0,
+        })
+    }
+
+    /// Adds an entry; keys must come in increasing order.
+    pub fn add(&mut self, key: &[u8], value: &[u8]) -> io::Result<()> {
+        if let Some(last) = &self.last_key {
+            assert!(last.as_slice() < key, "run keys must increase");
+        }
+        if self.block.is_empty() {
+            self.block_first.clear();
+            self.block_first.extend_from_slice(key);
+        }
+        self.block
+            .extend_from_slice(&(key.len() as u32).to_le_bytes());
+        self.block
+            .extend_from_slice(&(value.len() as u32).to_le_bytes());
+        self.block.extend_from_slice(key);
+        self.block.extend_from_slice(value);
+        self.hashes.push(key_hash(key));
+        match &mut self.last_key {
+            Some(last) => {
+                last.clear();
+                last.extend_from_slice(key);
+            }
+            None => self.last_key = Some(key.to_vec()),
+        }
+        self.entries += 1;
+        if self.block.len() >= BLOCK_BYTES {
+            self.flush_block()?;
+        }
+        Ok(())
+    }
+
+    fn flush_block(&mut self) -> io::Result<()> {
+        if self.block.is_empty() {
+            return Ok(());
+        }
+        let offset = self.out.written;
+        self.out
+            .write_all(&(self.block.len() as u32).to_le_bytes())?;
+        self.out
+            .write_all(&crc32fast::hash(&self.block).to_le_bytes())?;
+        self.out.write_all(&self.block)?;
+        self.index.push((
+            std::mem::take(&mut self.block_first),
+            offset,
+            self.block.len() as u32 + 8,
+        ));
+        self.block.clear();
+        Ok(())
+    }
+
+    /// Writes the index, filter and footer; returns the file (not yet synced) and its size.
+    pub fn finish(mut self) -> io::Result<(Arc<dyn VFile>, u64)> {
+        self.flush_block()?;
+        let mut meta = Vec::new();
+        meta.extend_from_slice(&(self.index.len() as u32).to_le_bytes());
+        for (key, offset, len) in &self.index {
+            meta.extend_from_slice(&(key.len() as u32).to_le_bytes());
+            meta.extend_from_slice(key);
+            meta.extend_from_slice(&offset.to_le_bytes());
+            meta.extend_from_slice(&len.to_le_bytes());
+        }
+        let mut bloom = Bloom::new(self.entries);
+        for &h in &self.hashes {
+            bloom.add(h);
+        }
+        meta.extend_from_slice(&bloom.hashes.to_le_bytes());
+        meta.extend_from_slice(&bloom.nbits.to_le_bytes());
+        meta.extend_from_slice(&bloom.bits);
+        let meta_offset = self.out.written;
+        self.out.write_all(&meta)?;
+        self.out.write_all(&meta_offset.to_le_bytes())?;
+        self.out.write_all(&(meta.len() as u64).to_le_bytes())?;
+        self.out.write_all(&self.entries.to_le_bytes())?;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&self.header);
+        crc.update(&meta);
+        self.out.write_all(&crc.finalize().to_le_bytes())?;
+        self.out.write_all(END_MAGIC)?;
+        let size = self.out.written;
+        Ok((self.out.finish()?, size))
+    }
+}
+
+/// An open run: its sparse index and filter in memory, its blocks on disk.
+pub struct Run {
+    file: Arc<dyn VFile>,
+    path: PathBuf,
+    head: BlockHeader,
+    /// First keys of the blocks, back to back; `blocks[i].0` is the end of block i's key.
+    first_keys: Vec<u8>,
+    blocks: Vec<(u32, u64, u32)>,
+    bloom: Bloom,
+    entries: u64,
+    size: u64,
+}
+
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Reads one entry of a block at `at`: `(key, value, next)`, or `None` if damaged.
+fn entry_at(block: &[u8], at: usize) -> Option<(&[u8], &[u8], usize)> {
+    let lens = block.get(at..at.checked_add(8)?)?;
+    let (klen, vlen) = (le_u32(lens, 0) as usize, le_u32(lens, 4) as usize);
+    let k = at + 8;
+    let v = k.checked_add(klen)?;
+    let end = v.checked_add(vlen)?;
+    Some((block.get(k..v)?, block.get(v..end)?, end))
+}
+
+/// The run header's length: magic, version, borsh of a [`BlockHeader`] (fixed 112 bytes).
+const HEADER_LEN: u64 = 12 + 112;
+
+impl Run {
+    /// Opens the run at `path`. Any failed check is corruption of `path`.
+    pub fn open(vfs: &dyn Vfs, path: &Path) -> StoreResult<Self> {
+        let corrupt = |offset: Option<u64>, why: &str| StoreError::corrupted(path, offset, why);
+        let file = vfs.open_read(path)?;
+        let size = file.len()?;
+        let mut head_bytes = vec![0u8; HEADER_LEN.min(size) as usize];
+        file.read_exact_at(&mut head_bytes, 0)
+            .map_err(|_| corrupt(Some(0), "the run is shorter than its header"))?;
+        if head_bytes.len() < HEADER_LEN as usize || &head_bytes[..8] != MAGIC {
+            return Err(corrupt(Some(0), "not a Tally run (bad magic)"));
+        }
+        let version = le_u32(&head_bytes, 8);
+        if version != VERSION {
+            return Err(StoreError::Version {
+                path: path.to_path_buf(),
+                found: version,
+                expected: VERSION,
+            });
+        }
+        let head: BlockHeader = borsh::from_slice(&head_bytes[12..])
+            .map_err(|_| corrupt(Some(12), "the run's block header does not decode"))?;
+        if size < HEADER_LEN + FOOTER_LEN {
+            return Err(corrupt(None, "the run has no footer"));
+        }
+        let mut footer = [0u8; FOOTER_LEN as usize];
+        file.read_exact_at(&mut footer, size - FOOTER_LEN)?;
+        if &footer[28..] != END_MAGIC {
+            return Err(corrupt(
+                Some(size - FOOTER_LEN),
+                "the run's footer is damaged",
+            ));
+        }
+        let (meta_offset, meta_len, entries) =
+            (le_u64(&footer, 0), le_u64(&footer, 8), le_u64(&footer, 16));
+        if meta_offset.checked_add(meta_len) != Some(size - FOOTER_LEN) {
+            return Err(corrupt(
+                Some(size - FOOTER_LEN),
+                "the run's footer is damaged",
+            ));
+        }
+        let mut meta = vec![0u8; meta_len as usize];
+        file.read_exact_at(&mut meta, meta_offset)?;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&head_bytes);
+        crc.update(&meta);
+        if crc.finalize() != le_u32(&footer, 24) {
+            return Err(corrupt(
+                Some(meta_offset),
+                "the run's header or index fails its checksum",
+            ));
+        }
+        let bad = || corrupt(Some(meta_offset), "the run's index does not decode");
+        let mut at = 0usize;
+        let count = le_u32(meta.get(..4).ok_or_else(bad)?, 0) as usize;
+        at += 4;
+        let mut first_keys = Vec::new();
+        let mut blocks = Vec::with_capacity(count);
+        for _ in 0..count {
+            let klen = le_u32(meta.get(at..at + 4).ok_or_else(bad)?, 0) as usize;
+            at += 4;
+            first_keys.extend_from_slice(meta.get(at..at + klen).ok_or_else(bad)?);
+            at += klen;
+            let rest = meta.get(at..at + 12).ok_or_else(bad)?;
+            blocks.push((first_keys.len() as u32, le_u64(rest, 0), le_u32(rest, 8)));
+            at += 12;
+        }
+        let rest = meta.get(at..at + 12).ok_or_else(bad)?;
+        let (hashes, nbits) = (le_u32(rest, 0), le_u64(rest, 4));
+        at += 12;
+        let bits = meta.get(at..).ok_or_else(bad)?.to_vec();
+        if bits.len() as u64 != nbits.div_ceil(8) || nbits == 0 || hashes == 0 {
+            return Err(bad());
+        }
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+            head,
+            first_keys,
+            blocks,
+            bloom: Bloom {
+                bits,
+                nbits,
+                hashes,
+            },
+            entries,
+            size,
+        })
+    }
+
+    /// The block the run's state is at.
+    pub fn head(&self) -> &BlockHeader {
+        &self.head
+    }
+
+    /// Its file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Entries in the run.
+    pub fn entries(&self) -> u64 {
+        self.entries
+    }
+
+    /// Its size on disk.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Bytes its index and filter hold in memory.
+    pub fn heap_bytes(&self) -> usize {
+        self.first_keys.capacity() + self.blocks.capacity() * 16 + self.bloom.bits.capacity()
+    }
+
+    fn first_key(&self, i: usize) -> &[u8] {
+        let start = if i == 0 {
+            0
+        } else {
+            self.blocks[i - 1].0 as usize
+        };
+        &self.first_keys[start..self.blocks[i].0 as usize]
+    }
+
+    fn read_block(&self, i: usize, buf: &mut Vec<u8>) -> StoreResult<()> {
+        let (_, offset, len) = self.blocks[i];
+        buf.resize(len as usize, 0);
+        self.file.read_exact_at(buf, offset)?;
+        let body_len = le_u32(buf, 0) as usize;
+        if body_len + 8 != buf.len() || crc32fast::hash(&buf[8..]) != le_u32(buf, 4) {
+            return Err(StoreError::corrupted(
+                &self.path,
+                Some(offset),
+                "a run block fails its checksum",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The value of `key`, reading at most one block into `buf`; with how many bytes it read.
+    pub fn get(
+        &self,
+        key: &[u8],
+        hash: u64,
+        buf: &mut Vec<u8>,
+    ) -> StoreResult<(Option<Vec<u8>>, u64)> {
+        if self.blocks.is_empty() || !self.bloom.may_contain(hash) {
+            return Ok((None, 0));
+        }
+        // The number of blocks whose first key is <= key.
+        let (mut lo, mut hi) = (0, self.blocks.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.first_key(mid) <= key {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let i = lo;
+        if i == 0 {
+            return Ok((None, 0));
+        }
+        self.read_block(i - 1, buf)?;
+        let read = buf.len() as u64;
+        let mut at = 8;
+        while at < buf.len() {
+            let (k, v, next) = entry_at(buf, at).ok_or_else(|| {
+                StoreError::corrupted(
+                    &self.path,
+                    Some(self.blocks[i - 1].1),
+                    "a run entry does not decode",
+                )
+            })?;
+            match k.cmp(key) {
+                std::cmp::Ordering::Equal => return Ok((Some(v.to_vec()), read)),
+                std::cmp::Ordering::Greater => break,
+                std::cmp::Ordering::Less => at = next,
+            }
+        }
+        Ok((None, read))
+    }
+
+    /// Every entry, in key order.
+    pub fn iter(self: &Arc<Self>) -> RunIter {
+        RunIter {
+            run: self.clone(),
+            block: 0,
+            buf: Vec::new(),
+            at: 0,
+        }
+    }
+}
+
+/// The entries of a run in key order, a block at a time.
+pub struct RunIter {
+    run: Arc<Run>,
+    block: usize,
+    buf: Vec<u8>,
+    at: usize,
+}
+
+impl RunIter {
+    /// The next entry, copied into `key` and `value`; `false` at the end.
+    pub fn next_into(&mut self, key: &mut Vec<u8>, value: &mut Vec<u8>) -> StoreResult<bool> {
+        while self.at >= self.buf.len() {
+            if self.block >= self.run.blocks.len() {
+                return Ok(false);
+            }
+            self.run.read_block(self.block, &mut self.buf)?;
+            self.block += 1;
+            self.at = 8;
+        }
+        let (k, v, next) = entry_at(&self.buf, self.at).ok_or_else(|| {
+            StoreError::corrupted(&self.run.path, None, "a run entry does not decode")
+        })?;
+        if k.len() as u64 + v.len() as u64 > MAX_ENTRY_BYTES {
+            return Err(StoreError::corrupted(
+                &self.run.path,
+                None,
+                "a run entry is too large",
+            ));
+        }
+        key.clear();
+        key.extend_from_slice(k);
+        value.clear();
+        value.extend_from_slice(v);
+        self.at = next;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::vfs::FaultFs;
+
+    fn header(height: u64) -> BlockHeader {
+        BlockHeader {
+            height,
+            previous: [1; 32],
+            timestamp_ms: 5,
+            transactions_root: [2; 32],
+            state_checksum: [3; 32],
+        }
+    }
+
+    #[test]
+    fn a_run_finds_every_key_it_holds_and_none_it_does_not() {
+        let fs = FaultFs::new(1);
+        let path = Path::new("/d/run-7.trun");
+        let mut w = RunWriter::new(fs.create(path).unwrap(), &header(7)).unwrap();
+        let key = |i: u32| format!("key{:08}", i * 2).into_bytes();
+        for i in 0..20_000u32 {
+            let value = vec![i as u8; (i % 50) as usize];
+            w.add(&key(i), &value).unwrap();
+        }
+        w.finish().unwrap();
+        let run = Arc::new(Run::open(&fs, path).unwrap());
+        assert_eq!(run.head().height, 7);
+        assert_eq!(run.entries(), 20_000);
+        let mut buf = Vec::new();
+        for i in (0..20_000u32).step_by(7) {
+            let k = key(i);
+            let (v, _) = run.get(&k, key_hash(&k), &mut buf).unwrap();
+            assert_eq!(v, Some(vec![i as u8; (i % 50) as usize]));
+            let missing = format!("key{:08}", i * 2 + 1).into_bytes();
+            assert_eq!(
+                run.get(&missing, key_hash(&missing), &mut buf).unwrap().0,
+                None
+            );
+        }
+        let (mut k, mut v) = (Vec::new(), Vec::new());
+        let mut it = run.iter();
+        let mut n = 0;
+        while it.next_into(&mut k, &mut v).unwrap() {
+            assert_eq!(k, key(n));
+            n += 1;
+        }
+        assert_eq!(n, 20_000);
+    }
+
+    #[test]
+    fn a_damaged_run_is_corruption() {
+        let fs = FaultFs::new(1);
+        let path = Path::new("/d/run-1.trun");
+        let mut w = RunWriter::new(fs.create(path).unwrap(), &header(1)).unwrap();
+        for i in 0..1000u32 {
+            w.add(&i.to_be_bytes(), b"value").unwrap();
+        }
+        w.finish().unwrap();
+        let good = fs.read_file(path).unwrap();
+        for at in [3, 200, good.len() - 50, good.len() - 3] {
+            let mut bad = good.clone();
+            bad[at] ^= 1;
+            fs.write_file(path, &bad);
+            let result = Run::open(&fs, path).and_then(|run| {
+                let run = Arc::new(run);
+                let (mut k, mut v) = (Vec::new(), Vec::new());
+                let mut it = run.iter();
+                while it.next_into(&mut k, &mut v)? {}
+                Ok(())
+            });
+            assert!(
+                matches!(result, Err(StoreError::Corrupted { .. })),
+                "byte {at}: {:?}",
+                result.err()
+            );
+        }
+    }
+}

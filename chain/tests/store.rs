@@ -1,0 +1,704 @@
+//! The state stores on their own: on-disk format, damage, crashes, locking, read-only opens.
+//!
+//! Blocks here are synthetic [`BlockRecord`]s (a store checks heights, not contents), so these
+//! tests need no contract and no runtime.
+
+use std::path::{Path, PathBuf};
+
+use tally_chain::block::chain_checksum;
+use tally_chain::{
+    BlockArchive, BlockHeader, BlockRecord, Commit, Durability, LogOptions, LogStore, StateStore,
+    StoreError,
+};
+
+/// The block at `height`: `n` changes to keys of its own and to a few shared ones, so later
+/// blocks overwrite earlier values.
+fn record(height: u64, n: usize) -> BlockRecord {
+    let mut changes: Vec<(Vec<u8>, Option<Vec<u8>>)> = (0..n)
+        .map(|i| {
+            let key = format!("k{:06}", (height as usize * 7 + i) % 500).into_bytes();
+            let value = (i % 11 != 10).then(|| format!("v{height}-{i}").into_bytes());
+            (key, value)
+        })
+        .collect();
+    changes.sort();
+    changes.dedup_by(|a, b| a.0 == b.0);
+    BlockRecord {
+        header: BlockHeader {
+            height,
+            previous: [height as u8; 32],
+            timestamp_ms: 1_000 * height,
+            transactions_root: [0; 32],
+            state_checksum: chain_checksum(
+                &[0; 32],
+                changes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
+            ),
+        },
+        body: vec![height as u8; 40],
+        changes,
+    }
+}
+
+/// One segment, no snapshot: every record stays where the tests look for it.
+fn one_segment() -> LogOptions {
+    LogOptions {
+        segment_bytes: 1 << 30,
+        snapshot_min_bytes: 1 << 30,
+        ..LogOptions::default()
+    }
+}
+
+/// Commits `block` keeping the last 512 blocks, durably.
+fn commit(store: &mut impl StateStore, block: &BlockRecord) -> Result<(), StoreError> {
+    store.commit(block, Commit::keeping(block.header.height, 512))
+}
+
+/// Commits blocks `0..blocks` to a log store in `dir`; returns the head state after each.
+fn write_blocks(dir: &Path, options: LogOptions, blocks: u64) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
+    // Every block's own retention: the last `retain_blocks`, as a chain would ask.
+    let mut store = LogStore::open(dir, options).unwrap();
+    (0..blocks)
+        .map(|h| {
+            commit(&mut store, &record(h, 40)).unwrap();
+            store.entries().unwrap().map(Result::unwrap).collect()
+        })
+        .collect()
+}
+
+/// The log's segment files, in order.
+fn segments(dir: &Path) -> Vec<PathBuf> {
+    with_extension(dir, "tlog")
+}
+
+fn with_extension(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == ext))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Byte offsets of the records of a segment (12-byte file header, 12-byte record headers).
+fn record_offsets(bytes: &[u8]) -> Vec<usize> {
+    let mut at = 12;
+    let mut offsets = Vec::new();
+    while at + 12 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        offsets.push(at);
+        at += 12 + len;
+    }
+    offsets
+}
+
+/// Every file in `dir` with its bytes, to show that an open changed nothing.
+fn snapshot_files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap();
+            (p, bytes)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn entries_of(store: &dyn StateStore) -> Vec<(Vec<u8>, Vec<u8>)> {
+    store.entries().unwrap().map(Result::unwrap).collect()
+}
+
+fn expect_corruption(result: Result<LogStore, StoreError>, file: &Path, offset: Option<u64>) {
+    match result {
+        Err(StoreError::Corrupted {
+            path, offset: at, ..
+        }) => {
+            assert_eq!(path, file);
+            assert_eq!(at, offset);
+        }
+        Err(other) => panic!("expected corruption of {}, got {other}", file.display()),
+        Ok(store) => panic!(
+            "expected corruption of {}, but the store opened at block {:?}",
+            file.display(),
+            store.head().map(|h| h.height)
+        ),
+    }
+}
+
+#[test]
+fn issue_10_a_flipped_bit_in_an_early_record_of_the_last_segment_is_corruption() {
+    // Before the fix, open took this for a torn tail: it dropped blocks 3..=9, every one
+    // fsync'd, and truncated the file, even when opened by a read-only command.
+    type Damage = fn(&mut [u8], usize);
+    let damages: [(&str, Damage); 3] = [
+        ("payload", |bytes, at| bytes[at + 12 + 5] ^= 0x04),
+        ("length", |bytes, at| bytes[at + 2] ^= 0x01),
+        ("payload checksum", |bytes, at| bytes[at + 6] ^= 0x80),
+    ];
+    for (what, damage) in damages {
+        for victim in [2, 8] {
+            let dir = tempfile::tempdir().unwrap();
+            write_blocks(dir.path(), one_segment(), 10);
+            let file = segments(dir.path()).pop().unwrap();
+            let mut bytes = std::fs::read(&file).unwrap();
+            let at = record_offsets(&bytes)[victim];
+            damage(&mut bytes, at);
+            std::fs::write(&file, &bytes).unwrap();
+            let before = snapshot_files(dir.path());
+
+            expect_corruption(
+                LogStore::open(dir.path(), one_segment()),
+                &file,
+                Some(at as u64),
+            );
+            expect_corruption(LogStore::open_read_only(dir.path()), &file, Some(at as u64));
+            assert_eq!(
+                snapshot_files(dir.path()),
+                before,
+                "{what} of record {victim}: a refused open changed files"
+            );
+        }
+    }
+}
+
+#[test]
+fn issue_10_corruption_names_the_segment_and_the_offset_and_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    write_blocks(dir.path(), one_segment(), 5);
+    let file = segments(dir.path()).pop().unwrap();
+    let mut bytes = std::fs::read(&file).unwrap();
+    let at = record_offsets(&bytes)[1];
+    bytes[at + 20] ^= 1;
+    std::fs::write(&file, &bytes).unwrap();
+    let err = LogStore::open(dir.path(), one_segment()).err().unwrap();
+    assert!(err.is_corruption());
+    let text = err.to_string();
+    assert!(text.contains(&file.display().to_string()), "{text}");
+    assert!(text.contains(&format!("at byte {at}")), "{text}");
+    assert!(text.contains("nothing was changed"), "{text}");
+}
+
+#[test]
+fn a_torn_or_unwritten_last_record_is_cut_by_a_writer_and_skipped_by_a_reader() {
+    type Damage = fn(&mut Vec<u8>, usize);
+    let damages: [(&str, Damage); 5] = [
+        ("torn mid-record", |bytes, last| {
+            bytes.truncate(last + (bytes.len() - last) / 2)
+        }),
+        ("torn mid-header", |bytes, last| bytes.truncate(last + 3)),
+        ("flipped payload byte", |bytes, last| {
+            let at = last + (bytes.len() - last) * 2 / 3;
+            bytes[at] ^= 0x20;
+        }),
+        // Power lost after the file grew but before its data reached the disk.
+        ("zeroed record", |bytes, last| bytes[last..].fill(0)),
+        ("zeroed header", |bytes, last| {
+            bytes[last..last + 12].fill(0)
+        }),
+    ];
+    for (what, damage) in damages {
+        let dir = tempfile::tempdir().unwrap();
+        let states = write_blocks(dir.path(), one_segment(), 6);
+        let file = segments(dir.path()).pop().unwrap();
+        let mut bytes = std::fs::read(&file).unwrap();
+        let last = *record_offsets(&bytes).last().unwrap();
+        damage(&mut bytes, last);
+        std::fs::write(&file, &bytes).unwrap();
+
+        let before = snapshot_files(dir.path());
+        let reader = LogStore::open_read_only(dir.path()).unwrap();
+        assert_eq!(reader.head().unwrap().height, 4, "{what}");
+        assert_eq!(entries_of(&reader), states[4], "{what}");
+        drop(reader);
+        assert_eq!(snapshot_files(dir.path()), before, "{what}: a reader wrote");
+
+        let mut writer = LogStore::open(dir.path(), one_segment()).unwrap();
+        assert_eq!(writer.head().unwrap().height, 4, "{what}");
+        assert_eq!(entries_of(&writer), states[4], "{what}");
+        assert_eq!(
+            std::fs::metadata(&file).unwrap().len() as usize,
+            last,
+            "{what}: the writer cuts the torn record off"
+        );
+        // And the log goes on from there.
+        commit(&mut writer, &record(5, 40)).unwrap();
+        drop(writer);
+        let reopened = LogStore::open_read_only(dir.path()).unwrap();
+        assert_eq!(reopened.head().unwrap().height, 5, "{what}");
+        assert_eq!(entries_of(&reopened), states[5], "{what}");
+    }
+}
+
+#[test]
+fn damage_in_a_sealed_segment_is_corruption_even_at_its_end() {
+    let small = LogOptions {
+        segment_bytes: 1,
+        ..one_segment()
+    };
+    for cut in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        write_blocks(dir.path(), small.clone(), 6);
+        let sealed = segments(dir.path())[2].clone();
+        let mut bytes = std::fs::read(&sealed).unwrap();
+        if cut {
+            bytes.truncate(bytes.len() - 3);
+        } else {
+            let n = bytes.len();
+            bytes[n - 2] ^= 1;
+        }
+        std::fs::write(&sealed, &bytes).unwrap();
+        let err = LogStore::open(dir.path(), small.clone()).err().unwrap();
+        assert!(
+            matches!(&err, StoreError::Corrupted { path, offset: Some(12), .. } if *path == sealed),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_missing_segment_is_corruption_not_a_shorter_chain() {
+    let small = LogOptions {
+        segment_bytes: 1,
+        ..one_segment()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    write_blocks(dir.path(), small.clone(), 6);
+    let all = segments(dir.path());
+    std::fs::remove_file(&all[2]).unwrap();
+    expect_corruption(LogStore::open(dir.path(), small), &all[3], Some(12));
+}
+
+#[test]
+fn a_damaged_snapshot_is_corruption() {
+    let options = LogOptions {
+        snapshot_min_bytes: 1,
+        background: false,
+        ..one_segment()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    write_blocks(dir.path(), options.clone(), 4);
+    let snapshot = with_extension(dir.path(), "trun").pop().unwrap();
+    let mut bytes = std::fs::read(&snapshot).unwrap();
+    bytes[30] ^= 1;
+    std::fs::write(&snapshot, &bytes).unwrap();
+    let err = LogStore::open(dir.path(), options).err().unwrap();
+    assert!(
+        matches!(&err, StoreError::Corrupted { path, .. } if *path == snapshot),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_store_reopens_with_every_committed_block_across_segments_and_snapshots() {
+    let options = LogOptions {
+        retain_blocks: 5,
+        segment_bytes: 4 << 10,
+        snapshot_min_bytes: 16 << 10,
+        background: false,
+        ..LogOptions::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let states = write_blocks(dir.path(), options.clone(), 60);
+    assert!(segments(dir.path()).len() > 1);
+    assert!(!with_extension(dir.path(), "trun").is_empty());
+    let store = LogStore::open_read_only(dir.path()).unwrap();
+    assert_eq!(store.head().unwrap().height, 59);
+    assert_eq!(entries_of(&store), states[59]);
+    // What each commit asked to retain is in the log: a reader knows it too.
+    assert_eq!(store.first_retained(), 55);
+    for h in 55..60 {
+        assert_eq!(store.block(h).unwrap().unwrap(), record(h, 40));
+    }
+    assert!(store.block(54).unwrap().is_none());
+}
+
+#[test]
+fn issue_10_a_second_writer_is_refused_naming_the_directory() {
+    // Before the fix both opens succeeded; each appended a block of the same height, and the
+    // store never opened again.
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = LogStore::open(dir.path(), one_segment()).unwrap();
+    commit(&mut first, &record(0, 4)).unwrap();
+    // flock belongs to an open file description, so a second open in this process conflicts
+    // just as another process would.
+    let err = LogStore::open(dir.path(), one_segment()).err().unwrap();
+    assert!(
+        matches!(&err, StoreError::Locked { dir: d, writing: true } if d == dir.path()),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(text.contains(&dir.path().display().to_string()), "{text}");
+    assert!(text.contains("another tally process"), "{text}");
+    // A reader is refused while the writer runs, rather than read a log being appended.
+    assert!(matches!(
+        LogStore::open_read_only(dir.path()),
+        Err(StoreError::Locked { writing: false, .. })
+    ));
+    commit(&mut first, &record(1, 4)).unwrap();
+    drop(first);
+
+    // Readers share the lock with each other, and keep writers out.
+    let r1 = LogStore::open_read_only(dir.path()).unwrap();
+    let r2 = LogStore::open_read_only(dir.path()).unwrap();
+    assert_eq!(r2.head().unwrap().height, 1);
+    assert!(matches!(
+        LogStore::open(dir.path(), one_segment()),
+        Err(StoreError::Locked { writing: true, .. })
+    ));
+    drop((r1, r2));
+    let writer = LogStore::open(dir.path(), one_segment()).unwrap();
+    assert_eq!(writer.head().unwrap().height, 1);
+}
+
+#[test]
+fn a_read_only_store_writes_nothing_and_refuses_commits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("none");
+    assert!(matches!(
+        LogStore::open_read_only(&missing),
+        Err(StoreError::Missing { .. })
+    ));
+    assert!(!missing.exists(), "a read-only open created the directory");
+
+    write_blocks(tmp.path(), one_segment(), 3);
+    let before = snapshot_files(tmp.path());
+    let mut store = LogStore::open_read_only(tmp.path()).unwrap();
+    assert!(matches!(
+        commit(&mut store, &record(3, 4)),
+        Err(StoreError::ReadOnly)
+    ));
+    assert!(matches!(store.snapshot(), Err(StoreError::ReadOnly)));
+    drop(store);
+    assert_eq!(snapshot_files(tmp.path()), before);
+}
+
+#[test]
+fn a_log_from_another_format_version_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    write_blocks(dir.path(), one_segment(), 2);
+    let file = segments(dir.path()).pop().unwrap();
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+    std::fs::write(&file, &bytes).unwrap();
+    let err = LogStore::open(dir.path(), one_segment()).err().unwrap();
+    assert!(matches!(err, StoreError::Version { found: 1, .. }), "{err}");
+}
+
+/// A small model of the state: what every height should hold.
+type Model = std::collections::BTreeMap<Vec<u8>, Vec<u8>>;
+
+fn apply(model: &mut Model, block: &BlockRecord) {
+    for (k, v) in &block.changes {
+        match v {
+            Some(v) => {
+                model.insert(k.clone(), v.clone());
+            }
+            None => {
+                model.remove(k);
+            }
+        }
+    }
+}
+
+/// Blocks from a seeded generator: keys from a space of `space`, a fifth of them deletes,
+/// some values large enough to spread over segments.
+struct Gen(u64);
+
+impl Gen {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn block(&mut self, height: u64, space: u64) -> BlockRecord {
+        let n = 1 + self.next() % 24;
+        let mut changes: Vec<(Vec<u8>, Option<Vec<u8>>)> = (0..n)
+            .map(|_| {
+                let key = format!("key-{:05}", self.next() % space).into_bytes();
+                let value = (!self.next().is_multiple_of(5)).then(|| {
+                    let len = if self.next().is_multiple_of(10) {
+                        700
+                    } else {
+                        1 + self.next() % 40
+                    };
+                    vec![(height % 251) as u8; len as usize]
+                });
+                (key, value)
+            })
+            .collect();
+        changes.sort_by(|a, b| a.0.cmp(&b.0));
+        changes.dedup_by(|a, b| a.0 == b.0);
+        BlockRecord {
+            header: BlockHeader {
+                height,
+                previous: [1; 32],
+                timestamp_ms: height,
+                transactions_root: [2; 32],
+                state_checksum: [3; 32],
+            },
+            body: vec![7; (self.next() % 64) as usize],
+            changes,
+        }
+    }
+}
+
+fn keep_all(height: u64) -> Commit {
+    Commit {
+        durability: Durability::Immediate,
+        retain_from: height.saturating_sub(20),
+    }
+}
+
+#[test]
+fn issue_14_a_store_fills_past_many_segments_compacts_and_stays_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = LogOptions {
+        segment_bytes: 8 << 10,
+        snapshot_min_bytes: 16 << 10,
+        background: false,
+        ..LogOptions::default()
+    };
+    let mut store = LogStore::open(dir.path(), options.clone()).unwrap();
+    let mut rng = Gen(5);
+    let mut model = Model::new();
+    let mut blocks = Vec::new();
+    for h in 0..600 {
+        let b = rng.block(h, 400);
+        apply(&mut model, &b);
+        store.commit(&b, keep_all(h)).unwrap();
+        blocks.push(b);
+    }
+    let stats = store.stats();
+    assert!(stats.snapshots >= 3, "{stats:?}");
+    assert!(stats.segments_deleted >= 10, "{stats:?}");
+    let live: Vec<_> = model.clone().into_iter().collect();
+    assert_eq!(entries_of(&store), live);
+    for (k, v) in model.iter().step_by(7) {
+        assert_eq!(store.get(k).unwrap().as_deref(), Some(v.as_slice()));
+    }
+    assert_eq!(store.get(b"key-99999").unwrap(), None);
+    // Disk stays near the live state plus the retained blocks, not the whole history.
+    let written: u64 = blocks
+        .iter()
+        .map(|b| borsh::to_vec(b).unwrap().len() as u64)
+        .sum();
+    assert!(
+        store.disk_bytes() < written / 4,
+        "{} bytes on disk for {written} written",
+        store.disk_bytes()
+    );
+    assert_eq!(store.first_retained(), 579);
+    assert_eq!(store.block(590).unwrap().as_ref(), Some(&blocks[590]));
+    assert!(store.block(578).unwrap().is_none());
+    drop(store);
+    let store = LogStore::open_read_only(dir.path()).unwrap();
+    assert_eq!(store.head().unwrap().height, 599);
+    assert_eq!(entries_of(&store), live);
+    assert_eq!(store.block(599).unwrap().as_ref(), Some(&blocks[599]));
+}
+
+#[test]
+fn issue_14_background_and_inline_compaction_give_the_same_state_and_files() {
+    let run = |background: bool, min: u64| {
+        let dir = tempfile::tempdir().unwrap();
+        let options = LogOptions {
+            segment_bytes: 8 << 10,
+            snapshot_min_bytes: min,
+            background,
+            ..LogOptions::default()
+        };
+        let mut store = LogStore::open(dir.path(), options).unwrap();
+        let mut rng = Gen(9);
+        for h in 0..300 {
+            store.commit(&rng.block(h, 300), keep_all(h)).unwrap();
+            if h % 50 == 0 {
+                store.snapshot().unwrap();
+            }
+        }
+        store.settle().unwrap();
+        entries_of(&store)
+    };
+    let reference = run(false, 1 << 40);
+    assert_eq!(run(true, 4 << 10), reference);
+    assert_eq!(run(false, 4 << 10), reference);
+}
+
+/// How far a store must have got: the highest height whose durability was promised.
+fn durable_after(
+    durability: Durability,
+    height: u64,
+    acked: &mut Option<u64>,
+    pending: &mut Option<u64>,
+) {
+    match durability {
+        Durability::Immediate => {
+            *acked = Some(height);
+            *pending = None;
+        }
+        // Durable once the next commit returns.
+        Durability::Background => {
+            if let Some(p) = pending.take() {
+                *acked = Some(p.max(acked.unwrap_or(0)));
+            }
+            *pending = Some(height);
+        }
+        Durability::None => {
+            if let Some(p) = pending.take() {
+                *acked = Some(p.max(acked.unwrap_or(0)));
+            }
+        }
+    }
+}
+
+/// Issue 14: power cuts at random file operations, across commits, rotations, snapshots
+/// and compactions, lose nothing whose durability was promised and never leave a store
+/// that will not open. `TALLY_POWER_CUTS=N` runs N (CI runs a short version).
+#[test]
+fn issue_14_power_cuts_lose_no_durable_block() {
+    use tally_chain::store::vfs::FaultFs;
+    let cuts: u64 = std::env::var("TALLY_POWER_CUTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(150);
+    let dir = std::path::Path::new("/store");
+    let mut done = 0u64;
+    let mut seed = 0u64;
+    let mut max_ops = 0u64;
+    while done < cuts {
+        seed += 1;
+        let fs = FaultFs::new(seed);
+        let options = LogOptions {
+            segment_bytes: 2 << 10,
+            snapshot_min_bytes: 4 << 10,
+            background: seed.is_multiple_of(2),
+            vfs: std::sync::Arc::new(fs.clone()),
+            ..LogOptions::default()
+        };
+        let mut rng = Gen(seed);
+        let mut states: Vec<Model> = Vec::new();
+        let mut blocks: Vec<BlockRecord> = Vec::new();
+        // Three cuts per store, each reopening what the last one left.
+        for _ in 0..3 {
+            let mut store = LogStore::open(dir, options.clone())
+                .unwrap_or_else(|e| panic!("seed {seed}: the store does not reopen: {e}"));
+            let head = store.head().map(|h| h.height);
+            // Whatever survived is a state the store was at.
+            let survived = head.map_or(0, |h| h + 1) as usize;
+            assert!(
+                survived <= states.len(),
+                "seed {seed}: a block came back from nowhere"
+            );
+            states.truncate(survived);
+            blocks.truncate(survived);
+            if let Some(h) = head {
+                let live: Vec<_> = states[h as usize].clone().into_iter().collect();
+                assert_eq!(entries_of(&store), live, "seed {seed}: state at {h}");
+                for h in store.first_retained()..=h {
+                    assert_eq!(
+                        store.block(h).unwrap().as_ref(),
+                        Some(&blocks[h as usize]),
+                        "seed {seed}: block {h}"
+                    );
+                }
+            }
+            let mut acked = None;
+            let mut pending = None;
+            let arm = rng.next() % 400;
+            fs.crash_after(arm);
+            let start_ops = fs.ops();
+            let mut height = head.map_or(0, |h| h + 1);
+            loop {
+                let b = rng.block(height, 300);
+                let durability = match rng.next() % 4 {
+                    0 => Durability::Background,
+                    1 => Durability::None,
+                    _ => Durability::Immediate,
+                };
+                let commit = Commit {
+                    durability,
+                    retain_from: height.saturating_sub(10),
+                };
+                let mut model = states.last().cloned().unwrap_or_default();
+                apply(&mut model, &b);
+                // The block may survive even if its commit fails (the record may have hit
+                // the disk before the power went): remember it either way.
+                states.push(model);
+                blocks.push(b.clone());
+                match store.commit(&b, commit) {
+                    Ok(()) => durable_after(durability, height, &mut acked, &mut pending),
+                    Err(_) => break,
+                }
+                height += 1;
+                if fs.crashed() {
+                    break;
+                }
+            }
+            max_ops = max_ops.max(fs.ops() - start_ops);
+            drop(store);
+            fs.reboot();
+            done += 1;
+            // Nothing promised durable is lost.
+            let store = LogStore::open_read_only_with(dir, options.clone())
+                .unwrap_or_else(|e| panic!("seed {seed}: the store does not reopen: {e}"));
+            let head = store.head().map(|h| h.height);
+            assert!(
+                head >= acked,
+                "seed {seed}: lost block {acked:?}, reopened at {head:?}"
+            );
+        }
+    }
+    eprintln!("{done} power cuts, up to {max_ops} file operations between cuts");
+}
+
+#[cfg(feature = "rocksdb")]
+mod rocksdb {
+    use super::*;
+    use tally_chain::rocks_store::RocksStore;
+
+    #[test]
+    fn issue_10_a_second_rocksdb_writer_gets_a_clear_lock_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut first = RocksStore::open(dir.path(), 16).unwrap();
+        commit(&mut first, &record(0, 4)).unwrap();
+        let err = RocksStore::open(dir.path(), 16).err().unwrap();
+        assert!(
+            matches!(&err, StoreError::Locked { dir: d, writing: true } if d == dir.path()),
+            "{err}"
+        );
+        assert!(err.to_string().contains("another tally process"), "{err}");
+        // A read-only open reads alongside the writer.
+        let reader = RocksStore::open_read_only(dir.path()).unwrap();
+        assert_eq!(reader.head().unwrap().height, 0);
+    }
+
+    #[test]
+    fn a_read_only_rocksdb_open_changes_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut store = RocksStore::open(dir.path(), 16).unwrap();
+            for h in 0..5 {
+                commit(&mut store, &record(h, 40)).unwrap();
+            }
+        }
+        let before = snapshot_files(dir.path());
+        let mut store = RocksStore::open_read_only(dir.path()).unwrap();
+        assert_eq!(store.head().unwrap().height, 4);
+        assert!(matches!(
+            commit(&mut store, &record(5, 4)),
+            Err(StoreError::ReadOnly)
+        ));
+        drop(store);
+        assert_eq!(snapshot_files(dir.path()), before);
+        let missing = dir.path().join("none");
+        assert!(matches!(
+            RocksStore::open_read_only(&missing),
+            Err(StoreError::Missing { .. })
+        ));
+        assert!(!missing.exists());
+    }
+}

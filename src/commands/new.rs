@@ -1,0 +1,244 @@
+//! `tally new`: create a contract project (C or Rust) that builds, tests and deploys as
+//! generated: its source, its ABI, the types generated from it, a test script and a README.
+//!
+//! The templates live in `src/commands/new/`, with `{{name}}`-style placeholders.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use clap::Args;
+
+use super::abigen::{self, Lang, Source};
+use super::push::Abi;
+
+const ABI: &str = include_str!("new/abi.json");
+const C_SOURCE: &str = include_str!("new/contract.c");
+const RUST_SOURCE: &str = include_str!("new/lib.rs");
+const CARGO_TOML: &str = include_str!("new/Cargo.toml");
+const TEST_SH: &str = include_str!("new/test.sh");
+const README: &str = include_str!("new/README.md");
+const GITIGNORE: &str = include_str!("new/gitignore");
+
+/// The host-api crate of the checkout this binary was built from: what a new Rust contract
+/// depends on unless told otherwise (tally-host-api is not on crates.io).
+const BUILT_FROM_HOST_API: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/host-api");
+
+/// Create a contract project: source, ABI, generated types, a test and a README.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  tally new counter --lang c        # counter/: counter.c, counter.abi.json, counter.abi.h, test.sh
+  tally new counter --lang rust     # counter/: Cargo.toml, src/lib.rs, src/abi.rs, test.sh
+  cd counter && ./test.sh           # build, deploy on a throwaway chain, push, check
+
+The project is a working contract (a per-account counter with actions `hit` and `reset`) to
+edit. Its README lists the commands; its name is also the account the test deploys it to.
+A C contract needs clang and lld (apt-get install clang lld); a Rust contract needs the wasm32
+target (rustup target add wasm32-unknown-unknown).")]
+pub struct NewArgs {
+    /// The contract's name: a directory, a file and an account name, so 1-12 characters of
+    /// a-z and 1-5, starting with a letter.
+    pub name: String,
+    /// The language to write the contract in.
+    #[arg(long, value_enum)]
+    pub lang: Lang,
+    /// The directory to create [default: ./NAME].
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// The tally-host-api crate a Rust contract depends on [default: the Tally checkout this
+    /// tally was built from].
+    #[arg(long, value_name = "DIR")]
+    pub host_api: Option<PathBuf>,
+}
+
+fn check_name(name: &str) -> anyhow::Result<()> {
+    let ok = (1..=12).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || ('1'..='5').contains(&c));
+    if !ok {
+        bail!(
+            "{name:?} cannot name a contract: use 1-12 characters of a-z and 1-5, starting with a \
+             letter (it names the directory, the files and the account)"
+        );
+    }
+    Ok(())
+}
+
+/// The host-api directory for a Rust contract's Cargo.toml, absolute.
+fn host_api(given: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let dir = given.unwrap_or(Path::new(BUILT_FROM_HOST_API));
+    let manifest = dir.join("Cargo.toml");
+    let is_host_api = std::fs::read_to_string(&manifest)
+        .is_ok_and(|text| text.contains("name = \"tally-host-api\""));
+    if !is_host_api {
+        match given {
+            Some(_) => bail!(
+                "{} is not the host-api directory of a Tally checkout (no tally-host-api \
+                 Cargo.toml there)",
+                dir.display()
+            ),
+            None => bail!(
+                "this tally was built from a checkout that is no longer at {}: pass \
+                 --host-api PATH/TO/tally/host-api",
+                dir.display()
+            ),
+        }
+    }
+    dir.canonicalize()
+        .with_context(|| format!("cannot resolve {}", dir.display()))
+}
+
+/// A TOML basic string's contents.
+fn toml_escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+pub fn run(args: NewArgs) -> anyhow::Result<()> {
+    check_name(&args.name)?;
+    let name = args.name.as_str();
+    let dir = args.dir.clone().unwrap_or_else(|| PathBuf::from(name));
+    if dir.exists()
+        && std::fs::read_dir(&dir)
+            .with_context(|| format!("{} exists and is not a directory", dir.display()))?
+            .next()
+            .is_some()
+    {
+        bail!(
+            "{} already exists and is not empty: pick another name or --dir",
+            dir.display()
+        );
+    }
+    let host_api = match args.lang {
+        Lang::Rust => Some(host_api(args.host_api.as_deref())?),
+        Lang::C => None,
+    };
+
+    let fill = |template: &str| template.replace("{{name}}", name);
+    let abi_text = fill(ABI);
+    let abi: Abi = serde_json::from_str(&abi_text).expect("the template ABI is valid");
+    let abi_file = format!("{name}.abi.json");
+    let mut files: Vec<(PathBuf, String)> = vec![(PathBuf::from(&abi_file), abi_text)];
+    let (generated_path, source_path, build, lang_name) = match args.lang {
+        Lang::C => {
+            let header = format!("{name}.abi.h");
+            let source = Source {
+                file: abi_file.clone(),
+                path: abi_file.clone(),
+            };
+            files.push((
+                PathBuf::from(&header),
+                abigen::generate(&abi, Lang::C, name, &source)?,
+            ));
+            files.push((PathBuf::from(format!("{name}.c")), fill(C_SOURCE)));
+            (
+                header,
+                format!("{name}.c"),
+                format!("tally build {name}.c"),
+                "C",
+            )
+        }
+        Lang::Rust => {
+            let source = Source {
+                file: abi_file.clone(),
+                path: format!("../{abi_file}"),
+            };
+            files.push((
+                PathBuf::from("src/abi.rs"),
+                abigen::generate(&abi, Lang::Rust, name, &source)?,
+            ));
+            files.push((PathBuf::from("src/lib.rs"), fill(RUST_SOURCE)));
+            let host_api = host_api.expect("resolved for Rust");
+            files.push((
+                PathBuf::from("Cargo.toml"),
+                fill(CARGO_TOML).replace("{{host_api}}", &toml_escape(&host_api.to_string_lossy())),
+            ));
+            (
+                "src/abi.rs".to_string(),
+                "src/lib.rs".to_string(),
+                format!("tally build . -o {name}.wasm"),
+                "Rust",
+            )
+        }
+    };
+    let lang = match args.lang {
+        Lang::C => "c",
+        Lang::Rust => "rust",
+    };
+    let abigen_cmd = format!("tally abigen {abi_file} --lang {lang} -o {generated_path}");
+    let test_build = match args.lang {
+        Lang::C => format!(
+            "echo \"building {name}.c\"\n\"$tally\" abigen {abi_file} --lang c -o {generated_path} --check >/dev/null\n\"$tally\" build {name}.c >/dev/null"
+        ),
+        Lang::Rust => format!(
+            "echo \"building {name} (the first build of a Rust contract takes a minute or two)\"\n\"$tally\" abigen {abi_file} --lang rust -o {generated_path} --check >/dev/null\n\"$tally\" build . -o {name}.wasm >/dev/null"
+        ),
+    };
+    files.push((
+        PathBuf::from("test.sh"),
+        fill(TEST_SH).replace("{{build}}", &test_build),
+    ));
+    const GENERATED: &str = "its action types, generated from the ABI by `tally abigen`";
+    let table = match args.lang {
+        Lang::C => format!("| `{name}.c` | the contract |\n| `{name}.abi.h` | {GENERATED} |"),
+        Lang::Rust => format!(
+            "| `src/lib.rs` | the contract |\n| `src/abi.rs` | {GENERATED} |\n\
+             | `Cargo.toml` | the package (on `tally-host-api` with the `guest` feature) |"
+        ),
+    };
+    files.push((
+        PathBuf::from("README.md"),
+        fill(README)
+            .replace("{{lang_name}}", lang_name)
+            .replace("{{lang}}", lang)
+            .replace("{{files}}", &table)
+            .replace("{{source}}", &format!("`{source_path}`"))
+            .replace("{{abigen}}", &abigen_cmd)
+            .replace("{{build}}", &build),
+    ));
+    files.push((PathBuf::from(".gitignore"), GITIGNORE.to_string()));
+
+    for (path, text) in &files {
+        let path = dir.join(path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let test = dir.join("test.sh");
+    let mut perms = std::fs::metadata(&test)?.permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&test, perms)?;
+
+    println!("created {} (a {lang_name} contract):", dir.display());
+    for (path, _) in &files {
+        println!("  {}", dir.join(path).display());
+    }
+    println!("next:");
+    println!("  cd {} && ./test.sh", dir.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contract_names_must_work_as_files_identifiers_and_accounts() {
+        for good in ["counter", "a", "token5", "abcdefghijkl"] {
+            assert!(check_name(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "Counter",
+            "1abc",
+            "my.token",
+            "my-token",
+            "abcdefghijklm",
+            "tok6",
+        ] {
+            assert!(check_name(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! The node's view of tally-chain: create from genesis, execute a block, commit, read.
+//!
+//! Everything the ABCI application needs from the chain library goes through this file, so
+//! the application does not depend on how the library spells it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+pub use tally_chain::Genesis;
+use tally_chain::{Chain, ChainConfig, ChainError, Name, PreparedTx, TxError, TxResult};
+use tally_host_api::Abort;
+use tally_runtime::{Outcome, Runtime, RuntimeConfig};
+
+use crate::commands::local::write_atomic;
+use crate::commands::store::{StoreKind, open_store};
+
+/// Version of the node's data-directory layout.
+const LAYOUT_VERSION: u32 = 1;
+
+/// `DIR/node.json`: what InitChain fixed, so a restarted node opens the same chain.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct NodeFile {
+    version: u32,
+    chain_id: String,
+    /// Time of Tally's genesis block: 1 ms before CometBFT's genesis time, because CometBFT's
+    /// first block carries the genesis time itself and Tally's block times must increase.
+    genesis_time_ms: u64,
+}
+
+/// What a block did with one transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxOutcome {
+    /// Included; all its actions succeeded.
+    Success {
+        /// Fuel used.
+        fuel: u64,
+    },
+    /// Included; an action failed, so it changed nothing.
+    Failed {
+        /// Fuel used.
+        fuel: u64,
+        /// Why, in the contract's words.
+        abort: Abort,
+    },
+    /// Not included.
+    Rejected(TxError),
+}
+
+/// The last committed block, in CometBFT's numbering.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Head {
+    /// CometBFT height (0 before the first block).
+    pub height: u64,
+    /// Block time, ms since the Unix epoch.
+    pub time_ms: u64,
+    /// The state checksum: CometBFT's app hash, hex.
+    pub app_hash: String,
+    /// `ref_block_num` for new transactions.
+    pub ref_block_num: u16,
+    /// `ref_block_prefix` for new transactions.
+    pub ref_block_prefix: u32,
+    /// Longest a transaction may live past the block time.
+    pub max_lifetime_ms: u64,
+}
+
+/// The chain as the node drives it.
+pub struct Ledger {
+    chain: Chain,
+}
+
+/// Blocks a node keeps below its head. A restarted chain rebuilds its duplicate window from
+/// the retained blocks, so they must span a transaction's whole lifetime: 120 s of blocks at
+/// least [`MIN_BLOCK_SPACING_MS`] apart.
+const RETAIN_BLOCKS: u64 = 12_000;
+
+/// The closest CometBFT blocks come under `tally devnet`'s `timeout_commit` of 10 ms. The
+/// chain checks `max_tx_lifetime_ms <= retain_blocks * block_interval_ms` with it.
+const MIN_BLOCK_SPACING_MS: u64 = 10;
+
+fn chain_config(file: &NodeFile) -> ChainConfig {
+    ChainConfig {
+        genesis_time_ms: file.genesis_time_ms,
+        block_interval_ms: MIN_BLOCK_SPACING_MS,
+        retain_blocks: RETAIN_BLOCKS,
+        ..ChainConfig::default()
+    }
+}
+
+fn runtime(dir: &Path) -> anyhow::Result<Arc<Runtime>> {
+    Ok(Arc::new(Runtime::new(RuntimeConfig {
+        cache_dir: Some(dir.join("modules")),
+        ..RuntimeConfig::default()
+    })?))
+}
+
+fn store_dir(dir: &Path) -> PathBuf {
+    dir.join("store")
+}
+
+impl Ledger {
+    /// Opens the chain in `dir`, or `None` if InitChain has not created one yet.
+    pub fn open(dir: &Path) -> anyhow::Result<Option<Self>> {
+        let path = dir.join("node.json");
+        if !path.exists() {
+            return Ok(None);
+        }
+        let file: NodeFile = serde_json::from_slice(&std::fs::read(&path)?)
+            .with_context(|| format!("{} is not valid", path.display()))?;
+        if file.version != LAYOUT_VERSION {
+            bail!(
+                "{} has node layout version {}; this tally reads version {LAYOUT_VERSION}",
+                dir.display(),
+                file.version
+            );
+        }
+        let config = chain_config(&file);
+        let store = open_store(
+            StoreKind::Log,
+            &store_dir(dir),
+            config.retain_blocks,
+            tally_chain::Access::ReadWrite,
+        )?;
+        let chain = Chain::open(runtime(dir)?, store, config)?;
+        Ok(Some(Self { chain }))
+    }
+
+    /// Creates the chain in `dir` from `genesis` (InitChain): Tally's block 0 is the state
+    /// CometBFT's height 0 stands for, so heights are the same on both sides.
+    pub fn create(
+        dir: &Path,
+        chain_id: &str,
+        genesis: &Genesis,
+        genesis_time_ms: u64,
+    ) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let file = NodeFile {
+            version: LAYOUT_VERSION,
+            chain_id: chain_id.to_string(),
+            genesis_time_ms: genesis_time_ms.saturating_sub(1),
+        };
+        let config = chain_config(&file);
+        // A store left by an InitChain that crashed before node.json was written is replaced.
+        let _ = std::fs::remove_dir_all(store_dir(dir));
+        let store = open_store(
+            StoreKind::Log,
+            &store_dir(dir),
+            config.retain_blocks,
+            tally_chain::Access::ReadWrite,
+        )?;
+        let mut chain = Chain::create(runtime(dir)?, store, config, genesis)?;
+        chain.sync()?;
+        write_atomic(
+            &dir.join("node.json"),
+            serde_json::to_string_pretty(&file)?.as_bytes(),
+            0o644,
+        )?;
+        Ok(Self { chain })
+    }
+
+    /// The last committed block.
+    pub fn head(&self) -> Head {
+        let h = self.chain.head();
+        let (ref_block_num, ref_block_prefix) = self.chain.tapos();
+        Head {
+            height: h.height,
+            time_ms: h.timestamp_ms,
+            app_hash: hex::encode(h.state_checksum),
+            ref_block_num,
+            ref_block_prefix,
+            max_lifetime_ms: self.chain.config().max_tx_lifetime_ms,
+        }
+    }
+
+    /// The committed state checksum.
+    pub fn app_hash(&self) -> [u8; 32] {
+        self.chain.head().state_checksum
+    }
+
+    /// Executes `txs` as the next block at `time_ms` (CometBFT's block time): the new app hash
+    /// and one outcome per transaction. Transactions not verified yet are verified here, in
+    /// batches on all cores. `Err` is the node's own fault.
+    ///
+    /// A block executed and not committed is dropped first: CometBFT finalizes a height again
+    /// only when the first attempt never reached Commit.
+    pub fn execute(
+        &mut self,
+        time_ms: u64,
+        txs: &mut [PreparedTx],
+    ) -> Result<([u8; 32], Vec<TxOutcome>), ChainError> {
+        self.chain.discard();
+        tally_chain::pipeline::verify_batched(txs);
+        // Block times must increase; CometBFT's do, by at least a millisecond. The guard keeps
+        // the node alive (and deterministic: it depends only on the chain) if one does not.
+        let time_ms = time_ms.max(self.chain.head().timestamp_ms + 1);
+        let executed = self.chain.execute_block(time_ms, txs)?;
+        let outcomes = executed
+            .results
+            .into_iter()
+            .map(|r| match r {
+                TxResult::Rejected(e) => TxOutcome::Rejected(e),
+                TxResult::Included(receipt) => match receipt.outcome {
+                    Outcome::Success => TxOutcome::Success {
+                        fuel: receipt.fuel_used,
+                    },
+                    Outcome::Failure(abort) => TxOutcome::Failed {
+                        fuel: receipt.fuel_used,
+                        abort,
+                    },
+                },
+            })
+            .collect();
+        Ok((executed.header.state_checksum, outcomes))
+    }
+
+    /// Makes the executed block durable before returning: CometBFT records the height as
+    /// committed by the application once Commit answers.
+    pub fn commit(&mut self) -> Result<(), ChainError> {
+        self.chain.commit()?;
+        self.chain.sync()
+    }
+
+    /// The committed value of `contract`'s storage key `key`.
+    pub fn get(&self, contract: Name, key: &[u8]) -> Result<Option<Vec<u8>>, ChainError> {
+        self.chain.get(contract, key)
+    }
+}

@@ -1,0 +1,10 @@
+//! Tally under CometBFT: the ABCI application (`tally node`), the local network
+//! (`tally devnet`) and the load generator (`tally load`).
+
+pub mod abci;
+pub mod app;
+pub mod bundle;
+pub mod devnet;
+pub mod ledger;
+pub mod load;
+pub mod rpc;
