@@ -1,0 +1,239 @@
+//! Keys and signature checks.
+//!
+//! Keys sign with ed25519-dalek; signatures are *verified* under the ZIP-215 rules
+//! ([`zip215`]), whose cofactored equation makes batch verification accept exactly the
+//! signatures that single verification accepts. With the usual cofactorless equation a
+//! crafted signature (a small-order component in `R`) can pass one batch and fail another,
+//! depending on the batch's random coefficients, so nodes that batch differently could
+//! disagree on which transactions are valid.
+//!
+//! Two backends check batches, chosen at run time ([`Backend::best`]): [`avx512`], which
+//! puts a different signature in each lane of AVX-512F registers, and [`zip215`] on
+//! curve25519-dalek (its AVX2 code on other x86-64 CPUs), which is also the reference every
+//! result is defined by: batched or not, on any backend, batch size or thread count, a
+//! signature gets the result [`zip215::verify_one`] gives it. No build flag is needed; a
+//! binary built anywhere uses AVX-512 where the CPU has it.
+//!
+//! Decompressed public keys are kept in bounded caches shared by every thread ([`Keys`]), so
+//! an account's key is decompressed once, not once per signature.
+
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
+pub mod key_cache;
+pub mod zip215;
+
+use std::sync::LazyLock;
+
+use ed25519_dalek::SigningKey;
+use rayon::prelude::*;
+use sha2::{Digest, Sha256};
+use tally_host_api::Name;
+
+pub use key_cache::{KEY_CACHE_ENTRIES, KeyCache};
+pub use zip215::SigItem;
+
+use crate::error::TxError;
+use crate::tx::{SignedTransaction, TxId};
+
+/// Signatures per batch at most. A batch's multiscalar multiplication costs less per
+/// signature the larger it is (Pippenger's buckets are shared; on the AVX-512 backend, CPU
+/// time a signature fell from 12.6 µs at 1,250 to 11.7 at 2,500 and 10.2 at 5,000 on this
+/// loaded machine), so [`verify_many`] gives the AVX-512 backend whole blocks, which it
+/// spreads over every core itself, and the dalek backend one batch per thread. The bound
+/// keeps a batch's working set (about 0.6 KiB a signature) near 5 MiB for huge blocks.
+pub const VERIFY_BATCH: usize = 8192;
+
+/// Fewest signatures [`verify_many`] gives a thread of its own on the dalek backend: below
+/// this, the fixed cost of a batch's multiscalar multiplication outweighs the gain.
+const MIN_BATCH: usize = 64;
+
+/// What batch verification runs on. Every backend gives every signature the same result;
+/// they differ in speed and in the CPUs they run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// curve25519-dalek's multiscalar multiplication ([`zip215`]): its AVX2 backend when the
+    /// CPU has AVX2 (and its AVX-512 IFMA one when built with
+    /// `--cfg curve25519_dalek_backend="avx512"` on a CPU that has it), serial otherwise.
+    Dalek,
+    /// Eight signatures per instruction on AVX-512F ([`avx512`]).
+    Avx512,
+}
+
+impl Backend {
+    /// Whether this CPU runs `self`.
+    pub fn available(self) -> bool {
+        match self {
+            Backend::Dalek => true,
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512 => avx512::available(),
+            #[cfg(not(target_arch = "x86_64"))]
+            Backend::Avx512 => false,
+        }
+    }
+
+    /// The fastest backend this CPU runs.
+    pub fn best() -> Backend {
+        static BEST: LazyLock<Backend> = LazyLock::new(|| {
+            if Backend::Avx512.available() {
+                Backend::Avx512
+            } else {
+                Backend::Dalek
+            }
+        });
+        *BEST
+    }
+}
+
+/// Caches of decompressed public keys, in the form each backend wants them.
+pub struct Keys {
+    points: KeyCache,
+    #[cfg(target_arch = "x86_64")]
+    rows: KeyCache<avx512::Row>,
+}
+
+impl Keys {
+    /// Caches of at most `entries` keys each; 0 caches nothing.
+    pub fn new(entries: usize) -> Self {
+        Self {
+            points: KeyCache::new(entries),
+            #[cfg(target_arch = "x86_64")]
+            rows: KeyCache::new(entries),
+        }
+    }
+
+    /// The cache of curve25519-dalek points, which single verification uses.
+    pub fn points(&self) -> &KeyCache {
+        &self.points
+    }
+
+    /// The caches every verification in this process shares, of [`KEY_CACHE_ENTRIES`] keys.
+    pub fn shared() -> &'static Keys {
+        static KEYS: LazyLock<Keys> = LazyLock::new(|| Keys::new(KEY_CACHE_ENTRIES));
+        &KEYS
+    }
+}
+
+/// Checks `items` as one batch on `backend` with `keys`, giving each signature the result
+/// [`zip215::verify_one`] gives it.
+///
+/// # Panics
+/// If this CPU does not run `backend` ([`Backend::available`]).
+pub fn verify_batch(items: &[SigItem], backend: Backend, keys: &Keys) -> Vec<bool> {
+    match backend {
+        Backend::Dalek => zip215::verify_batch(items, &keys.points),
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx512 => avx512::verify_batch(items, keys),
+        #[cfg(not(target_arch = "x86_64"))]
+        Backend::Avx512 => panic!("the AVX-512 backend runs on x86-64 only"),
+    }
+}
+
+/// A signing key derived from `seed` and `index`: deterministic, for benchmarks and tests.
+pub fn derived_key(seed: u64, index: u64) -> SigningKey {
+    let mut h = Sha256::new();
+    h.update(b"tally-bench-key");
+    h.update(seed.to_le_bytes());
+    h.update(index.to_le_bytes());
+    SigningKey::from_bytes(&h.finalize().into())
+}
+
+/// A new signing key from the operating system's randomness.
+pub fn random_key() -> std::io::Result<SigningKey> {
+    use std::io::Read;
+    let mut secret = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut secret)?;
+    Ok(SigningKey::from_bytes(&secret))
+}
+
+/// Checks every signature of `tx` against the public key it carries, over the transaction
+/// id. Needs no state, so it can run on any thread before execution. The error names the
+/// first signature (in order) that does not verify.
+pub fn verify_signatures(tx: &SignedTransaction, id: &TxId) -> Result<(), TxError> {
+    for sig in &tx.signatures {
+        let item = SigItem {
+            public_key: &sig.public_key,
+            signature: &sig.signature,
+            message: id,
+        };
+        if !zip215::verify_one(&item, &Keys::shared().points) {
+            return Err(TxError::BadSignature(sig.account));
+        }
+    }
+    Ok(())
+}
+
+/// [`verify_signatures`] for many transactions: their signatures in batches on all cores,
+/// at most [`VERIFY_BATCH`] a batch, on the fastest backend. The result for each transaction
+/// is the one `verify_signatures` gives, whatever the batch size, thread count or backend.
+pub fn verify_many(items: &[(&SignedTransaction, &TxId)]) -> Vec<Result<(), TxError>> {
+    verify_many_with(items, Backend::best())
+}
+
+/// [`verify_many`] on `backend`.
+///
+/// # Panics
+/// If this CPU does not run `backend` ([`Backend::available`]).
+pub fn verify_many_with(
+    items: &[(&SignedTransaction, &TxId)],
+    backend: Backend,
+) -> Vec<Result<(), TxError>> {
+    let sigs: Vec<SigItem> = items
+        .iter()
+        .flat_map(|(tx, id)| {
+            tx.signatures.iter().map(|sig| SigItem {
+                public_key: &sig.public_key,
+                signature: &sig.signature,
+                message: &id[..],
+            })
+        })
+        .collect();
+    let valid: Vec<bool> = match backend {
+        // Parallel inside a batch: as large a batch as VERIFY_BATCH allows, on every core.
+        Backend::Avx512 => sigs
+            .chunks(VERIFY_BATCH)
+            .flat_map(|chunk| verify_batch(chunk, backend, Keys::shared()))
+            .collect(),
+        // One batch per thread (a multiple of the threads for blocks beyond VERIFY_BATCH a
+        // thread), as large as can be, the threads finishing together.
+        Backend::Dalek => {
+            let batches = sigs
+                .len()
+                .div_ceil(VERIFY_BATCH)
+                .next_multiple_of(rayon::current_num_threads())
+                .min(sigs.len().div_ceil(MIN_BATCH))
+                .max(1);
+            let batch = sigs.len().div_ceil(batches).max(1);
+            sigs.par_chunks(batch)
+                .flat_map_iter(|chunk| verify_batch(chunk, backend, Keys::shared()))
+                .collect()
+        }
+    };
+    let mut start = 0;
+    items
+        .iter()
+        .map(|(tx, _)| {
+            let n = tx.signatures.len();
+            let first_bad = valid[start..start + n].iter().position(|ok| !ok);
+            start += n;
+            first_bad.map_or(Ok(()), |i| {
+                Err(TxError::BadSignature(tx.signatures[i].account))
+            })
+        })
+        .collect()
+}
+
+/// The accounts that must sign `tx`: every authorization of every action, each once.
+pub fn required_signers(tx: &SignedTransaction) -> Vec<Name> {
+    let mut signers: Vec<Name> = tx
+        .transaction
+        .actions
+        .iter()
+        .flat_map(|a| a.authorization.iter().copied())
+        .collect();
+    signers.sort_unstable();
+    signers.dedup();
+    signers
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,617 @@
+//! The consensus property of signature checks: batched and single verification accept exactly
+//! the same signatures, whatever the batch size or thread count, and both accept exactly what
+//! ed25519-zebra (the ZIP-215 reference) accepts.
+
+#![allow(non_snake_case)]
+
+use curve25519_dalek::constants::{ED25519_BASEPOINT_POINT as B, EIGHT_TORSION};
+use curve25519_dalek::edwards::{CompressedEdwardsY, EdwardsPoint};
+use curve25519_dalek::scalar::Scalar;
+use ed25519_dalek::Signer;
+
+use super::*;
+use crate::tx::{Action, Transaction};
+
+/// The backends this CPU runs: the tests check each.
+fn backends() -> Vec<Backend> {
+    let all = [Backend::Dalek, Backend::Avx512];
+    for b in all {
+        if !b.available() {
+            eprintln!("{b:?} is not available on this CPU: its batch checks do not run");
+        }
+    }
+    all.into_iter().filter(|b| b.available()).collect()
+}
+
+/// Deterministic bytes for the corpus: SHA-512 of a counter.
+struct TestRng(u64);
+
+impl TestRng {
+    fn bytes64(&mut self) -> [u8; 64] {
+        self.0 += 1;
+        sha2::Sha512::digest(self.0.to_le_bytes()).into()
+    }
+    fn bytes32(&mut self) -> [u8; 32] {
+        self.bytes64()[..32].try_into().unwrap()
+    }
+    fn scalar(&mut self) -> Scalar {
+        Scalar::from_bytes_mod_order_wide(&self.bytes64())
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (u64::from_le_bytes(self.bytes64()[..8].try_into().unwrap()) % n as u64) as usize
+    }
+}
+
+/// One signature as received, with what kind of case it is and whether ZIP-215 accepts it.
+#[derive(Clone)]
+struct Case {
+    kind: &'static str,
+    key: [u8; 32],
+    sig: [u8; 64],
+    msg: Vec<u8>,
+    valid: bool,
+}
+
+impl Case {
+    fn item(&self) -> SigItem<'_> {
+        SigItem {
+            public_key: &self.key,
+            signature: &self.sig,
+            message: &self.msg,
+        }
+    }
+
+    /// ed25519-zebra's verdict on this signature: the oracle.
+    fn zebra(&self) -> bool {
+        ed25519_zebra::VerificationKey::try_from(self.key)
+            .and_then(|k| k.verify(&ed25519_zebra::Signature::from_bytes(&self.sig), &self.msg))
+            .is_ok()
+    }
+}
+
+fn k_of(R: &[u8; 32], A: &[u8; 32], msg: &[u8]) -> Scalar {
+    Scalar::from_bytes_mod_order_wide(
+        &sha2::Sha512::new()
+            .chain_update(R)
+            .chain_update(A)
+            .chain_update(msg)
+            .finalize()
+            .into(),
+    )
+}
+
+fn sig_bytes(R: &[u8; 32], s: &[u8; 32]) -> [u8; 64] {
+    let mut sig = [0u8; 64];
+    sig[..32].copy_from_slice(R);
+    sig[32..].copy_from_slice(s);
+    sig
+}
+
+/// A signature made by hand: key `A_bytes` (secret `a`, so `A_bytes` decodes to `aB` plus any
+/// torsion), nonce point `R_bytes` (`rB` plus any torsion), `s = r + k·a`.
+fn forge(a: Scalar, A_bytes: [u8; 32], r: Scalar, R_bytes: [u8; 32], msg: &[u8]) -> [u8; 64] {
+    let s = r + k_of(&R_bytes, &A_bytes, msg) * a;
+    sig_bytes(&R_bytes, &s.to_bytes())
+}
+
+/// Encodings of small-order points: the 8 canonical ones, then the 6 non-canonical ones
+/// (`x = 0` with the sign bit set, and `y ≥ p`), as in ed25519-zebra's ZIP-215 vectors.
+fn small_order_encodings() -> Vec<[u8; 32]> {
+    let mut encodings: Vec<[u8; 32]> = EIGHT_TORSION.iter().map(|p| p.compress().0).collect();
+    let mut noncanonical = Vec::new();
+    // y = 1 and y = −1 with the sign bit set: x = 0, so the bit is meaningless.
+    let mut y1 = [0u8; 32];
+    y1[0] = 1;
+    y1[31] = 0x80;
+    noncanonical.push(y1);
+    let mut ym1 = [0xffu8; 32];
+    ym1[0] = 0xec;
+    noncanonical.push(ym1);
+    // y + p for the 19 values y < 19 whose y + p fits in 255 bits, either sign.
+    for y in 0u8..19 {
+        let mut e = [0xffu8; 32];
+        e[0] = 0xed + y;
+        e[31] = 0x7f;
+        for sign in [0u8, 0x80] {
+            let mut e = e;
+            e[31] |= sign;
+            if CompressedEdwardsY(e).decompress().is_some() {
+                noncanonical.push(e);
+            }
+        }
+    }
+    for e in &noncanonical {
+        let p = CompressedEdwardsY(*e).decompress().unwrap();
+        assert_ne!(p.compress().0, *e, "{e:?} is non-canonical");
+    }
+    // Only the first 6 are small-order; the rest are non-canonical encodings of other points.
+    encodings.extend(noncanonical.iter().take(6));
+    for e in &encodings {
+        assert!(
+            CompressedEdwardsY(*e)
+                .decompress()
+                .unwrap()
+                .is_small_order()
+        );
+    }
+    encodings
+}
+
+/// Non-canonical encodings of points of large order (`y + p` for small `y`).
+fn noncanonical_large_order_encodings() -> Vec<[u8; 32]> {
+    let mut out = Vec::new();
+    for y in 0u8..19 {
+        for sign in [0u8, 0x80] {
+            let mut e = [0xffu8; 32];
+            e[0] = 0xed + y;
+            e[31] = 0x7f | sign;
+            if let Some(p) = CompressedEdwardsY(e).decompress()
+                && !p.is_small_order()
+            {
+                out.push(e);
+            }
+        }
+    }
+    assert!(!out.is_empty());
+    out
+}
+
+/// Bytes that are no point's encoding.
+fn not_a_point(rng: &mut TestRng) -> [u8; 32] {
+    loop {
+        let b = rng.bytes32();
+        if CompressedEdwardsY(b).decompress().is_none() {
+            return b;
+        }
+    }
+}
+
+/// ℓ, the order of the prime subgroup, little-endian.
+const ELL: [u8; 32] = [
+    0xed, 0xd3, 0xf5, 0x5c, 0x1a, 0x63, 0x12, 0x58, 0xd6, 0x9c, 0xf7, 0xa2, 0xde, 0xf9, 0xde, 0x14,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10,
+];
+
+/// `s + ℓ` as 32 little-endian bytes: the same scalar, encoded non-canonically.
+fn plus_ell(s: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    let mut carry = 0u16;
+    for i in 0..32 {
+        let v = s[i] as u16 + ELL[i] as u16 + carry;
+        out[i] = v as u8;
+        carry = v >> 8;
+    }
+    out
+}
+
+/// Every kind of signature the rules must decide, valid and invalid, `n` of each.
+fn corpus(n: usize) -> Vec<Case> {
+    let mut rng = TestRng(0);
+    let small = small_order_encodings();
+    let large_nc = noncanonical_large_order_encodings();
+    let mut cases = Vec::new();
+    let mut push = |kind, key, sig, msg: Vec<u8>, valid| {
+        cases.push(Case {
+            kind,
+            key,
+            sig,
+            msg,
+            valid,
+        })
+    };
+    for i in 0..n {
+        let msg = rng.bytes32().to_vec();
+        let signer = SigningKey::from_bytes(&rng.bytes32());
+        let key = signer.verifying_key().to_bytes();
+        let good = signer.sign(&msg).to_bytes();
+        push("valid", key, good, msg.clone(), true);
+
+        // Torsion components, which only the cofactored equation ignores.
+        let (a, r) = (rng.scalar(), rng.scalar());
+        let T = EIGHT_TORSION[1 + i % 7];
+        let A = (B * a).compress().0;
+        let R_torsion = (B * r + T).compress().0;
+        push(
+            "torsion in R",
+            A,
+            forge(a, A, r, R_torsion, &msg),
+            msg.clone(),
+            true,
+        );
+        let A_torsion = (B * a + T).compress().0;
+        let R = (B * r).compress().0;
+        push(
+            "torsion in A (mixed-order key)",
+            A_torsion,
+            forge(a, A_torsion, r, R, &msg),
+            msg.clone(),
+            true,
+        );
+        let R_small = small[i % small.len()];
+        push(
+            "small-order R, s = k·a",
+            A,
+            forge(a, A, Scalar::ZERO, R_small, &msg),
+            msg.clone(),
+            true,
+        );
+        let A_small = small[(i * 5 + 3) % small.len()];
+        push(
+            "small-order A, R = rB, s = r",
+            A_small,
+            sig_bytes(&R, &r.to_bytes()),
+            msg.clone(),
+            true,
+        );
+        push(
+            "small-order A, R = rB, s = r + 1",
+            A_small,
+            sig_bytes(&R, &(r + Scalar::ONE).to_bytes()),
+            msg.clone(),
+            false,
+        );
+        push(
+            "small-order A and R, s = 0",
+            A_small,
+            sig_bytes(&R_small, &[0; 32]),
+            msg.clone(),
+            true,
+        );
+        push(
+            "small-order A and R, s = 1",
+            A_small,
+            sig_bytes(&R_small, &Scalar::ONE.to_bytes()),
+            msg.clone(),
+            false,
+        );
+
+        // Invalid: corrupted parts, and parts that do not decode.
+        let mut bad = good;
+        bad[rng.below(32)] ^= 1 << rng.below(8);
+        // A flipped bit in R can land on another point or none; invalid either way.
+        push("bit flipped in R", key, bad, msg.clone(), false);
+        let mut bad = good;
+        bad[32 + rng.below(31)] ^= 1 << rng.below(8);
+        push("bit flipped in s", key, bad, msg.clone(), false);
+        let mut bad = good;
+        bad[32..].copy_from_slice(&plus_ell(&good[32..]));
+        push("s + ℓ (non-canonical s)", key, bad, msg.clone(), false);
+        let mut bad = good;
+        bad[63] |= 0x80;
+        push("s with its top bit set", key, bad, msg.clone(), false);
+        let mut other = msg.clone();
+        other[0] ^= 1;
+        push("signed another message", key, good, other, false);
+        let stranger = SigningKey::from_bytes(&rng.bytes32()).verifying_key();
+        push("another key", stranger.to_bytes(), good, msg.clone(), false);
+        push(
+            "key is not a point",
+            not_a_point(&mut rng),
+            good,
+            msg.clone(),
+            false,
+        );
+        let mut bad = good;
+        bad[..32].copy_from_slice(&not_a_point(&mut rng));
+        push("R is not a point", key, bad, msg.clone(), false);
+        let nc = large_nc[i % large_nc.len()];
+        push(
+            "non-canonical large-order key",
+            nc,
+            good,
+            msg.clone(),
+            false,
+        );
+        let mut bad = good;
+        bad[..32].copy_from_slice(&nc);
+        push("non-canonical large-order R", key, bad, msg, false);
+    }
+    cases
+}
+
+#[test]
+fn every_signature_gets_the_zip215_verdict_of_ed25519_zebra() {
+    let uncached: KeyCache = KeyCache::new(0);
+    let cached: KeyCache = KeyCache::new(64);
+    let cases = corpus(24);
+    for (i, case) in cases.iter().enumerate() {
+        assert_eq!(case.zebra(), case.valid, "case {i} ({}): zebra", case.kind);
+        for round in 0..2 {
+            assert_eq!(
+                zip215::verify_one(&case.item(), &cached),
+                case.valid,
+                "case {i} ({}), round {round} (cached key)",
+                case.kind
+            );
+        }
+        assert_eq!(
+            zip215::verify_one(&case.item(), &uncached),
+            case.valid,
+            "case {i} ({}): uncached",
+            case.kind
+        );
+    }
+}
+
+/// The 196 small-order cases of ed25519-zebra's ZIP-215 test vectors (tests/small_order.rs):
+/// every pair of small-order `A` and `R` encodings, canonical or not, with `s = 0`. All are
+/// valid under ZIP-215; most are invalid under the cofactorless equation.
+#[test]
+fn the_196_zip215_small_order_vectors_verify_singly_and_in_one_batch() {
+    let encodings = small_order_encodings();
+    assert_eq!(encodings.len(), 14);
+    let mut cases = Vec::new();
+    for A in &encodings {
+        for R in &encodings {
+            cases.push(Case {
+                kind: "small order",
+                key: *A,
+                sig: sig_bytes(R, &[0; 32]),
+                msg: b"Zcash".to_vec(),
+                valid: true,
+            });
+        }
+    }
+    assert_eq!(cases.len(), 196);
+    let keys = Keys::new(64);
+    for (i, case) in cases.iter().enumerate() {
+        assert!(case.zebra(), "vector {i}: zebra");
+        assert!(zip215::verify_one(&case.item(), &keys.points), "vector {i}");
+    }
+    let items: Vec<SigItem> = cases.iter().map(Case::item).collect();
+    for backend in backends() {
+        let verdict = verify_batch(&items, backend, &keys);
+        assert!(verdict.iter().all(|v| *v), "{backend:?}");
+    }
+}
+
+#[test]
+fn batches_of_every_size_give_every_signature_its_single_result() {
+    let mut cases = corpus(8);
+    // Interleave the kinds so that every batch mixes valid and invalid signatures.
+    let mut rng = TestRng(99);
+    for i in (1..cases.len()).rev() {
+        cases.swap(i, rng.below(i + 1));
+    }
+    let items: Vec<SigItem> = cases.iter().map(Case::item).collect();
+    for backend in backends() {
+        // Uncached, then cached keys: the same results.
+        let keys = Keys::new(64);
+        for size in [1, 2, 7, 17, 33, 100, items.len(), items.len()] {
+            let batched: Vec<bool> = items
+                .chunks(size)
+                .flat_map(|c| verify_batch(c, backend, &keys))
+                .collect();
+            for (i, case) in cases.iter().enumerate() {
+                assert_eq!(
+                    batched[i], case.valid,
+                    "{backend:?}, batch size {size}, case {i} ({})",
+                    case.kind
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_batch_of_only_valid_signatures_of_every_kind_verifies() {
+    let cases: Vec<Case> = corpus(12).into_iter().filter(|c| c.valid).collect();
+    let items: Vec<SigItem> = cases.iter().map(Case::item).collect();
+    for backend in backends() {
+        let verdict = verify_batch(&items, backend, &Keys::new(64));
+        assert!(verdict.iter().all(|v| *v), "{backend:?}");
+    }
+}
+
+/// The batch equation on `backend` alone, without the bisection and single checks that
+/// would hide a wrong equation behind correct results.
+fn batch_equation_holds(items: &[SigItem], backend: Backend, keys: &Keys) -> bool {
+    match backend {
+        Backend::Dalek => zip215::batch_equation_holds(items, &keys.points),
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx512 => avx512::batch_equation_holds(items, keys),
+        #[cfg(not(target_arch = "x86_64"))]
+        Backend::Avx512 => unreachable!("not available"),
+    }
+}
+
+/// Issue 13: the batch equation itself is the cofactored one. Results would stay right with
+/// a cofactorless equation (a batch it rejects falls back to single checks), but every
+/// batch holding a torsion component would then cost single checks, and a block of them
+/// could be made to. The equation must hold for valid signatures of every kind, in one
+/// batch, and fail when one invalid signature joins them.
+#[test]
+fn the_batch_equation_holds_for_torsion_components_and_fails_for_an_invalid_signature() {
+    let cases: Vec<Case> = corpus(12).into_iter().collect();
+    let valid: Vec<SigItem> = cases.iter().filter(|c| c.valid).map(Case::item).collect();
+    // Bad only in the equation: every part decodes.
+    let bad = cases
+        .iter()
+        .find(|c| c.kind == "small-order A, R = rB, s = r + 1")
+        .expect("in the corpus");
+    let mut with_bad = valid.clone();
+    with_bad.insert(valid.len() / 2, bad.item());
+    let mut small_order = Vec::new();
+    for A in small_order_encodings() {
+        for R in small_order_encodings() {
+            small_order.push((A, sig_bytes(&R, &[0; 32])));
+        }
+    }
+    let vectors: Vec<SigItem> = small_order
+        .iter()
+        .map(|(key, sig)| SigItem {
+            public_key: key,
+            signature: sig,
+            message: b"Zcash",
+        })
+        .collect();
+    for backend in backends() {
+        let keys = Keys::new(64);
+        assert!(batch_equation_holds(&valid, backend, &keys), "{backend:?}");
+        assert!(
+            batch_equation_holds(&vectors, backend, &keys),
+            "{backend:?}: the 196 vectors"
+        );
+        assert!(
+            !batch_equation_holds(&with_bad, backend, &keys),
+            "{backend:?}: one invalid"
+        );
+    }
+}
+
+/// Shows the corpus decides something: the cofactorless equation `[s]B = R + [k]A`, which
+/// ZIP-215 replaced, rejects signatures the corpus holds as valid. A batch built on it
+/// would accept or reject those depending on its random coefficients.
+#[test]
+fn the_corpus_holds_signatures_only_the_cofactored_equation_accepts() {
+    let cofactorless = |c: &Case| {
+        let A = CompressedEdwardsY(c.key).decompress()?;
+        let R = CompressedEdwardsY(c.sig[..32].try_into().unwrap()).decompress()?;
+        let s = Option::<Scalar>::from(Scalar::from_canonical_bytes(
+            c.sig[32..].try_into().unwrap(),
+        ))?;
+        let k = k_of(&c.sig[..32].try_into().unwrap(), &c.key, &c.msg);
+        Some(EdwardsPoint::vartime_double_scalar_mul_basepoint(&k, &-A, &s) == R)
+    };
+    let differ = corpus(12)
+        .iter()
+        .filter(|c| c.valid && cofactorless(c) != Some(true))
+        .count();
+    assert!(differ > 30, "only {differ} cases tell the equations apart");
+}
+
+#[test]
+fn bisection_finds_exactly_the_invalid_signatures_of_a_large_batch() {
+    let mut rng = TestRng(7);
+    let msg = b"issue 13".to_vec();
+    let signers: Vec<SigningKey> = (0..8)
+        .map(|_| SigningKey::from_bytes(&rng.bytes32()))
+        .collect();
+    let good: Vec<Case> = (0..600)
+        .map(|i| {
+            let signer = &signers[i % signers.len()];
+            let msg = [msg.clone(), (i as u32).to_le_bytes().to_vec()].concat();
+            Case {
+                kind: "valid",
+                key: signer.verifying_key().to_bytes(),
+                sig: signer.sign(&msg).to_bytes(),
+                msg,
+                valid: true,
+            }
+        })
+        .collect();
+    let keys = Keys::new(64);
+    for bad_at in [
+        vec![],
+        vec![0],
+        vec![299],
+        vec![599],
+        vec![3, 590],
+        vec![10, 11, 12],
+        (0..600).step_by(7).collect(),
+        (0..600).collect(),
+    ] {
+        let mut cases = good.clone();
+        for &i in &bad_at {
+            cases[i].sig[40] ^= 4;
+            cases[i].valid = false;
+        }
+        let items: Vec<SigItem> = cases.iter().map(Case::item).collect();
+        for backend in backends() {
+            let verdict = verify_batch(&items, backend, &keys);
+            for (i, case) in cases.iter().enumerate() {
+                assert_eq!(
+                    verdict[i], case.valid,
+                    "{backend:?}, invalid at {bad_at:?}: case {i}"
+                );
+            }
+        }
+    }
+}
+
+fn transaction(i: u64, signers: &[(Name, &SigningKey)]) -> SignedTransaction {
+    let tx = Transaction {
+        expiration_ms: i,
+        ref_block_num: 0,
+        ref_block_prefix: 0,
+        actions: vec![Action {
+            account: Name(1),
+            name: Name(2),
+            authorization: signers.iter().map(|(n, _)| *n).collect(),
+            data: i.to_le_bytes().to_vec(),
+        }],
+    };
+    SignedTransaction::sign(tx, signers)
+}
+
+#[test]
+fn batched_verification_gives_each_transaction_the_single_result() {
+    let key = derived_key(1, 2);
+    let txs: Vec<SignedTransaction> = (0..(VERIFY_BATCH as u64 + 10))
+        .map(|i| {
+            let mut signed = transaction(i, &[(Name(3), &key)]);
+            match i {
+                7 => signed.signatures[0].signature[5] ^= 1, // corrupt signature
+                300 => signed.signatures[0].public_key = [0xff; 32], // not a point
+                _ => {}
+            }
+            signed
+        })
+        .collect();
+    let ids: Vec<TxId> = txs.iter().map(|t| t.transaction.id()).collect();
+    let items: Vec<_> = txs.iter().zip(&ids).collect();
+    let batched = verify_many(&items);
+    for (i, (tx, id)) in txs.iter().zip(&ids).enumerate() {
+        assert_eq!(batched[i], verify_signatures(tx, id), "transaction {i}");
+        assert_eq!(batched[i].is_ok(), i != 7 && i != 300, "transaction {i}");
+    }
+}
+
+/// Transactions with no, one and several signatures, some bad: every thread count gives each
+/// transaction the error of its first bad signature, as `verify_signatures` does.
+#[test]
+fn verify_many_gives_the_single_result_for_any_thread_count() {
+    let keys: Vec<SigningKey> = (0..5).map(|i| derived_key(9, i)).collect();
+    let names = [Name(11), Name(12), Name(13), Name(14), Name(15)];
+    let txs: Vec<SignedTransaction> = (0..700u64)
+        .map(|i| {
+            let n = (i % 4) as usize; // 0 to 3 signatures
+            let signers: Vec<(Name, &SigningKey)> = (0..n)
+                .map(|j| (names[(i as usize + j) % 5], &keys[(i as usize + j) % 5]))
+                .collect();
+            let mut tx = transaction(i, &signers);
+            if n > 0 && i % 9 == 0 {
+                tx.signatures[n - 1].signature[33] ^= 2; // the last signer's is bad
+            }
+            if n > 1 && i % 13 == 0 {
+                tx.signatures[0].signature[2] ^= 2; // and the first signer's
+            }
+            tx
+        })
+        .collect();
+    let ids: Vec<TxId> = txs.iter().map(|t| t.transaction.id()).collect();
+    let items: Vec<_> = txs.iter().zip(&ids).collect();
+    let single: Vec<_> = items
+        .iter()
+        .map(|(t, id)| verify_signatures(t, id))
+        .collect();
+    assert!(single.iter().any(|r| r.is_err()) && single.iter().any(|r| r.is_ok()));
+    for backend in backends() {
+        for threads in [1, 2, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let batched = pool.install(|| verify_many_with(&items, backend));
+            assert_eq!(batched, single, "{backend:?}, {threads} threads");
+        }
+    }
+    // The error names the first bad signer in order.
+    let both_bad = (0..700usize)
+        .find(|i| i % 9 == 0 && i % 13 == 0 && i % 4 > 1)
+        .unwrap();
+    assert_eq!(
+        single[both_bad],
+        Err(TxError::BadSignature(txs[both_bad].signatures[0].account))
+    );
+}
