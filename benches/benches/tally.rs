@@ -117,7 +117,6 @@ fn verify(c: &mut Criterion) {
         b.iter(|| crypto::verify_signatures(&block[0], &ids[0]).unwrap())
     });
     group.throughput(criterion::Throughput::Elements(block.len() as u64));
-    let items: Vec<_> = block.iter().zip(&ids).collect();
     group.bench_function("1024 signatures, batched on all cores", |b| {
         let items: Vec<_> = block.iter().zip(&ids).collect();
         b.iter(|| crypto::verify_many(&items))
