@@ -19,8 +19,8 @@
 use criterion::{BatchSize, Criterion, Throughput, criterion_group};
 use ed25519_dalek::{Signer, SigningKey};
 use rayon::prelude::*;
-use tally_chain::crypto::{self, Backend, Keys, SigItem, zip215};
 use tally_bench::workload::KEY_POOL;
+use tally_chain::crypto::{self, Backend, Keys, SigItem, zip215};
 use tally_chain::{Action, Name, SignedTransaction, Transaction, TxId};
 
 /// `n` signatures by keys from the pool: (public key, signature, message).
