@@ -996,3 +996,41 @@ mod store_crash_points {
         }
     }
 }
+
+#[test]
+fn storebench_reports_no_read_amplification_for_a_workload_without_reads() {
+    // iavl only writes: the log store's reads are then its own read-before-write, and the
+    // ratio used to divide them by zero bytes (shown as 385,114,709 on 100 versions).
+    let iavl = tally(&[
+        "storebench",
+        "--workload",
+        "iavl",
+        "--versions",
+        "3",
+        "--scale",
+        "0.01",
+        "--store",
+        "log,memory",
+        "--json",
+        "-",
+    ]);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&iavl)).unwrap();
+    for store in report["stores"].as_array().unwrap() {
+        assert!(store["read_amplification"].is_null(), "{store}");
+    }
+    // A workload that reads still gets a finite ratio.
+    let griffin = tally(&[
+        "storebench",
+        "--workload",
+        "griffin",
+        "--scale",
+        "0.0002",
+        "--store",
+        "log",
+        "--json",
+        "-",
+    ]);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&griffin)).unwrap();
+    let ra = report["stores"][0]["read_amplification"].as_f64().unwrap();
+    assert!(ra.is_finite() && ra >= 0.0, "{ra}");
+}
