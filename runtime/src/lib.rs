@@ -38,6 +38,35 @@ pub mod instrument;
 pub mod receipt;
 pub mod validate;
 
+/// Deploy-time internals for the fuzz targets in `fuzz/`: the differential check of the
+/// instrumentation runs the rewritten module beside the original in plain wasmtime, and
+/// [`Runtime::prepare`] never hands the rewritten module out. Not a stable API.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    use crate::error::DeployError;
+
+    /// The module of the runtime's private imports.
+    pub const PRIVATE_MODULE: &str = crate::instrument::PRIVATE_MODULE;
+
+    /// The runtime's private imports, name and number of i32 parameters, in order.
+    pub const PRIVATE_IMPORTS: [(&str, usize); 4] = crate::instrument::PRIVATE_IMPORTS;
+
+    /// The added exports of the globals the runtime resets after every action: the stack
+    /// height and the count of chunks marked since the last charge point.
+    pub const RESET_GLOBALS: [&str; 2] = [
+        crate::instrument::STACK_EXPORT,
+        crate::instrument::NEW_CHUNKS_EXPORT,
+    ];
+
+    /// Validates `wasm` as an upload and returns it instrumented, as `prepare` would compile
+    /// it.
+    pub fn instrument(wasm: &[u8]) -> Result<Vec<u8>, DeployError> {
+        let validated = crate::validate::check(wasm)?;
+        Ok(crate::instrument::instrument(wasm, &validated)?.wasm)
+    }
+}
+
 mod cache;
 mod counters;
 mod disk_cache;

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# A short run of every fuzz target, for CI: builds them all, then runs each for
+# FUZZ_SMOKE_SECONDS (default 20), printing how long each step took. Fails if a target finds
+# a crash, a hang (-timeout) or an out-of-memory input.
+#
+#   bash fuzz/smoke.sh
+#
+# Built without a sanitizer (`-s none`: coverage only). Most of Tally is safe Rust, and an
+# AddressSanitizer build of wasmtime and Cranelift takes several times longer, which CI's
+# time budget does not allow; run a target with the default (ASan) build for long sessions.
+# Needs the nightly toolchain and cargo-fuzz (see fuzz/README.md).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+seconds="${FUZZ_SMOKE_SECONDS:-20}"
+targets=(tx_decode module_upload host_args log_open)
+flags=(-s none)
+
+now() { date +%s; }
+start=$(now)
+
+step=$(now)
+cargo +nightly fuzz build "${flags[@]}"
+echo "smoke: build of ${#targets[@]} targets took $(( $(now) - step )) s"
+
+for target in "${targets[@]}"; do
+  step=$(now)
+  mkdir -p "fuzz/corpus/$target"
+  # -timeout: an input that runs longer than this is a hang, and fails the smoke.
+  cargo +nightly fuzz run "${flags[@]}" "$target" -- \
+    -max_total_time="$seconds" -timeout=30 -rss_limit_mb=3072 -print_final_stats=1 \
+    2> "fuzz/smoke-$target.log" || {
+      tail -n 60 "fuzz/smoke-$target.log"
+      echo "smoke: $target FAILED; the input is in fuzz/artifacts/$target/" >&2
+      exit 1
+    }
+  grep -E '^#[0-9]+ +DONE' "fuzz/smoke-$target.log" | tail -n 1 || true
+  grep -E '^stat::number_of_executed_units' "fuzz/smoke-$target.log" || true
+  echo "smoke: $target ran $(( $(now) - step )) s"
+done
+echo "smoke: all targets passed in $(( $(now) - start )) s"
