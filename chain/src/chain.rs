@@ -12,7 +12,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashSet;
 use tally_host_api::limits::{FUEL_PER_ACTION, FUEL_PER_TX, FUEL_PER_TX_BYTE, MAX_BLOCK_FUEL};
 use tally_host_api::{Abort, Name};
-use tally_runtime::{Outcome, Runtime};
+use tally_runtime::{Outcome, Runtime, TrapTrace};
 
 use crate::block::{BlockHeader, BlockId, chain_checksum};
 use crate::code::{CodeMap, NativeContract};
@@ -71,6 +71,30 @@ pub struct TxReceipt {
     pub fuel_used: u64,
     /// What its actions printed, in order (for authors; never part of consensus data).
     pub console: Vec<u8>,
+    /// Each action's fuel, console and trap location, when the chain's runtime traces
+    /// ([`RuntimeConfig::trace`](tally_runtime::RuntimeConfig::trace)); `None` otherwise.
+    /// Like the console, a diagnostic for authors: never hashed, stored or replicated.
+    pub trace: Option<TxTrace>,
+}
+
+/// What each action of a transaction did, for authors (see [`TxReceipt::trace`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxTrace {
+    /// Fuel the transaction paid before any action ran (for its size).
+    pub intrinsic_fuel: u64,
+    /// One entry per action that ran, in order: all of them, or up to the one that failed.
+    pub actions: Vec<ActionTrace>,
+}
+
+/// One action's part of a [`TxTrace`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionTrace {
+    /// Fuel it used.
+    pub fuel_used: u64,
+    /// What it printed.
+    pub console: Vec<u8>,
+    /// Where in its contract it stopped, if it failed inside wasm.
+    pub trap: Option<Box<TrapTrace>>,
 }
 
 impl TxReceipt {
@@ -497,7 +521,13 @@ impl Chain {
         &mut self,
         txs: &[PreparedTx],
     ) -> Result<Option<Vec<Option<Speculation>>>, ChainError> {
-        if !self.pipeline.parallel_execute || rayon::current_num_threads() < 2 || txs.len() < 2 {
+        // A traced chain runs sequentially: speculative runs keep no per-action traces, and
+        // whether a block speculates never changes its result.
+        if !self.pipeline.parallel_execute
+            || rayon::current_num_threads() < 2
+            || txs.len() < 2
+            || self.runtime.traces()
+        {
             return Ok(None);
         }
         if self.speculation_backoff > 0 {
@@ -567,6 +597,7 @@ impl Chain {
                 failed_action: spec.failed_action,
                 fuel_used,
                 console: spec.console,
+                trace: None,
             };
             return Ok((TxResult::Included(receipt), true));
         }
@@ -583,6 +614,10 @@ impl Chain {
         let mut outcome = Outcome::Success;
         let mut failed_action = None;
         let mut console = Vec::new();
+        let mut trace = self.runtime.traces().then(|| TxTrace {
+            intrinsic_fuel: intrinsic,
+            actions: Vec::new(),
+        });
         for (i, action) in tx.tx.transaction.actions.iter().enumerate() {
             let receipt = match env.run_action(action, *fuel_left - fuel_used) {
                 Ok(receipt) => receipt,
@@ -594,6 +629,13 @@ impl Chain {
             };
             fuel_used += receipt.fuel_used;
             console.extend_from_slice(&receipt.console);
+            if let Some(trace) = &mut trace {
+                trace.actions.push(ActionTrace {
+                    fuel_used: receipt.fuel_used,
+                    console: receipt.console,
+                    trap: receipt.trace,
+                });
+            }
             if let Outcome::Failure(abort) = receipt.outcome {
                 outcome = Outcome::Failure(abort);
                 failed_action = Some(i);
@@ -616,6 +658,7 @@ impl Chain {
             failed_action,
             fuel_used,
             console,
+            trace,
         };
         Ok((TxResult::Included(receipt), false))
     }

@@ -49,7 +49,7 @@ mod host;
 mod parallel;
 
 pub use block::{BlockHeader, BlockId};
-pub use chain::{Chain, ChainConfig, ExecutedBlock, TxReceipt, TxResult};
+pub use chain::{ActionTrace, Chain, ChainConfig, ExecutedBlock, TxReceipt, TxResult, TxTrace};
 pub use code::NativeContract;
 pub use error::{ChainError, TxError};
 pub use genesis::{Genesis, GenesisBuilder};
