@@ -110,6 +110,74 @@ impl TxReceipt {
             Outcome::Failure(abort) => Some(abort),
         }
     }
+
+    /// Fuel each action used, in order, when traced (see [`TxReceipt::trace`]).
+    pub fn action_fuel(&self) -> Option<Vec<u64>> {
+        let trace = self.trace.as_ref()?;
+        Some(trace.actions.iter().map(|a| a.fuel_used).collect())
+    }
+
+    /// Where the failed action stopped in its contract, when traced.
+    pub fn trap(&self) -> Option<&TrapTrace> {
+        self.failed_action?;
+        self.trace.as_ref()?.actions.last()?.trap.as_deref()
+    }
+
+    /// What the actions printed, as text (invalid UTF-8 replaced).
+    pub fn console_text(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.console)
+    }
+
+    /// A report for a person: the outcome, the failed action and where it stopped, each
+    /// action's fuel and what it printed (per action when traced). What `tally push --trace`
+    /// prints and what the test harness shows when a receipt is not what a test expected.
+    pub fn report(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        match (&self.outcome, self.failed_action) {
+            (Outcome::Success, _) => out.push_str("success"),
+            (Outcome::Failure(abort), Some(i)) => {
+                let _ = write!(out, "failed in action {i}: {abort}");
+            }
+            (Outcome::Failure(abort), None) => {
+                let _ = write!(out, "failed: {abort}");
+            }
+        }
+        let _ = writeln!(out, " ({} fuel)", self.fuel_used);
+        let Some(trace) = &self.trace else {
+            if !self.console.is_empty() {
+                let _ = writeln!(out, "console:\n{}", indent(&self.console_text()));
+            }
+            return out;
+        };
+        let _ = writeln!(out, "  transaction: {} fuel", trace.intrinsic_fuel);
+        for (i, action) in trace.actions.iter().enumerate() {
+            let _ = writeln!(out, "  action {i}: {} fuel", action.fuel_used);
+            if let Some(trap) = &action.trap {
+                let _ = writeln!(out, "    trapped in {}", display_or(trap.innermost()));
+                for (depth, frame) in trap.frames.iter().enumerate().skip(1) {
+                    let _ = writeln!(out, "      {depth}: called from {frame}");
+                }
+            }
+            if !action.console.is_empty() {
+                let text = String::from_utf8_lossy(&action.console);
+                let _ = writeln!(out, "    console:\n{}", indent(&indent(&text)));
+            }
+        }
+        out
+    }
+}
+
+/// `text` with every line indented by four spaces.
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|line| format!("    {line}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn display_or(frame: Option<&tally_runtime::TraceFrame>) -> String {
+    frame.map_or_else(|| "an unknown frame".to_string(), ToString::to_string)
 }
 
 /// What a block did with one of the transactions it was given.
