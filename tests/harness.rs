@@ -302,7 +302,7 @@ fn issue_15_receipts_show_console_fuel_and_the_named_function_that_trapped() {
     assert_eq!(trap.frames[1].func_name.as_deref(), Some("apply"));
     let report = r.report();
     assert!(
-        report.contains("trapped in check_amount (function 2) at offset 0x"),
+        report.contains("stopped in check_amount (function 2) at offset 0x"),
         "{report}"
     );
     assert!(report.contains("checking amount"), "{report}");

@@ -150,11 +150,11 @@ impl TxReceipt {
             }
             return out;
         };
-        let _ = writeln!(out, "  transaction: {} fuel", trace.intrinsic_fuel);
+        let _ = writeln!(out, "  transaction itself: {} fuel", trace.intrinsic_fuel);
         for (i, action) in trace.actions.iter().enumerate() {
             let _ = writeln!(out, "  action {i}: {} fuel", action.fuel_used);
             if let Some(trap) = &action.trap {
-                let _ = writeln!(out, "    trapped in {}", display_or(trap.innermost()));
+                let _ = writeln!(out, "    stopped in {}", display_or(trap.innermost()));
                 for (depth, frame) in trap.frames.iter().enumerate().skip(1) {
                     let _ = writeln!(out, "      {depth}: called from {frame}");
                 }
