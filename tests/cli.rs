@@ -663,6 +663,72 @@ mod local_chain {
         assert!(text.contains("action 0: "), "{text}");
     }
 
+    #[test]
+    fn issue_15_build_names_keeps_function_names_for_push_trace() {
+        if !have_clang() {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let source = tmp.path().join("divider.c");
+        std::fs::write(
+            &source,
+            r#"#include "tally.h"
+__attribute__((noinline)) static uint32_t split_evenly(uint32_t total, uint32_t parts) {
+    return total / parts;
+}
+TALLY_EXPORT("apply") void apply(uint64_t receiver, uint64_t code, uint64_t action) {
+    uint8_t parts = 0;
+    readMessage(&parts, 1);
+    uint32_t share = split_evenly(100, parts);
+    store("share", 5, &share, sizeof share);
+}
+"#,
+        )
+        .unwrap();
+        let (named, stripped) = (
+            tmp.path().join("named.wasm"),
+            tmp.path().join("stripped.wasm"),
+        );
+        let src = source.to_str().unwrap();
+        stdout(&tally(&[
+            "build",
+            src,
+            "-o",
+            named.to_str().unwrap(),
+            "--names",
+        ]));
+        stdout(&tally(&["build", src, "-o", stripped.to_str().unwrap()]));
+        let dir = tmp.path().join("chain");
+        let d = dir.to_str().unwrap();
+        ok(&["init", "--data", d]);
+        for (account, wasm) in [("named", &named), ("stripped", &stripped)] {
+            ok(&["account", "create", account, "--data", d]);
+            ok(&["deploy", account, wasm.to_str().unwrap(), "--data", d]);
+        }
+        let trace = |account: &str| {
+            let out = tally(&[
+                "push",
+                account,
+                "split",
+                "--data-hex",
+                "00",
+                "--auth",
+                account,
+                "--data",
+                d,
+                "--trace",
+            ]);
+            assert!(!out.status.success());
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let text = trace("named");
+        assert!(text.contains("stopped in split_evenly (function"), "{text}");
+        // Stripped, only the export has a name.
+        let text = trace("stripped");
+        assert!(!text.contains("split_evenly"), "{text}");
+        assert!(text.contains("apply (function"), "{text}");
+    }
+
     /// Every file of a data directory but the store, by path.
     fn files(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
         let mut out = Vec::new();
