@@ -588,6 +588,151 @@ mod local_chain {
         );
     }
 
+    /// A contract with a name section: `apply` prints, then `check_amount` divides by the
+    /// message's first byte (a trap when it is zero).
+    const NAMED_TRAP: &str = r#"(module
+      (import "env" "read_message" (func $read_message (param i32 i32) (result i32)))
+      (import "env" "print" (func $print (param i32 i32)))
+      (memory (export "memory") 1)
+      (data (i32.const 100) "checking amount")
+      (func $check_amount (param i32) (result i32)
+        (i32.div_u (i32.const 100) (local.get 0)))
+      (func (export "apply") (param i64 i64 i64)
+        (drop (call $read_message (i32.const 0) (i32.const 1)))
+        (call $print (i32.const 100) (i32.const 15))
+        (drop (call $check_amount (i32.load8_u (i32.const 0))))))"#;
+
+    #[test]
+    fn issue_15_push_trace_names_the_function_that_trapped_and_shows_the_console() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("chain");
+        let d = dir.to_str().unwrap();
+        ok(&["init", "--data", d]);
+        ok(&["account", "create", "checker", "--data", d]);
+        let wasm = tmp.path().join("checker.wasm");
+        std::fs::write(&wasm, wat::parse_str(NAMED_TRAP).unwrap()).unwrap();
+        ok(&["deploy", "checker", wasm.to_str().unwrap(), "--data", d]);
+        let push = |data: &str, extra: &[&str]| {
+            let mut args = vec![
+                "push",
+                "checker",
+                "check",
+                "--data-hex",
+                data,
+                "--auth",
+                "checker",
+                "--data",
+                d,
+            ];
+            args.extend_from_slice(extra);
+            tally(&args)
+        };
+
+        let out = push("00", &["--trace"]);
+        assert!(!out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            text.contains("failed in action 0: trap: integer division by zero"),
+            "{text}"
+        );
+        assert!(
+            text.contains("stopped in check_amount (function 2) at offset 0x"),
+            "{text}"
+        );
+        assert!(text.contains("called from apply (function 3)"), "{text}");
+        assert!(text.contains("checking amount"), "{text}");
+        assert!(err.contains("integer division by zero"), "{err}");
+
+        // The same in JSON, frame by frame.
+        let out = push("00", &["--trace", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["success"], false);
+        assert_eq!(v["console"], "checking amount");
+        let frame = &v["trace"]["actions"][0]["trap"]["frames"][0];
+        assert_eq!(frame["func_name"], "check_amount");
+        assert_eq!(frame["func_index"], 2);
+        assert!(frame["offset"].is_u64());
+
+        // Without --trace: the reason and the console, no location.
+        let out = push("00", &[]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("checking amount"), "{text}");
+        assert!(!text.contains("check_amount"), "{text}");
+
+        // A successful push with --trace shows its fuel per action.
+        let out = push("05", &["--trace"]);
+        let text = stdout(&out);
+        assert!(text.starts_with("success ("), "{text}");
+        assert!(text.contains("action 0: "), "{text}");
+    }
+
+    #[test]
+    fn issue_15_build_names_keeps_function_names_for_push_trace() {
+        if !have_clang() {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let source = tmp.path().join("divider.c");
+        std::fs::write(
+            &source,
+            r#"#include "tally.h"
+__attribute__((noinline)) static uint32_t split_evenly(uint32_t total, uint32_t parts) {
+    return total / parts;
+}
+TALLY_EXPORT("apply") void apply(uint64_t receiver, uint64_t code, uint64_t action) {
+    uint8_t parts = 0;
+    readMessage(&parts, 1);
+    uint32_t share = split_evenly(100, parts);
+    store("share", 5, &share, sizeof share);
+}
+"#,
+        )
+        .unwrap();
+        let (named, stripped) = (
+            tmp.path().join("named.wasm"),
+            tmp.path().join("stripped.wasm"),
+        );
+        let src = source.to_str().unwrap();
+        stdout(&tally(&[
+            "build",
+            src,
+            "-o",
+            named.to_str().unwrap(),
+            "--names",
+        ]));
+        stdout(&tally(&["build", src, "-o", stripped.to_str().unwrap()]));
+        let dir = tmp.path().join("chain");
+        let d = dir.to_str().unwrap();
+        ok(&["init", "--data", d]);
+        for (account, wasm) in [("named", &named), ("stripped", &stripped)] {
+            ok(&["account", "create", account, "--data", d]);
+            ok(&["deploy", account, wasm.to_str().unwrap(), "--data", d]);
+        }
+        let trace = |account: &str| {
+            let out = tally(&[
+                "push",
+                account,
+                "split",
+                "--data-hex",
+                "00",
+                "--auth",
+                account,
+                "--data",
+                d,
+                "--trace",
+            ]);
+            assert!(!out.status.success());
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let text = trace("named");
+        assert!(text.contains("stopped in split_evenly (function"), "{text}");
+        // Stripped, only the export has a name.
+        let text = trace("stripped");
+        assert!(!text.contains("split_evenly"), "{text}");
+        assert!(text.contains("apply (function"), "{text}");
+    }
+
     /// Every file of a data directory but the store, by path.
     fn files(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
         let mut out = Vec::new();

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashSet;
 use tally_host_api::limits::{FUEL_PER_ACTION, FUEL_PER_TX, FUEL_PER_TX_BYTE, MAX_BLOCK_FUEL};
 use tally_host_api::{Abort, Name};
-use tally_runtime::{Outcome, Runtime};
+use tally_runtime::{Outcome, Runtime, TrapTrace};
 
 use crate::block::{BlockHeader, BlockId, chain_checksum};
 use crate::code::{CodeMap, NativeContract};
@@ -71,6 +71,30 @@ pub struct TxReceipt {
     pub fuel_used: u64,
     /// What its actions printed, in order (for authors; never part of consensus data).
     pub console: Vec<u8>,
+    /// Each action's fuel, console and trap location, when the chain's runtime traces
+    /// ([`RuntimeConfig::trace`](tally_runtime::RuntimeConfig::trace)); `None` otherwise.
+    /// Like the console, a diagnostic for authors: never hashed, stored or replicated.
+    pub trace: Option<TxTrace>,
+}
+
+/// What each action of a transaction did, for authors (see [`TxReceipt::trace`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxTrace {
+    /// Fuel the transaction paid before any action ran (for its size).
+    pub intrinsic_fuel: u64,
+    /// One entry per action that ran, in order: all of them, or up to the one that failed.
+    pub actions: Vec<ActionTrace>,
+}
+
+/// One action's part of a [`TxTrace`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionTrace {
+    /// Fuel it used.
+    pub fuel_used: u64,
+    /// What it printed.
+    pub console: Vec<u8>,
+    /// Where in its contract it stopped, if it failed inside wasm.
+    pub trap: Option<Box<TrapTrace>>,
 }
 
 impl TxReceipt {
@@ -86,6 +110,74 @@ impl TxReceipt {
             Outcome::Failure(abort) => Some(abort),
         }
     }
+
+    /// Fuel each action used, in order, when traced (see [`TxReceipt::trace`]).
+    pub fn action_fuel(&self) -> Option<Vec<u64>> {
+        let trace = self.trace.as_ref()?;
+        Some(trace.actions.iter().map(|a| a.fuel_used).collect())
+    }
+
+    /// Where the failed action stopped in its contract, when traced.
+    pub fn trap(&self) -> Option<&TrapTrace> {
+        self.failed_action?;
+        self.trace.as_ref()?.actions.last()?.trap.as_deref()
+    }
+
+    /// What the actions printed, as text (invalid UTF-8 replaced).
+    pub fn console_text(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.console)
+    }
+
+    /// A report for a person: the outcome, the failed action and where it stopped, each
+    /// action's fuel and what it printed (per action when traced). What `tally push --trace`
+    /// prints and what the test harness shows when a receipt is not what a test expected.
+    pub fn report(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        match (&self.outcome, self.failed_action) {
+            (Outcome::Success, _) => out.push_str("success"),
+            (Outcome::Failure(abort), Some(i)) => {
+                let _ = write!(out, "failed in action {i}: {abort}");
+            }
+            (Outcome::Failure(abort), None) => {
+                let _ = write!(out, "failed: {abort}");
+            }
+        }
+        let _ = writeln!(out, " ({} fuel)", self.fuel_used);
+        let Some(trace) = &self.trace else {
+            if !self.console.is_empty() {
+                let _ = writeln!(out, "console:\n{}", indent(&self.console_text()));
+            }
+            return out;
+        };
+        let _ = writeln!(out, "  transaction itself: {} fuel", trace.intrinsic_fuel);
+        for (i, action) in trace.actions.iter().enumerate() {
+            let _ = writeln!(out, "  action {i}: {} fuel", action.fuel_used);
+            if let Some(trap) = &action.trap {
+                let _ = writeln!(out, "    stopped in {}", display_or(trap.innermost()));
+                for (depth, frame) in trap.frames.iter().enumerate().skip(1) {
+                    let _ = writeln!(out, "      {depth}: called from {frame}");
+                }
+            }
+            if !action.console.is_empty() {
+                let text = String::from_utf8_lossy(&action.console);
+                let _ = writeln!(out, "    console:\n{}", indent(&indent(&text)));
+            }
+        }
+        out
+    }
+}
+
+/// `text` with every line indented by four spaces.
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|line| format!("    {line}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn display_or(frame: Option<&tally_runtime::TraceFrame>) -> String {
+    frame.map_or_else(|| "an unknown frame".to_string(), ToString::to_string)
 }
 
 /// What a block did with one of the transactions it was given.
@@ -497,7 +589,13 @@ impl Chain {
         &mut self,
         txs: &[PreparedTx],
     ) -> Result<Option<Vec<Option<Speculation>>>, ChainError> {
-        if !self.pipeline.parallel_execute || rayon::current_num_threads() < 2 || txs.len() < 2 {
+        // A traced chain runs sequentially: speculative runs keep no per-action traces, and
+        // whether a block speculates never changes its result.
+        if !self.pipeline.parallel_execute
+            || rayon::current_num_threads() < 2
+            || txs.len() < 2
+            || self.runtime.traces()
+        {
             return Ok(None);
         }
         if self.speculation_backoff > 0 {
@@ -567,6 +665,7 @@ impl Chain {
                 failed_action: spec.failed_action,
                 fuel_used,
                 console: spec.console,
+                trace: None,
             };
             return Ok((TxResult::Included(receipt), true));
         }
@@ -583,6 +682,10 @@ impl Chain {
         let mut outcome = Outcome::Success;
         let mut failed_action = None;
         let mut console = Vec::new();
+        let mut trace = self.runtime.traces().then(|| TxTrace {
+            intrinsic_fuel: intrinsic,
+            actions: Vec::new(),
+        });
         for (i, action) in tx.tx.transaction.actions.iter().enumerate() {
             let receipt = match env.run_action(action, *fuel_left - fuel_used) {
                 Ok(receipt) => receipt,
@@ -594,6 +697,13 @@ impl Chain {
             };
             fuel_used += receipt.fuel_used;
             console.extend_from_slice(&receipt.console);
+            if let Some(trace) = &mut trace {
+                trace.actions.push(ActionTrace {
+                    fuel_used: receipt.fuel_used,
+                    console: receipt.console,
+                    trap: receipt.trace,
+                });
+            }
             if let Outcome::Failure(abort) = receipt.outcome {
                 outcome = Outcome::Failure(abort);
                 failed_action = Some(i);
@@ -616,6 +726,7 @@ impl Chain {
             failed_action,
             fuel_used,
             console,
+            trace,
         };
         Ok((TxResult::Included(receipt), false))
     }

@@ -28,6 +28,7 @@ pub(crate) fn failure(abort: Abort, fuel_used: u64) -> Receipt {
         outcome: Outcome::Failure(abort),
         fuel_used,
         console: Vec::new(),
+        trace: None,
     }
 }
 
@@ -103,6 +104,7 @@ impl Env<'_> {
             outcome,
             fuel_used: 0,
             console: Vec::new(),
+            trace: None,
         })
     }
 }

@@ -25,6 +25,8 @@
 //! - **Genesis** ([`Genesis`]) is the only block whose state is not derived from signed
 //!   transactions.
 //! - **Stores** implement [`StateStore`]; contract storage is namespaced by account.
+//! - **Testing contracts**: with the cargo feature `testing`, `testing::TestChain` runs a
+//!   chain in memory with named accounts, signed pushes and traced receipts.
 
 pub mod block;
 pub mod chain;
@@ -40,6 +42,8 @@ pub mod rocks_store;
 pub mod state;
 pub mod store;
 pub mod system;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tx;
 pub mod verify;
 pub mod window;
@@ -49,7 +53,7 @@ mod host;
 mod parallel;
 
 pub use block::{BlockHeader, BlockId};
-pub use chain::{Chain, ChainConfig, ExecutedBlock, TxReceipt, TxResult};
+pub use chain::{ActionTrace, Chain, ChainConfig, ExecutedBlock, TxReceipt, TxResult, TxTrace};
 pub use code::NativeContract;
 pub use error::{ChainError, TxError};
 pub use genesis::{Genesis, GenesisBuilder};

@@ -131,6 +131,7 @@ fn run(
                             outcome: Outcome::Success,
                             fuel_used: 0,
                             console: Vec::new(),
+                            trace: None,
                         },
                         Err(HostError::Abort(abort)) => failure(abort, 0),
                         Err(HostError::Fault(fault)) => {

@@ -61,6 +61,7 @@ fn success(fuel_used: u64) -> Receipt {
         outcome: Outcome::Success,
         fuel_used,
         console: Vec::new(),
+        trace: None,
     }
 }
 

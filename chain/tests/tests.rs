@@ -748,3 +748,69 @@ mod tampering {
         assert!(err.to_string().contains("replay"), "{err}");
     }
 }
+
+/// Issue 15: a traced runtime's diagnostics stay out of consensus data.
+mod tracing {
+    use super::*;
+    use tally_chain::{MemoryStore, TxReceipt};
+    use tally_runtime::{Runtime, RuntimeConfig};
+
+    fn chain(trace: bool) -> Chain {
+        let runtime = Arc::new(
+            Runtime::new(RuntimeConfig {
+                trace,
+                ..RuntimeConfig::default()
+            })
+            .unwrap(),
+        );
+        let config = ChainConfig {
+            check_signatures: false,
+            ..ChainConfig::default()
+        };
+        let mut builder = Chain::genesis(runtime, Box::new(MemoryStore::new(512)), config).unwrap();
+        builder.deploy(simplecoin(), SIMPLECOIN_WASM).unwrap();
+        builder.finish().unwrap()
+    }
+
+    fn without_trace(receipt: &TxReceipt) -> TxReceipt {
+        TxReceipt {
+            trace: None,
+            ..receipt.clone()
+        }
+    }
+
+    #[test]
+    fn issue_15_tracing_changes_no_header_receipt_or_state() {
+        let (mut plain, mut traced) = (chain(false), chain(true));
+        // Successes and failures of every kind simplecoin has, several blocks long.
+        for round in 0..3u64 {
+            let mut txs: Vec<_> = (0..20)
+                .map(|i| transfer_tx(&plain, "simplecoin", "alice", 1 + i + 100 * round))
+                .collect();
+            txs.push(transfer_tx(&plain, "alice", "bob", 1_000_000));
+            txs.push(transfer_tx(&plain, "carol", "bob", 1));
+            txs.push(unsigned_tx(&plain, simplecoin(), transfer(), vec![1, 2, 3]));
+            let a = plain.run_block(txs.clone()).unwrap();
+            let b = traced.run_block(txs).unwrap();
+            assert_eq!(a.header, b.header, "round {round}");
+            assert_eq!(a.results.len(), b.results.len());
+            for (ra, rb) in a.results.iter().zip(&b.results) {
+                let (ra, rb) = (ra.receipt().unwrap(), rb.receipt().unwrap());
+                assert!(ra.trace.is_none());
+                let trace = rb
+                    .trace
+                    .as_ref()
+                    .expect("a traced chain traces every receipt");
+                let action_fuel: u64 = trace.actions.iter().map(|a| a.fuel_used).sum();
+                assert_eq!(trace.intrinsic_fuel + action_fuel, rb.fuel_used);
+                assert_eq!(trace.actions[0].trap.is_some(), !rb.is_success());
+                assert_eq!(ra, &without_trace(rb));
+            }
+        }
+        assert_eq!(
+            plain.state_digest().unwrap(),
+            traced.state_digest().unwrap()
+        );
+        assert_eq!(plain.head_id(), traced.head_id());
+    }
+}

@@ -184,6 +184,8 @@ fn unpinned_config() -> Config {
         .wasm_multi_memory(true)
         .wasm_memory64(false)
         .wasm_tail_call(false)
+        // No backtrace is captured on a trap: a failed action costs no stack walk. Traced
+        // runtimes turn it on ([`new_tracing_engine`]).
         .wasm_backtrace_max_frames(None)
         .native_unwind_info(false)
         .max_wasm_stack(MAX_WASM_STACK)
@@ -194,6 +196,16 @@ fn unpinned_config() -> Config {
 /// A new engine with [`deterministic_config`].
 pub fn new_engine() -> wasmtime::Result<Engine> {
     Engine::new(&deterministic_config())
+}
+
+/// [`new_engine`] that also captures the wasm frames of every trap, for
+/// [`RuntimeConfig::trace`](crate::RuntimeConfig::trace). Capturing is a run-time setting:
+/// the compiled code and the [`fingerprint`] are the same as without it, so both engines
+/// share the disk cache.
+pub fn new_tracing_engine() -> wasmtime::Result<Engine> {
+    let mut config = deterministic_config();
+    config.wasm_backtrace_max_frames(std::num::NonZeroUsize::new(crate::trace::MAX_TRACE_FRAMES));
+    Engine::new(&config)
 }
 
 /// Feeds `Hash` output into sha256, so a `Hash` value gets a stable digest.

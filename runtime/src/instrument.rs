@@ -81,7 +81,8 @@ const CHARGE_CHUNKS: u32 = 0;
 const MEM_WRITE: u32 = 1;
 const GROW: u32 = 2;
 const STACK_EXHAUSTED: u32 = 3;
-const ADDED_FUNCTIONS: u32 = PRIVATE_IMPORTS.len() as u32;
+/// Functions the instrumentation adds to the function index space, before the module's own.
+pub(crate) const ADDED_FUNCTIONS: u32 = PRIVATE_IMPORTS.len() as u32;
 
 /// Accounted frame bytes of the scratch locals added to every function (at most six 8-byte
 /// values and one 16-byte vector).
@@ -101,6 +102,9 @@ pub(crate) struct Instrumented {
     /// Whether an instance can be restored after an action; `false` if the module changes
     /// tables or drops segments.
     pub reusable: bool,
+    /// With `trace`: (offset in `wasm`, offset in the uploaded module) where the code emitted
+    /// for each uploaded instruction starts, sorted, for [`crate::trace`].
+    pub offsets: Option<Vec<(u32, u32)>>,
 }
 
 fn invalid(e: impl std::fmt::Display) -> DeployError {
@@ -190,7 +194,12 @@ fn layout(wasm: &[u8]) -> Result<Layout, DeployError> {
 }
 
 /// Rewrites a module that passed [`crate::validate::check`], which also measured its frames.
-pub(crate) fn instrument(wasm: &[u8], validated: &Validated) -> Result<Instrumented, DeployError> {
+/// With `trace`, also maps the rewritten code's offsets back to the uploaded module's.
+pub(crate) fn instrument(
+    wasm: &[u8],
+    validated: &Validated,
+    trace: bool,
+) -> Result<Instrumented, DeployError> {
     let l = layout(wasm)?;
     let mut shift = Shift {
         imported: l.imported_funcs,
@@ -206,6 +215,8 @@ pub(crate) fn instrument(wasm: &[u8], validated: &Validated) -> Result<Instrumen
     let mut imports_written = false;
     let mut globals_written = false;
     let mut reusable = true;
+    // Per defined function, offsets relative to its body (see `rewrite_body`).
+    let mut body_offsets: Vec<OffsetMarks> = Vec::new();
     let private_imports = |section: &mut ImportSection| {
         for (name, params) in PRIVATE_IMPORTS {
             let ty = match params {
@@ -345,8 +356,11 @@ pub(crate) fn instrument(wasm: &[u8], validated: &Validated) -> Result<Instrumen
                         stack_global,
                         new_chunks_global,
                     };
-                    let (function, ok) = rewrite_body(&body, &frame, &mut shift)?;
+                    let (function, ok, marks) = rewrite_body(&body, &frame, &mut shift)?;
                     reusable &= ok;
+                    if trace {
+                        body_offsets.push(marks);
+                    }
                     section.function(&function);
                 }
                 if section.byte_len() > MAX_INSTRUMENTED_CODE_SIZE {
@@ -370,11 +384,43 @@ pub(crate) fn instrument(wasm: &[u8], validated: &Validated) -> Result<Instrumen
             }
         }
     }
+    let wasm = out.finish();
+    let offsets = match trace {
+        true => Some(module_offsets(&wasm, body_offsets)?),
+        false => None,
+    };
     Ok(Instrumented {
-        wasm: out.finish(),
+        wasm,
         mutable_globals: l.mutable_globals,
         reusable,
+        offsets,
     })
+}
+
+/// Turns offsets relative to each rewritten function body into offsets in the rewritten
+/// module `wasm`, whose bodies are found by parsing it.
+fn module_offsets(
+    wasm: &[u8],
+    body_offsets: Vec<OffsetMarks>,
+) -> Result<Vec<(u32, u32)>, DeployError> {
+    let mut starts = Vec::with_capacity(body_offsets.len());
+    for payload in Parser::new(0).parse_all(wasm) {
+        if let Payload::CodeSectionEntry(body) = payload.map_err(invalid)? {
+            starts.push(body.range().start as u32);
+        }
+    }
+    if starts.len() != body_offsets.len() {
+        return Err(invalid("the rewritten module lost a function body"));
+    }
+    let mut offsets = Vec::with_capacity(body_offsets.iter().map(Vec::len).sum());
+    for (start, marks) in starts.into_iter().zip(body_offsets) {
+        offsets.extend(
+            marks
+                .into_iter()
+                .map(|(at, original)| (start + at, original)),
+        );
+    }
+    Ok(offsets)
 }
 
 /// What the prologue and epilogue of one function need.
@@ -502,11 +548,17 @@ fn private(imported: u32, which: u32) -> u32 {
     imported + which
 }
 
+/// (offset in a rewritten body, offset in the uploaded module), one per uploaded instruction.
+type OffsetMarks = Vec<(u32, u32)>;
+
+/// Rewrites one function body. Also returns, for each uploaded instruction, where the code
+/// emitted for it starts in the new body (its added checks first) and the instruction's
+/// offset in the uploaded module.
 fn rewrite_body(
     body: &FunctionBody<'_>,
     frame: &Frame,
     shift: &mut Shift,
-) -> Result<(Function, bool), DeployError> {
+) -> Result<(Function, bool, OffsetMarks), DeployError> {
     let mut locals = Vec::new();
     let mut declared = 0u32;
     for pair in body.get_locals_reader().map_err(invalid)? {
@@ -517,9 +569,9 @@ fn rewrite_body(
     let mut ops = Vec::new();
     let mut reader = body.get_operators_reader().map_err(invalid)?;
     while !reader.eof() {
-        ops.push(reader.read().map_err(invalid)?);
+        ops.push(reader.read_with_offset().map_err(invalid)?);
     }
-    let needs_v128 = ops.iter().any(is_v128_store);
+    let needs_v128 = ops.iter().any(|(op, _)| is_v128_store(op));
     let base = frame.params + declared;
     let s = Scratch {
         addr: base,
@@ -543,6 +595,11 @@ fn rewrite_body(
     let call = move |which: u32| Instruction::Call(private(imported, which));
 
     let mut f = Function::new(locals);
+    let mut marks = Vec::with_capacity(ops.len() + 1);
+    // The prologue (a stack overflow stops there) belongs to the function's first instruction.
+    if let Some((_, first)) = ops.first() {
+        marks.push((f.byte_len() as u32, *first as u32));
+    }
     // Prologue: charge the frame, fail past the limit.
     let sh = frame.stack_global;
     f.instruction(&Instruction::GlobalGet(sh));
@@ -567,7 +624,8 @@ fn rewrite_body(
     let mut reusable = true;
     // Blocks open inside the wrapping block.
     let mut depth = 0u32;
-    for op in ops {
+    for (op, offset) in ops {
+        marks.push((f.byte_len() as u32, offset as u32));
         reusable &= !breaks_reuse(&op);
         match &op {
             Operator::Block { .. } | Operator::Loop { .. } | Operator::If { .. } => depth += 1,
@@ -628,7 +686,7 @@ fn rewrite_body(
             charge_point(&mut f, frame.new_chunks_global, &call(CHARGE_CHUNKS));
         }
     }
-    Ok((f, reusable))
+    Ok((f, reusable, marks))
 }
 
 #[cfg(test)]
@@ -639,7 +697,7 @@ mod tests {
     fn instrumented(wat: &str) -> Instrumented {
         let wasm = wat::parse_str(wat).unwrap();
         let validated = crate::validate::check(&wasm).unwrap();
-        instrument(&wasm, &validated).unwrap()
+        instrument(&wasm, &validated, false).unwrap()
     }
 
     fn exports(wasm: &[u8]) -> Vec<String> {

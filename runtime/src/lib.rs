@@ -36,6 +36,7 @@ pub mod engine;
 pub mod error;
 pub mod instrument;
 pub mod receipt;
+pub mod trace;
 pub mod validate;
 
 /// Deploy-time internals for the fuzz targets in `fuzz/`: the differential check of the
@@ -86,6 +87,7 @@ use wasmtime::{Engine, InstancePre, Linker, Module, Store, Trap};
 pub use counters::CacheStats;
 pub use error::{DeployError, PrepareError, RuntimeError};
 pub use receipt::{Outcome, Receipt};
+pub use trace::{TraceFrame, TrapTrace};
 pub use validate::{EntryPoints, ModuleInfo};
 
 use cache::{ContractCache, DiskTier};
@@ -120,6 +122,10 @@ pub struct RuntimeConfig {
     /// Bytes of prepared contracts kept in memory; the least recently used are dropped (and
     /// reloaded from the disk cache when needed again).
     pub contract_cache_bytes: usize,
+    /// Whether a failed action's receipt says where in the contract it stopped
+    /// ([`Receipt::trace`]): for authors (`tally push --trace`, the test harness). It
+    /// changes no outcome and no fuel; off, a trap captures no backtrace.
+    pub trace: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -129,6 +135,7 @@ impl Default for RuntimeConfig {
             cache_key: None,
             fuel_per_action: FUEL_PER_ACTION,
             contract_cache_bytes: DEFAULT_CONTRACT_CACHE_BYTES,
+            trace: false,
         }
     }
 }
@@ -163,6 +170,8 @@ pub struct Contract {
     fresh_instance_fuel: u64,
     /// Bytes it holds in memory, for the contract cache's bound.
     weight: usize,
+    /// Names and offsets of the uploaded module, when the runtime traces.
+    debug: Option<Box<trace::DebugInfo>>,
 }
 
 impl Contract {
@@ -208,7 +217,11 @@ impl Runtime {
     /// Builds the deterministic engine, registers the ABI, opens the cache directory and
     /// loads (or creates) the key that authenticates it.
     pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
-        let engine = engine::new_engine().map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+        let engine = match config.trace {
+            true => engine::new_tracing_engine(),
+            false => engine::new_engine(),
+        }
+        .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let mut linker = Linker::new(&engine);
         tally_host_api::linker::add_to_linker(&mut linker)
             .and_then(|()| execute::add_private_imports(&mut linker))
@@ -250,6 +263,11 @@ impl Runtime {
         })
     }
 
+    /// Whether failed receipts carry a [`TrapTrace`] ([`RuntimeConfig::trace`]).
+    pub fn traces(&self) -> bool {
+        self.config.trace
+    }
+
     /// The engine fingerprint that keys the disk cache.
     pub fn fingerprint(&self) -> &[u8; 32] {
         &self.fingerprint
@@ -285,7 +303,7 @@ impl Runtime {
             return Ok(found);
         }
         let validated = validate::check(wasm)?;
-        let instrumented = instrument::instrument(wasm, &validated)?;
+        let instrumented = instrument::instrument(wasm, &validated, self.config.trace)?;
         let module = cache::load_or_compile(
             &self.engine,
             &self.fingerprint,
@@ -294,7 +312,13 @@ impl Runtime {
             &instrumented.wasm,
             &code_hash,
         )?;
-        let contract = Arc::new(self.link(code_hash, validated, &instrumented, module)?);
+        let mut contract = self.link(code_hash, validated, &instrumented, module)?;
+        if let Some(offsets) = instrumented.offsets {
+            let debug = trace::DebugInfo::new(wasm, offsets);
+            contract.weight += debug.bytes();
+            contract.debug = Some(Box::new(debug));
+        }
+        let contract = Arc::new(contract);
         for evicted in self.contracts.insert(contract.clone()) {
             bump(&self.counters.evictions);
             self.warm.forget(&evicted);
@@ -380,6 +404,7 @@ impl Runtime {
             pristine: None,
             fresh_instance_fuel: 0,
             weight: 0,
+            debug: None,
         };
         // Instantiate once now, so a module whose instantiation fails on every node (a data
         // segment that does not fit its memory) is rejected at deploy rather than failing
@@ -483,7 +508,15 @@ impl Runtime {
             ..
         } = &mut slot;
         let receipt = with_host(store, host, |store| {
-            run(store, init, entries, entry, fuel, up_front)
+            run(
+                store,
+                init,
+                entries,
+                entry,
+                fuel,
+                up_front,
+                contract.debug.as_deref(),
+            )
         })?;
         if let Some(pristine) = &contract.pristine
             && slot.restore(pristine)
@@ -503,7 +536,7 @@ enum Instantiation {
 }
 
 /// Calls the entry point in `store`'s instance with `fuel`, of which `up_front` is charged
-/// before any code runs.
+/// before any code runs. With `debug` (a traced runtime), a failure inside wasm gets its trace.
 fn run(
     store: &mut Store<ActionCtx>,
     init: &Option<wasmtime::TypedFunc<(), ()>>,
@@ -511,6 +544,7 @@ fn run(
     entry: Entry,
     fuel: u64,
     up_front: u64,
+    debug: Option<&trace::DebugInfo>,
 ) -> Result<Receipt, RuntimeError> {
     store.data_mut().console.clear();
     let Some(fuel_left) = fuel.checked_sub(up_front) else {
@@ -521,6 +555,7 @@ fn run(
             )),
             fuel_used: fuel,
             console: Vec::new(),
+            trace: None,
         });
     };
     store
@@ -552,12 +587,21 @@ fn run(
             }
         }
     };
+    let mut trace = None;
     let mut outcome = match result {
         Ok(()) => Outcome::Success,
-        Err(e) => match execute::classify(e, fuel) {
-            Failure::Abort(abort) => Outcome::Failure(abort),
-            Failure::Node(e) => return Err(e),
-        },
+        Err(e) => {
+            // Read after the fact, from what wasmtime captured; the outcome never sees it.
+            if let Some(debug) = debug
+                && let Some(backtrace) = e.downcast_ref::<wasmtime::WasmBacktrace>()
+            {
+                trace = Some(Box::new(debug.trace(backtrace)));
+            }
+            match execute::classify(e, fuel) {
+                Failure::Abort(abort) => Outcome::Failure(abort),
+                Failure::Node(e) => return Err(e),
+            }
+        }
     };
     // What the action still owes for the memory it dirtied (the chunks after its last charge
     // point, those only the host wrote) and for reading the map; past the action's fuel it
@@ -578,5 +622,6 @@ fn run(
         outcome,
         fuel_used,
         console,
+        trace,
     })
 }

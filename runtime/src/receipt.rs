@@ -2,6 +2,8 @@
 
 use tally_host_api::Abort;
 
+use crate::trace::TrapTrace;
+
 /// How an action ended.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Outcome {
@@ -11,7 +13,8 @@ pub enum Outcome {
     Failure(Abort),
 }
 
-/// The result of one action: deterministic, so it can be hashed into blocks.
+/// The result of one action. Its outcome and fuel are deterministic; its console and trace
+/// are diagnostics for authors, which nothing hashed or stored may include.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Receipt {
     /// How it ended.
@@ -20,6 +23,10 @@ pub struct Receipt {
     pub fuel_used: u64,
     /// What it printed (at most `limits::MAX_CONSOLE_LEN` bytes).
     pub console: Vec<u8>,
+    /// Where the contract stopped, when it failed inside wasm and the runtime traces
+    /// ([`RuntimeConfig::trace`](crate::RuntimeConfig::trace)); `None` otherwise. Not
+    /// consensus data: it depends on the node's settings.
+    pub trace: Option<Box<TrapTrace>>,
 }
 
 impl Receipt {

@@ -1564,3 +1564,161 @@ fn issue_10_a_loop_cannot_dirty_memory_it_has_not_paid_for() {
     assert_eq!(failure(&r).code, AbortCode::OutOfFuel);
     assert!(host.state.is_empty(), "the loop finished before paying");
 }
+
+/// The module offset of the `nth` instruction `wanted` in function `func` of `wasm` (its
+/// index in the module's function index space).
+fn instruction_offset(wasm: &[u8], func: u32, wanted: &str, nth: usize) -> u32 {
+    let mut imported = 0;
+    let mut defined = 0;
+    for payload in wasmparser::Parser::new(0).parse_all(wasm) {
+        match payload.unwrap() {
+            wasmparser::Payload::ImportSection(reader) => {
+                imported += reader.into_imports().count() as u32;
+            }
+            wasmparser::Payload::CodeSectionEntry(body) => {
+                if imported + defined == func {
+                    let mut ops = body.get_operators_reader().unwrap();
+                    let mut seen = 0;
+                    while !ops.eof() {
+                        let (op, offset) = ops.read_with_offset().unwrap();
+                        if format!("{op:?}").starts_with(wanted) {
+                            if seen == nth {
+                                return offset as u32;
+                            }
+                            seen += 1;
+                        }
+                    }
+                }
+                defined += 1;
+            }
+            _ => {}
+        }
+    }
+    panic!("no {wanted} in function {func}");
+}
+
+/// A contract whose `apply` calls `$check_balance`, which traps in `$divide` (a division by
+/// zero) or aborts with `assert`, depending on the first byte of the message.
+const TRAPPING: &str = r#"(module
+  (import "env" "read_message" (func $read_message (param i32 i32) (result i32)))
+  (import "env" "assert" (func $assert (param i32 i32 i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 100) "balance too low")
+  (func $divide (param i32 i32) (result i32)
+    (i32.div_u (local.get 0) (local.get 1)))
+  (func $check_balance (param i32)
+    (if (local.get 0)
+      (then (call $assert (i32.const 0) (i32.const 100) (i32.const 15))))
+    (drop (call $divide (i32.const 1) (i32.const 0))))
+  (func (export "apply") (param i64 i64 i64)
+    (drop (call $read_message (i32.const 0) (i32.const 1)))
+    (call $check_balance (i32.load8_u (i32.const 0)))))"#;
+
+fn traced_runtime() -> Runtime {
+    Runtime::new(RuntimeConfig {
+        trace: true,
+        ..RuntimeConfig::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn issue_15_a_traced_trap_names_the_function_and_its_offset_in_the_uploaded_module() {
+    let wasm = wat::parse_str(TRAPPING).unwrap();
+    let rt = traced_runtime();
+    let c = rt.prepare(&wasm).unwrap();
+    let mut host = TestHost {
+        message: vec![0],
+        ..Default::default()
+    };
+    let r = call(&rt, &c, &mut host);
+    assert_eq!(failure(&r).message, "integer division by zero");
+    let trace = r.trace.as_ref().expect("a traced runtime traces a trap");
+    let names: Vec<_> = trace
+        .frames
+        .iter()
+        .map(|f| f.func_name.as_deref().unwrap_or("?"))
+        .collect();
+    // Imports are functions 0 and 1, so $divide is 2, $check_balance 3 and apply 4.
+    assert_eq!(names, ["divide", "check_balance", "apply"]);
+    let indices: Vec<_> = trace.frames.iter().map(|f| f.func_index).collect();
+    assert_eq!(indices, [2, 3, 4]);
+    // Offsets are the uploaded module's, not the instrumented one's.
+    assert_eq!(
+        trace.frames[0].offset,
+        Some(instruction_offset(&wasm, 2, "I32DivU", 0))
+    );
+    assert_eq!(
+        trace.frames[1].offset,
+        Some(instruction_offset(&wasm, 3, "Call", 1))
+    );
+    assert_eq!(
+        trace.frames[2].offset,
+        Some(instruction_offset(&wasm, 4, "Call", 1))
+    );
+
+    // A host function's abort is placed at the call that made it.
+    host.message = vec![1];
+    let r = call(&rt, &c, &mut host);
+    assert_eq!(failure(&r).message, "balance too low");
+    let top = r.trace.as_ref().unwrap().innermost().unwrap().clone();
+    assert_eq!(top.func_name.as_deref(), Some("check_balance"));
+    assert_eq!(top.offset, Some(instruction_offset(&wasm, 3, "Call", 0)));
+}
+
+#[test]
+fn issue_15_tracing_changes_no_outcome_or_fuel_and_an_untraced_runtime_captures_nothing() {
+    let wasm = wat::parse_str(TRAPPING).unwrap();
+    let (plain, traced) = (runtime(), traced_runtime());
+    assert_eq!(plain.fingerprint(), traced.fingerprint());
+    let (pc, tc) = (
+        plain.prepare(&wasm).unwrap(),
+        traced.prepare(&wasm).unwrap(),
+    );
+    for message in [vec![0], vec![1]] {
+        let mut a = TestHost {
+            message: message.clone(),
+            ..Default::default()
+        };
+        let mut b = TestHost {
+            message,
+            ..Default::default()
+        };
+        let (ra, rb) = (call(&plain, &pc, &mut a), call(&traced, &tc, &mut b));
+        assert!(ra.trace.is_none());
+        assert!(rb.trace.is_some());
+        assert_eq!(ra.outcome, rb.outcome);
+        assert_eq!(ra.fuel_used, rb.fuel_used);
+    }
+    // A success has no trace, traced or not.
+    let ok = rt_success(&traced);
+    assert!(ok.is_success() && ok.trace.is_none());
+}
+
+fn rt_success(rt: &Runtime) -> Receipt {
+    let c = rt.prepare(&contract("(call $ret (i32.const 1))")).unwrap();
+    call(rt, &c, &mut TestHost::default())
+}
+
+#[test]
+fn issue_15_a_module_without_names_is_traced_by_index_and_export_name() {
+    let wasm = wat::parse_str(
+        r#"(module
+  (memory (export "memory") 1)
+  (func (param i32) (result i32) (i32.div_s (local.get 0) (i32.const 0)))
+  (func (export "apply") (param i64 i64 i64) (drop (call 0 (i32.const 7)))))"#,
+    )
+    .unwrap();
+    // The text format names nothing here, so the module has no name section.
+    let rt = traced_runtime();
+    let c = rt.prepare(&wasm).unwrap();
+    let r = call(&rt, &c, &mut TestHost::default());
+    let trace = r.trace.unwrap();
+    assert_eq!(trace.frames[0].func_index, 0);
+    assert_eq!(trace.frames[0].func_name, None);
+    assert_eq!(trace.frames[1].func_name.as_deref(), Some("apply"));
+    assert_eq!(
+        trace.frames[0].offset,
+        Some(instruction_offset(&wasm, 0, "I32DivS", 0))
+    );
+}

@@ -44,6 +44,7 @@ const INSTALL_HINT: &str = "clang with wasm32 support not found: apt-get install
   tally build contracts/simplecoin.c
   tally build my_contract.c -o build/my_contract.wasm
   tally build contracts/token-rs                  # a Rust contract: writes contracts/token-rs.wasm
+  tally build my_contract.c --names               # keep function names for `tally push --trace`
 
 The C API is sdk-c/include/tally.h (embedded in tally; #include \"tally.h\").
 C needs clang and wasm-ld: apt-get install clang lld. TALLY_CLANG picks another clang.
@@ -55,6 +56,11 @@ pub struct BuildArgs {
     /// Where to write the module [default: the source with a .wasm extension].
     #[arg(short, long)]
     pub output: Option<PathBuf>,
+    /// Keep the module's function names (its `name` section), so `tally push --trace` and
+    /// the test harness can say in which function an action failed. Builds are stripped by
+    /// default: smaller, and the bytes committed builds are checked against.
+    #[arg(long)]
+    pub names: bool,
 }
 
 fn clang() -> String {
@@ -76,8 +82,9 @@ fn check_toolchain(clang: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Compiles `source` to `output` with [`C_FLAGS`].
-pub fn compile_c(source: &Path, output: &Path) -> anyhow::Result<()> {
+/// Compiles `source` to `output` with [`C_FLAGS`]; with `names`, keeps the name section
+/// (function names do not depend on paths, unlike debug info, which stays stripped).
+pub fn compile_c(source: &Path, output: &Path, names: bool) -> anyhow::Result<()> {
     if !source.is_file() {
         bail!("{} is not a file", source.display());
     }
@@ -91,8 +98,12 @@ pub fn compile_c(source: &Path, output: &Path) -> anyhow::Result<()> {
     check_toolchain(&clang)?;
     let sdk = tempfile::tempdir().context("cannot create a temporary directory")?;
     std::fs::write(sdk.path().join("tally.h"), TALLY_H).context("cannot write tally.h")?;
+    let flags = C_FLAGS.iter().map(|&flag| match flag {
+        "-Wl,--strip-all" if names => "-Wl,--strip-debug",
+        other => other,
+    });
     let out = Command::new(&clang)
-        .args(C_FLAGS)
+        .args(flags)
         .arg("-I")
         .arg(sdk.path())
         .arg("-o")
@@ -138,8 +149,9 @@ fn rust_flags() -> String {
     )
 }
 
-/// Builds the Rust contract in `package` with cargo and copies the module to `output`.
-pub fn compile_rust(package: &Path, output: &Path) -> anyhow::Result<()> {
+/// Builds the Rust contract in `package` with cargo and copies the module to `output`. With
+/// `names`, the package's release profile strips debug info only, keeping function names.
+pub fn compile_rust(package: &Path, output: &Path, names: bool) -> anyhow::Result<()> {
     let package = package
         .canonicalize()
         .with_context(|| format!("cannot find {}", package.display()))?;
@@ -184,6 +196,7 @@ pub fn compile_rust(package: &Path, output: &Path) -> anyhow::Result<()> {
         .arg(&target_dir)
         .current_dir(link.join(relative))
         .env("RUSTFLAGS", rust_flags())
+        .envs(names.then_some(("CARGO_PROFILE_RELEASE_STRIP", "debuginfo")))
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .output()
@@ -257,9 +270,9 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| default_output(&args.source));
     if args.source.is_dir() {
-        compile_rust(&args.source, &output)?;
+        compile_rust(&args.source, &output, args.names)?;
     } else {
-        compile_c(&args.source, &output)?;
+        compile_c(&args.source, &output, args.names)?;
     }
     let wasm = std::fs::read(&output)?;
     // Check it as a deploy would, so a module that cannot be deployed fails here, not later.

@@ -120,9 +120,11 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<T> {
 
 /// The runtime of a local chain, with its module cache in the data directory. A reader keeps
 /// compiled modules in memory only: read-only commands write no file, the cache's included.
-fn runtime(dir: &Path, access: Access) -> anyhow::Result<Arc<Runtime>> {
+/// `trace` gives failed receipts their trap locations (`tally push --trace`).
+fn runtime(dir: &Path, access: Access, trace: bool) -> anyhow::Result<Arc<Runtime>> {
     Ok(Arc::new(Runtime::new(RuntimeConfig {
         cache_dir: (access == Access::ReadWrite).then(|| dir.join("modules")),
+        trace,
         ..RuntimeConfig::default()
     })?))
 }
@@ -137,15 +139,21 @@ pub struct Local {
 impl Local {
     /// Opens the chain in `dir` to push blocks.
     pub fn open(dir: &Path) -> anyhow::Result<Self> {
-        Self::open_with(dir, Access::ReadWrite)
+        Self::open_with(dir, Access::ReadWrite, false)
+    }
+
+    /// Opens the chain in `dir` to push blocks whose receipts carry traces: each action's
+    /// fuel, console and trap location. The blocks are the same as without.
+    pub fn open_traced(dir: &Path) -> anyhow::Result<Self> {
+        Self::open_with(dir, Access::ReadWrite, true)
     }
 
     /// Opens the chain in `dir` to read it: no file in `dir` is written.
     pub fn open_read_only(dir: &Path) -> anyhow::Result<Self> {
-        Self::open_with(dir, Access::ReadOnly)
+        Self::open_with(dir, Access::ReadOnly, false)
     }
 
-    fn open_with(dir: &Path, access: Access) -> anyhow::Result<Self> {
+    fn open_with(dir: &Path, access: Access, trace: bool) -> anyhow::Result<Self> {
         let file: ChainFile = read_json(&dir.join("chain.json"))?;
         if file.version != LAYOUT_VERSION {
             bail!(
@@ -170,7 +178,7 @@ impl Local {
                 dir.display()
             );
         }
-        let chain = Chain::open(runtime(dir, access)?, store, config)?;
+        let chain = Chain::open(runtime(dir, access, trace)?, store, config)?;
         if chain.account_key(tally_chain::system::SYSTEM)? != Some(system_key) {
             bail!(
                 "{}: the store belongs to another chain (its system key differs from chain.json)",
@@ -227,7 +235,7 @@ impl Local {
             Access::ReadWrite,
         )?;
         drop(Chain::create(
-            runtime(dir, Access::ReadWrite)?,
+            runtime(dir, Access::ReadWrite, false)?,
             store,
             config,
             &genesis,

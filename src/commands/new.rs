@@ -1,5 +1,7 @@
 //! `tally new`: create a contract project (C or Rust) that builds, tests and deploys as
-//! generated: its source, its ABI, the types generated from it, a test script and a README.
+//! generated: its source, its ABI, the types generated from it, a test and a README. A C
+//! project's test is a script over the CLI on a throwaway chain; a Rust project's is a Rust
+//! test on the in-process harness (`tally_chain::testing`).
 //!
 //! The templates live in `src/commands/new/`, with `{{name}}`-style placeholders.
 
@@ -16,6 +18,9 @@ const C_SOURCE: &str = include_str!("new/contract.c");
 const RUST_SOURCE: &str = include_str!("new/lib.rs");
 const CARGO_TOML: &str = include_str!("new/Cargo.toml");
 const TEST_SH: &str = include_str!("new/test.sh");
+const TEST_RUST_SH: &str = include_str!("new/test_rust.sh");
+const TEST_CARGO_TOML: &str = include_str!("new/test_Cargo.toml");
+const TEST_RS: &str = include_str!("new/test.rs");
 const README: &str = include_str!("new/README.md");
 const GITIGNORE: &str = include_str!("new/gitignore");
 
@@ -27,7 +32,8 @@ const BUILT_FROM_HOST_API: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/host-api
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   tally new counter --lang c        # counter/: counter.c, counter.abi.json, counter.abi.h, test.sh
-  tally new counter --lang rust     # counter/: Cargo.toml, src/lib.rs, src/abi.rs, test.sh
+  tally new counter --lang rust     # counter/: Cargo.toml, src/lib.rs, src/abi.rs,
+                                    #   test/counter.rs (tests on an in-process chain), test.sh
   cd counter && ./test.sh           # build, deploy on a throwaway chain, push, check
 
 The project is a working contract (a per-account counter with actions `hit` and `reset`) to
@@ -45,7 +51,7 @@ pub struct NewArgs {
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// The tally-host-api crate a Rust contract depends on [default: the Tally checkout this
-    /// tally was built from].
+    /// tally was built from]. Its test uses the tally-chain crate beside it (DIR/../chain).
     #[arg(long, value_name = "DIR")]
     pub host_api: Option<PathBuf>,
 }
@@ -87,6 +93,22 @@ fn host_api(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     }
     dir.canonicalize()
         .with_context(|| format!("cannot resolve {}", dir.display()))
+}
+
+/// The tally-chain directory beside `host_api` (an absolute host-api directory): what a Rust
+/// contract's test depends on for the harness.
+fn chain_dir(host_api: &Path) -> anyhow::Result<PathBuf> {
+    let dir = host_api.parent().unwrap_or(host_api).join("chain");
+    let is_chain = std::fs::read_to_string(dir.join("Cargo.toml"))
+        .is_ok_and(|text| text.contains("name = \"tally-chain\""));
+    if !is_chain {
+        bail!(
+            "no tally-chain crate at {} (the test harness): --host-api must be the host-api \
+             directory of a whole Tally checkout",
+            dir.display()
+        );
+    }
+    Ok(dir)
 }
 
 /// A TOML basic string's contents.
@@ -149,10 +171,25 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
             ));
             files.push((PathBuf::from("src/lib.rs"), fill(RUST_SOURCE)));
             let host_api = host_api.expect("resolved for Rust");
+            let chain = chain_dir(&host_api)?;
+            let path = |dir: &Path| toml_escape(&dir.to_string_lossy());
             files.push((
                 PathBuf::from("Cargo.toml"),
-                fill(CARGO_TOML).replace("{{host_api}}", &toml_escape(&host_api.to_string_lossy())),
+                fill(CARGO_TOML).replace("{{host_api}}", &path(&host_api)),
             ));
+            files.push((
+                PathBuf::from("test/Cargo.toml"),
+                fill(TEST_CARGO_TOML)
+                    .replace("{{host_api}}", &path(&host_api))
+                    .replace("{{chain}}", &path(&chain)),
+            ));
+            files.push((PathBuf::from(format!("test/{name}.rs")), fill(TEST_RS)));
+            // The versions the checkout was built and tested with, rather than whatever is
+            // newest today (the harness pulls in wasmtime, pinned, and its dependencies).
+            let checkout = host_api.parent().unwrap_or(&host_api);
+            if let Ok(lock) = std::fs::read_to_string(checkout.join("Cargo.lock")) {
+                files.push((PathBuf::from("test/Cargo.lock"), lock));
+            }
             (
                 "src/abi.rs".to_string(),
                 "src/lib.rs".to_string(),
@@ -174,10 +211,27 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
             "echo \"building {name} (the first build of a Rust contract takes a minute or two)\"\n\"$tally\" abigen {abi_file} --lang rust -o {generated_path} --check >/dev/null\n\"$tally\" build . -o {name}.wasm >/dev/null"
         ),
     };
+    let test_script = match args.lang {
+        Lang::C => TEST_SH,
+        Lang::Rust => TEST_RUST_SH,
+    };
     files.push((
         PathBuf::from("test.sh"),
-        fill(TEST_SH).replace("{{build}}", &test_build),
+        fill(test_script).replace("{{build}}", &test_build),
     ));
+    let test_files = match args.lang {
+        Lang::C => {
+            "| `test.sh` | builds the contract, deploys it on a throwaway local chain, pushes \
+                    actions and checks the state |"
+                .to_string()
+        }
+        Lang::Rust => format!(
+            "| `test/{name}.rs` | its tests, on an in-process chain (`tally_chain::testing`): \
+             deploy, push as named accounts, check receipts and state |\n\
+             | `test/Cargo.toml` | the test package (`cargo test --manifest-path test/Cargo.toml`) |\n\
+             | `test.sh` | builds the contract, then runs its tests |"
+        ),
+    };
     const GENERATED: &str = "its action types, generated from the ABI by `tally abigen`";
     let table = match args.lang {
         Lang::C => format!("| `{name}.c` | the contract |\n| `{name}.abi.h` | {GENERATED} |"),
@@ -192,6 +246,7 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
             .replace("{{lang_name}}", lang_name)
             .replace("{{lang}}", lang)
             .replace("{{files}}", &table)
+            .replace("{{test_files}}", &test_files)
             .replace("{{source}}", &format!("`{source_path}`"))
             .replace("{{abigen}}", &abigen_cmd)
             .replace("{{build}}", &build),

@@ -104,6 +104,36 @@ impl Abi {
     }
 }
 
+/// A receipt's trace as JSON: per action, its fuel, console and trap frames.
+fn trace_json(trace: &tally_chain::TxTrace) -> serde_json::Value {
+    let actions: Vec<_> = trace
+        .actions
+        .iter()
+        .map(|action| {
+            let trap = action.trap.as_ref().map(|trap| {
+                let frames: Vec<_> = trap
+                    .frames
+                    .iter()
+                    .map(|f| {
+                        json!({
+                            "func_index": f.func_index,
+                            "func_name": f.func_name,
+                            "offset": f.offset,
+                        })
+                    })
+                    .collect();
+                json!({ "frames": frames })
+            });
+            json!({
+                "fuel_used": action.fuel_used,
+                "console": String::from_utf8_lossy(&action.console),
+                "trap": trap,
+            })
+        })
+        .collect();
+    json!({ "intrinsic_fuel": trace.intrinsic_fuel, "actions": actions })
+}
+
 /// Turns a failed receipt into an error that says why.
 pub fn fail_on(receipt: &TxReceipt) -> anyhow::Result<()> {
     match &receipt.outcome {
@@ -120,8 +150,15 @@ pub fn fail_on(receipt: &TxReceipt) -> anyhow::Result<()> {
 #[command(after_help = "Examples:
   tally push simplecoin transfer simplecoin alice 100 \"first coins\" --auth simplecoin --data ./chain
   tally push simplecoin transfer --data-hex 00aa... --auth simplecoin --data ./chain
+  tally push simplecoin transfer alice bob 5 memo --auth alice --data ./chain --trace
+                                  # on failure: the wasm function and offset, and the console
 
-Arguments follow the action's fields in the contract's ABI (see `tally deploy --abi`).")]
+Arguments follow the action's fields in the contract's ABI (see `tally deploy --abi`).
+What the contract printed is shown after the result. --trace adds each action's fuel and,
+when an action fails, where in the contract it stopped: the function (by its name in the
+module's name section, else its export, else its index) and the byte offset in the .wasm
+file. Keep names in a build to see them (`tally build` strips them). The block is the same
+with or without --trace.")]
 pub struct PushArgs {
     /// The contract account.
     pub contract: String,
@@ -141,6 +178,10 @@ pub struct PushArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// Show each action's fuel and console, and where a failed action stopped in its
+    /// contract (function and offset).
+    #[arg(long)]
+    pub trace: bool,
 }
 
 pub fn run(args: PushArgs) -> anyhow::Result<()> {
@@ -151,7 +192,10 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         .iter()
         .map(|a| parse_name(a))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let mut local = Local::open(&args.data)?;
+    let mut local = match args.trace {
+        true => Local::open_traced(&args.data)?,
+        false => Local::open(&args.data)?,
+    };
     let data = match &args.data_hex {
         Some(h) => hex::decode(h).context("--data-hex is not hex")?,
         None => {
@@ -175,17 +219,28 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         Outcome::Failure(a) => Some(a.to_string()),
     };
     if !args.json {
+        if args.trace {
+            print!("{}", receipt.report());
+        } else if !receipt.console.is_empty() {
+            println!("console:\n{}", receipt.console_text());
+        }
         fail_on(&receipt)?;
+    }
+    let mut value = json!({
+        "transaction": hex::encode(receipt.id),
+        "block": header.height,
+        "success": failure.is_none(),
+        "failure": failure,
+        "failed_action": receipt.failed_action,
+        "fuel_used": receipt.fuel_used,
+        "console": receipt.console_text(),
+    });
+    if let Some(trace) = &receipt.trace {
+        value["trace"] = trace_json(trace);
     }
     output(
         args.json,
-        json!({
-            "transaction": hex::encode(receipt.id),
-            "block": header.height,
-            "success": failure.is_none(),
-            "failure": failure,
-            "fuel_used": receipt.fuel_used,
-        }),
+        value,
         format!(
             "pushed {contract}::{action_name} in block {} (transaction {}, {} fuel)\n",
             header.height,
