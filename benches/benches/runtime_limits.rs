@@ -191,8 +191,11 @@ fn fill_module(
     b.finish(apply, nonce)
 }
 
+/// Builds one module of a shape; the argument is a nonce that makes each build distinct.
+type ShapeBuilder = Box<dyn Fn(u64) -> Vec<u8>>;
+
 /// The deploy-time worst cases, by shape.
-fn deploy_shapes() -> Vec<(&'static str, Box<dyn Fn(u64) -> Vec<u8>>)> {
+fn deploy_shapes() -> Vec<(&'static str, ShapeBuilder)> {
     let body_bytes = MAX_FUNCTION_BODY_SIZE - 64;
     vec![
         (
