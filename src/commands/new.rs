@@ -1,7 +1,7 @@
 //! `tally new`: create a contract project (C or Rust) that builds, tests and deploys as
-//! generated: its source, its ABI, the types generated from it, a test and a README. A C
-//! project's test is a script over the CLI on a throwaway chain; a Rust project's is a Rust
-//! test on the in-process harness (`tally_chain::testing`).
+//! generated: its source, its ABI, the types generated from it, a test script over the CLI on
+//! a throwaway chain, and a README. A Rust project also gets Rust tests on the in-process
+//! harness (`tally_chain::testing`).
 //!
 //! The templates live in `src/commands/new/`, with `{{name}}`-style placeholders.
 
@@ -18,7 +18,6 @@ const C_SOURCE: &str = include_str!("new/contract.c");
 const RUST_SOURCE: &str = include_str!("new/lib.rs");
 const CARGO_TOML: &str = include_str!("new/Cargo.toml");
 const TEST_SH: &str = include_str!("new/test.sh");
-const TEST_RUST_SH: &str = include_str!("new/test_rust.sh");
 const TEST_CARGO_TOML: &str = include_str!("new/test_Cargo.toml");
 const TEST_RS: &str = include_str!("new/test.rs");
 const README: &str = include_str!("new/README.md");
@@ -211,13 +210,9 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
             "echo \"building {name} (the first build of a Rust contract takes a minute or two)\"\n\"$tally\" abigen {abi_file} --lang rust -o {generated_path} --check >/dev/null\n\"$tally\" build . -o {name}.wasm >/dev/null"
         ),
     };
-    let test_script = match args.lang {
-        Lang::C => TEST_SH,
-        Lang::Rust => TEST_RUST_SH,
-    };
     files.push((
         PathBuf::from("test.sh"),
-        fill(test_script).replace("{{build}}", &test_build),
+        fill(TEST_SH).replace("{{build}}", &test_build),
     ));
     let test_files = match args.lang {
         Lang::C => {
@@ -228,9 +223,19 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
         Lang::Rust => format!(
             "| `test/{name}.rs` | its tests, on an in-process chain (`tally_chain::testing`): \
              deploy, push as named accounts, check receipts and state |\n\
-             | `test/Cargo.toml` | the test package (`cargo test --manifest-path test/Cargo.toml`) |\n\
-             | `test.sh` | builds the contract, then runs its tests |"
+             | `test/Cargo.toml` | the test package (`cargo test --manifest-path test/Cargo.toml`; \
+             its first run compiles Tally's chain crate, a few minutes) |\n\
+             | `test.sh` | builds the contract, deploys it on a throwaway local chain, pushes \
+             actions and checks the state, in seconds |"
         ),
+    };
+    let harness_test = match args.lang {
+        Lang::C => "",
+        Lang::Rust => {
+            "\nand the Rust tests on an in-process chain (deploy, push as named accounts, check \
+             receipts; build the contract first):\n\n```sh\ncargo test --manifest-path \
+             test/Cargo.toml\n```\n"
+        }
     };
     const GENERATED: &str = "its action types, generated from the ABI by `tally abigen`";
     let table = match args.lang {
@@ -247,6 +252,7 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
             .replace("{{lang}}", lang)
             .replace("{{files}}", &table)
             .replace("{{test_files}}", &test_files)
+            .replace("{{harness_test}}", harness_test)
             .replace("{{source}}", &format!("`{source_path}`"))
             .replace("{{abigen}}", &abigen_cmd)
             .replace("{{build}}", &build),
