@@ -233,15 +233,25 @@ fn segment_path(dir: &Path, seq: u64) -> PathBuf {
     dir.join(format!("log-{seq:08}.tlog"))
 }
 
-/// Files in `names` called `<prefix><number><suffix>`, sorted by number.
-fn numbered(names: &[String], prefix: &str, suffix: &str) -> Vec<u64> {
+/// Files in `names` called `<prefix><number><suffix>` exactly as the store names them
+/// (`path_of`), sorted by number. Any other spelling of a number (`log-7.tlog`, `log-+7.tlog`)
+/// is not the store's file: read as one, it would name a file that does not exist, or the same
+/// segment twice (issue 10, found by fuzzing).
+fn numbered(
+    names: &[String],
+    prefix: &str,
+    suffix: &str,
+    path_of: fn(&Path, u64) -> PathBuf,
+) -> Vec<u64> {
     let mut found: Vec<u64> = names
         .iter()
         .filter_map(|name| {
-            name.strip_prefix(prefix)?
+            let number = name
+                .strip_prefix(prefix)?
                 .strip_suffix(suffix)?
                 .parse()
-                .ok()
+                .ok()?;
+            (path_of(Path::new(""), number).as_os_str() == name.as_str()).then_some(number)
         })
         .collect();
     found.sort_unstable();
@@ -432,7 +442,7 @@ impl LogStore {
                 self.vfs.remove(&self.dir.join(name))?;
             }
         }
-        let runs = numbered(&names, "run-", ".trun");
+        let runs = numbered(&names, "run-", ".trun", run_path);
         if let Some(&height) = runs.last() {
             let run = Run::open(&*self.vfs, &run_path(&self.dir, height))?;
             if run.head().height != height {
@@ -449,7 +459,7 @@ impl LogStore {
                 }
             }
         }
-        let seqs = numbered(&names, "log-", ".tlog");
+        let seqs = numbered(&names, "log-", ".tlog", segment_path);
         for (i, &seq) in seqs.iter().enumerate() {
             self.replay_segment(seq, i + 1 == seqs.len())?;
         }

@@ -702,3 +702,37 @@ mod rocksdb {
         assert!(!missing.exists());
     }
 }
+
+/// Issue 10, found by the `log_open` fuzz target: the store names its segments with
+/// zero-padded numbers (`log-00000000.tlog`), and `log-0.tlog` is not one of them. It used to
+/// be read as segment 0: beside the real segment 0 that was the same segment twice, and alone
+/// a reader failed with a bare "not found" for a file that does not exist while a writer
+/// started an empty store beside it.
+#[test]
+fn issue_10_files_not_named_as_the_store_names_them_are_not_its_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let states = write_blocks(dir.path(), one_segment(), 3);
+    let segment = segments(dir.path())[0].clone();
+    std::fs::copy(&segment, dir.path().join("log-0.tlog")).unwrap();
+    std::fs::copy(&segment, dir.path().join("run-7.trun")).unwrap();
+    let before = snapshot_files(dir.path());
+    let reader = LogStore::open_read_only(dir.path()).unwrap();
+    assert_eq!(reader.head().map(|h| h.height), Some(2));
+    assert_eq!(entries_of(&reader), states[2]);
+    drop(reader);
+    assert_eq!(snapshot_files(dir.path()), before);
+    let writer = LogStore::open(dir.path(), one_segment()).unwrap();
+    assert_eq!(writer.head().map(|h| h.height), Some(2));
+    assert_eq!(entries_of(&writer), states[2]);
+    drop(writer);
+
+    // Alone, such a file is no store at all, for a reader and a writer alike.
+    let alone = tempfile::tempdir().unwrap();
+    std::fs::copy(&segment, alone.path().join("log-0.tlog")).unwrap();
+    std::fs::write(alone.path().join(tally_chain::store::lock::LOCK_FILE), b"").unwrap();
+    let reader = LogStore::open_read_only(alone.path()).unwrap();
+    assert_eq!(reader.head(), None);
+    drop(reader);
+    let writer = LogStore::open(alone.path(), one_segment()).unwrap();
+    assert_eq!(writer.head(), None);
+}
