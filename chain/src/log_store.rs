@@ -460,6 +460,21 @@ impl LogStore {
             }
         }
         let seqs = numbered(&names, "log-", ".tlog", segment_path);
+        // The index addresses a change by segment number; the store never numbers a segment
+        // past what it can address, so such a file is not one it wrote (issue 10, found by
+        // fuzzing: it used to panic in `Loc::new`).
+        if let Some(&seq) = seqs.last()
+            && seq > Loc::MAX_SEQ
+        {
+            return Err(StoreError::corrupted(
+                segment_path(&self.dir, seq),
+                None,
+                format!(
+                    "segment number {seq} is past the largest a store can have ({})",
+                    Loc::MAX_SEQ
+                ),
+            ));
+        }
         for (i, &seq) in seqs.iter().enumerate() {
             self.replay_segment(seq, i + 1 == seqs.len())?;
         }

@@ -736,3 +736,19 @@ fn issue_10_files_not_named_as_the_store_names_them_are_not_its_segments() {
     let writer = LogStore::open(alone.path(), one_segment()).unwrap();
     assert_eq!(writer.head(), None);
 }
+
+/// Issue 10, found by the `log_open` fuzz target: a segment numbered past what the index can
+/// address (`Loc::MAX_SEQ`, 2^24 - 1) made opening the store panic ("location out of range").
+/// The store never writes such a file, so it is corruption, named, for a reader and a writer.
+#[test]
+fn issue_10_a_segment_numbered_past_the_index_range_is_corruption_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    write_blocks(dir.path(), one_segment(), 2);
+    let segment = segments(dir.path())[0].clone();
+    let far = dir.path().join(format!("log-{:08}.tlog", 1u64 << 24));
+    std::fs::rename(&segment, &far).unwrap();
+    let before = snapshot_files(dir.path());
+    expect_corruption(LogStore::open_read_only(dir.path()), &far, None);
+    assert_eq!(snapshot_files(dir.path()), before);
+    expect_corruption(LogStore::open(dir.path(), one_segment()), &far, None);
+}

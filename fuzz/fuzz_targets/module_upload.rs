@@ -211,6 +211,26 @@ fn memory(store: &mut Store<Side>, instance: &Instance) -> Vec<u8> {
         .to_vec()
 }
 
+/// How many inputs reached each stage, printed every 100 inputs when `TALLY_FUZZ_STATS` is
+/// set: to see that generated modules get past validation and the differential runs.
+#[derive(Default)]
+struct Stats {
+    inputs: u64,
+    deployed: u64,
+    instrumented: u64,
+    compared_calls: u64,
+}
+
+fn stats() -> &'static std::sync::Mutex<Stats> {
+    static STATS: OnceLock<std::sync::Mutex<Stats>> = OnceLock::new();
+    STATS.get_or_init(Default::default)
+}
+
+fn count(f: impl FnOnce(&mut Stats)) {
+    let mut s = stats().lock().unwrap_or_else(|e| e.into_inner());
+    f(&mut s);
+}
+
 fn differential(original: &[u8], instrumented: &[u8], calls: &[(i64, i64, i64)]) {
     let engine = engine();
     let m0 = Module::new(engine, original).expect("validated modules compile");
@@ -278,6 +298,7 @@ fn differential(original: &[u8], instrumented: &[u8], calls: &[(i64, i64, i64)])
             memory(&mut s0, &i0) == memory(&mut s1, &i1),
             "apply{args:?} leaves different memory"
         );
+        count(|s| s.compared_calls += 1);
     }
 }
 
@@ -285,7 +306,10 @@ fn differential(original: &[u8], instrumented: &[u8], calls: &[(i64, i64, i64)])
 fn deploy_and_run(wasm: &[u8], calls: &[(i64, i64, i64)]) {
     let runtime = runtime();
     let contract = match runtime.prepare(wasm) {
-        Ok(contract) => contract,
+        Ok(contract) => {
+            count(|s| s.deployed += 1);
+            contract
+        }
         Err(PrepareError::Rejected(_)) => return,
         Err(PrepareError::Node(e)) => panic!("an upload made the node fail: {e}"),
     };
@@ -336,9 +360,18 @@ fuzz_target!(|data: &[u8]| -> Corpus {
             Err(_) => return Corpus::Reject,
         }
     };
+    count(|s| s.inputs += 1);
     deploy_and_run(&wasm, &calls);
     if let Ok(instrumented) = fuzzing::instrument(&wasm) {
+        count(|s| s.instrumented += 1);
         differential(&wasm, &instrumented, &calls);
+    }
+    let s = stats().lock().unwrap_or_else(|e| e.into_inner());
+    if s.inputs % 100 == 0 && std::env::var_os("TALLY_FUZZ_STATS").is_some() {
+        eprintln!(
+            "stats: {} inputs, {} deployed, {} instrumented, {} calls compared",
+            s.inputs, s.deployed, s.instrumented, s.compared_calls
+        );
     }
     Corpus::Keep
 });
