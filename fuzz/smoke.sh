@@ -34,7 +34,7 @@ for target in "${targets[@]}"; do
       echo "smoke: $target FAILED; the input is in fuzz/artifacts/$target/" >&2
       exit 1
     }
-  grep -E '^#[0-9]+ +DONE' "fuzz/smoke-$target.log" | tail -n 1 || true
+  grep -E '^#[0-9]+[[:space:]]+DONE' "fuzz/smoke-$target.log" | tail -n 1 || true
   grep -E '^stat::number_of_executed_units' "fuzz/smoke-$target.log" || true
   echo "smoke: $target ran $(( $(now) - step )) s"
 done
