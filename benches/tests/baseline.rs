@@ -231,3 +231,39 @@ fn wasmi_restores_its_warm_instance_between_actions() {
         execute(&mut host).unwrap_or_else(|e| panic!("action {action}: {e:?}"));
     }
 }
+
+#[cfg(feature = "evm")]
+#[test]
+fn the_evm_baseline_runs_the_same_transfers_interleaved_and_conserves_the_token() {
+    use tally_bench::baseline::evm::EvmRun;
+    let config = config(BenchContract::Simplecoin);
+    let mut tally = chain(&config, None);
+    let mut tally_run = workload::Run::new(&mut tally, &config).unwrap();
+    let mut evm = EvmRun::new(&config).unwrap();
+    let per_block = baseline::interleave(
+        &mut [&mut tally_run as &mut dyn Stepper, &mut evm],
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(per_block[1].len(), 6);
+    let tally_report = tally_run.finish();
+    let evm_report = evm.report();
+    assert_eq!(evm_report.transfers, config.transfers);
+    assert_eq!(evm_report.failed, 0);
+    assert_eq!(
+        evm.check_supply().unwrap(),
+        config.accounts * INITIAL_BALANCE
+    );
+    // The same draws moved the same coins: every balance is Tally's.
+    for i in 0..config.accounts {
+        let tally_balance =
+            workload::balance(&tally, SIMPLECOIN, workload::account_name(i)).unwrap();
+        assert_eq!(
+            evm.balance(i).unwrap(),
+            revm::primitives::U256::from(tally_balance.unwrap_or(0)),
+            "account {i}"
+        );
+    }
+    let compared = baseline::compare(&tally_report, evm_report);
+    assert_eq!(compared.spread.blocks, 6);
+}
