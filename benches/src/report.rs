@@ -6,10 +6,54 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
-/// A baseline measured in the same run.
+/// The median and spread of a per-block figure (a ratio of two engines' throughput).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Spread {
+    /// The median over the blocks.
+    pub median: f64,
+    /// The 10th percentile (nearest rank).
+    pub p10: f64,
+    /// The 90th percentile (nearest rank).
+    pub p90: f64,
+    /// The smallest.
+    pub min: f64,
+    /// The largest.
+    pub max: f64,
+    /// How many blocks.
+    pub blocks: usize,
+}
+
+impl Spread {
+    /// The spread of `values` (all zero when there are none). NaNs sort last.
+    pub fn of(values: &[f64]) -> Self {
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let Some((&min, &max)) = v.first().zip(v.last()) else {
+            return Self::default();
+        };
+        // Nearest rank: the smallest value with at least q of the values at or below it.
+        let rank = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Self {
+            median,
+            p10: rank(0.1),
+            p90: rank(0.9),
+            min,
+            max,
+            blocks: n,
+        }
+    }
+}
+
+/// A baseline measured in the same run, interleaved with Tally block by block.
 #[derive(Debug, Clone, Serialize)]
 pub struct BaselineReport {
-    /// Transfers per second it reached.
+    /// Transfers per second it reached over the whole run.
     pub tps: f64,
     /// µs per transfer in the stateless stage.
     pub verify_us: f64,
@@ -17,6 +61,18 @@ pub struct BaselineReport {
     pub execute_us: f64,
     /// µs per transfer committing.
     pub commit_us: f64,
+    /// Tally's transfers per second over this baseline's, block by block: the figure to
+    /// quote, since both ran the same block within moments of each other.
+    pub ratio: Spread,
+    /// The per-block ratios, in block order.
+    pub per_block_ratio: Vec<f64>,
+    /// The baseline's state checksum, hex (`None` for an engine with a state of its own).
+    pub state_checksum: Option<String>,
+    /// Whether it reached Tally's state (`None` when it keeps another kind of state).
+    pub same_state: Option<bool>,
+    /// The sum of the benchmark accounts' balances at the end, which must equal what
+    /// genesis gave them.
+    pub accounts_supply: u64,
 }
 
 /// The pipeline switches of the run.
@@ -101,6 +157,9 @@ pub struct Report {
     pub verify_ceiling_tps: Option<f64>,
     /// Baselines measured in the same run, by name.
     pub baselines: BTreeMap<String, BaselineReport>,
+    /// The sum of the benchmark accounts' balances at the end, checked against genesis's
+    /// (`None` when no baseline was asked for: the check reads every account).
+    pub accounts_supply: Option<u64>,
     /// Pipeline switches.
     pub pipeline: PipelineReport,
     /// Worker threads.
@@ -206,14 +265,33 @@ impl Report {
             ("state checksum", self.state_checksum.clone()),
         ];
         for (name, b) in &self.baselines {
+            let r = &b.ratio;
             rows.push((
                 "baseline",
                 format!(
-                    "{name}: {:.0} transfers/s ({:.2} µs execute per transfer; Tally reaches {:.2} of it)",
+                    "{name}: {:.0} transfers/s ({:.2} µs execute per transfer); Tally/{name} \
+                     per block: median {:.2}, p10-p90 {:.2}-{:.2}, min-max {:.2}-{:.2} over {} \
+                     blocks{}",
                     b.tps,
                     b.execute_us,
-                    self.tps / b.tps
+                    r.median,
+                    r.p10,
+                    r.p90,
+                    r.min,
+                    r.max,
+                    r.blocks,
+                    match b.same_state {
+                        Some(true) => ", same state",
+                        Some(false) => ", OTHER STATE",
+                        None => "",
+                    }
                 ),
+            ));
+        }
+        if let Some(supply) = self.accounts_supply {
+            rows.push((
+                "accounts' coins",
+                format!("{supply} (conserved on every engine)"),
             ));
         }
         for (name, value) in rows {

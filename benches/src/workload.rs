@@ -177,6 +177,12 @@ impl TransferGen {
         (from, to)
     }
 
+    /// The next `n` (sender, recipient) account pairs: the draws [`TransferGen::next_block`]
+    /// makes, for a baseline that builds its own kind of transaction from them.
+    pub fn next_pairs(&mut self, n: u64) -> Vec<(u64, u64)> {
+        (0..n).map(|_| self.draw()).collect()
+    }
+
     /// The public key registered for account `i` (signed runs only).
     pub fn public_key(&self, i: u64) -> [u8; 32] {
         self.keys[(i % KEY_POOL) as usize]
@@ -333,7 +339,21 @@ pub fn run(
     config: &BenchConfig,
     progress: &mut dyn FnMut(u64),
 ) -> Result<BenchReport, ChainError> {
-    bench(chain, config, progress)
+    let mut run = Run::new(chain, config)?;
+    while run.step()?.is_some() {
+        progress(run.done);
+    }
+    Ok(run.finish())
+}
+
+/// Sum of every benchmark account's balance, which transfers between them conserve: it is
+/// `accounts * INITIAL_BALANCE` after any run. One lookup per account.
+pub fn accounts_supply(chain: &Chain, config: &BenchConfig) -> Result<u64, ChainError> {
+    let mut total = 0u64;
+    for i in 0..config.accounts {
+        total = total.saturating_add(balance(chain, SIMPLECOIN, account_name(i))?.unwrap_or(0));
+    }
+    Ok(total)
 }
 
 /// What executing and committing one block gave.
@@ -360,59 +380,116 @@ fn execute_and_commit(chain: &mut Chain, prepared: &[PreparedTx]) -> Result<Bloc
     })
 }
 
-fn bench(
-    chain: &mut Chain,
-    config: &BenchConfig,
-    progress: &mut dyn FnMut(u64),
-) -> Result<BenchReport, ChainError> {
-    if config.signed != chain.config().check_signatures {
-        return Err(ChainError::Config(format!(
-            "a {} benchmark needs a chain that {} signatures",
-            if config.signed { "signed" } else { "unsigned" },
-            if config.signed {
-                "checks"
-            } else {
-                "does not check"
-            },
-        )));
+/// One chain's benchmark, advanced a block at a time by [`Run::step`]: [`run`] steps it to
+/// the end, and a baseline comparison steps several chains in turn, block by block, so a slow
+/// minute of a shared machine hits every engine alike.
+pub struct Run<'c> {
+    chain: &'c mut Chain,
+    config: BenchConfig,
+    generator: TransferGen,
+    /// The next block, prepared (verified, encoded) and ready to execute.
+    current: Option<Vec<PreparedTx>>,
+    height: u64,
+    done: u64,
+    start_done: u64,
+    phases: Phases,
+    elapsed: Duration,
+    failed: u64,
+    blocks: u64,
+    speculated: u64,
+    confirmed: u64,
+    verify_alone: Duration,
+    per_block: Vec<(f64, u64)>,
+}
+
+impl<'c> Run<'c> {
+    /// Starts the benchmark on `chain` (see [`run`]) and prepares its first block.
+    ///
+    /// # Errors
+    /// A signed run on a chain that does not check signatures, or the other way round.
+    pub fn new(chain: &'c mut Chain, config: &BenchConfig) -> Result<Self, ChainError> {
+        if config.signed != chain.config().check_signatures {
+            return Err(ChainError::Config(format!(
+                "a {} benchmark needs a chain that {} signatures",
+                if config.signed { "signed" } else { "unsigned" },
+                if config.signed {
+                    "checks"
+                } else {
+                    "does not check"
+                },
+            )));
+        }
+        let mut generator = TransferGen::new(config);
+        // Block h of the run holds transfers (h-1)*block_size.. : genesis is block 0.
+        let done = chain.head().height * config.block_size as u64;
+        generator.skip(done.min(config.transfers));
+        chain.set_pipeline(config.pipeline);
+        let height = chain.head().height + 1;
+        let mut run = Self {
+            chain,
+            config: config.clone(),
+            generator,
+            current: None,
+            height,
+            done,
+            start_done: done,
+            phases: Phases::default(),
+            elapsed: Duration::ZERO,
+            failed: 0,
+            blocks: 0,
+            speculated: 0,
+            confirmed: 0,
+            verify_alone: Duration::ZERO,
+            per_block: Vec::new(),
+        };
+        // The client generates one block ahead; with batched verification the chain prepares
+        // that block on the spare cores while the current one executes.
+        if done < run.config.transfers {
+            let len = run.block_len(done);
+            let block = run.generator.next_block(run.chain, height, len);
+            let check = run.chain.config().check_signatures;
+            let t = Instant::now();
+            let prepared = prepare_block(block, check, &run.config.pipeline);
+            run.phases.verify += t.elapsed();
+            run.elapsed += t.elapsed();
+            run.current = Some(prepared);
+        }
+        Ok(run)
     }
-    let mut generator = TransferGen::new(config);
-    // Block h of the run holds transfers (h-1)*block_size.. : genesis is block 0.
-    let mut done = chain.head().height * config.block_size as u64;
-    generator.skip(done.min(config.transfers));
-    let mut phases = Phases::default();
-    let mut elapsed = Duration::ZERO;
-    let (mut failed, mut blocks) = (0u64, 0u64);
-    let (mut speculated, mut confirmed) = (0u64, 0u64);
-    let start_done = done;
-    let check = chain.config().check_signatures;
-    let pipeline = config.pipeline;
-    chain.set_pipeline(pipeline);
-    let mut verify_alone = Duration::ZERO;
-    let mut per_block = Vec::new();
-    let block_len = |done: u64| (config.transfers - done).min(config.block_size as u64);
-    // The client generates one block ahead; with batched verification the chain prepares that
-    // block on the spare cores while the current one executes.
-    let mut height = chain.head().height + 1;
-    let mut current = (done < config.transfers).then(|| {
-        let block = generator.next_block(chain, height, block_len(done));
-        let t = Instant::now();
-        let prepared = prepare_block(block, check, &pipeline);
-        phases.verify += t.elapsed();
-        elapsed += t.elapsed();
-        prepared
-    });
-    while let Some(prepared) = current.take() {
+
+    fn block_len(&self, done: u64) -> u64 {
+        (self.config.transfers - done).min(self.config.block_size as u64)
+    }
+
+    /// Transfers done so far, counting those of blocks committed before this run started.
+    pub fn done(&self) -> u64 {
+        self.done
+    }
+
+    /// Executes and commits the next block. Returns its transfers per second, or `None` when
+    /// the workload is done.
+    ///
+    /// # Errors
+    /// A node fault of the chain (its store failed).
+    pub fn step(&mut self) -> Result<Option<f64>, ChainError> {
+        let Some(prepared) = self.current.take() else {
+            return Ok(None);
+        };
+        let (done, height) = (self.done, self.height);
         let n = prepared.len() as u64;
-        let ahead = (done + n < config.transfers)
-            .then(|| generator.next_block(chain, height + 1, block_len(done + n)));
+        let ahead_len = self.block_len((done + n).min(self.config.transfers));
+        let chain = &mut *self.chain;
+        let check = chain.config().check_signatures;
+        let pipeline = self.config.pipeline;
+        let ahead = (done + n < self.config.transfers)
+            .then(|| self.generator.next_block(chain, height + 1, ahead_len));
         if check {
             // The ceiling: batched verification of these transactions and nothing else.
             let items: Vec<(&SignedTransaction, &TxId)> =
                 prepared.iter().map(|p| (&p.tx, &p.id)).collect();
             let t = Instant::now();
             let results = crypto::verify_many(&items);
-            verify_alone += t.elapsed();
+            self.verify_alone += t.elapsed();
             debug_assert!(results.iter().all(Result::is_ok));
         }
         let t0 = Instant::now();
@@ -438,36 +515,38 @@ fn bench(
             chain.sync()?; // the last block is durable before the clock stops
         }
         let t2 = Instant::now();
-        failed += executed.failed;
-        speculated += executed.speculated;
-        confirmed += executed.confirmed;
-        phases.execute += executed.execute;
-        phases.commit += executed.commit + (t2 - t1);
-        per_block.push((
-            n as f64 / (t2 - t0).as_secs_f64(),
-            crate::proc::resident_bytes(),
-        ));
-        elapsed += t2 - t0;
-        current = next.map(|(prepared, took)| {
-            phases.verify += took;
+        self.failed += executed.failed;
+        self.speculated += executed.speculated;
+        self.confirmed += executed.confirmed;
+        self.phases.execute += executed.execute;
+        self.phases.commit += executed.commit + (t2 - t1);
+        let tps = n as f64 / (t2 - t0).as_secs_f64().max(1e-9);
+        self.per_block.push((tps, crate::proc::resident_bytes()));
+        self.elapsed += t2 - t0;
+        self.current = next.map(|(prepared, took)| {
+            self.phases.verify += took;
             prepared
         });
-        done += n;
-        height += 1;
-        blocks += 1;
-        progress(done);
+        self.done += n;
+        self.height += 1;
+        self.blocks += 1;
+        Ok(Some(tps))
     }
-    Ok(BenchReport {
-        transfers: done - start_done.min(done),
-        failed,
-        elapsed,
-        phases,
-        blocks,
-        height: chain.head().height,
-        state_checksum: chain.head().state_checksum,
-        verify_alone,
-        per_block,
-        speculated,
-        confirmed,
-    })
+
+    /// The report of the blocks stepped so far.
+    pub fn finish(self) -> BenchReport {
+        BenchReport {
+            transfers: self.done - self.start_done.min(self.done),
+            failed: self.failed,
+            elapsed: self.elapsed,
+            phases: self.phases,
+            blocks: self.blocks,
+            height: self.chain.head().height,
+            state_checksum: self.chain.head().state_checksum,
+            verify_alone: self.verify_alone,
+            per_block: self.per_block,
+            speculated: self.speculated,
+            confirmed: self.confirmed,
+        }
+    }
 }

@@ -44,8 +44,47 @@ pub struct Import {
     pub results: &'static [ValType],
     /// One line on what it does.
     pub doc: &'static str,
+    /// What it costs in fuel.
+    pub charge: Charge,
 }
 
+/// What a host call costs in fuel, on top of the WebAssembly that makes it. Every engine that
+/// runs contracts prices calls from this one table: the wasmtime linker of
+/// [`crate::linker`] and the wasmi baseline of `tally bench`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Charge {
+    /// Charged first, once the lengths are checked, with [`Charge::per_input_byte`].
+    pub call: u64,
+    /// Per byte of the call's input: its key, the key and value of a `store`, printed text.
+    pub per_input_byte: u64,
+    /// Per byte copied into the contract's memory (the message, a loaded value), after the
+    /// copy.
+    pub per_output_byte: u64,
+    /// Extra when a `store` creates a key that did not exist.
+    pub new_key: u64,
+}
+
+impl Charge {
+    /// A call that moves no bytes: [`FUEL_PER_HOST_CALL`] plus `extra`.
+    const fn flat(extra: u64) -> Self {
+        Self {
+            call: FUEL_PER_HOST_CALL + extra,
+            per_input_byte: 0,
+            per_output_byte: 0,
+            new_key: 0,
+        }
+    }
+
+    /// The fuel charged before the call runs, for `input_bytes` of input.
+    pub const fn before(&self, input_bytes: u64) -> u64 {
+        self.call + input_bytes * self.per_input_byte
+    }
+}
+
+use crate::limits::{
+    FUEL_PER_BYTE, FUEL_PER_HOST_CALL, FUEL_PER_KEY_READ, FUEL_PER_KEY_WRITE, FUEL_PER_NEW_KEY,
+    FUEL_PER_STORED_BYTE,
+};
 use ValType::{I32, I64};
 
 /// Every import of ABI v1, in the order `tally.h` declares them.
@@ -55,52 +94,106 @@ pub const IMPORTS: &[Import] = &[
         params: &[I32, I32],
         results: &[I32],
         doc: "copy up to len bytes of the action's data to dst; returns its full length",
+        charge: Charge {
+            per_output_byte: FUEL_PER_BYTE,
+            ..Charge::flat(0)
+        },
     },
     Import {
         name: "message_size",
         params: &[],
         results: &[I32],
         doc: "the full length of the action's data",
+        charge: Charge::flat(0),
     },
     Import {
         name: "load",
         params: &[I32, I32, I32, I32],
         results: &[I32],
         doc: "copy up to dlen bytes of key's value to dst; returns its full length, or -1 if absent",
+        charge: Charge {
+            per_input_byte: FUEL_PER_BYTE,
+            per_output_byte: FUEL_PER_BYTE,
+            ..Charge::flat(FUEL_PER_KEY_READ)
+        },
     },
     Import {
         name: "store",
         params: &[I32, I32, I32, I32],
         results: &[],
         doc: "set key to value in this contract's own namespace",
+        charge: Charge {
+            per_input_byte: FUEL_PER_STORED_BYTE,
+            new_key: FUEL_PER_NEW_KEY,
+            ..Charge::flat(FUEL_PER_KEY_WRITE)
+        },
     },
     Import {
         name: "remove",
         params: &[I32, I32],
         results: &[],
         doc: "delete key from this contract's own namespace",
+        charge: Charge {
+            per_input_byte: FUEL_PER_BYTE,
+            ..Charge::flat(FUEL_PER_KEY_WRITE)
+        },
     },
     Import {
         name: "assert",
         params: &[I32, I32, I32],
         results: &[],
         doc: "abort the action with the given message when cond is 0",
+        charge: Charge::flat(0),
     },
     Import {
         name: "require_auth",
         params: &[I64],
         results: &[],
         doc: "abort the action unless the transaction is authorized by account",
+        charge: Charge::flat(0),
     },
     Import {
         name: "print",
         params: &[I32, I32],
         results: &[],
         doc: "append text to the action's console (bounded; for debugging)",
+        charge: Charge {
+            per_input_byte: FUEL_PER_BYTE,
+            ..Charge::flat(0)
+        },
     },
 ];
 
 /// Looks up an import of ABI v1 by name.
 pub fn import(name: &str) -> Option<&'static Import> {
     IMPORTS.iter().find(|i| i.name == name)
+}
+
+/// The charge of import `name`, at compile time: `const LOAD: Charge = abi::charge("load");`.
+///
+/// # Panics
+/// At compile time, if ABI v1 has no such import.
+pub const fn charge(name: &str) -> Charge {
+    let mut i = 0;
+    while i < IMPORTS.len() {
+        if eq(IMPORTS[i].name.as_bytes(), name.as_bytes()) {
+            return IMPORTS[i].charge;
+        }
+        i += 1;
+    }
+    panic!("no such import in ABI v1")
+}
+
+const fn eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }

@@ -13,12 +13,19 @@ use std::string::String;
 
 use wasmtime::{Caller, Linker, Memory};
 
-use crate::abi::MODULE;
+use crate::abi::{Charge, MODULE, charge as charge_of};
 use crate::error::{Abort, AbortCode, HostError};
-use crate::limits::{
-    FUEL_PER_BYTE, FUEL_PER_HOST_CALL, FUEL_PER_KEY_READ, FUEL_PER_KEY_WRITE, FUEL_PER_NEW_KEY,
-    FUEL_PER_STORED_BYTE, MAX_ASSERT_MESSAGE_LEN, MAX_CONSOLE_LEN, MAX_KEY_LEN, MAX_VALUE_LEN,
-};
+use crate::limits::{MAX_ASSERT_MESSAGE_LEN, MAX_CONSOLE_LEN, MAX_KEY_LEN, MAX_VALUE_LEN};
+
+// The prices of abi::IMPORTS, resolved at compile time (so they cost what literals would).
+const READ_MESSAGE: Charge = charge_of("read_message");
+const MESSAGE_SIZE: Charge = charge_of("message_size");
+const LOAD: Charge = charge_of("load");
+const STORE: Charge = charge_of("store");
+const REMOVE: Charge = charge_of("remove");
+const ASSERT: Charge = charge_of("assert");
+const REQUIRE_AUTH: Charge = charge_of("require_auth");
+const PRINT: Charge = charge_of("print");
 use crate::{Host, Name, Upsert};
 
 /// The store data of a running action: a [`Host`] that also knows the instance's memory.
@@ -116,7 +123,7 @@ pub fn add_to_linker<T: WasmHost>(linker: &mut Linker<T>) -> wasmtime::Result<()
         MODULE,
         "read_message",
         |mut caller: Caller<'_, T>, dst: i32, len: i32| -> HostResult<i32> {
-            charge(&mut caller, FUEL_PER_HOST_CALL)?;
+            charge(&mut caller, READ_MESSAGE.before(0))?;
             let len = length(len, u32::MAX >> 1, "message buffer")?;
             let mem = memory(&caller)?;
             let (data, host) = mem.data_and_store_mut(&mut caller);
@@ -126,7 +133,7 @@ pub fn add_to_linker<T: WasmHost>(linker: &mut Linker<T>) -> wasmtime::Result<()
             data[dst.start..dst.start + n].copy_from_slice(&msg[..n]);
             let full = msg.len() as i32;
             let extra = host.wrote(dst.start..dst.start + n);
-            charge(&mut caller, n as u64 * FUEL_PER_BYTE + extra)?;
+            charge(&mut caller, n as u64 * READ_MESSAGE.per_output_byte + extra)?;
             Ok(full)
         },
     )?;
@@ -134,7 +141,7 @@ pub fn add_to_linker<T: WasmHost>(linker: &mut Linker<T>) -> wasmtime::Result<()
         MODULE,
         "message_size",
         |mut caller: Caller<'_, T>| -> HostResult<i32> {
-            charge(&mut caller, FUEL_PER_HOST_CALL)?;
+            charge(&mut caller, MESSAGE_SIZE.before(0))?;
             Ok(caller.data().message().len() as i32)
         },
     )?;
@@ -143,10 +150,7 @@ pub fn add_to_linker<T: WasmHost>(linker: &mut Linker<T>) -> wasmtime::Result<()
         "load",
         |mut caller: Caller<'_, T>, key: i32, klen: i32, dst: i32, dlen: i32| -> HostResult<i32> {
             let klen = length(klen, MAX_KEY_LEN, "key")?;
-            charge(
-                &mut caller,
-                FUEL_PER_HOST_CALL + FUEL_PER_KEY_READ + klen as u64 * FUEL_PER_BYTE,
-            )?;
+            charge(&mut caller, LOAD.before(klen as u64))?;
             let dlen = length(dlen, u32::MAX >> 1, "value buffer")?;
             let mem = memory(&caller)?;
             let (data, host) = mem.data_and_store_mut(&mut caller);
@@ -161,7 +165,7 @@ pub fn add_to_linker<T: WasmHost>(linker: &mut Linker<T>) -> wasmtime::Result<()
                 }
             };
             let extra = host.wrote(dst.start..dst.start + n);
-            charge(&mut caller, n as u64 * FUEL_PER_BYTE + extra)?;
+            charge(&mut caller, n as u64 * LOAD.per_output_byte + extra)?;
             Ok(full)
         },
     )?;
@@ -171,18 +175,13 @@ pub fn add_to_linker<T: WasmHost>(linker: &mut Linker<T>) -> wasmtime::Result<()
         |mut caller: Caller<'_, T>, key: i32, klen: i32, val: i32, vlen: i32| -> HostResult<()> {
             let klen = length(klen, MAX_KEY_LEN, "key")?;
             let vlen = length(vlen, MAX_VALUE_LEN, "value")?;
-            charge(
-                &mut caller,
-                FUEL_PER_HOST_CALL
-                    + FUEL_PER_KEY_WRITE
-                    + (klen as u64 + vlen as u64) * FUEL_PER_STORED_BYTE,
-            )?;
+            charge(&mut caller, STORE.before(klen as u64 + vlen as u64))?;
             let mem = memory(&caller)?;
             let (data, host) = mem.data_and_store_mut(&mut caller);
             let key = guest_range(data.len(), key, klen, "key")?;
             let val = guest_range(data.len(), val, vlen, "value")?;
             match host.upsert(&data[key], &data[val]).map_err(into_trap)? {
-                Upsert::Inserted => charge(&mut caller, FUEL_PER_NEW_KEY),
+                Upsert::Inserted => charge(&mut caller, STORE.new_key),
                 Upsert::Updated => Ok(()),
             }
         },
@@ -192,10 +191,7 @@ pub fn add_to_linker<T: WasmHost>(linker: &mut Linker<T>) -> wasmtime::Result<()
         "remove",
         |mut caller: Caller<'_, T>, key: i32, klen: i32| -> HostResult<()> {
             let klen = length(klen, MAX_KEY_LEN, "key")?;
-            charge(
-                &mut caller,
-                FUEL_PER_HOST_CALL + FUEL_PER_KEY_WRITE + klen as u64 * FUEL_PER_BYTE,
-            )?;
+            charge(&mut caller, REMOVE.before(klen as u64))?;
             let mem = memory(&caller)?;
             let (data, host) = mem.data_and_store_mut(&mut caller);
             let key = guest_range(data.len(), key, klen, "key")?;
@@ -206,7 +202,7 @@ pub fn add_to_linker<T: WasmHost>(linker: &mut Linker<T>) -> wasmtime::Result<()
         MODULE,
         "assert",
         |mut caller: Caller<'_, T>, cond: i32, msg: i32, mlen: i32| -> HostResult<()> {
-            charge(&mut caller, FUEL_PER_HOST_CALL)?;
+            charge(&mut caller, ASSERT.before(0))?;
             if cond != 0 {
                 return Ok(());
             }
@@ -222,7 +218,7 @@ pub fn add_to_linker<T: WasmHost>(linker: &mut Linker<T>) -> wasmtime::Result<()
         MODULE,
         "require_auth",
         |mut caller: Caller<'_, T>, account: i64| -> HostResult<()> {
-            charge(&mut caller, FUEL_PER_HOST_CALL)?;
+            charge(&mut caller, REQUIRE_AUTH.before(0))?;
             let account = Name(account as u64);
             if caller.data().is_authorized(account) {
                 Ok(())
@@ -239,10 +235,7 @@ pub fn add_to_linker<T: WasmHost>(linker: &mut Linker<T>) -> wasmtime::Result<()
         "print",
         |mut caller: Caller<'_, T>, msg: i32, mlen: i32| -> HostResult<()> {
             let mlen = length(mlen, MAX_CONSOLE_LEN, "console text")?;
-            charge(
-                &mut caller,
-                FUEL_PER_HOST_CALL + mlen as u64 * FUEL_PER_BYTE,
-            )?;
+            charge(&mut caller, PRINT.before(mlen as u64))?;
             let mem = memory(&caller)?;
             let (data, host) = mem.data_and_store_mut(&mut caller);
             let msg = guest_range(data.len(), msg, mlen, "console text")?;

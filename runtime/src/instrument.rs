@@ -55,19 +55,19 @@ use crate::validate::Validated;
 /// Exports whose names start with this are Tally's; uploads may not use them.
 pub const RESERVED_EXPORT_PREFIX: &str = "__tally";
 /// The module of the runtime's private imports.
-pub(crate) const PRIVATE_MODULE: &str = "__tally";
+pub const PRIVATE_MODULE: &str = "__tally";
 /// The added export of the dirty-chunk map (one byte per 1 KiB of the contract's memory).
-pub(crate) const DIRTY_MAP_EXPORT: &str = "__tally_dirty_map";
+pub const DIRTY_MAP_EXPORT: &str = "__tally_dirty_map";
 /// The added export of the stack-height global.
-pub(crate) const STACK_EXPORT: &str = "__tally_stack";
+pub const STACK_EXPORT: &str = "__tally_stack";
 /// The added export of the global counting chunks marked since the last charge point.
-pub(crate) const NEW_CHUNKS_EXPORT: &str = "__tally_new_chunks";
+pub const NEW_CHUNKS_EXPORT: &str = "__tally_new_chunks";
 /// Prefix of the added exports of the module's own mutable globals, by global index.
-pub(crate) const GLOBAL_EXPORT_PREFIX: &str = "__tally_global_";
+pub const GLOBAL_EXPORT_PREFIX: &str = "__tally_global_";
 
 /// The runtime's private imports, in the order they are added: name and parameter count
 /// (every parameter is an i32; none has results).
-pub(crate) const PRIVATE_IMPORTS: [(&str, usize); 4] = [
+pub const PRIVATE_IMPORTS: [(&str, usize); 4] = [
     // (chunks): a charge point found this many newly marked chunks.
     ("charge_chunks", 1),
     // (dst, len): a bulk memory operation is about to write `len` bytes at `dst`.
@@ -191,6 +191,37 @@ fn layout(wasm: &[u8]) -> Result<Layout, DeployError> {
         }
     }
     Ok(l)
+}
+
+/// A module rewritten exactly as the runtime runs it, for another engine to run under the
+/// same limits (the wasmi baseline of `tally bench`): its host must provide the imports of
+/// [`PRIVATE_MODULE`] and restore instances the way the runtime does.
+#[derive(Debug, Clone)]
+pub struct Rewritten {
+    /// The instrumented module.
+    pub wasm: Vec<u8>,
+    /// The exports of the module's mutable globals, which restoring an instance resets.
+    pub mutable_globals: Vec<String>,
+    /// Whether an instance can be restored after an action and reused.
+    pub reusable: bool,
+}
+
+/// Validates `wasm` as an upload and instruments it as [`crate::Runtime::prepare`] does.
+///
+/// # Errors
+/// The module breaks an upload rule.
+pub fn rewrite(wasm: &[u8]) -> Result<Rewritten, DeployError> {
+    let validated = crate::validate::check(wasm)?;
+    let instrumented = instrument(wasm, &validated)?;
+    Ok(Rewritten {
+        wasm: instrumented.wasm,
+        mutable_globals: instrumented
+            .mutable_globals
+            .iter()
+            .map(|i| format!("{GLOBAL_EXPORT_PREFIX}{i}"))
+            .collect(),
+        reusable: instrumented.reusable,
+    })
 }
 
 /// Rewrites a module that passed [`crate::validate::check`], which also measured its frames.

@@ -31,7 +31,10 @@ use super::store::{StoreKind, open_store};
   tally bench --json - | jq .tps                # machine-readable, on stdout
   tally bench --seed 7 --json run.json          # same seed => same state_checksum
   tally bench --store memory --unsigned --baseline native,wasmi
-                                                # execution vs plain Rust vs an interpreter
+                                                # execution vs plain Rust vs an interpreter,
+                                                # interleaved block by block
+  tally bench --store memory --unsigned --baseline native,wasmi,evm
+                                                # and an ERC-20 in revm (feature `evm`)
   tally bench --sequential                      # every pipeline stage off, for comparison
   tally bench --plot run.svg                    # transfers/s and memory per block
 
@@ -91,9 +94,11 @@ pub struct BenchArgs {
     /// The contract the transfers go through: the 2017 C simplecoin or the Rust token-rs.
     #[arg(long, value_enum, default_value_t = ContractArg::Simplecoin)]
     pub contract: ContractArg,
-    /// Also run the same workload with baseline executors and report them side by side:
+    /// Also run the same workload with baseline engines and report Tally's ratio to each:
     /// `native` (simplecoin's transfer in plain Rust) and `wasmi` (the same .wasm in the wasmi
-    /// interpreter), each on a fresh store of the same kind.
+    /// interpreter), each on its own chain on a fresh store of the same kind, and `evm` (an
+    /// ERC-20 in revm's in-memory database; cargo feature `evm`), interleaved with Tally block
+    /// by block; each ratio is the median over the blocks, with its spread.
     #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST")]
     pub baseline: Vec<Baseline>,
     /// Worker threads for the parallel stages (default: one per core).
@@ -126,13 +131,19 @@ pub enum Baseline {
     Native,
     /// The same .wasm in the wasmi interpreter.
     Wasmi,
+    /// A solc-compiled ERC-20 `transfer` in revm, in its in-memory database (needs the `evm`
+    /// cargo feature).
+    Evm,
 }
 
 impl Baseline {
-    fn label(self) -> &'static str {
+    /// The engine of a baseline that runs on a Tally chain (`None` for the EVM, which keeps
+    /// its own state).
+    fn engine(self) -> Option<baseline::Engine> {
         match self {
-            Baseline::Native => "native",
-            Baseline::Wasmi => "wasmi",
+            Baseline::Native => Some(baseline::Engine::Native),
+            Baseline::Wasmi => Some(baseline::Engine::Wasmi),
+            Baseline::Evm => None,
         }
     }
 }
@@ -255,44 +266,135 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     } else {
         workload::create(runtime, store, chain_config.clone(), &config)?.0
     };
+    anyhow::ensure!(
+        args.baseline.is_empty() || !resuming,
+        "--baseline runs every engine from genesis alongside Tally, block by block, so it \
+         cannot resume {}: drop --data, or give a new directory",
+        data.display()
+    );
     let bar = ProgressBar::new(config.transfers).with_style(
         ProgressStyle::with_template("{spinner} {bar:40} {pos}/{len} transfers ({per_sec}, {eta})")
             .expect("valid template"),
     );
-    let run = workload::run(&mut chain, &config, &mut |done| bar.set_position(done))?;
-    bar.finish_and_clear();
 
-    // Baselines: the same workload on a fresh store of the same kind, same settings.
-    let mut baselines = BTreeMap::new();
-    for &baseline in &args.baseline {
-        let executor: tally_chain::NativeContract = match baseline {
-            Baseline::Native => Arc::new(baseline::native_simplecoin),
-            Baseline::Wasmi => baseline::wasmi::executor(config.contract.wasm())?,
-        };
+    // Baselines: each engine on its own chain, from the same genesis on a fresh store of the
+    // same kind, over the same transactions, interleaved with Tally block by block.
+    let mut engines: Vec<baseline::Engine> =
+        args.baseline.iter().filter_map(|b| b.engine()).collect();
+    engines.sort();
+    engines.dedup();
+    let want_evm = args.baseline.contains(&Baseline::Evm);
+    #[cfg(not(feature = "evm"))]
+    anyhow::ensure!(
+        !want_evm,
+        "this tally was built without the EVM baseline; rebuild it with \
+         `cargo build --release --features evm` to use --baseline evm"
+    );
+    #[cfg(feature = "evm")]
+    let mut evm_run = match want_evm {
+        true => Some(baseline::evm::EvmRun::new(&config)?),
+        false => None,
+    };
+    let mut base_dirs = Vec::new();
+    let mut base_chains = Vec::new();
+    for &engine in &engines {
         let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
-        let runtime = Arc::new(Runtime::new(RuntimeConfig::default())?);
         let store = open_store(
             args.store,
             &dir.path().join("store"),
             chain_config.retain_blocks,
             Access::ReadWrite,
         )?;
-        let (mut chain, _) = workload::create(runtime, store, chain_config.clone(), &config)?;
-        chain.set_native(workload::SIMPLECOIN, executor);
-        let base = workload::run(&mut chain, &config, &mut |_| {})?;
+        base_dirs.push(dir);
+        let runtime = Arc::new(Runtime::new(RuntimeConfig::default())?);
+        let (mut base, _) = workload::create(runtime, store, chain_config.clone(), &config)?;
+        base.set_native(workload::SIMPLECOIN, engine.executor(config.contract)?);
+        base_chains.push(base);
+    }
+    let mut tally_run = workload::Run::new(&mut chain, &config)?;
+    let mut base_runs = base_chains
+        .iter_mut()
+        .map(|c| workload::Run::new(c, &config))
+        .collect::<Result<Vec<_>, _>>()?;
+    {
+        let mut steppers: Vec<&mut dyn baseline::Stepper> = vec![&mut tally_run];
+        steppers.extend(
+            base_runs
+                .iter_mut()
+                .map(|r| r as &mut dyn baseline::Stepper),
+        );
+        #[cfg(feature = "evm")]
+        if let Some(evm) = evm_run.as_mut() {
+            steppers.push(evm);
+        }
+        baseline::interleave(&mut steppers, &mut |done| bar.set_position(done))?;
+    }
+    let run = tally_run.finish();
+    let base_reports: Vec<_> = base_runs.into_iter().map(workload::Run::finish).collect();
+    bar.finish_and_clear();
+
+    let expected_supply = config.accounts * workload::INITIAL_BALANCE;
+    let accounts_supply = if args.baseline.is_empty() {
+        None
+    } else {
+        let supply = workload::accounts_supply(&chain, &config)?;
         anyhow::ensure!(
-            base.state_checksum == run.state_checksum || resuming,
+            supply == expected_supply,
+            "Tally's accounts hold {supply} coins at the end, not the {expected_supply} genesis \
+             gave them"
+        );
+        Some(supply)
+    };
+    let mut baselines = BTreeMap::new();
+    for ((engine, base_report), base_chain) in engines.iter().zip(base_reports).zip(&base_chains) {
+        let compared = baseline::compare(&run, base_report);
+        let base = &compared.report;
+        let supply = workload::accounts_supply(base_chain, &config)?;
+        anyhow::ensure!(
+            supply == expected_supply,
+            "the {} baseline's accounts hold {supply} coins at the end, not the \
+             {expected_supply} genesis gave them",
+            engine.label()
+        );
+        anyhow::ensure!(
+            base.state_checksum == run.state_checksum,
             "the {} baseline reached another state than the contract",
-            baseline.label()
+            engine.label()
         );
         let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / base.transfers.max(1) as f64;
         baselines.insert(
-            baseline.label().to_string(),
+            engine.label().to_string(),
             BaselineReport {
                 tps: base.tps(),
                 verify_us: per(base.phases.verify),
                 execute_us: per(base.phases.execute),
                 commit_us: per(base.phases.commit),
+                ratio: compared.spread,
+                per_block_ratio: compared.ratios.clone(),
+                state_checksum: Some(hex::encode(base.state_checksum)),
+                same_state: Some(base.state_checksum == run.state_checksum),
+                accounts_supply: supply,
+            },
+        );
+    }
+    #[cfg(feature = "evm")]
+    if let Some(mut evm) = evm_run {
+        let supply = evm.check_supply()?;
+        let compared = baseline::compare(&run, evm.report());
+        let base = &compared.report;
+        let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / base.transfers.max(1) as f64;
+        baselines.insert(
+            "evm".to_string(),
+            BaselineReport {
+                tps: base.tps(),
+                verify_us: 0.0,
+                execute_us: per(base.phases.execute),
+                commit_us: 0.0,
+                ratio: compared.spread,
+                per_block_ratio: compared.ratios.clone(),
+                state_checksum: None,
+                same_state: None,
+                accounts_supply: supply,
             },
         );
     }
@@ -305,6 +407,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         tps: run.tps(),
         verify_ceiling_tps: run.verify_ceiling_tps(),
         baselines,
+        accounts_supply,
         pipeline: PipelineReport {
             batch_verify: pipeline.batch_verify,
             batch_dedup: pipeline.batch_dedup,
