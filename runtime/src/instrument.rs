@@ -212,7 +212,7 @@ pub struct Rewritten {
 /// The module breaks an upload rule.
 pub fn rewrite(wasm: &[u8]) -> Result<Rewritten, DeployError> {
     let validated = crate::validate::check(wasm)?;
-    let instrumented = instrument(wasm, &validated)?;
+    let instrumented = instrument(wasm, &validated, false)?;
     Ok(Rewritten {
         wasm: instrumented.wasm,
         mutable_globals: instrumented
