@@ -70,14 +70,22 @@ pub enum Tuning {
 fn store_err(dir: &Path, writing: bool, e: rocksdb::Error) -> StoreError {
     match e.kind() {
         rocksdb::ErrorKind::Corruption => StoreError::corrupted(dir, None, e.into_string()),
-        // RocksDB says so only in its message: "While lock file: <dir>/LOCK: Resource
-        // temporarily unavailable".
-        rocksdb::ErrorKind::IOError if e.as_ref().contains("lock file") => StoreError::Locked {
+        // RocksDB says so only in its message, in one of two forms: another process holds
+        // the lock ("While lock file: <dir>/LOCK: Resource temporarily unavailable"), or this
+        // one does ("lock hold by current process, acquire time ...: <dir>/LOCK: No locks
+        // available").
+        rocksdb::ErrorKind::IOError if is_lock_message(e.as_ref()) => StoreError::Locked {
             dir: dir.to_path_buf(),
             writing,
         },
         _ => StoreError::Io(std::io::Error::other(e.into_string())),
     }
+}
+
+/// Whether a RocksDB I/O error message says the store's `LOCK` is held, by this process or
+/// another.
+fn is_lock_message(message: &str) -> bool {
+    message.contains("lock file") || message.contains("lock hold by current process")
 }
 
 /// The RocksDB store.
@@ -350,4 +358,22 @@ fn fs_size(dir: &Path) -> u64 {
                 .sum()
         })
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_of_rocksdbs_lock_messages_are_recognised() {
+        // Verbatim from RocksDB 10: another process holds the lock, then this one does.
+        assert!(is_lock_message(
+            "IO error: While lock file: /tmp/x/LOCK: Resource temporarily unavailable"
+        ));
+        assert!(is_lock_message(
+            "IO error: lock hold by current process, acquire time 1795379650 acquiring thread \
+             13231: /tmp/x/LOCK: No locks available"
+        ));
+        assert!(!is_lock_message("IO error: No space left on device"));
+    }
 }
