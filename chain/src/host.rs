@@ -1,6 +1,6 @@
 //! The [`Host`] an action sees: its contract's namespace of the journal.
 
-use tally_host_api::{Host, HostError, Name, NodeFault};
+use tally_host_api::{Host, HostError, Name, NodeFault, Upsert};
 
 use crate::journal::Journal;
 use crate::state::{StateStore, keys};
@@ -33,6 +33,19 @@ impl Host for ActionHost<'_> {
     fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), HostError> {
         keys::contract_into(self.key, self.contract, key);
         Ok(self.journal.set(self.key, Some(value))?)
+    }
+
+    fn upsert(&mut self, key: &[u8], value: &[u8]) -> Result<Upsert, HostError> {
+        keys::contract_into(self.key, self.contract, key);
+        let existed = self
+            .journal
+            .upsert(self.store, self.key, value)
+            .map_err(NodeFault::new)??;
+        Ok(if existed {
+            Upsert::Updated
+        } else {
+            Upsert::Inserted
+        })
     }
 
     fn remove(&mut self, key: &[u8]) -> Result<(), HostError> {

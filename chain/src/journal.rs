@@ -10,7 +10,8 @@
 use std::borrow::Cow;
 use std::io;
 
-use rustc_hash::FxHashMap;
+use indexmap::IndexMap;
+use rustc_hash::{FxBuildHasher, FxHashMap};
 use tally_host_api::limits::{MAX_TX_WRITE_BYTES, MAX_TX_WRITES};
 use tally_host_api::{Abort, AbortCode};
 
@@ -19,9 +20,12 @@ use crate::state::{Change, StateStore};
 /// A value in the overlay: `None` means the pending block deleted the key.
 type Slot = Option<Vec<u8>>;
 
-/// What one write replaced, to undo it: the key and its previous overlay entry (`None` when
-/// the key was not in the overlay at all).
-type Undo = (Vec<u8>, Option<Slot>);
+/// What one write replaced, to undo it: the written entry's index in the overlay, and the
+/// value it replaced (`None` when the write added the entry). An index rather than the key, so
+/// a write allocates no copy of its key for the undo log: entries are only ever appended
+/// while a transaction runs, so the entry a write added is the overlay's last when its undo
+/// comes round.
+type Undo = (usize, Option<Slot>);
 
 /// Counts one write of `key` = `value` against a transaction's limits (`writes` made and
 /// `bytes` written so far): every path that writes for a transaction counts the same way.
@@ -52,8 +56,9 @@ pub(crate) fn count_write(
 /// The pending block's state over a [`StateStore`].
 #[derive(Default)]
 pub struct Journal {
-    /// Writes of the pending block, the running transaction's included.
-    overlay: FxHashMap<Vec<u8>, Slot>,
+    /// Writes of the pending block, the running transaction's included, in the order their
+    /// keys were first written.
+    overlay: IndexMap<Vec<u8>, Slot, FxBuildHasher>,
     /// Values read from stores that hand out owned bytes, kept for the block so that a
     /// borrowed slice can be returned to the contract.
     read_cache: FxHashMap<Vec<u8>, Vec<u8>>,
@@ -103,14 +108,51 @@ impl Journal {
         Ok(())
     }
 
+    /// Sets `key` to `value` like [`Journal::set`], and says whether the key held a value
+    /// before, which the new-key charge needs: the overlay lookup that finds the entry to
+    /// replace answers it, so an update costs one lookup instead of a read and a write.
+    /// `Err` is the store's failure; `Ok(Err)` a limit the write would break.
+    pub fn upsert(
+        &mut self,
+        store: &dyn StateStore,
+        key: &[u8],
+        value: &[u8],
+    ) -> io::Result<Result<bool, Abort>> {
+        if let Some((index, _, slot)) = self.overlay.get_full_mut(key) {
+            if let Err(abort) = count_write(&mut self.tx_writes, &mut self.tx_bytes, key, Some(value))
+            {
+                return Ok(Err(abort));
+            }
+            let previous = std::mem::replace(slot, Some(value.to_vec()));
+            let existed = previous.is_some();
+            self.undo.push((index, Some(previous)));
+            return Ok(Ok(existed));
+        }
+        let existed = self.read_cache.contains_key(key) || store.get(key)?.is_some();
+        if let Err(abort) = count_write(&mut self.tx_writes, &mut self.tx_bytes, key, Some(value)) {
+            return Ok(Err(abort));
+        }
+        let (index, _) = self.overlay.insert_full(key.to_vec(), Some(value.to_vec()));
+        self.undo.push((index, None));
+        Ok(Ok(existed))
+    }
+
     /// Whether the pending block wrote `key` (a transaction's included).
     pub fn contains(&self, key: &[u8]) -> bool {
         self.overlay.contains_key(key)
     }
 
     fn set_unchecked(&mut self, key: &[u8], value: Slot) {
-        let previous = self.overlay.insert(key.to_vec(), value);
-        self.undo.push((key.to_vec(), previous));
+        match self.overlay.get_full_mut(key) {
+            Some((index, _, slot)) => {
+                let previous = std::mem::replace(slot, value);
+                self.undo.push((index, Some(previous)));
+            }
+            None => {
+                let (index, _) = self.overlay.insert_full(key.to_vec(), value);
+                self.undo.push((index, None));
+            }
+        }
     }
 
     /// Writes `key` straight into the pending block, outside any transaction and its limits:
@@ -135,13 +177,13 @@ impl Journal {
 
     /// Drops the running transaction's writes, leaving the overlay as at the checkpoint.
     pub fn discard_tx(&mut self) {
-        while let Some((key, previous)) = self.undo.pop() {
+        while let Some((index, previous)) = self.undo.pop() {
             match previous {
-                Some(slot) => {
-                    self.overlay.insert(key, slot);
-                }
+                Some(slot) => self.overlay[index] = slot,
                 None => {
-                    self.overlay.remove(&key);
+                    // Undone newest first, so every entry added after this one is gone.
+                    debug_assert_eq!(index + 1, self.overlay.len());
+                    self.overlay.pop();
                 }
             }
         }
@@ -150,7 +192,7 @@ impl Journal {
     /// The pending block's changes, sorted by key, leaving an empty journal for the next block.
     pub fn take_changes(&mut self) -> Vec<Change> {
         debug_assert!(self.undo.is_empty(), "a transaction is still running");
-        let mut changes: Vec<Change> = self.overlay.drain().collect();
+        let mut changes: Vec<Change> = self.overlay.drain(..).collect();
         changes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         self.read_cache.clear();
         changes
@@ -193,6 +235,53 @@ mod tests {
         assert_eq!(j.take_changes(), vec![(b"a".to_vec(), Some(b"1".to_vec()))]);
     }
 
+    /// A store holding `a` = 1.
+    fn store_with_a() -> MemoryStore {
+        let mut store = MemoryStore::new(1);
+        let record = crate::state::BlockRecord {
+            header: crate::block::BlockHeader {
+                height: 0,
+                previous: Default::default(),
+                timestamp_ms: 0,
+                transactions_root: [0; 32],
+                state_checksum: [0; 32],
+            },
+            body: Vec::new(),
+            changes: vec![(b"a".to_vec(), Some(b"1".to_vec()))],
+        };
+        store.commit(&record, Default::default()).unwrap();
+        store
+    }
+
+    #[test]
+    fn upsert_tells_a_new_key_from_an_existing_one_as_load_would() {
+        let store = store_with_a();
+        let mut j = Journal::default();
+        j.checkpoint();
+        // In the store, not in the overlay.
+        assert!(j.upsert(&store, b"a", b"2").unwrap().unwrap());
+        // In neither, then in the overlay.
+        assert!(!j.upsert(&store, b"b", b"3").unwrap().unwrap());
+        assert!(j.upsert(&store, b"b", b"4").unwrap().unwrap());
+        // Deleted in the overlay: new again, though the store holds it.
+        j.set(b"a", None).unwrap();
+        assert!(!j.upsert(&store, b"a", b"5").unwrap().unwrap());
+        assert_eq!(j.get(&store, b"a").unwrap(), Some(&b"5"[..]));
+        j.discard_tx();
+        assert!(j.is_empty());
+        assert_eq!(j.get(&store, b"a").unwrap(), Some(&b"1"[..]));
+
+        // An update in a later transaction undoes to the earlier one's value.
+        j.checkpoint();
+        assert!(!j.upsert(&store, b"c", b"6").unwrap().unwrap());
+        j.commit_tx();
+        j.checkpoint();
+        assert!(j.upsert(&store, b"c", b"7").unwrap().unwrap());
+        assert!(!j.upsert(&store, b"d", b"8").unwrap().unwrap());
+        j.discard_tx();
+        assert_eq!(j.take_changes(), vec![(b"c".to_vec(), Some(b"6".to_vec()))]);
+    }
+
     #[test]
     fn issue_10_a_transaction_cannot_write_past_its_limits() {
         let mut j = Journal::default();
@@ -201,6 +290,11 @@ mod tests {
             j.set(&i.to_le_bytes(), Some(b"v")).unwrap();
         }
         let err = j.set(b"one more", Some(b"v")).unwrap_err();
+        assert_eq!(err.code, AbortCode::LimitExceeded);
+        let store = MemoryStore::new(1);
+        let err = j.upsert(&store, b"one more", b"v").unwrap().unwrap_err();
+        assert_eq!(err.code, AbortCode::LimitExceeded);
+        let err = j.upsert(&store, &0u32.to_le_bytes(), b"v").unwrap().unwrap_err();
         assert_eq!(err.code, AbortCode::LimitExceeded);
         j.discard_tx();
         assert!(j.is_empty());

@@ -185,9 +185,16 @@ impl MemoryStore {
 pub(crate) fn apply_changes(map: &mut FxHashMap<Vec<u8>, Vec<u8>>, changes: &[Change]) {
     for (key, value) in changes {
         match value {
-            Some(v) => {
-                map.insert(key.clone(), v.clone());
-            }
+            // An update of a value to one of the same length (a balance) reuses the key and
+            // the buffer: most writes of a block update accounts that already exist. Other
+            // lengths get a fresh buffer, so a shrunk value keeps no spare capacity.
+            Some(v) => match map.get_mut(key.as_slice()) {
+                Some(slot) if slot.len() == v.len() => slot.copy_from_slice(v),
+                Some(slot) => *slot = v.clone(),
+                None => {
+                    map.insert(key.clone(), v.clone());
+                }
+            },
             None => {
                 map.remove(key);
             }
