@@ -845,12 +845,13 @@ impl Chain {
             },
             retain_from: (record.header.height + 1).saturating_sub(self.config.retain_blocks),
         };
-        let written = self.store.commit(&record, commit).map_err(ChainError::from);
+        let header = record.header.clone();
+        let written = self.store.commit(record, commit).map_err(ChainError::from);
         if let Err(e) = written {
             self.code.discard_block();
             return Err(e);
         }
-        self.head = record.header;
+        self.head = header;
         self.head_id = self.head.id();
         self.window
             .push_block(self.head.height, &self.head_id, self.head.timestamp_ms, ids);

@@ -119,7 +119,8 @@ impl Journal {
         value: &[u8],
     ) -> io::Result<Result<bool, Abort>> {
         if let Some((index, _, slot)) = self.overlay.get_full_mut(key) {
-            if let Err(abort) = count_write(&mut self.tx_writes, &mut self.tx_bytes, key, Some(value))
+            if let Err(abort) =
+                count_write(&mut self.tx_writes, &mut self.tx_bytes, key, Some(value))
             {
                 return Ok(Err(abort));
             }
@@ -249,7 +250,7 @@ mod tests {
             body: Vec::new(),
             changes: vec![(b"a".to_vec(), Some(b"1".to_vec()))],
         };
-        store.commit(&record, Default::default()).unwrap();
+        store.commit(record, Default::default()).unwrap();
         store
     }
 
@@ -294,7 +295,10 @@ mod tests {
         let store = MemoryStore::new(1);
         let err = j.upsert(&store, b"one more", b"v").unwrap().unwrap_err();
         assert_eq!(err.code, AbortCode::LimitExceeded);
-        let err = j.upsert(&store, &0u32.to_le_bytes(), b"v").unwrap().unwrap_err();
+        let err = j
+            .upsert(&store, &0u32.to_le_bytes(), b"v")
+            .unwrap()
+            .unwrap_err();
         assert_eq!(err.code, AbortCode::LimitExceeded);
         j.discard_tx();
         assert!(j.is_empty());

@@ -1086,7 +1086,7 @@ impl StateStore for LogStore {
         Ok(self.read(key)?.map(Cow::Owned))
     }
 
-    fn commit(&mut self, block: &BlockRecord, commit: Commit) -> StoreResult<()> {
+    fn commit(&mut self, block: BlockRecord, commit: Commit) -> StoreResult<()> {
         if self.read_only {
             return Err(StoreError::ReadOnly);
         }
@@ -1099,7 +1099,7 @@ impl StateStore for LogStore {
             )
             .into());
         }
-        check_changes(block)?;
+        check_changes(&block)?;
         let started = Instant::now();
         self.finish_sync()?;
         self.poll_merge(false)?;
@@ -1114,7 +1114,7 @@ impl StateStore for LogStore {
         let segment = self.segments.back_mut().expect("an active segment");
         let (seq, offset) = (segment.seq, segment.size);
         let mut out = FileWriter::new(segment.file.clone());
-        let appended = write_block_record(block, retain_from, &mut out)
+        let appended = write_block_record(&block, retain_from, &mut out)
             .and_then(|len| out.flush().map(|()| len).map_err(StoreError::from))
             .and_then(|len| match commit.durability {
                 Durability::Immediate => segment.file.sync().map(|()| len).map_err(Into::into),
@@ -1144,7 +1144,7 @@ impl StateStore for LogStore {
         }
 
         let mut user_bytes = 0;
-        for ((key, value), at) in block.changes.iter().zip(change_offsets(block)) {
+        for ((key, value), at) in block.changes.iter().zip(change_offsets(&block)) {
             user_bytes += key.len() as u64 + value.as_ref().map_or(0, |v| v.len() as u64);
             self.index_change(key, value.as_deref(), Loc::new(seq, offset + at))?;
         }

@@ -265,7 +265,7 @@ impl StateStore for RocksStore {
             .map(Cow::Owned))
     }
 
-    fn commit(&mut self, block: &BlockRecord, commit: Commit) -> StoreResult<()> {
+    fn commit(&mut self, block: BlockRecord, commit: Commit) -> StoreResult<()> {
         if self.read_only {
             return Err(StoreError::ReadOnly);
         }

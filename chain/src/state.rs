@@ -137,8 +137,9 @@ pub trait StateStore: BlockArchive + Send + Sync {
     fn get(&self, key: &[u8]) -> StoreResult<Option<Cow<'_, [u8]>>>;
 
     /// Commits `block` (the next height), durable as `commit` says, keeping blocks from
-    /// `commit.retain_from` up.
-    fn commit(&mut self, block: &BlockRecord, commit: Commit) -> StoreResult<()>;
+    /// `commit.retain_from` up. The store takes the record: one that keeps blocks in memory
+    /// keeps it without a copy.
+    fn commit(&mut self, block: BlockRecord, commit: Commit) -> StoreResult<()>;
 
     /// Waits until every committed block is durable. An error means the store can no longer
     /// promise that: the node must stop.
@@ -225,10 +226,16 @@ impl StateStore for MemoryStore {
         Ok(self.map.get(key).map(|v| Cow::Borrowed(v.as_slice())))
     }
 
-    fn commit(&mut self, block: &BlockRecord, commit: Commit) -> StoreResult<()> {
+    fn commit(&mut self, block: BlockRecord, commit: Commit) -> StoreResult<()> {
         apply_changes(&mut self.map, &block.changes);
-        self.blocks.push_back(block.clone());
+        self.stats.commits += 1;
+        self.stats.user_bytes_written += block
+            .changes
+            .iter()
+            .map(|(k, v)| (k.len() + v.as_ref().map_or(0, Vec::len)) as u64)
+            .sum::<u64>();
         let height = block.header.height;
+        self.blocks.push_back(block);
         let keep_from = commit
             .retain_from
             .max((height + 1).saturating_sub(self.retain))
@@ -240,12 +247,6 @@ impl StateStore for MemoryStore {
         {
             self.blocks.pop_front();
         }
-        self.stats.commits += 1;
-        self.stats.user_bytes_written += block
-            .changes
-            .iter()
-            .map(|(k, v)| (k.len() + v.as_ref().map_or(0, Vec::len)) as u64)
-            .sum::<u64>();
         Ok(())
     }
 

@@ -50,7 +50,7 @@ fn one_segment() -> LogOptions {
 
 /// Commits `block` keeping the last 512 blocks, durably.
 fn commit(store: &mut impl StateStore, block: &BlockRecord) -> Result<(), StoreError> {
-    store.commit(block, Commit::keeping(block.header.height, 512))
+    store.commit(block.clone(), Commit::keeping(block.header.height, 512))
 }
 
 /// Commits blocks `0..blocks` to a log store in `dir`; returns the head state after each.
@@ -470,7 +470,7 @@ fn issue_14_a_store_fills_past_many_segments_compacts_and_stays_right() {
     for h in 0..600 {
         let b = rng.block(h, 400);
         apply(&mut model, &b);
-        store.commit(&b, keep_all(h)).unwrap();
+        store.commit(b.clone(), keep_all(h)).unwrap();
         blocks.push(b);
     }
     let stats = store.stats();
@@ -515,7 +515,7 @@ fn issue_14_background_and_inline_compaction_give_the_same_state_and_files() {
         let mut store = LogStore::open(dir.path(), options).unwrap();
         let mut rng = Gen(9);
         for h in 0..300 {
-            store.commit(&rng.block(h, 300), keep_all(h)).unwrap();
+            store.commit(rng.block(h, 300), keep_all(h)).unwrap();
             if h % 50 == 0 {
                 store.snapshot().unwrap();
             }
@@ -629,7 +629,7 @@ fn issue_14_power_cuts_lose_no_durable_block() {
                 // the disk before the power went): remember it either way.
                 states.push(model);
                 blocks.push(b.clone());
-                match store.commit(&b, commit) {
+                match store.commit(b, commit) {
                     Ok(()) => durable_after(durability, height, &mut acked, &mut pending),
                     Err(_) => break,
                 }

@@ -322,7 +322,7 @@ impl StateStore for FailingStore {
         }
         self.inner.get(key)
     }
-    fn commit(&mut self, block: &BlockRecord, commit: Commit) -> StoreResult<()> {
+    fn commit(&mut self, block: BlockRecord, commit: Commit) -> StoreResult<()> {
         self.inner.commit(block, commit)
     }
     fn entries(&self) -> StoreResult<Entries<'_>> {
@@ -600,7 +600,7 @@ mod tampering {
         fn get(&self, key: &[u8]) -> StoreResult<Option<Cow<'_, [u8]>>> {
             self.inner.get(key)
         }
-        fn commit(&mut self, block: &BlockRecord, commit: Commit) -> StoreResult<()> {
+        fn commit(&mut self, block: BlockRecord, commit: Commit) -> StoreResult<()> {
             self.inner.commit(block, commit)
         }
         fn entries(&self) -> StoreResult<Entries<'_>> {
@@ -702,7 +702,7 @@ mod tampering {
             store
                 .inner
                 .commit(
-                    &chain.store().block(height).unwrap().unwrap(),
+                    chain.store().block(height).unwrap().unwrap(),
                     Commit::default(),
                 )
                 .unwrap();
@@ -738,12 +738,12 @@ mod tampering {
         for height in 0..=head.height {
             store
                 .commit(
-                    &chain.store().block(height).unwrap().unwrap(),
+                    chain.store().block(height).unwrap().unwrap(),
                     Commit::default(),
                 )
                 .unwrap();
         }
-        store.commit(&forged, Commit::default()).unwrap();
+        store.commit(forged, Commit::default()).unwrap();
         let err = verify(&store, chain.runtime().clone(), chain.config()).unwrap_err();
         assert!(err.to_string().contains("replay"), "{err}");
     }

@@ -75,7 +75,7 @@ fn baseline() -> &'static Files {
         let mut store = LogStore::open(dir, options(Arc::new(fs.clone()))).expect("open");
         for height in 0..24 {
             store
-                .commit(&record(height, 6), Commit::keeping(height, 16))
+                .commit(record(height, 6), Commit::keeping(height, 16))
                 .expect("commit");
             if height == 12 {
                 store.snapshot().expect("snapshot");

@@ -442,7 +442,7 @@ fn run_store(args: &StorebenchArgs, kind: StoreKind) -> anyhow::Result<StoreRun>
             };
             let c0 = Instant::now();
             store.commit(
-                &block,
+                block,
                 Commit {
                     durability,
                     retain_from: (height + 1).saturating_sub(RETAIN),
