@@ -134,7 +134,7 @@ impl Journal {
             {
                 return Ok(Err(abort));
             }
-            let previous = std::mem::replace(slot, Some(value.to_vec()));
+            let previous = slot.replace(value.to_vec());
             let existed = previous.is_some();
             self.undo.push((index, Some(previous)));
             return Ok(Ok(existed));
