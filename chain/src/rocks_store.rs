@@ -284,7 +284,7 @@ impl StateStore for RocksStore {
                 None => batch.delete_cf(state, k),
             }
         }
-        batch.put_cf(blocks, height.to_be_bytes(), borsh::to_vec(block)?);
+        batch.put_cf(blocks, height.to_be_bytes(), borsh::to_vec(&block)?);
         let first = commit
             .retain_from
             .max((height + 1).saturating_sub(self.retain))
