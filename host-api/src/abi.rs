@@ -57,8 +57,10 @@ pub struct Charge {
     pub call: u64,
     /// Per byte of the call's input: its key, the key and value of a `store`, printed text.
     pub per_input_byte: u64,
-    /// Per byte copied into the contract's memory (the message, a loaded value), after the
-    /// copy.
+    /// Per byte of the call's result, after the call: the message bytes `read_message`
+    /// copies, or the whole value a `load` finds, however little of it the contract asks
+    /// for. The host reads (and the journal keeps) all of it, so probing a large value with a
+    /// zero-length buffer costs what reading it does.
     pub per_output_byte: u64,
     /// Extra when a `store` creates a key that did not exist.
     pub new_key: u64,

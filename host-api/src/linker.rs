@@ -165,7 +165,9 @@ pub fn add_to_linker<T: WasmHost>(linker: &mut Linker<T>) -> wasmtime::Result<()
                 }
             };
             let extra = host.wrote(dst.start..dst.start + n);
-            charge(&mut caller, n as u64 * LOAD.per_output_byte + extra)?;
+            // The whole value was read, whatever part of it was copied (`Charge::per_output_byte`).
+            let read = full.max(0) as u64;
+            charge(&mut caller, read * LOAD.per_output_byte + extra)?;
             Ok(full)
         },
     )?;

@@ -1319,6 +1319,26 @@ fn issue_10_storing_a_new_key_costs_more_than_overwriting_one() {
     assert_eq!(fresh.fuel_used - overwrite.fuel_used, FUEL_PER_NEW_KEY);
 }
 
+#[test]
+fn issue_10_a_load_pays_for_the_whole_value_even_into_an_empty_buffer() {
+    use tally_host_api::limits::{FUEL_PER_BYTE, MAX_VALUE_LEN};
+    // Load key "k" into a zero-length buffer: the contract learns only the length, but the
+    // host read the whole value, so the price must not depend on the buffer.
+    let body =
+        "(call $ret (call $load (i32.const 1002) (i32.const 1) (i32.const 0) (i32.const 0)))";
+    let fuel_for = |len: usize| {
+        let mut host = TestHost::default();
+        host.state.insert(b"k".to_vec(), vec![7; len]);
+        let receipt = run(body, &mut host);
+        assert!(receipt.is_success(), "{receipt:?}");
+        assert_eq!(host.i32_at("r"), len as i32);
+        receipt.fuel_used
+    };
+    let small = fuel_for(1);
+    let large = fuel_for(MAX_VALUE_LEN as usize);
+    assert_eq!(large - small, (MAX_VALUE_LEN as u64 - 1) * FUEL_PER_BYTE);
+}
+
 // ---------------------------------------------------------------------------------------
 // Issue 11: no host pointer outlives its call.
 
