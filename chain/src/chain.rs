@@ -9,11 +9,11 @@
 
 use std::sync::Arc;
 
-use rustc_hash::FxHashSet;
 use tally_host_api::limits::{FUEL_PER_ACTION, FUEL_PER_TX, FUEL_PER_TX_BYTE, MAX_BLOCK_FUEL};
 use tally_host_api::{Abort, Name};
 use tally_runtime::{Outcome, Runtime, TrapTrace};
 
+use crate::KeyedSet;
 use crate::block::{BlockHeader, BlockId, chain_checksum};
 use crate::code::{CodeMap, NativeContract};
 use crate::error::{ChainError, TxError};
@@ -267,7 +267,7 @@ pub struct Chain {
     /// Scratch space for state keys, reused by every host call.
     pub(crate) key: Vec<u8>,
     /// Ids included in the block being executed (kept between blocks for its capacity).
-    block_ids: FxHashSet<TxId>,
+    block_ids: KeyedSet<TxId>,
     executed: Option<Executed>,
     /// Blocks to run sequentially before speculating again (see [`MIN_CONFIRMED_SHARE`]).
     speculation_backoff: u32,
@@ -307,7 +307,7 @@ impl Chain {
             code: CodeMap::default(),
             journal: Journal::default(),
             key: Vec::with_capacity(64),
-            block_ids: FxHashSet::default(),
+            block_ids: KeyedSet::default(),
             executed: None,
             speculation_backoff: 0,
         })

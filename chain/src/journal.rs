@@ -11,11 +11,11 @@ use std::borrow::Cow;
 use std::io;
 
 use indexmap::IndexMap;
-use rustc_hash::{FxBuildHasher, FxHashMap};
 use tally_host_api::limits::{MAX_TX_WRITE_BYTES, MAX_TX_WRITES};
 use tally_host_api::{Abort, AbortCode};
 
 use crate::state::{Change, StateStore};
+use crate::{KeyedHasher, KeyedMap};
 
 /// A value in the overlay: `None` means the pending block deleted the key.
 type Slot = Option<Vec<u8>>;
@@ -68,10 +68,10 @@ fn sort_prefix(key: &[u8]) -> u128 {
 pub struct Journal {
     /// Writes of the pending block, the running transaction's included, in the order their
     /// keys were first written.
-    overlay: IndexMap<Vec<u8>, Slot, FxBuildHasher>,
+    overlay: IndexMap<Vec<u8>, Slot, KeyedHasher>,
     /// Values read from stores that hand out owned bytes, kept for the block so that a
     /// borrowed slice can be returned to the contract.
-    read_cache: FxHashMap<Vec<u8>, Vec<u8>>,
+    read_cache: KeyedMap<Vec<u8>, Vec<u8>>,
     /// The running transaction's undo log, newest last.
     undo: Vec<Undo>,
     /// Writes and bytes written by the running transaction, against the limits.

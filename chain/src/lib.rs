@@ -52,6 +52,16 @@ mod execute;
 mod host;
 mod parallel;
 
+/// A hash map keyed by what others choose (storage keys, account names, transaction ids):
+/// std's map with foldhash under a per-process random seed, so nobody can choose keys that
+/// collide and turn lookups linear. FxHash (`rustc_hash`), fast but unseeded, is kept for
+/// keys nobody chooses.
+pub(crate) type KeyedMap<K, V> = std::collections::HashMap<K, V, KeyedHasher>;
+/// A hash set of what others choose; see [`KeyedMap`].
+pub(crate) type KeyedSet<K> = std::collections::HashSet<K, KeyedHasher>;
+/// The seeded hasher of [`KeyedMap`] and [`KeyedSet`].
+pub(crate) type KeyedHasher = foldhash::fast::RandomState;
+
 pub use block::{BlockHeader, BlockId};
 pub use chain::{ActionTrace, Chain, ChainConfig, ExecutedBlock, TxReceipt, TxResult, TxTrace};
 pub use code::NativeContract;

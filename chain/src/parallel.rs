@@ -14,11 +14,11 @@
 use std::borrow::Cow;
 
 use rayon::prelude::*;
-use rustc_hash::FxHashMap;
 use tally_host_api::limits::FUEL_PER_ACTION;
 use tally_host_api::{Abort, AbortCode, Host, HostError, Name, NodeFault};
 use tally_runtime::{Entry, Outcome, Runtime};
 
+use crate::KeyedMap;
 use crate::code::Executor;
 use crate::error::ChainError;
 use crate::execute::failure;
@@ -33,7 +33,7 @@ pub(crate) struct Speculation {
     /// Every state key whose value it depended on (each action's code hash included).
     pub(crate) reads: Vec<Vec<u8>>,
     /// Its writes, newest value per key, to apply if it succeeded.
-    pub(crate) writes: FxHashMap<Vec<u8>, Option<Vec<u8>>>,
+    pub(crate) writes: KeyedMap<Vec<u8>, Option<Vec<u8>>>,
     /// Fuel each action used, in order, up to the failing one.
     pub(crate) action_fuel: Vec<u64>,
     /// Success, or why it failed.
@@ -45,7 +45,7 @@ pub(crate) struct Speculation {
 }
 
 /// The executors a block's speculative runs use, resolved once before they start.
-pub(crate) type Executors = FxHashMap<Name, Option<Executor>>;
+pub(crate) type Executors = KeyedMap<Name, Option<Executor>>;
 
 /// Whether `tx` may run speculatively: it is admitted and calls no system action.
 pub(crate) fn speculable(tx: &PreparedTx) -> bool {
@@ -86,7 +86,7 @@ fn run(
 ) -> Result<Speculation, ChainError> {
     let mut spec = Speculation {
         reads: Vec::new(),
-        writes: FxHashMap::default(),
+        writes: KeyedMap::default(),
         action_fuel: Vec::with_capacity(actions.len()),
         outcome: Outcome::Success,
         failed_action: None,

@@ -4,9 +4,9 @@ use std::borrow::Cow;
 use std::collections::VecDeque;
 
 use borsh::{BorshDeserialize, BorshSerialize};
-use rustc_hash::FxHashMap;
 use tally_host_api::Name;
 
+use crate::KeyedMap;
 use crate::block::BlockHeader;
 pub use crate::store::{StoreError, StoreResult};
 
@@ -164,7 +164,7 @@ pub trait StateStore: BlockArchive + Send + Sync {
 
 /// Live state in a hash map; nothing survives the process.
 pub struct MemoryStore {
-    map: FxHashMap<Vec<u8>, Vec<u8>>,
+    map: KeyedMap<Vec<u8>, Vec<u8>>,
     blocks: VecDeque<BlockRecord>,
     retain: u64,
     stats: StoreStats,
@@ -174,7 +174,7 @@ impl MemoryStore {
     /// An empty store keeping at most the last `retain` blocks (and fewer if commits ask).
     pub fn new(retain: u64) -> Self {
         Self {
-            map: FxHashMap::default(),
+            map: KeyedMap::default(),
             blocks: VecDeque::new(),
             retain: retain.max(1),
             stats: StoreStats::default(),
@@ -183,7 +183,7 @@ impl MemoryStore {
 }
 
 /// Applies sorted changes to a hash map.
-pub(crate) fn apply_changes(map: &mut FxHashMap<Vec<u8>, Vec<u8>>, changes: &[Change]) {
+pub(crate) fn apply_changes(map: &mut KeyedMap<Vec<u8>, Vec<u8>>, changes: &[Change]) {
     for (key, value) in changes {
         match value {
             // An update of a value to one of the same length (a balance) reuses the key and

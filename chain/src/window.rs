@@ -4,8 +4,8 @@
 use std::collections::VecDeque;
 
 use rayon::prelude::*;
-use rustc_hash::FxHashSet;
 
+use crate::KeyedSet;
 use crate::block::{BlockId, ref_prefix};
 use crate::tx::TxId;
 
@@ -18,7 +18,7 @@ pub struct ReplayWindow {
     /// `(height, prefix)` of the latest block with each `height % TAPOS_WINDOW`.
     tapos: Vec<(u64, u32)>,
     /// Ids included within the lifetime window.
-    ids: FxHashSet<TxId>,
+    ids: KeyedSet<TxId>,
     /// Per committed block (by block time), the ids it included, oldest first, so they can be
     /// forgotten once they could no longer be valid.
     by_block: VecDeque<(u64, Vec<TxId>)>,
@@ -31,7 +31,7 @@ impl ReplayWindow {
     pub fn new(max_lifetime_ms: u64) -> Self {
         Self {
             tapos: vec![(u64::MAX, 0); TAPOS_WINDOW],
-            ids: FxHashSet::default(),
+            ids: KeyedSet::default(),
             by_block: VecDeque::new(),
             max_lifetime_ms,
         }

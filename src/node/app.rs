@@ -26,7 +26,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use prost::bytes::Bytes;
-use rustc_hash::FxHashMap;
 use tally_chain::{Check, Name, PreparedTx, TxId};
 use tendermint_proto::google::protobuf::Timestamp;
 use tendermint_proto::v0_38::abci::{
@@ -93,6 +92,10 @@ const LOGGED_FAILURES: usize = 3;
 /// For crash-recovery tests only.
 pub const ABORT_BEFORE_COMMIT_ENV: &str = "TALLY_TEST_ABORT_BEFORE_COMMIT";
 
+/// Maps keyed by bundle hashes and transaction ids, which senders choose: a seeded hash, so
+/// none can send bundles that collide in them.
+type KeyedMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
 /// A bundle that passed CheckTx and is in CometBFT's mempool.
 struct Pooled {
     ids: Vec<TxId>,
@@ -104,9 +107,9 @@ struct Pooled {
 #[derive(Default)]
 struct Pool {
     /// Verified bundles in the mempool, by CometBFT hash.
-    bundles: FxHashMap<[u8; 32], Pooled>,
+    bundles: KeyedMap<[u8; 32], Pooled>,
     /// Ids of the transactions in them.
-    ids: FxHashMap<TxId, [u8; 32]>,
+    ids: KeyedMap<TxId, [u8; 32]>,
     /// Last committed block time and the longest transaction lifetime.
     head_time_ms: u64,
     max_lifetime_ms: u64,
