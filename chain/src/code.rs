@@ -1,12 +1,16 @@
 //! The code map: which executor runs each account's actions, found with one lookup per
 //! action and loaded from state (through the runtime's module cache) on a miss.
+//!
+//! The map holds wasm contracts weakly. The runtime's contract cache is the one owner, so
+//! its byte bound is what bounds memory: a contract it evicts is freed once no action runs
+//! it, and loads again (from the disk tier, or by compiling) when next called.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
-use rustc_hash::FxHashMap;
 use tally_host_api::{Host, HostError, Name};
 use tally_runtime::{Contract, Runtime};
 
+use crate::KeyedMap;
 use crate::error::ChainError;
 use crate::journal::Journal;
 use crate::state::{StateStore, keys};
@@ -25,12 +29,35 @@ pub enum Executor {
     Native(NativeContract),
 }
 
+/// What the map remembers of an account's executor.
+enum Loaded {
+    /// Owned by the runtime's contract cache; gone once the cache evicts it.
+    Wasm(Weak<Contract>),
+    Native(NativeContract),
+}
+
+impl Loaded {
+    fn of(executor: &Executor) -> Self {
+        match executor {
+            Executor::Wasm(contract) => Self::Wasm(Arc::downgrade(contract)),
+            Executor::Native(native) => Self::Native(native.clone()),
+        }
+    }
+
+    fn executor(&self) -> Option<Executor> {
+        match self {
+            Self::Wasm(contract) => contract.upgrade().map(Executor::Wasm),
+            Self::Native(native) => Some(Executor::Native(native.clone())),
+        }
+    }
+}
+
 /// Accounts' executors, loaded on first use.
 #[derive(Default)]
 pub struct CodeMap {
-    loaded: FxHashMap<Name, Executor>,
+    loaded: KeyedMap<Name, Loaded>,
     /// Native replacements, consulted when an account is loaded.
-    natives: FxHashMap<Name, NativeContract>,
+    natives: KeyedMap<Name, NativeContract>,
     /// Accounts whose code the running transaction set, and the pending block's committed
     /// transactions set: their entries must go if that work is discarded.
     changed_in_tx: Vec<Name>,
@@ -47,8 +74,8 @@ impl CodeMap {
         store: &dyn StateStore,
         runtime: &Runtime,
     ) -> Result<Option<Executor>, ChainError> {
-        if let Some(found) = self.loaded.get(&account) {
-            return Ok(Some(found.clone()));
+        if let Some(found) = self.loaded.get(&account).and_then(Loaded::executor) {
+            return Ok(Some(found));
         }
         let Some(hash) = journal.get(store, &keys::code_hash(account))? else {
             return Ok(None);
@@ -67,18 +94,18 @@ impl CodeMap {
                 Executor::Wasm(runtime.prepare(code)?)
             }
         };
-        self.loaded.insert(account, executor.clone());
+        self.loaded.insert(account, Loaded::of(&executor));
         Ok(Some(executor))
     }
 
     /// Remembers `contract` as `account`'s code from now on: `setcode` just deployed it.
     pub fn set(&mut self, account: Name, contract: Arc<Contract>) {
         self.changed_in_tx.push(account);
-        let executor = match self.natives.get(&account) {
-            Some(native) => Executor::Native(native.clone()),
-            None => Executor::Wasm(contract),
+        let loaded = match self.natives.get(&account) {
+            Some(native) => Loaded::Native(native.clone()),
+            None => Loaded::Wasm(Arc::downgrade(&contract)),
         };
-        self.loaded.insert(account, executor);
+        self.loaded.insert(account, loaded);
     }
 
     /// Runs `account`'s actions with `native` instead of its wasm contract (which must still

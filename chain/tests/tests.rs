@@ -20,7 +20,7 @@ use tally_host_api::limits::{
     FUEL_PER_ACTION, MAX_ACTIONS_PER_TX, MAX_BLOCK_FUEL, MAX_MESSAGE_LEN, MAX_SIGNATURES_PER_TX,
     MAX_TX_BYTES,
 };
-use tally_runtime::RuntimeError;
+use tally_runtime::{Runtime, RuntimeConfig, RuntimeError};
 
 fn transfer_data(from: &str, to: &str, amount: u64) -> Vec<u8> {
     Transfer {
@@ -295,6 +295,49 @@ fn issue_11_an_action_after_setcode_in_the_same_transaction_runs_the_new_code() 
         Some(vec![2]),
         "the call after setcode ran the old code"
     );
+}
+
+#[test]
+fn issue_10_the_chain_keeps_no_contract_the_runtimes_cache_evicted() {
+    // A runtime whose contract cache holds about one contract: calling three in turn evicts
+    // the first. The chain must not keep its own copy alive, or the cache's byte bound would
+    // bound nothing: calling the first again has to load it again.
+    let probe = Runtime::new(RuntimeConfig::default()).unwrap();
+    let weight = probe.prepare(&writer(1)).unwrap().weight();
+    let runtime = Arc::new(
+        Runtime::new(RuntimeConfig {
+            contract_cache_bytes: weight,
+            ..RuntimeConfig::default()
+        })
+        .unwrap(),
+    );
+    let config = ChainConfig {
+        check_signatures: false,
+        ..ChainConfig::default()
+    };
+    let accounts = [name("one"), name("two"), name("three")];
+    let mut builder =
+        Chain::genesis(runtime.clone(), Box::new(MemoryStore::new(512)), config).unwrap();
+    builder.apply(&Genesis::default()).unwrap();
+    for (i, account) in accounts.iter().enumerate() {
+        builder.deploy(*account, &writer(i as u8 + 1)).unwrap();
+    }
+    let mut chain = builder.finish().unwrap();
+    for account in accounts {
+        let tx = unsigned_tx(&chain, account, name("go"), vec![]);
+        assert!(push(&mut chain, tx).is_success());
+    }
+    assert!(runtime.contract_cache_bytes() <= 2 * weight);
+    let before = runtime.cache_stats();
+    let tx = unsigned_tx(&chain, accounts[0], name("go"), vec![]);
+    assert!(push(&mut chain, tx).is_success());
+    let after = runtime.cache_stats();
+    assert_eq!(
+        after.compiles,
+        before.compiles + 1,
+        "the evicted contract ran from a copy the chain kept: {before:?} -> {after:?}"
+    );
+    assert_eq!(chain.get(accounts[0], b"v").unwrap(), Some(vec![1]));
 }
 
 /// A memory store whose reads fail on demand: a disk that breaks under a running block.
