@@ -521,6 +521,16 @@ fn bad_input_is_refused_at_check_tx_with_a_clear_code_and_log() {
             "bad signature",
         ),
         (
+            "a transaction without its signature",
+            {
+                let mut t = transfer(tapos, 8, 9, "unsigned", 0);
+                t.signatures.clear();
+                bundle(&[&t.encode()])
+            },
+            2,
+            "missing signature",
+        ),
+        (
             "an expired transaction",
             {
                 let mut t = transfer(tapos, 1, 2, "old", 0).transaction;

@@ -27,7 +27,6 @@ use std::sync::LazyLock;
 use ed25519_dalek::SigningKey;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
-use tally_host_api::Name;
 
 pub use key_cache::{KEY_CACHE_ENTRIES, KeyCache};
 pub use zip215::SigItem;
@@ -149,6 +148,7 @@ pub fn random_key() -> std::io::Result<SigningKey> {
 /// id. Needs no state, so it can run on any thread before execution. The error names the
 /// first signature (in order) that does not verify.
 pub fn verify_signatures(tx: &SignedTransaction, id: &TxId) -> Result<(), TxError> {
+    check_signers(tx)?;
     for sig in &tx.signatures {
         let item = SigItem {
             public_key: &sig.public_key,
@@ -177,9 +177,14 @@ pub fn verify_many_with(
     items: &[(&SignedTransaction, &TxId)],
     backend: Backend,
 ) -> Vec<Result<(), TxError>> {
+    // The signer check first, as `verify_signatures` does it; a transaction that fails it
+    // puts no signature into the batches.
+    let signers: Vec<Result<(), TxError>> = items.iter().map(|(tx, _)| check_signers(tx)).collect();
     let sigs: Vec<SigItem> = items
         .iter()
-        .flat_map(|(tx, id)| {
+        .zip(&signers)
+        .filter(|(_, signers)| signers.is_ok())
+        .flat_map(|((tx, id), _)| {
             tx.signatures.iter().map(|sig| SigItem {
                 public_key: &sig.public_key,
                 signature: &sig.signature,
@@ -211,7 +216,9 @@ pub fn verify_many_with(
     let mut start = 0;
     items
         .iter()
-        .map(|(tx, _)| {
+        .zip(signers)
+        .map(|((tx, _), signers)| {
+            signers?;
             let n = tx.signatures.len();
             let first_bad = valid[start..start + n].iter().position(|ok| !ok);
             start += n;
@@ -222,17 +229,33 @@ pub fn verify_many_with(
         .collect()
 }
 
-/// The accounts that must sign `tx`: every authorization of every action, each once.
-pub fn required_signers(tx: &SignedTransaction) -> Vec<Name> {
-    let mut signers: Vec<Name> = tx
+/// Checks, without state, that exactly the accounts that must sign `tx` did, each once: every
+/// signature is from a required signer and not repeated, and every required signer signed.
+/// Whether each key is the account's registered one needs state, and is checked at execution.
+pub fn check_signers(tx: &SignedTransaction) -> Result<(), TxError> {
+    // Without allocating (it runs for every transaction): admission bounds the work to
+    // MAX_SIGNATURES_PER_TX signatures against MAX_ACTIONS_PER_TX x MAX_SIGNATURES_PER_TX
+    // authorizations.
+    let mut authorizations = tx
         .transaction
         .actions
         .iter()
-        .flat_map(|a| a.authorization.iter().copied())
-        .collect();
-    signers.sort_unstable();
-    signers.dedup();
-    signers
+        .flat_map(|a| a.authorization.iter().copied());
+    for (i, sig) in tx.signatures.iter().enumerate() {
+        let repeated = tx.signatures[..i].iter().any(|s| s.account == sig.account);
+        if repeated || !authorizations.clone().any(|a| a == sig.account) {
+            return Err(TxError::UnneededSignature(sig.account));
+        }
+    }
+    // The lowest unsigned authorization, as sorting the signers would find it first.
+    let missing = authorizations
+        .by_ref()
+        .filter(|a| !tx.signatures.iter().any(|s| s.account == *a))
+        .min();
+    match missing {
+        Some(account) => Err(TxError::MissingSignature(account)),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

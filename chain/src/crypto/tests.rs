@@ -11,6 +11,7 @@ use ed25519_dalek::Signer;
 
 use super::*;
 use crate::tx::{Action, Transaction};
+use tally_host_api::Name;
 
 /// The backends this CPU runs: the tests check each.
 fn backends() -> Vec<Backend> {
@@ -614,4 +615,75 @@ fn verify_many_gives_the_single_result_for_any_thread_count() {
         single[both_bad],
         Err(TxError::BadSignature(txs[both_bad].signatures[0].account))
     );
+}
+
+/// Issue 12: the signer set is checked before any state is read, so a node refuses a
+/// transaction that lacks a signature at CheckTx, and batched and single verification agree.
+#[test]
+fn exactly_the_authorizing_accounts_must_sign_checked_without_state() {
+    let (alice, bob, carol) = (Name(1), Name(2), Name(3));
+    let key = |i| derived_key(i, 1);
+    let tx = |auths: &[&[Name]]| Transaction {
+        expiration_ms: 5,
+        ref_block_num: 1,
+        ref_block_prefix: 2,
+        actions: auths
+            .iter()
+            .map(|a| Action {
+                account: Name(9),
+                name: Name(9),
+                authorization: a.to_vec(),
+                data: vec![],
+            })
+            .collect(),
+    };
+    let cases: Vec<(&str, SignedTransaction, Result<(), TxError>)> = vec![
+        (
+            "both signers, over two actions",
+            SignedTransaction::sign(
+                tx(&[&[bob], &[alice, bob]]),
+                &[(bob, &key(2)), (alice, &key(1))],
+            ),
+            Ok(()),
+        ),
+        (
+            "no signature at all",
+            SignedTransaction::unsigned(tx(&[&[carol], &[bob]])),
+            Err(TxError::MissingSignature(bob)),
+        ),
+        (
+            "one signer of two",
+            SignedTransaction::sign(tx(&[&[alice, carol]]), &[(carol, &key(3))]),
+            Err(TxError::MissingSignature(alice)),
+        ),
+        (
+            "a signer that authorizes nothing",
+            SignedTransaction::sign(tx(&[&[alice]]), &[(alice, &key(1)), (bob, &key(2))]),
+            Err(TxError::UnneededSignature(bob)),
+        ),
+        (
+            "the same signer twice",
+            SignedTransaction::sign(tx(&[&[alice]]), &[(alice, &key(1)), (alice, &key(1))]),
+            Err(TxError::UnneededSignature(alice)),
+        ),
+        (
+            "nothing to authorize, nothing signed",
+            SignedTransaction::unsigned(tx(&[&[]])),
+            Ok(()),
+        ),
+    ];
+    let ids: Vec<TxId> = cases.iter().map(|(_, t, _)| t.transaction.id()).collect();
+    let items: Vec<(&SignedTransaction, &TxId)> = cases
+        .iter()
+        .zip(&ids)
+        .map(|((_, t, _), id)| (t, id))
+        .collect();
+    for backend in backends() {
+        let batched = verify_many_with(&items, backend);
+        for (((what, t, expected), id), got) in cases.iter().zip(&ids).zip(batched) {
+            assert_eq!(check_signers(t), *expected, "{what}");
+            assert_eq!(verify_signatures(t, id), *expected, "{what}");
+            assert_eq!(got, *expected, "{what}, batched on {backend:?}");
+        }
+    }
 }
