@@ -583,8 +583,12 @@ mod local_chain {
         assert_eq!(blocks["head"], 8);
         let verified = ok(&["verify", "--data", d]);
         assert_eq!(
-            (verified["ok"].as_bool(), verified["replayed"].as_bool()),
-            (Some(true), Some(true))
+            (
+                verified["ok"].as_bool(),
+                verified["replayed"].as_bool(),
+                verified["signatures_checked"].as_bool()
+            ),
+            (Some(true), Some(true), Some(true))
         );
     }
 
@@ -1006,7 +1010,13 @@ mod store_integrity {
         let head = |out: &Output| {
             serde_json::from_str::<serde_json::Value>(&stdout(out)).unwrap()["head"].clone()
         };
-        let h = head(&tally(&["blocks", "--json", "--data", d]));
+        let blocks = tally(&["blocks", "--json", "--data", d]);
+        let h = head(&blocks);
+        let warning = String::from_utf8_lossy(&blocks.stderr);
+        assert!(
+            warning.contains("warning: the last") && warning.contains("skipped, file unchanged"),
+            "dropping the torn record must be reported: {warning}"
+        );
         stdout(&tally(&["verify", "--data", d]));
         stdout(&tally(&["get", "simplecoin", "name:alice", "--data", d]));
         stdout(&tally(&["balance", "alice", "--data", d]));
@@ -1130,6 +1140,9 @@ mod store_crash_points {
             let verified: serde_json::Value =
                 serde_json::from_str(&stdout(&tally(&["verify", "--json", "--data", d]))).unwrap();
             assert_eq!(verified["ok"], true, "{point}");
+            // Issue 10: an unsigned run's directory switches signature checks off for verify;
+            // the report must say so.
+            assert_eq!(verified["signatures_checked"], false, "{point}");
             let resumed = Command::new(env!("CARGO_BIN_EXE_tally"))
                 .args(&args)
                 .env("TALLY_LOG_SEGMENT_BYTES", "65536")

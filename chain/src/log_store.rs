@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use crate::block::BlockHeader;
 use crate::state::{
-    BlockArchive, BlockRecord, Commit, Durability, Entries, StateStore, StoreStats,
+    BlockArchive, BlockRecord, Commit, DroppedTail, Durability, Entries, StateStore, StoreStats,
 };
 use crate::store::cache::ValueCache;
 use crate::store::crash;
@@ -220,6 +220,8 @@ pub struct LogStore {
     /// The next `maybe_merge` merges whatever the log holds ([`LogStore::snapshot`]).
     force_merge: bool,
     stats: StoreStats,
+    /// What opening dropped from the end of the log, for the node to report.
+    dropped_tail: Option<DroppedTail>,
     _lock: VLock,
 }
 
@@ -410,6 +412,7 @@ impl LogStore {
             sweep: None,
             force_merge: false,
             stats: StoreStats::default(),
+            dropped_tail: None,
             _lock: lock,
         }
     }
@@ -591,9 +594,16 @@ impl LogStore {
                     "the last record's header is damaged and no record follows it"
                 }
             };
-            // A record that never finished: the crash came before its sync returned, so the
-            // block never counted as committed.
-            let _ = torn;
+            // A record that never finished: a crash before its sync returned, so its block
+            // never counted as committed. Reported, since damage to the last block looks
+            // the same.
+            self.dropped_tail = Some(DroppedTail {
+                file: path.clone(),
+                offset,
+                bytes: file_len - offset,
+                why: torn,
+                cut: !self.read_only,
+            });
             if !self.read_only {
                 file.set_len(offset)?;
                 file.sync()?;
@@ -1210,6 +1220,10 @@ impl StateStore for LogStore {
 
     fn stats(&self) -> StoreStats {
         self.current_stats()
+    }
+
+    fn dropped_tail(&self) -> Option<&DroppedTail> {
+        self.dropped_tail.as_ref()
     }
 }
 

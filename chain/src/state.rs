@@ -160,6 +160,49 @@ pub trait StateStore: BlockArchive + Send + Sync {
     fn stats(&self) -> StoreStats {
         StoreStats::default()
     }
+
+    /// The unfinished last record that opening the store dropped, if any: a node reports it.
+    fn dropped_tail(&self) -> Option<&DroppedTail> {
+        None
+    }
+}
+
+/// A last record that opening a log dropped: one whose bytes end the log but do not hold a
+/// whole, checksummed record. A crash before the record's sync returned leaves one (its block
+/// never counted as committed); so can damage to the last block on disk, which is why it is
+/// reported and not dropped silently. Anything that fails its checksum with data after it is
+/// corruption instead, and the store does not open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DroppedTail {
+    /// The segment file.
+    pub file: std::path::PathBuf,
+    /// Where the record starts in it.
+    pub offset: u64,
+    /// The bytes from there to the end of the file.
+    pub bytes: u64,
+    /// What was wrong with it.
+    pub why: &'static str,
+    /// Whether the file was cut there (a writer) or left as it is (a reader).
+    pub cut: bool,
+}
+
+impl std::fmt::Display for DroppedTail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the last {} bytes of {}, from byte {}, are not a whole record ({}): {}; a crash \
+             before that block's sync leaves this, and the store opened at the block before it",
+            self.bytes,
+            self.file.display(),
+            self.offset,
+            self.why,
+            if self.cut {
+                "cut off"
+            } else {
+                "skipped, file unchanged"
+            },
+        )
+    }
 }
 
 /// Live state in a hash map; nothing survives the process.

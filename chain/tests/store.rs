@@ -211,12 +211,22 @@ fn a_torn_or_unwritten_last_record_is_cut_by_a_writer_and_skipped_by_a_reader() 
         let reader = LogStore::open_read_only(dir.path()).unwrap();
         assert_eq!(reader.head().unwrap().height, 4, "{what}");
         assert_eq!(entries_of(&reader), states[4], "{what}");
+        // Issue 10: dropping it is never silent.
+        let dropped = reader
+            .dropped_tail()
+            .expect("the dropped record is reported");
+        assert_eq!(
+            (dropped.offset, dropped.bytes, dropped.cut),
+            (last as u64, (bytes.len() - last) as u64, false),
+            "{what}"
+        );
         drop(reader);
         assert_eq!(snapshot_files(dir.path()), before, "{what}: a reader wrote");
 
         let mut writer = LogStore::open(dir.path(), one_segment()).unwrap();
         assert_eq!(writer.head().unwrap().height, 4, "{what}");
         assert_eq!(entries_of(&writer), states[4], "{what}");
+        assert!(writer.dropped_tail().is_some_and(|t| t.cut), "{what}");
         assert_eq!(
             std::fs::metadata(&file).unwrap().len() as usize,
             last,
@@ -227,6 +237,7 @@ fn a_torn_or_unwritten_last_record_is_cut_by_a_writer_and_skipped_by_a_reader() 
         drop(writer);
         let reopened = LogStore::open_read_only(dir.path()).unwrap();
         assert_eq!(reopened.head().unwrap().height, 5, "{what}");
+        assert_eq!(reopened.dropped_tail(), None, "{what}");
         assert_eq!(entries_of(&reopened), states[5], "{what}");
     }
 }

@@ -83,14 +83,18 @@ pub fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
     let report =
         tally_chain::verify::verify(chain.store(), chain.runtime().clone(), chain.config())?;
     let digest = hex::encode(report.state_digest);
+    // A `tally bench --unsigned` directory says so in its own bench.json, which came with the
+    // directory: never let that pass unremarked.
+    let signatures = chain.config().check_signatures;
     output(
         args.json,
         json!({
             "ok": true, "from": report.from, "to": report.to, "replayed": report.replayed,
             "transactions": report.transactions, "state_digest": digest,
+            "signatures_checked": signatures,
         }),
         format!(
-            "ok: blocks {}..={} verified{}\n  state digest {digest}\n",
+            "ok: blocks {}..={} verified{}\n  state digest {digest}\n{}",
             report.from,
             report.to,
             if report.replayed {
@@ -100,6 +104,12 @@ pub fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
                 )
             } else {
                 " against their recorded changes (genesis is pruned)".into()
+            },
+            if signatures {
+                ""
+            } else {
+                "  signatures NOT checked: the directory's bench.json says its run was \
+                 --unsigned\n"
             }
         ),
     )

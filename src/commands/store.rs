@@ -60,7 +60,7 @@ pub fn open_store(
     access: Access,
 ) -> anyhow::Result<Box<dyn StateStore>> {
     let read_only = access == Access::ReadOnly;
-    Ok(match kind {
+    let store: Box<dyn StateStore> = match kind {
         StoreKind::Memory => Box::new(MemoryStore::new(retain)),
         StoreKind::Log => Box::new(
             if read_only {
@@ -85,5 +85,9 @@ pub fn open_store(
              `cargo run --release --features rocksdb -- bench --store rocksdb` \
              (needs apt-get install clang libclang-dev)"
         ),
-    })
+    };
+    if let Some(tail) = store.dropped_tail() {
+        eprintln!("warning: {tail}");
+    }
+    Ok(store)
 }
