@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use ed25519_dalek::SigningKey;
 use rayon::prelude::*;
+use tally_chain::state::{ChangeFn, ChangeSource, keys};
 use tally_chain::{
     Action, Chain, ChainConfig, ChainError, Pipeline, PreparedTx, SignedTransaction, StateStore,
     Transaction, Transfer, TxId, crypto, prepare_block,
@@ -78,16 +79,21 @@ pub fn balance(chain: &Chain, contract: Name, account: Name) -> Result<Option<u6
 /// The name of benchmark account `i`: `u` and `i` in base 31 over the name alphabet.
 pub fn account_name(i: u64) -> Name {
     const DIGITS: &[u8; 31] = b"12345abcdefghijklmnopqrstuvwxyz";
-    let mut s = vec![b'u'];
+    // 'u' and at most 12 base-31 digits of a u64: within a name's 13 characters for any
+    // account count a machine can hold (31^12 > 7 * 10^17).
+    let mut s = [0u8; 16];
+    s[0] = b'u';
+    let mut len = 1;
     let mut n = i;
     loop {
-        s.push(DIGITS[(n % 31) as usize]);
+        s[len] = DIGITS[(n % 31) as usize];
+        len += 1;
         n /= 31;
         if n == 0 {
             break;
         }
     }
-    Name::from_str_const(std::str::from_utf8(&s).expect("ascii")).expect("valid name")
+    Name::from_str_const(std::str::from_utf8(&s[..len]).expect("ascii")).expect("valid name")
 }
 
 /// Distinct signing keys the benchmark accounts share (account `i` uses key `i % KEY_POOL`).
@@ -311,23 +317,86 @@ pub fn create(
     chain_config: ChainConfig,
     config: &BenchConfig,
 ) -> Result<(Chain, Duration), ChainError> {
-    let generator = TransferGen::new(config);
     let mut genesis = Chain::genesis(runtime, store, chain_config)?;
     let start = Instant::now();
     genesis.deploy(SIMPLECOIN, config.contract.wasm())?;
     let deploy = start.elapsed();
-    for i in 0..config.accounts {
-        let name = account_name(i);
-        genesis.allocate(
-            SIMPLECOIN,
-            &name.0.to_le_bytes(),
-            &INITIAL_BALANCE.to_le_bytes(),
-        );
-        if config.signed {
-            genesis.account(name, generator.public_key(i));
+    let accounts = BenchAccounts::new(config);
+    Ok((genesis.finish_with(&accounts)?, deploy))
+}
+
+/// The benchmark's accounts as genesis changes, streamed in key order so that ten million of
+/// them are never all in memory: each account's balance and (signed runs) its public key.
+/// These are the keys [`tally_chain::GenesisBuilder::allocate`] and
+/// [`tally_chain::GenesisBuilder::account`] would write, so the genesis is the same.
+struct BenchAccounts {
+    /// (name, account number) by name: the order of their `keys::account` keys (the name
+    /// big-endian). Empty for unsigned runs.
+    by_name: Vec<(u64, u32)>,
+    /// Names by their little-endian bytes: the order of their balance keys.
+    by_balance_key: Vec<u64>,
+    /// The public keys of the pool accounts share ([`KEY_POOL`]).
+    public_keys: Vec<[u8; 32]>,
+}
+
+impl BenchAccounts {
+    fn new(config: &BenchConfig) -> Self {
+        let n = config.accounts;
+        assert!(n <= u32::MAX as u64, "at most 2^32 benchmark accounts");
+        let mut by_balance_key: Vec<u64> = (0..n)
+            .into_par_iter()
+            .map(|i| account_name(i).0.swap_bytes())
+            .collect();
+        by_balance_key.par_sort_unstable();
+        let (by_name, public_keys) = if config.signed {
+            let mut by_name: Vec<(u64, u32)> = (0..n)
+                .into_par_iter()
+                .map(|i| (account_name(i).0, i as u32))
+                .collect();
+            by_name.par_sort_unstable();
+            let keys = (0..KEY_POOL.min(n))
+                .into_par_iter()
+                .map(|i| {
+                    crypto::derived_key(config.seed, i)
+                        .verifying_key()
+                        .to_bytes()
+                })
+                .collect();
+            (by_name, keys)
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        Self {
+            by_name,
+            by_balance_key,
+            public_keys,
         }
     }
-    Ok((genesis.finish()?, deploy))
+}
+
+impl ChangeSource for BenchAccounts {
+    fn len(&self) -> u64 {
+        (self.by_name.len() + self.by_balance_key.len()) as u64
+    }
+
+    fn for_each(&self, f: &mut ChangeFn<'_>) -> std::io::Result<()> {
+        // Account keys ([ACCOUNT, name]) sort before contract storage ([CONTRACT, …]).
+        let mut key = Vec::with_capacity(32);
+        for &(name, i) in &self.by_name {
+            key.clear();
+            key.push(keys::ACCOUNT); // keys::account, without its allocation
+            key.extend_from_slice(&name.to_be_bytes());
+            let public = &self.public_keys[(i as u64 % KEY_POOL) as usize];
+            f(&key, Some(public))?;
+        }
+        let balance = INITIAL_BALANCE.to_le_bytes();
+        for &swapped in &self.by_balance_key {
+            let name = Name(swapped.swap_bytes());
+            keys::contract_into(&mut key, SIMPLECOIN, &name.0.to_le_bytes());
+            f(&key, Some(&balance))?;
+        }
+        Ok(())
+    }
 }
 
 /// Runs the benchmark on a `chain` made by [`create`] (or reopened from disk): the blocks
@@ -357,16 +426,25 @@ pub fn accounts_supply(chain: &Chain, config: &BenchConfig) -> Result<u64, Chain
 }
 
 /// What executing and committing one block gave.
-struct BlockRun {
-    failed: u64,
-    speculated: u64,
-    confirmed: u64,
-    execute: Duration,
-    commit: Duration,
+pub struct BlockRun {
+    /// Transactions that failed or were rejected.
+    pub failed: u64,
+    /// Transactions executed speculatively in parallel.
+    pub speculated: u64,
+    /// Of those, the ones whose speculative result stood.
+    pub confirmed: u64,
+    /// Time in `execute_block`.
+    pub execute: Duration,
+    /// Time in `commit`.
+    pub commit: Duration,
 }
 
-/// Executes one prepared block through the library and commits it.
-fn execute_and_commit(chain: &mut Chain, prepared: &[PreparedTx]) -> Result<BlockRun, ChainError> {
+/// Executes one prepared block through the library and commits it: what `tally bench` and
+/// the criterion block bench both time.
+pub fn execute_and_commit(
+    chain: &mut Chain,
+    prepared: &[PreparedTx],
+) -> Result<BlockRun, ChainError> {
     let t0 = Instant::now();
     let executed = chain.execute_block(chain.next_block_time_ms(), prepared)?;
     let t1 = Instant::now();

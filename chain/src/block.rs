@@ -36,15 +36,42 @@ pub fn ref_prefix(id: &BlockId) -> u32 {
 }
 
 /// Chains `changes` (sorted by key, `None` = deleted) onto `previous`.
-///
-/// The changes are encoded into one buffer and hashed at once, which lets BLAKE3 hash many
-/// chunks in parallel SIMD lanes instead of one 64-byte block at a time.
 pub fn chain_checksum<'a>(
     previous: &[u8; 32],
     changes: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)>,
 ) -> [u8; 32] {
-    let mut encoded = Vec::new();
+    let mut hasher = ChangeHasher::new();
     for (key, value) in changes {
+        hasher.add(key, value);
+    }
+    hasher.finish(previous)
+}
+
+/// [`chain_checksum`] fed one change at a time, for changes that stream past (a genesis of
+/// millions of accounts): the same digest, in bounded memory.
+///
+/// Changes are encoded into a buffer that is hashed a large piece at a time, which lets
+/// BLAKE3 hash many chunks in parallel SIMD lanes instead of one 64-byte block at a time.
+pub struct ChangeHasher {
+    encoded: Vec<u8>,
+    inner: blake3::Hasher,
+}
+
+impl ChangeHasher {
+    /// Bytes of encoded changes buffered before they are hashed.
+    const BUFFER: usize = 64 * 1024;
+
+    /// A hasher of no changes yet.
+    pub fn new() -> Self {
+        Self {
+            encoded: Vec::with_capacity(Self::BUFFER + 1024),
+            inner: blake3::Hasher::new(),
+        }
+    }
+
+    /// Adds the next change (keys strictly increasing; `None` = deleted).
+    pub fn add(&mut self, key: &[u8], value: Option<&[u8]>) {
+        let encoded = &mut self.encoded;
         encoded.extend_from_slice(&(key.len() as u32).to_le_bytes());
         encoded.extend_from_slice(key);
         match value {
@@ -55,9 +82,68 @@ pub fn chain_checksum<'a>(
             }
             None => encoded.push(0),
         }
+        if encoded.len() >= Self::BUFFER {
+            self.inner.update(encoded);
+            encoded.clear();
+        }
     }
-    let mut outer = blake3::Hasher::new();
-    outer.update(previous);
-    outer.update(blake3::hash(&encoded).as_bytes());
-    outer.finalize().into()
+
+    /// The checksum of the changes added, chained onto `previous`: BLAKE3(previous ‖
+    /// BLAKE3(encoded changes)).
+    pub fn finish(mut self, previous: &[u8; 32]) -> [u8; 32] {
+        self.inner.update(&self.encoded);
+        let mut outer = blake3::Hasher::new();
+        outer.update(previous);
+        outer.update(self.inner.finalize().as_bytes());
+        outer.finalize().into()
+    }
+}
+
+impl Default for ChangeHasher {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The digest does not depend on where the buffer is cut: one big change, many small
+    /// ones, and a mix cross the buffer boundary at different places.
+    #[test]
+    fn the_streamed_checksum_is_the_one_of_the_whole_encoding() {
+        let mut changes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+        for i in 0u32..20_000 {
+            let value = match i % 7 {
+                0 => None,
+                3 => Some(vec![i as u8; 70_000]),
+                _ => Some(i.to_le_bytes().repeat(i as usize % 5)),
+            };
+            changes.push((i.to_be_bytes().to_vec(), value));
+        }
+        let previous = [9u8; 32];
+        let mut encoded = Vec::new();
+        for (k, v) in &changes {
+            encoded.extend_from_slice(&(k.len() as u32).to_le_bytes());
+            encoded.extend_from_slice(k);
+            match v {
+                Some(v) => {
+                    encoded.push(1);
+                    encoded.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                    encoded.extend_from_slice(v);
+                }
+                None => encoded.push(0),
+            }
+        }
+        let mut outer = blake3::Hasher::new();
+        outer.update(&previous);
+        outer.update(blake3::hash(&encoded).as_bytes());
+        let whole: [u8; 32] = outer.finalize().into();
+        let streamed = chain_checksum(
+            &previous,
+            changes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
+        );
+        assert_eq!(streamed, whole);
+    }
 }

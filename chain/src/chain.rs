@@ -14,15 +14,15 @@ use tally_host_api::{Abort, Name};
 use tally_runtime::{Outcome, Runtime, TrapTrace};
 
 use crate::KeyedSet;
-use crate::block::{BlockHeader, BlockId, chain_checksum};
+use crate::block::{BlockHeader, BlockId, ChangeHasher, chain_checksum};
 use crate::code::{CodeMap, NativeContract};
 use crate::error::{ChainError, TxError};
 use crate::execute::Env;
-use crate::genesis::{Genesis, GenesisBuilder};
+use crate::genesis::{Genesis, GenesisBuilder, GenesisChanges};
 use crate::journal::Journal;
 use crate::parallel::{self, Executors, Speculation};
 use crate::pipeline::{Check, Pipeline, PreparedTx, prepare_block};
-use crate::state::{BlockRecord, Commit, Durability, StateStore, keys};
+use crate::state::{BlockRecord, ChangeSource, Commit, Durability, StateStore, keys};
 use crate::tx::{BlockBody, SignedTransaction, TxId};
 use crate::window::ReplayWindow;
 
@@ -362,24 +362,40 @@ impl Chain {
         Ok(chain)
     }
 
-    /// Commits the genesis block: whatever the builder wrote, as block 0.
-    pub(crate) fn commit_genesis(&mut self) -> Result<(), ChainError> {
-        let changes = self.journal.take_changes();
-        self.head.state_checksum = chain_checksum(
-            &[0; 32],
-            changes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
-        );
+    /// Commits the genesis block: whatever the builder wrote, and the changes of `bulk` (keys
+    /// the builder did not write), as block 0. The changes stream past twice, to the
+    /// checksum and to the store, and are never all in memory at once.
+    pub(crate) fn commit_genesis(
+        &mut self,
+        bulk: Option<&dyn ChangeSource>,
+    ) -> Result<(), ChainError> {
+        let written = self.journal.take_changes();
+        let changes = GenesisChanges {
+            written: &written,
+            bulk,
+        };
+        let mut hasher = ChangeHasher::new();
+        changes
+            .for_each(&mut |k, v| {
+                hasher.add(k, v);
+                Ok(())
+            })
+            .map_err(|e| ChainError::Config(format!("genesis: {e}")))?;
+        self.head.state_checksum = hasher.finish(&[0; 32]);
         let (body, transactions_root, ids) = BodyBuilder::default().finish();
         self.head.transactions_root = transactions_root;
-        self.executed = Some(Executed {
-            record: BlockRecord {
-                header: self.head.clone(),
-                body,
-                changes,
-            },
-            ids,
-        });
-        self.commit_durably().map(|_| ())
+        let record = BlockRecord {
+            header: self.head.clone(),
+            body,
+            changes: Vec::new(),
+        };
+        let commit = self.commit_options(0);
+        if let Err(e) = self.store.commit_genesis(record, &changes, commit) {
+            self.code.discard_block();
+            return Err(e.into());
+        }
+        self.committed(ids);
+        Ok(())
     }
 
     /// Rebuilds what is not stored (TaPoS ids, the duplicate window) from retained blocks.
@@ -825,16 +841,7 @@ impl Chain {
 
     fn commit_durably(&mut self) -> Result<BlockHeader, ChainError> {
         let Executed { record, ids } = self.executed.take().expect("checked by the caller");
-        // With the overlap on, the store syncs the block in the background and finishes that
-        // before its next commit.
-        let commit = Commit {
-            durability: if self.pipeline.overlap_commit {
-                Durability::Background
-            } else {
-                Durability::Immediate
-            },
-            retain_from: (record.header.height + 1).saturating_sub(self.config.retain_blocks),
-        };
+        let commit = self.commit_options(record.header.height);
         let header = record.header.clone();
         let written = self.store.commit(record, commit).map_err(ChainError::from);
         if let Err(e) = written {
@@ -842,11 +849,30 @@ impl Chain {
             return Err(e);
         }
         self.head = header;
+        self.committed(ids);
+        Ok(self.head.clone())
+    }
+
+    /// How the store commits block `height`: with the overlap on, it syncs the block in the
+    /// background and finishes that before its next commit.
+    fn commit_options(&self, height: u64) -> Commit {
+        Commit {
+            durability: if self.pipeline.overlap_commit {
+                Durability::Background
+            } else {
+                Durability::Immediate
+            },
+            retain_from: (height + 1).saturating_sub(self.config.retain_blocks),
+        }
+    }
+
+    /// The block at `self.head` is committed: its id, its place in the replay window, and
+    /// its code changes stay.
+    fn committed(&mut self, ids: Vec<TxId>) {
         self.head_id = self.head.id();
         self.window
             .push_block(self.head.height, &self.head_id, self.head.timestamp_ms, ids);
         self.code.commit_block();
-        Ok(self.head.clone())
     }
 
     /// Drops the executed block without committing it: state stays at the head.

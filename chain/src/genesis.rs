@@ -5,6 +5,8 @@
 //! `verify` re-derives it. Every node given the same genesis derives the same block 0, so its
 //! state checksum identifies the chain.
 
+use std::io;
+
 use serde::{Deserialize, Serialize};
 use tally_host_api::Name;
 use tally_runtime::{Outcome, Receipt};
@@ -12,7 +14,7 @@ use tally_runtime::{Outcome, Receipt};
 use crate::chain::Chain;
 use crate::error::ChainError;
 use crate::execute::Env;
-use crate::state::keys;
+use crate::state::{Change, ChangeFn, ChangeSource, keys};
 use crate::system;
 
 /// An account that exists at genesis.
@@ -162,9 +164,71 @@ impl GenesisBuilder {
 
     /// Commits block 0 and returns the chain, ready for transactions.
     pub fn finish(mut self) -> Result<Chain, ChainError> {
-        self.chain.commit_genesis()?;
+        self.chain.commit_genesis(None)?;
         Ok(self.chain)
     }
+
+    /// Commits block 0 with the changes of `bulk` besides what the builder wrote, and returns
+    /// the chain. For a genesis too large to hold in memory (ten million accounts): `bulk`
+    /// streams its changes, sorted, to the checksum and to the store, which may write them
+    /// without ever holding them (the log store does). Its keys must be ones the builder did
+    /// not write; [`GenesisBuilder::account`] and [`GenesisBuilder::allocate`] say which keys
+    /// an account or an allocation has (`state::keys`).
+    pub fn finish_with(mut self, bulk: &dyn ChangeSource) -> Result<Chain, ChainError> {
+        self.chain.commit_genesis(Some(bulk))?;
+        Ok(self.chain)
+    }
+}
+
+/// Genesis changes: what the builder wrote (a few contracts, sorted) with a bulk source's,
+/// merged in key order. Fails a pass if the bulk source's keys do not strictly increase or
+/// repeat a key the builder wrote: either would make the block's changes ambiguous.
+pub(crate) struct GenesisChanges<'a> {
+    pub(crate) written: &'a [Change],
+    pub(crate) bulk: Option<&'a dyn ChangeSource>,
+}
+
+impl ChangeSource for GenesisChanges<'_> {
+    fn len(&self) -> u64 {
+        self.written.len() as u64 + self.bulk.map_or(0, |b| b.len())
+    }
+
+    fn for_each(&self, f: &mut ChangeFn<'_>) -> io::Result<()> {
+        let mut written = self.written.iter().peekable();
+        if let Some(bulk) = self.bulk {
+            let mut last: Option<Vec<u8>> = None;
+            let mut count = 0u64;
+            bulk.for_each(&mut |key, value| {
+                if last.as_deref().is_some_and(|l| l >= key) {
+                    return Err(bad_bulk("its keys do not strictly increase"));
+                }
+                while let Some((k, v)) = written.next_if(|(k, _)| k.as_slice() < key) {
+                    f(k, v.as_deref())?;
+                }
+                if written.peek().is_some_and(|(k, _)| k.as_slice() == key) {
+                    return Err(bad_bulk("it repeats a key the genesis already wrote"));
+                }
+                let last = last.get_or_insert_with(Vec::new);
+                last.clear();
+                last.extend_from_slice(key);
+                count += 1;
+                f(key, value)
+            })?;
+            if count != bulk.len() {
+                return Err(bad_bulk(
+                    "it gave a different number of changes than it said",
+                ));
+            }
+        }
+        written.try_for_each(|(k, v)| f(k, v.as_deref()))
+    }
+}
+
+fn bad_bulk(why: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("the bulk genesis source is unusable: {why}"),
+    )
 }
 
 /// serde of a 32-byte array as hex.

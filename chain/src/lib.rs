@@ -70,8 +70,8 @@ pub use genesis::{Genesis, GenesisBuilder};
 pub use log_store::{LogOptions, LogStore};
 pub use pipeline::{Check, Pipeline, PreparedTx, prepare_block};
 pub use state::{
-    BlockArchive, BlockRecord, Commit, DroppedTail, Durability, Entries, MemoryStore, StateStore,
-    StoreStats,
+    BlockArchive, BlockRecord, ChangeSource, Commit, DroppedTail, Durability, Entries, MemoryStore,
+    StateStore, StoreStats,
 };
 pub use store::{Access, StoreError, StoreResult};
 pub use tally_host_api::Name;

@@ -45,7 +45,8 @@ use std::time::{Duration, Instant};
 
 use crate::block::BlockHeader;
 use crate::state::{
-    BlockArchive, BlockRecord, Commit, DroppedTail, Durability, Entries, StateStore, StoreStats,
+    BlockArchive, BlockRecord, ChangeSource, Commit, DroppedTail, Durability, Entries, StateStore,
+    StoreStats, collect_and_commit_genesis,
 };
 use crate::store::cache::ValueCache;
 use crate::store::crash;
@@ -53,9 +54,9 @@ use crate::store::index::{Index, Loc, SHARDS, key_hash};
 use crate::store::merge::{MergeBlock, MergeDone, MergeJob, Merger, run_merge, run_path};
 use crate::store::record::{
     self, ChangeCursor, FileReader, RECORD_HEADER_LEN, change_offsets, parse_header,
-    read_change_at, read_prefix, write_block_record,
+    read_change_at, read_prefix, write_block_record, write_streamed_block_record,
 };
-use crate::store::run::{FileWriter, Run};
+use crate::store::run::{FileWriter, Run, RunWriter};
 use crate::store::vfs::{RealFs, VFile, VLock, Vfs};
 use crate::store::{StoreError, StoreResult};
 
@@ -71,6 +72,12 @@ const MAX_MERGE_BLOCKS: usize = 1024;
 /// How long one commit may spend dropping merged keys from the index before it leaves the
 /// rest to the next commits.
 const SWEEP_BUDGET: Duration = Duration::from_millis(2);
+
+/// Changes at which a genesis goes straight into a run as well as into the log, instead of
+/// into the index. Below it, the index costs little and one file is simpler; above it, the
+/// index would hold every genesis key (12 bytes, plus its share of the hash table, each) and
+/// the first snapshot would rewrite them all anyway. 100,000 changes is about 4 MB of state.
+const BULK_GENESIS_CHANGES: u64 = 100_000;
 
 /// Tuning of the log store.
 #[derive(Clone)]
@@ -1185,6 +1192,76 @@ impl StateStore for LogStore {
             self.delete_dead_segments()?;
         }
         self.maybe_merge()
+    }
+
+    /// A large genesis is written twice as it streams past, never held in memory: as the
+    /// log's first record (the archive's block 0, which `verify` replays) and as the first
+    /// run, so that no genesis key enters the index. The record is synced first: after a
+    /// crash before the run is in place, opening replays the record as for any block.
+    fn commit_genesis(
+        &mut self,
+        block: BlockRecord,
+        changes: &dyn ChangeSource,
+        commit: Commit,
+    ) -> StoreResult<()> {
+        if changes.len() < BULK_GENESIS_CHANGES {
+            return collect_and_commit_genesis(self, block, changes, commit);
+        }
+        if self.read_only {
+            return Err(StoreError::ReadOnly);
+        }
+        if self.head.is_some() || block.header.height != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a genesis is committed as block 0 of an empty store",
+            )
+            .into());
+        }
+        let header = block.header.clone();
+        let path = run_path(&self.dir, 0);
+        let tmp = path.with_extension("tmp");
+        let mut run = RunWriter::with_entries(self.vfs.create(&tmp)?, &header, changes.len())?;
+        let segment = self.segments.back_mut().expect("an active segment");
+        let (seq, offset) = (segment.seq, segment.size);
+        let mut out = FileWriter::new(segment.file.clone());
+        let mut user_bytes = 0;
+        let appended = write_streamed_block_record(&block, changes, 0, &mut out, &mut |k, v| {
+            user_bytes += (k.len() + v.map_or(0, <[u8]>::len)) as u64;
+            match v {
+                Some(v) => run.add(k, v),
+                None => Ok(()),
+            }
+        })
+        .and_then(|len| out.flush().map(|()| len).map_err(StoreError::from))
+        .and_then(|len| segment.file.sync().map(|()| len).map_err(StoreError::from));
+        let len = match appended {
+            Ok(len) => len,
+            Err(e) => {
+                let _ = segment.file.set_len(offset);
+                let _ = self.vfs.remove(&tmp);
+                return Err(e);
+            }
+        };
+        segment.size += RECORD_HEADER_LEN + len;
+        segment.max_height = Some(0);
+        crash::point("genesis-logged");
+        let (file, run_bytes) = run.finish()?;
+        file.sync()?;
+        self.vfs.rename(&tmp, &path)?;
+        self.vfs.sync_dir(&self.dir)?;
+        self.run = Some(Arc::new(Run::open(&*self.vfs, &path)?));
+        self.blocks.push_back(BlockPos {
+            height: 0,
+            seq,
+            offset,
+            len,
+        });
+        self.head = Some(header);
+        self.retain_from = 0;
+        self.stats.commits += 1;
+        self.stats.user_bytes_written += user_bytes;
+        self.stats.disk_bytes_written += RECORD_HEADER_LEN + len + run_bytes;
+        Ok(())
     }
 
     fn sync(&mut self) -> StoreResult<()> {

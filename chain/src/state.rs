@@ -62,6 +62,36 @@ impl Commit {
     }
 }
 
+/// What a [`ChangeSource`] calls with each change: its key and its value (`None`: deleted).
+pub type ChangeFn<'a> = dyn FnMut(&[u8], Option<&[u8]>) -> std::io::Result<()> + 'a;
+
+/// Changes, sorted by key, that can be read more than once without being held in memory:
+/// the state of a large genesis (ten million accounts), which the chain checksums and a store
+/// writes as they stream past. Each pass yields the same changes.
+pub trait ChangeSource: Sync {
+    /// How many changes a pass yields.
+    fn len(&self) -> u64;
+
+    /// Whether a pass yields nothing.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Calls `f` with every change in strictly increasing key order (`None`: deleted), and
+    /// stops at the first error `f` returns.
+    fn for_each(&self, f: &mut ChangeFn<'_>) -> std::io::Result<()>;
+}
+
+impl ChangeSource for Vec<Change> {
+    fn len(&self) -> u64 {
+        Vec::len(self) as u64
+    }
+
+    fn for_each(&self, f: &mut ChangeFn<'_>) -> std::io::Result<()> {
+        self.iter().try_for_each(|(k, v)| f(k, v.as_deref()))
+    }
+}
+
 /// Every committed entry, in key order.
 pub type Entries<'a> = Box<dyn Iterator<Item = StoreResult<(Vec<u8>, Vec<u8>)>> + 'a>;
 
@@ -141,6 +171,19 @@ pub trait StateStore: BlockArchive + Send + Sync {
     /// keeps it without a copy.
     fn commit(&mut self, block: BlockRecord, commit: Commit) -> StoreResult<()>;
 
+    /// Commits the genesis block (height 0, on an empty store) with the changes of `changes`
+    /// rather than `block.changes` (empty): a genesis too large to hold in memory. A store
+    /// that can write it as it streams past should; this default collects the changes and
+    /// commits them as usual.
+    fn commit_genesis(
+        &mut self,
+        block: BlockRecord,
+        changes: &dyn ChangeSource,
+        commit: Commit,
+    ) -> StoreResult<()> {
+        collect_and_commit_genesis(self, block, changes, commit)
+    }
+
     /// Waits until every committed block is durable. An error means the store can no longer
     /// promise that: the node must stop.
     fn sync(&mut self) -> StoreResult<()> {
@@ -203,6 +246,22 @@ impl std::fmt::Display for DroppedTail {
             },
         )
     }
+}
+
+/// [`StateStore::commit_genesis`] by collecting the changes into the record and committing it
+/// as any block: what a store does that cannot stream them.
+pub fn collect_and_commit_genesis<S: StateStore + ?Sized>(
+    store: &mut S,
+    mut block: BlockRecord,
+    changes: &dyn ChangeSource,
+    commit: Commit,
+) -> StoreResult<()> {
+    block.changes.reserve(changes.len() as usize);
+    changes.for_each(&mut |k, v| {
+        block.changes.push((k.to_vec(), v.map(<[u8]>::to_vec)));
+        Ok(())
+    })?;
+    store.commit(block, commit)
 }
 
 /// Live state in a hash map; nothing survives the process.

@@ -14,7 +14,7 @@ use std::io::{self, Read, Write};
 use std::ops::Deref;
 
 use crate::block::BlockHeader;
-use crate::state::BlockRecord;
+use crate::state::{BlockRecord, ChangeFn, ChangeSource};
 
 use super::error::{StoreError, StoreResult};
 use super::vfs::VFile;
@@ -110,6 +110,109 @@ pub fn write_block_record(
     out.write_all(&header_bytes(len, measure.crc.finalize()))?;
     write_payload(block, retain_from, out)?;
     Ok(measure.len)
+}
+
+/// The record of a block whose changes come from `changes` (`block.changes` is ignored), the
+/// bytes [`write_block_record`] writes for the same block with those changes. Two passes
+/// over `changes`, neither holding them: the first measures the payload, the second writes it
+/// and calls `each` with every change as it goes by. Returns the payload length.
+pub fn write_streamed_block_record(
+    block: &BlockRecord,
+    changes: &dyn ChangeSource,
+    retain_from: u64,
+    out: &mut impl Write,
+    each: &mut ChangeFn<'_>,
+) -> StoreResult<u64> {
+    let count = u32::try_from(changes.len()).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a block record holds at most {} changes", u32::MAX),
+        )
+    })?;
+    let prefix = |mut out: &mut dyn Write| -> io::Result<()> {
+        out.write_all(&[KIND_BLOCK])?;
+        out.write_all(&retain_from.to_le_bytes())?;
+        borsh::BorshSerialize::serialize(&block.header, &mut out)?;
+        borsh::BorshSerialize::serialize(&block.body, &mut out)?;
+        out.write_all(&count.to_le_bytes())
+    };
+    let change = |out: &mut dyn Write, key: &[u8], value: Option<&[u8]>| -> io::Result<()> {
+        out.write_all(&(key.len() as u32).to_le_bytes())?;
+        out.write_all(key)?;
+        match value {
+            Some(v) => {
+                out.write_all(&[1])?;
+                out.write_all(&(v.len() as u32).to_le_bytes())?;
+                out.write_all(v)
+            }
+            None => out.write_all(&[0]),
+        }
+    };
+    let mut measure = Measure {
+        len: 0,
+        crc: crc32fast::Hasher::new(),
+    };
+    prefix(&mut measure)?;
+    let mut seen = 0u64;
+    changes.for_each(&mut |k, v| {
+        seen += 1;
+        change(&mut measure, k, v)
+    })?;
+    if seen != count as u64 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a change source said {count} changes and gave {seen}"),
+        )
+        .into());
+    }
+    let len = u32::try_from(measure.len).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "block {} has a record of {} bytes; a record holds at most 4 GiB",
+                block.header.height, measure.len
+            ),
+        )
+    })?;
+    let crc = measure.crc.finalize();
+    out.write_all(&header_bytes(len, crc))?;
+    // The second pass must write what the first measured: check it as it goes, so a source
+    // that changed between passes is an error, not a record that fails its checksum.
+    let mut check = crc32fast::Hasher::new();
+    let mut tee = Tee {
+        out: &mut *out,
+        crc: &mut check,
+    };
+    prefix(&mut tee)?;
+    changes.for_each(&mut |k, v| {
+        change(&mut tee, k, v)?;
+        each(k, v)
+    })?;
+    if check.finalize() != crc {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a change source gave different changes on its second pass",
+        )
+        .into());
+    }
+    Ok(measure.len)
+}
+
+/// Writes to `out` and checksums what it wrote.
+struct Tee<'a, W: Write> {
+    out: &'a mut W,
+    crc: &'a mut crc32fast::Hasher,
+}
+
+impl<W: Write> Write for Tee<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.crc.update(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
 }
 
 /// Where each change of `block` starts, relative to the record's start, in order.
@@ -408,5 +511,26 @@ mod tests {
             assert_eq!((&k, present.then(|| v.clone())), (key, value.clone()));
         }
         assert!(cursor.next_into(&mut k, &mut v).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_streamed_record_is_the_record_of_the_same_block() {
+        let b = block();
+        let mut whole = Vec::new();
+        write_block_record(&b, 5, &mut whole).unwrap();
+        let mut streamed = Vec::new();
+        let mut seen = Vec::new();
+        let empty = BlockRecord {
+            changes: Vec::new(),
+            ..b.clone()
+        };
+        let len = write_streamed_block_record(&empty, &b.changes, 5, &mut streamed, &mut |k, v| {
+            seen.push((k.to_vec(), v.map(<[u8]>::to_vec)));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(streamed, whole);
+        assert_eq!(len as usize, whole.len() - 12);
+        assert_eq!(seen, b.changes);
     }
 }

@@ -104,8 +104,9 @@ impl Bloom {
         (0..self.hashes as u64).map(move |i| hash.wrapping_add(i.wrapping_mul(h2)) % self.nbits)
     }
     fn add(&mut self, hash: u64) {
-        let probes: Vec<u64> = self.probes(hash).collect();
-        for bit in probes {
+        let h2 = hash.rotate_left(32) | 1;
+        for i in 0..self.hashes as u64 {
+            let bit = hash.wrapping_add(i.wrapping_mul(h2)) % self.nbits;
             self.bits[(bit / 8) as usize] |= 1 << (bit % 8);
         }
     }
@@ -122,12 +123,27 @@ pub struct RunWriter {
     block: Vec<u8>,
     block_first: Vec<u8>,
     index: Vec<(Vec<u8>, u64, u32)>,
+    /// The filter, when the number of entries was known up front; else `hashes` collects
+    /// the key hashes until `finish` knows how large to make it.
+    bloom: Option<Bloom>,
     hashes: Vec<u64>,
     last_key: Option<Vec<u8>>,
     entries: u64,
 }
 
 impl RunWriter {
+    /// Starts a run of at most `entries` entries, of the state at `head`, in `file` (empty):
+    /// its filter is built as entries come, so no key hash is kept (8 bytes a key).
+    pub fn with_entries(
+        file: Arc<dyn VFile>,
+        head: &BlockHeader,
+        entries: u64,
+    ) -> io::Result<Self> {
+        let mut writer = Self::new(file, head)?;
+        writer.bloom = Some(Bloom::new(entries));
+        Ok(writer)
+    }
+
     /// Starts a run of the state at `head` in `file` (empty).
     pub fn new(file: Arc<dyn VFile>, head: &BlockHeader) -> io::Result<Self> {
         let mut out = FileWriter::new(file);
@@ -142,6 +158,7 @@ impl RunWriter {
             block: Vec::with_capacity(2 * BLOCK_BYTES),
             block_first: Vec::new(),
             index: Vec::new(),
+            bloom: None,
             hashes: Vec::new(),
             last_key: None,
             entries: 0,
@@ -163,7 +180,10 @@ impl RunWriter {
             .extend_from_slice(&(value.len() as u32).to_le_bytes());
         self.block.extend_from_slice(key);
         self.block.extend_from_slice(value);
-        self.hashes.push(key_hash(key));
+        match &mut self.bloom {
+            Some(bloom) => bloom.add(key_hash(key)),
+            None => self.hashes.push(key_hash(key)),
+        }
         match &mut self.last_key {
             Some(last) => {
                 last.clear();
@@ -208,10 +228,13 @@ impl RunWriter {
             meta.extend_from_slice(&offset.to_le_bytes());
             meta.extend_from_slice(&len.to_le_bytes());
         }
-        let mut bloom = Bloom::new(self.entries);
-        for &h in &self.hashes {
-            bloom.add(h);
-        }
+        let bloom = self.bloom.take().unwrap_or_else(|| {
+            let mut bloom = Bloom::new(self.entries);
+            for &h in &self.hashes {
+                bloom.add(h);
+            }
+            bloom
+        });
         meta.extend_from_slice(&bloom.hashes.to_le_bytes());
         meta.extend_from_slice(&bloom.nbits.to_le_bytes());
         meta.extend_from_slice(&bloom.bits);
