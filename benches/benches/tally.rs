@@ -155,10 +155,7 @@ fn chain(c: &mut Criterion) {
                 let block = generator.next_block(&chain, height, config.transfers);
                 let prepared = prepare_block(block, false, &chain.pipeline());
                 let start = Instant::now();
-                chain
-                    .execute_block(chain.next_block_time_ms(), &prepared)
-                    .unwrap();
-                chain.commit().unwrap();
+                workload::execute_and_commit(&mut chain, &prepared).unwrap();
                 timed += start.elapsed();
             }
             timed
