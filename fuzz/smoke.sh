@@ -15,6 +15,10 @@ cd "$(dirname "$0")/.."
 seconds="${FUZZ_SMOKE_SECONDS:-20}"
 targets=(tx_decode module_upload host_args log_open)
 flags=(-s none)
+# FUZZ_TARGET_DIR: where the build goes (CI keeps it beside its cargo cache).
+if [ -n "${FUZZ_TARGET_DIR:-}" ]; then
+  flags+=(--target-dir "$FUZZ_TARGET_DIR")
+fi
 
 now() { date +%s; }
 start=$(now)
