@@ -29,8 +29,11 @@ use super::vfs::{VFile, Vfs};
 
 const MAGIC: &[u8; 8] = b"TALLYRUN";
 const END_MAGIC: &[u8; 8] = b"TALLYEND";
-/// The run format's version.
-pub const VERSION: u32 = 3;
+/// The run format's version. Version 4 blocks its bloom filter ([`Bloom`]); version 3 runs
+/// are still read.
+pub const VERSION: u32 = 4;
+/// The oldest version this code reads.
+const OLDEST_VERSION: u32 = 3;
 const FOOTER_LEN: u64 = 8 + 8 + 8 + 4 + 8;
 /// The size the run's data blocks aim for: one page, RocksDB's default `block_size`.
 pub const BLOCK_BYTES: usize = 4096;
@@ -83,36 +86,128 @@ impl Write for FileWriter {
     }
 }
 
-/// Bloom filter over key hashes (double hashing: `h1 + i·h2`).
+/// Bits of one block of a blocked filter: a 64-byte cache line.
+const BLOOM_BLOCK_BITS: u64 = 512;
+
+/// Bloom filter over key hashes.
+///
+/// Blocked (version 4 runs): every probe of a key falls in one [`BLOOM_BLOCK_BITS`] block
+/// chosen by the hash, so adding or checking a key touches one cache line instead of one per
+/// probe. Writing the run of a ten-million-account genesis spent a third of its time waiting
+/// on those seven misses a key. At 10 bits a key this gives 0.94% false positives
+/// instead of 0.80% (the test's keys). Version 3 runs probe the whole filter (double
+/// hashing: `h1 + i·h2`).
 struct Bloom {
     bits: Vec<u8>,
+    layout: BloomLayout,
+}
+
+/// Where a [`Bloom`]'s probes fall.
+#[derive(Clone, Copy)]
+struct BloomLayout {
     nbits: u64,
     hashes: u32,
+    blocked: bool,
+}
+
+impl BloomLayout {
+    /// Calls `probe` with each bit `hash` sets, until it returns false; returns whether every
+    /// call returned true.
+    #[inline]
+    fn probes(self, hash: u64, mut probe: impl FnMut(u64) -> bool) -> bool {
+        if !self.blocked {
+            let h2 = hash.rotate_left(32) | 1;
+            return (0..u64::from(self.hashes))
+                .all(|i| probe(hash.wrapping_add(i.wrapping_mul(h2)) % self.nbits));
+        }
+        // The block from the hash's high bits (multiply-shift, no division), the bits inside
+        // it from 9-bit slices of a remix of the whole hash.
+        let blocks = self.nbits / BLOOM_BLOCK_BITS;
+        let block = ((u128::from(hash) * u128::from(blocks)) >> 64) as u64;
+        let mix = (hash ^ (hash >> 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (0..u64::from(self.hashes.min(7)))
+            .all(|i| probe(block * BLOOM_BLOCK_BITS + ((mix >> (55 - 9 * i)) & 511)))
+    }
+}
+
+/// Key hashes a [`BloomBuilder`] holds back, so that their cache lines are fetched together.
+const BLOOM_BATCH: usize = 32;
+
+/// Adds keys to a [`Bloom`] a batch at a time: the batch's cache lines are requested first and
+/// written after, so their misses overlap instead of one waiting for the next (a filter of
+/// ten million keys is 12 MiB, far beyond the caches).
+struct BloomBuilder {
+    bloom: Bloom,
+    pending: Vec<u64>,
+}
+
+impl BloomBuilder {
+    fn new(keys: u64) -> Self {
+        Self {
+            bloom: Bloom::new(keys),
+            pending: Vec::with_capacity(BLOOM_BATCH),
+        }
+    }
+
+    fn add(&mut self, hash: u64) {
+        self.pending.push(hash);
+        if self.pending.len() == BLOOM_BATCH {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        #[cfg(target_arch = "x86_64")]
+        for &hash in &self.pending {
+            self.bloom.layout.probes(hash, |bit| {
+                let line = self.bloom.bits[(bit / 8) as usize..].as_ptr();
+                // SAFETY: a prefetch only hints the cache; `line` points into `bits`.
+                unsafe {
+                    core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+                        line.cast(),
+                    )
+                };
+                false // the first probe's line: a blocked filter's probes share it
+            });
+        }
+        for hash in self.pending.drain(..) {
+            self.bloom.add(hash);
+        }
+    }
+
+    fn finish(mut self) -> Bloom {
+        self.flush();
+        self.bloom
+    }
 }
 
 impl Bloom {
     fn new(keys: u64) -> Self {
-        let nbits = (keys * BLOOM_BITS_PER_KEY).max(64);
+        let nbits = (keys * BLOOM_BITS_PER_KEY)
+            .max(BLOOM_BLOCK_BITS)
+            .next_multiple_of(BLOOM_BLOCK_BITS);
         Self {
-            bits: vec![0; nbits.div_ceil(8) as usize],
-            nbits,
-            hashes: BLOOM_HASHES,
+            bits: vec![0; (nbits / 8) as usize],
+            layout: BloomLayout {
+                nbits,
+                hashes: BLOOM_HASHES,
+                blocked: true,
+            },
         }
     }
-    fn probes(&self, hash: u64) -> impl Iterator<Item = u64> + '_ {
-        let h2 = hash.rotate_left(32) | 1;
-        (0..self.hashes as u64).map(move |i| hash.wrapping_add(i.wrapping_mul(h2)) % self.nbits)
-    }
+
     fn add(&mut self, hash: u64) {
-        let h2 = hash.rotate_left(32) | 1;
-        for i in 0..self.hashes as u64 {
-            let bit = hash.wrapping_add(i.wrapping_mul(h2)) % self.nbits;
-            self.bits[(bit / 8) as usize] |= 1 << (bit % 8);
-        }
+        let bits = &mut self.bits;
+        self.layout.probes(hash, |bit| {
+            bits[(bit / 8) as usize] |= 1 << (bit % 8);
+            true
+        });
     }
+
     fn may_contain(&self, hash: u64) -> bool {
-        self.probes(hash)
-            .all(|bit| self.bits[(bit / 8) as usize] & (1 << (bit % 8)) != 0)
+        self.layout.probes(hash, |bit| {
+            self.bits[(bit / 8) as usize] & (1 << (bit % 8)) != 0
+        })
     }
 }
 
@@ -125,7 +220,7 @@ pub struct RunWriter {
     index: Vec<(Vec<u8>, u64, u32)>,
     /// The filter, when the number of entries was known up front; else `hashes` collects
     /// the key hashes until `finish` knows how large to make it.
-    bloom: Option<Bloom>,
+    bloom: Option<BloomBuilder>,
     hashes: Vec<u64>,
     last_key: Option<Vec<u8>>,
     entries: u64,
@@ -140,7 +235,7 @@ impl RunWriter {
         entries: u64,
     ) -> io::Result<Self> {
         let mut writer = Self::new(file, head)?;
-        writer.bloom = Some(Bloom::new(entries));
+        writer.bloom = Some(BloomBuilder::new(entries));
         Ok(writer)
     }
 
@@ -228,15 +323,18 @@ impl RunWriter {
             meta.extend_from_slice(&offset.to_le_bytes());
             meta.extend_from_slice(&len.to_le_bytes());
         }
-        let bloom = self.bloom.take().unwrap_or_else(|| {
-            let mut bloom = Bloom::new(self.entries);
-            for &h in &self.hashes {
-                bloom.add(h);
+        let bloom = match self.bloom.take() {
+            Some(builder) => builder.finish(),
+            None => {
+                let mut builder = BloomBuilder::new(self.entries);
+                for &h in &self.hashes {
+                    builder.add(h);
+                }
+                builder.finish()
             }
-            bloom
-        });
-        meta.extend_from_slice(&bloom.hashes.to_le_bytes());
-        meta.extend_from_slice(&bloom.nbits.to_le_bytes());
+        };
+        meta.extend_from_slice(&bloom.layout.hashes.to_le_bytes());
+        meta.extend_from_slice(&bloom.layout.nbits.to_le_bytes());
         meta.extend_from_slice(&bloom.bits);
         let meta_offset = self.out.written;
         self.out.write_all(&meta)?;
@@ -299,7 +397,7 @@ impl Run {
             return Err(corrupt(Some(0), "not a Tally run (bad magic)"));
         }
         let version = le_u32(&head_bytes, 8);
-        if version != VERSION {
+        if !(OLDEST_VERSION..=VERSION).contains(&version) {
             return Err(StoreError::Version {
                 path: path.to_path_buf(),
                 found: version,
@@ -357,7 +455,8 @@ impl Run {
         let (hashes, nbits) = (le_u32(rest, 0), le_u64(rest, 4));
         at += 12;
         let bits = meta.get(at..).ok_or_else(bad)?.to_vec();
-        if bits.len() as u64 != nbits.div_ceil(8) || nbits == 0 || hashes == 0 {
+        let whole_blocks = version < 4 || nbits.is_multiple_of(BLOOM_BLOCK_BITS);
+        if bits.len() as u64 != nbits.div_ceil(8) || nbits == 0 || hashes == 0 || !whole_blocks {
             return Err(bad());
         }
         Ok(Self {
@@ -368,8 +467,11 @@ impl Run {
             blocks,
             bloom: Bloom {
                 bits,
-                nbits,
-                hashes,
+                layout: BloomLayout {
+                    nbits,
+                    hashes,
+                    blocked: version >= 4,
+                },
             },
             entries,
             size,
@@ -530,6 +632,30 @@ mod tests {
             timestamp_ms: 5,
             transactions_root: [2; 32],
             state_checksum: [3; 32],
+        }
+    }
+
+    /// Both layouts find every key they hold, and the blocked one keeps about the false
+    /// positive rate 10 bits a key promise.
+    #[test]
+    fn bloom_filters_have_no_false_negatives_and_few_false_positives() {
+        let keys = 100_000u64;
+        let hash = |i: u64| key_hash(format!("account-{i}").as_bytes());
+        for blocked in [true, false] {
+            let mut bloom = Bloom::new(keys);
+            bloom.layout.blocked = blocked;
+            for i in 0..keys {
+                bloom.add(hash(i));
+            }
+            assert!(
+                (0..keys).all(|i| bloom.may_contain(hash(i))),
+                "blocked {blocked}"
+            );
+            let false_positives = (keys..2 * keys)
+                .filter(|&i| bloom.may_contain(hash(i)))
+                .count();
+            let rate = false_positives as f64 / keys as f64;
+            assert!(rate < 0.025, "blocked {blocked}: {rate}");
         }
     }
 
