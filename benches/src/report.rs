@@ -192,6 +192,9 @@ pub struct Report {
     pub peak_rss_bytes: u64,
     /// Bytes the store occupies on disk.
     pub disk_bytes: u64,
+    /// Seconds to create the chain (its genesis: the accounts, their keys and balances) or
+    /// to reopen it, before the first block: not part of `seconds`.
+    pub setup_seconds: f64,
     /// Milliseconds to compile the contract.
     pub compile_ms: f64,
     /// µs to load it from the disk cache.
@@ -257,6 +260,10 @@ impl Report {
             ("height", self.height.to_string()),
             ("peak RSS", mib(self.peak_rss_bytes)),
             ("disk", mib(self.disk_bytes)),
+            (
+                if self.resumed { "reopen" } else { "genesis" },
+                format!("{:.2} s", self.setup_seconds),
+            ),
             ("compile at deploy", format!("{:.2} ms", self.compile_ms)),
             (
                 "load from disk cache",

@@ -261,11 +261,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         chain_config.retain_blocks,
         Access::ReadWrite,
     )?;
+    let start = Instant::now();
     let mut chain = if store.head().is_some() {
         Chain::open(runtime, store, chain_config.clone())?
     } else {
         workload::create(runtime, store, chain_config.clone(), &config)?.0
     };
+    let setup = start.elapsed();
     anyhow::ensure!(
         args.baseline.is_empty() || !resuming,
         "--baseline runs every engine from genesis alongside Tally, block by block, so it \
@@ -438,6 +440,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         resumed: resuming,
         peak_rss_bytes: peak_rss_bytes(),
         disk_bytes: chain.store().disk_bytes(),
+        setup_seconds: setup.as_secs_f64(),
         compile_ms: compile.as_secs_f64() * 1e3,
         cache_load_us: cache_load.as_secs_f64() * 1e6,
         config: ConfigReport {
