@@ -50,9 +50,10 @@ const MIN_BATCH: usize = 64;
 /// they differ in speed and in the CPUs they run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
-    /// curve25519-dalek's multiscalar multiplication ([`zip215`]): its AVX2 backend when the
-    /// CPU has AVX2 (and its AVX-512 IFMA one when built with
-    /// `--cfg curve25519_dalek_backend="avx512"` on a CPU that has it), serial otherwise.
+    /// curve25519-dalek's multiscalar multiplication ([`zip215`]): its AVX-512 IFMA backend
+    /// on a CPU that has it (the workspace's `.cargo/config.toml` compiles it in with
+    /// `--cfg curve25519_dalek_backend="avx512"`), its AVX2 one on a CPU with AVX2, serial
+    /// otherwise; dalek chooses at run time.
     Dalek,
     /// Eight signatures per instruction on AVX-512F ([`avx512`]).
     Avx512,
