@@ -56,7 +56,7 @@ pub(crate) fn count_write(
 /// The first 16 bytes of `key`, zero-padded, as a big-endian integer. Ordering by it never
 /// contradicts ordering by the whole key: where two prefixes differ, the keys differ the same
 /// way (a zero pad is only less than a longer key's byte, and a prefix sorts first).
-fn sort_prefix(key: &[u8]) -> u128 {
+pub(crate) fn sort_prefix(key: &[u8]) -> u128 {
     let mut bytes = [0u8; 16];
     let n = key.len().min(16);
     bytes[..n].copy_from_slice(&key[..n]);

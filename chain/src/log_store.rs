@@ -1013,8 +1013,13 @@ impl LogStore {
             Some(loc) => (present.then_some(v), Some(loc)),
             None => match &self.run {
                 Some(run) => {
-                    let mut block = Vec::new();
-                    let (value, n) = run.get(key, hash, &mut block)?;
+                    // One block buffer per thread, reused: parallel execution reads from
+                    // every core.
+                    thread_local! {
+                        static BLOCK: std::cell::RefCell<Vec<u8>> =
+                            const { std::cell::RefCell::new(Vec::new()) };
+                    }
+                    let (value, n) = BLOCK.with_borrow_mut(|block| run.get(key, hash, block))?;
                     read += n;
                     (value, None)
                 }

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::block::BlockHeader;
+use crate::journal::sort_prefix;
 
 use super::error::{StoreError, StoreResult};
 use super::index::key_hash;
@@ -358,6 +359,9 @@ pub struct Run {
     head: BlockHeader,
     /// First keys of the blocks, back to back; `blocks[i].0` is the end of block i's key.
     first_keys: Vec<u8>,
+    /// Each block's first key's 16-byte prefix as an integer (`journal::sort_prefix`): a
+    /// lookup's binary search compares these, and whole keys only on a tie.
+    first_prefixes: Vec<u128>,
     blocks: Vec<(u32, u64, u32)>,
     bloom: Bloom,
     entries: u64,
@@ -463,6 +467,12 @@ impl Run {
             file,
             path: path.to_path_buf(),
             head,
+            first_prefixes: (0..blocks.len())
+                .map(|i| {
+                    let start = if i == 0 { 0 } else { blocks[i - 1].0 as usize };
+                    sort_prefix(&first_keys[start..blocks[i].0 as usize])
+                })
+                .collect(),
             first_keys,
             blocks,
             bloom: Bloom {
@@ -500,7 +510,10 @@ impl Run {
 
     /// Bytes its index and filter hold in memory.
     pub fn heap_bytes(&self) -> usize {
-        self.first_keys.capacity() + self.blocks.capacity() * 16 + self.bloom.bits.capacity()
+        self.first_keys.capacity()
+            + self.blocks.capacity() * 16
+            + self.first_prefixes.capacity() * 16
+            + self.bloom.bits.capacity()
     }
 
     fn first_key(&self, i: usize) -> &[u8] {
@@ -537,11 +550,18 @@ impl Run {
         if self.blocks.is_empty() || !self.bloom.may_contain(hash) {
             return Ok((None, 0));
         }
-        // The number of blocks whose first key is <= key.
+        // The number of blocks whose first key is <= key. Prefix order never contradicts key
+        // order, so only equal prefixes need the whole keys.
+        let prefix = sort_prefix(key);
         let (mut lo, mut hi) = (0, self.blocks.len());
         while lo < hi {
             let mid = (lo + hi) / 2;
-            if self.first_key(mid) <= key {
+            let at_or_below = match self.first_prefixes[mid].cmp(&prefix) {
+                std::cmp::Ordering::Less => true,
+                std::cmp::Ordering::Greater => false,
+                std::cmp::Ordering::Equal => self.first_key(mid) <= key,
+            };
+            if at_or_below {
                 lo = mid + 1;
             } else {
                 hi = mid;
@@ -562,7 +582,8 @@ impl Run {
                     "a run entry does not decode",
                 )
             })?;
-            match k.cmp(key) {
+            let order = sort_prefix(k).cmp(&prefix).then_with(|| k.cmp(key));
+            match order {
                 std::cmp::Ordering::Equal => return Ok((Some(v.to_vec()), read)),
                 std::cmp::Ordering::Greater => break,
                 std::cmp::Ordering::Less => at = next,
