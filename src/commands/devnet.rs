@@ -12,6 +12,8 @@ use crate::node::devnet::{self, DevnetConfig};
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   tally devnet --validators 4 --data ./net        # create and start 4 validators
+  tally devnet --validators 4 --data ./net --no-mempool-gossip
+                                                  # each bundle to one mempool: less work
   tally devnet --data ./net                       # start whatever is not running (after a crash)
   tally devnet --data ./net --stop                # stop every process
   tally load --rpc 127.0.0.1:26601 --transfers 100000
@@ -42,6 +44,14 @@ pub struct DevnetArgs {
     /// How long an idle network waits before an empty block, in ms (0: at once, ~70 blocks/s).
     #[arg(long, default_value_t = 1_000)]
     pub empty_blocks_ms: u64,
+    /// Validators do not gossip mempool transactions: a bundle is checked (CheckTx) only by
+    /// the validator it was sent to, and waits for that validator's turn to propose; the
+    /// others verify its signatures in ProcessProposal. Every validator still verifies every
+    /// transfer once. On one machine this halves CometBFT's work per transfer; `tally load`
+    /// sends to every validator in turn, so each mempool fills. A validator that is down holds
+    /// what was sent to it until it is back.
+    #[arg(long)]
+    pub no_mempool_gossip: bool,
     /// Stop every process of the network instead.
     #[arg(long)]
     pub stop: bool,
@@ -70,6 +80,7 @@ pub fn run(args: DevnetArgs) -> anyhow::Result<()> {
             seed: args.seed,
             base_port: args.base_port,
             empty_blocks_ms: args.empty_blocks_ms,
+            mempool_gossip: !args.no_mempool_gossip,
         };
         eprintln!(
             "creating a devnet of {} validators in {} ({} accounts)...",

@@ -109,6 +109,8 @@ pub struct DevnetConfig {
     pub base_port: u16,
     /// How long an idle network waits before an empty block (0: at once).
     pub empty_blocks_ms: u64,
+    /// Whether validators gossip their mempools' transactions to each other.
+    pub mempool_gossip: bool,
 }
 
 /// The `cometbft` binary: `$COMETBFT`, else `cometbft` on `PATH`, else `~/go/bin/cometbft`.
@@ -300,6 +302,7 @@ pub fn create(dir: &Path, config: &DevnetConfig, cometbft: &Path) -> anyhow::Res
             ("p2p", "send_rate", P2P_RATE.into()),
             ("p2p", "recv_rate", P2P_RATE.into()),
             ("consensus", "create_empty_blocks_interval", empty_interval),
+            ("mempool", "broadcast", config.mempool_gossip.to_string()),
             // Nothing in Tally looks transactions up by hash; indexing costs every block.
             ("tx_index", "indexer", q("null")),
         ];
