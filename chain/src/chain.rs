@@ -402,10 +402,10 @@ impl Chain {
     fn resume(&mut self) -> Result<(), ChainError> {
         let first = self.store.first_retained();
         for height in first..=self.head.height {
-            let record = self.store.block(height)?.ok_or_else(|| {
+            let (header, body) = self.store.header_and_body(height)?.ok_or_else(|| {
                 ChainError::Corrupt(format!("retained block {height} is missing"))
             })?;
-            let body: BlockBody = borsh::from_slice(&record.body)
+            let body: BlockBody = borsh::from_slice(&body)
                 .map_err(|e| ChainError::Corrupt(format!("block {height} body: {e}")))?;
             let ids = body
                 .transactions
@@ -413,7 +413,7 @@ impl Chain {
                 .map(|t| t.transaction.id())
                 .collect();
             self.window
-                .push_block(height, &record.header.id(), record.header.timestamp_ms, ids);
+                .push_block(height, &header.id(), header.timestamp_ms, ids);
         }
         Ok(())
     }

@@ -56,7 +56,7 @@ use crate::store::record::{
     self, ChangeCursor, FileReader, RECORD_HEADER_LEN, change_offsets, parse_header,
     read_change_at, read_prefix, write_block_record, write_streamed_block_record,
 };
-use crate::store::run::{FileWriter, Run, RunWriter};
+use crate::store::run::{BLOCK_BYTES, FileWriter, Run, RunWriter};
 use crate::store::vfs::{RealFs, VFile, VLock, Vfs};
 use crate::store::{StoreError, StoreResult};
 
@@ -229,6 +229,10 @@ pub struct LogStore {
     stats: StoreStats,
     /// What opening dropped from the end of the log, for the node to report.
     dropped_tail: Option<DroppedTail>,
+    /// A write failed in a way this process cannot undo (a partial record it could not cut, or
+    /// a genesis logged without its run): no more commits until the store is opened again,
+    /// which reads the log as it is on disk.
+    failed: bool,
     _lock: VLock,
 }
 
@@ -314,15 +318,25 @@ fn scan_record(file: &(dyn VFile + 'static), offset: u64, file_len: u64) -> io::
     }
 }
 
-/// The offset of the first whole, checksummed record that starts after `from` in `file`. A
-/// damaged record header hides where its record ends; if a good record follows somewhere, the
-/// damage is not a torn tail.
-fn good_record_after(
-    file: &(dyn VFile + 'static),
-    from: u64,
-    file_len: u64,
-) -> io::Result<Option<u64>> {
+/// What follows a damaged record header in the last segment.
+enum After {
+    /// A whole, checksummed record starts at this offset: the damage is not a torn tail.
+    Good(u64),
+    /// No good record follows: the damaged record may be a torn tail.
+    Nothing,
+    /// Too many record-like headers follow to check them all (each costs a checksum of the
+    /// rest of the file, so a crafted file could make this quadratic): not a torn tail either.
+    TooMany,
+}
+
+/// The first whole, checksummed record that starts after `from` in `file`. A damaged record
+/// header hides where its record ends; if a good record follows somewhere, the damage is not a
+/// torn tail.
+fn good_record_after(file: &(dyn VFile + 'static), from: u64, file_len: u64) -> io::Result<After> {
     const WINDOW: u64 = 1 << 20;
+    // A random 12 bytes pass the header checksum once in 2^32, so an honest torn tail
+    // checksums next to nothing; this allows every byte of the file twice over.
+    let mut budget = 2 * file_len + WINDOW;
     let mut buf = Vec::new();
     let mut pos = from;
     while pos + RECORD_HEADER_LEN <= file_len {
@@ -339,15 +353,20 @@ fn good_record_after(
                 continue;
             };
             let start = pos + i + RECORD_HEADER_LEN;
-            if start + header.len <= file_len
-                && record::payload_crc_ok(file, start, header.len, header.payload_crc)?
-            {
-                return Ok(Some(pos + i));
+            if start + header.len > file_len {
+                continue;
+            }
+            let Some(left) = budget.checked_sub(header.len) else {
+                return Ok(After::TooMany);
+            };
+            budget = left;
+            if record::payload_crc_ok(file, start, header.len, header.payload_crc)? {
+                return Ok(After::Good(pos + i));
             }
         }
         pos += candidates;
     }
-    Ok(None)
+    Ok(After::Nothing)
 }
 
 fn check_changes(block: &BlockRecord) -> StoreResult<()> {
@@ -420,6 +439,7 @@ impl LogStore {
             force_merge: false,
             stats: StoreStats::default(),
             dropped_tail: None,
+            failed: false,
             _lock: lock,
         }
     }
@@ -431,6 +451,32 @@ impl LogStore {
     fn segment(&self, seq: u64) -> Option<&Segment> {
         let first = self.segments.front()?.seq;
         self.segments.get(seq.checked_sub(first)? as usize)
+    }
+
+    /// Whether this store may commit.
+    fn writable(&self) -> StoreResult<()> {
+        if self.read_only {
+            return Err(StoreError::ReadOnly);
+        }
+        if self.failed {
+            return Err(StoreError::Io(io::Error::other(
+                "an earlier write to this store failed and could not be undone; \
+                 open the store again",
+            )));
+        }
+        Ok(())
+    }
+
+    /// Where retained block `height` lies.
+    fn retained(&self, height: u64) -> Option<&BlockPos> {
+        if height < self.first_retained() {
+            return None;
+        }
+        let first = self.blocks.front()?;
+        height
+            .checked_sub(first.height)
+            .and_then(|i| self.blocks.get(i as usize))
+            .filter(|p| p.height == height)
     }
 
     fn segment_file(&self, loc: Loc) -> StoreResult<&Arc<dyn VFile>> {
@@ -578,25 +624,28 @@ impl LogStore {
                 }
                 Scan::Torn(why) => why,
                 Scan::BadHeader => {
-                    let after = if last {
-                        good_record_after(&*file, offset + 1, file_len)?
+                    let why = if !last {
+                        Some(
+                            "record header checksum mismatch, in a sealed segment (not the last \
+                             one)"
+                                .to_string(),
+                        )
                     } else {
-                        None
+                        match good_record_after(&*file, offset + 1, file_len)? {
+                            After::Good(at) => Some(format!(
+                                "record header checksum mismatch, with a good record after it at \
+                                 byte {at}"
+                            )),
+                            After::TooMany => Some(
+                                "record header checksum mismatch, followed by more record-like \
+                                 headers than can be checked"
+                                    .to_string(),
+                            ),
+                            After::Nothing => None,
+                        }
                     };
-                    if !last || after.is_some() {
-                        return Err(StoreError::corrupted(
-                            path,
-                            Some(offset),
-                            match after {
-                                Some(at) => format!(
-                                    "record header checksum mismatch, with a good record after \
-                                     it at byte {at}"
-                                ),
-                                None => "record header checksum mismatch, in a sealed segment \
-                                         (not the last one)"
-                                    .into(),
-                            },
-                        ));
+                    if let Some(why) = why {
+                        return Err(StoreError::corrupted(path, Some(offset), why));
                     }
                     "the last record's header is damaged and no record follows it"
                 }
@@ -1019,7 +1068,15 @@ impl LogStore {
                         static BLOCK: std::cell::RefCell<Vec<u8>> =
                             const { std::cell::RefCell::new(Vec::new()) };
                     }
-                    let (value, n) = BLOCK.with_borrow_mut(|block| run.get(key, hash, block))?;
+                    let (value, n) = BLOCK.with_borrow_mut(|block| {
+                        let got = run.get(key, hash, block);
+                        // A block that held a large value (contract code) is not kept for
+                        // the thread's lifetime.
+                        if block.capacity() > 16 * BLOCK_BYTES {
+                            *block = Vec::new();
+                        }
+                        got
+                    })?;
                     read += n;
                     (value, None)
                 }
@@ -1059,17 +1116,7 @@ impl BlockArchive for LogStore {
     }
 
     fn block(&self, height: u64) -> StoreResult<Option<BlockRecord>> {
-        if height < self.first_retained() {
-            return Ok(None);
-        }
-        let Some(first) = self.blocks.front() else {
-            return Ok(None);
-        };
-        let Some(pos) = height
-            .checked_sub(first.height)
-            .and_then(|i| self.blocks.get(i as usize))
-            .filter(|p| p.height == height)
-        else {
+        let Some(pos) = self.retained(height) else {
             return Ok(None);
         };
         let path = segment_path(&self.dir, pos.seq);
@@ -1095,6 +1142,32 @@ impl BlockArchive for LogStore {
         Ok(Some(record))
     }
 
+    fn header_and_body(&self, height: u64) -> StoreResult<Option<(BlockHeader, Vec<u8>)>> {
+        let Some(pos) = self.retained(height) else {
+            return Ok(None);
+        };
+        let file = self.segment_file(Loc::new(pos.seq, pos.offset))?;
+        let (header, body) =
+            record::read_header_and_body(&**file, pos.offset, pos.len).map_err(|e| {
+                StoreError::corrupted(
+                    segment_path(&self.dir, pos.seq),
+                    Some(pos.offset),
+                    format!("block {height}: {e}"),
+                )
+            })?;
+        if header.height != height {
+            return Err(StoreError::corrupted(
+                segment_path(&self.dir, pos.seq),
+                Some(pos.offset),
+                format!(
+                    "block {height} was indexed here, but the record holds block {}",
+                    header.height
+                ),
+            ));
+        }
+        Ok(Some((header, body)))
+    }
+
     fn first_retained(&self) -> u64 {
         let first = self.blocks.front().map_or(0, |b| b.height);
         first
@@ -1109,9 +1182,7 @@ impl StateStore for LogStore {
     }
 
     fn commit(&mut self, block: BlockRecord, commit: Commit) -> StoreResult<()> {
-        if self.read_only {
-            return Err(StoreError::ReadOnly);
-        }
+        self.writable()?;
         let height = block.header.height;
         let expected = self.head.as_ref().map_or(0, |h| h.height + 1);
         if height != expected {
@@ -1147,7 +1218,9 @@ impl StateStore for LogStore {
             Err(e) => {
                 // The block did not commit. Cut the partial record off again: left in place,
                 // it would make the next open refuse the log (a bad record with data after).
-                let _ = segment.file.set_len(offset);
+                if segment.file.set_len(offset).is_err() {
+                    self.failed = true;
+                }
                 return Err(e);
             }
         };
@@ -1212,9 +1285,7 @@ impl StateStore for LogStore {
         if changes.len() < BULK_GENESIS_CHANGES {
             return collect_and_commit_genesis(self, block, changes, commit);
         }
-        if self.read_only {
-            return Err(StoreError::ReadOnly);
-        }
+        self.writable()?;
         if self.head.is_some() || block.header.height != 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -1242,7 +1313,9 @@ impl StateStore for LogStore {
         let len = match appended {
             Ok(len) => len,
             Err(e) => {
-                let _ = segment.file.set_len(offset);
+                if segment.file.set_len(offset).is_err() {
+                    self.failed = true;
+                }
                 let _ = self.vfs.remove(&tmp);
                 return Err(e);
             }
@@ -1250,11 +1323,26 @@ impl StateStore for LogStore {
         segment.size += RECORD_HEADER_LEN + len;
         segment.max_height = Some(0);
         crash::point("genesis-logged");
-        let (file, run_bytes) = run.finish()?;
-        file.sync()?;
-        self.vfs.rename(&tmp, &path)?;
-        self.vfs.sync_dir(&self.dir)?;
-        self.run = Some(Arc::new(Run::open(&*self.vfs, &path)?));
+        // The genesis is durable in the log; its keys are in no index, only in the run. Should
+        // the run fail, reads here would miss them: stop this store, and let the next open
+        // replay the record.
+        let installed = run
+            .finish()
+            .map_err(StoreError::from)
+            .and_then(|(file, run_bytes)| {
+                file.sync()?;
+                self.vfs.rename(&tmp, &path)?;
+                self.vfs.sync_dir(&self.dir)?;
+                Ok((Run::open(&*self.vfs, &path)?, run_bytes))
+            });
+        let (run, run_bytes) = match installed {
+            Ok(installed) => installed,
+            Err(e) => {
+                self.failed = true;
+                return Err(e);
+            }
+        };
+        self.run = Some(Arc::new(run));
         self.blocks.push_back(BlockPos {
             height: 0,
             seq,

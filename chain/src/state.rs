@@ -150,6 +150,14 @@ pub trait BlockArchive {
     /// A retained block.
     fn block(&self, height: u64) -> StoreResult<Option<BlockRecord>>;
 
+    /// A retained block's header and encoded body, without its changes (which a genesis of
+    /// millions of accounts makes large). By default taken from [`BlockArchive::block`].
+    fn header_and_body(&self, height: u64) -> StoreResult<Option<(BlockHeader, Vec<u8>)>> {
+        Ok(self
+            .block(height)?
+            .map(|record| (record.header, record.body)))
+    }
+
     /// The lowest height whose block is still retained.
     fn first_retained(&self) -> u64;
 }

@@ -180,6 +180,54 @@ fn issue_10_corruption_names_the_segment_and_the_offset_and_says_what_to_do() {
     assert!(text.contains("nothing was changed"), "{text}");
 }
 
+/// Reopening reads each retained block's header and body, not its changes (a streamed genesis
+/// of ten million accounts keeps them all in block 0): what it reads is the block's own.
+#[test]
+fn header_and_body_are_the_blocks_own_without_its_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    write_blocks(dir.path(), one_segment(), 5);
+    let store = LogStore::open_read_only(dir.path()).unwrap();
+    for height in 0..5 {
+        let block = store.block(height).unwrap().unwrap();
+        assert_eq!(
+            store.header_and_body(height).unwrap(),
+            Some((block.header, block.body)),
+            "block {height}"
+        );
+    }
+    assert_eq!(store.header_and_body(5).unwrap(), None);
+}
+
+/// After a damaged last header, open looks for a good record further on. A crafted tail of
+/// valid-looking headers, each claiming a record to the end of the file, once cost one
+/// checksum of the rest of the file per header: quadratic, minutes for a few MiB. Now the
+/// search has a budget, and running out of it is corruption (the tail is not a torn write).
+#[test]
+fn issue_10_a_tail_of_crafted_record_headers_is_refused_not_searched_forever() {
+    let dir = tempfile::tempdir().unwrap();
+    write_blocks(dir.path(), one_segment(), 3);
+    let file = segments(dir.path()).pop().unwrap();
+    let mut bytes = std::fs::read(&file).unwrap();
+    let damaged = bytes.len();
+    let headers = 100_000;
+    let end = damaged + 12 + 12 * headers;
+    bytes.extend_from_slice(&[0xAB; 12]);
+    for i in 0..headers {
+        let payload = damaged + 12 + 12 * i + 12;
+        let len = (end - payload) as u32;
+        bytes.extend_from_slice(&tally_chain::store::record::header_bytes(len, 0));
+    }
+    std::fs::write(&file, &bytes).unwrap();
+    let err = LogStore::open_read_only(dir.path()).err().expect("refused");
+    assert!(err.is_corruption(), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("more record-like headers than can be checked"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("at byte {damaged}")), "{text}");
+}
+
 #[test]
 fn a_torn_or_unwritten_last_record_is_cut_by_a_writer_and_skipped_by_a_reader() {
     type Damage = fn(&mut Vec<u8>, usize);

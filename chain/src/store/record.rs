@@ -333,6 +333,30 @@ pub fn read_prefix(r: &mut impl Read) -> io::Result<Option<BlockPrefix>> {
     }))
 }
 
+/// The header and encoded body of the block record at `offset` (its record header) in `file`,
+/// whose payload is `len` bytes, read without its changes: a genesis of millions of accounts
+/// keeps its changes in the record, and rebuilding the replay window needs only ids.
+pub fn read_header_and_body<F: Deref<Target = dyn VFile>>(
+    file: F,
+    offset: u64,
+    len: u64,
+) -> io::Result<(BlockHeader, Vec<u8>)> {
+    let start = offset + RECORD_HEADER_LEN;
+    let mut reader = FileReader::new(file, start, start + len, 64 * 1024);
+    let prefix = read_prefix(&mut reader)?
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not a block record"))?;
+    let body_len = u64::from(read_u32(&mut reader)?);
+    if body_len > len {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "the block body is longer than its record",
+        ));
+    }
+    let mut body = vec![0u8; body_len as usize];
+    reader.read_exact(&mut body)?;
+    Ok((prefix.header, body))
+}
+
 /// Walks a block's changes in order, straight from the file: `key` and `value` are reused
 /// buffers, and `at` is where each change starts.
 pub struct ChangeCursor<F: Deref<Target = dyn VFile>> {

@@ -41,6 +41,9 @@ pub const BLOCK_BYTES: usize = 4096;
 /// Bloom filter bits per key: about 1% false positives with 7 hashes, RocksDB's usual 10.
 const BLOOM_BITS_PER_KEY: u64 = 10;
 const BLOOM_HASHES: u32 = 7;
+/// The most probes a run's filter may ask for: every lookup that reaches the run pays them, so
+/// a hostile file's count must not be believed. Writers have always used [`BLOOM_HASHES`].
+const MAX_BLOOM_HASHES: u32 = 16;
 /// Keys and values are bounded well below this by the host API; a run entry claiming more is
 /// damage.
 const MAX_ENTRY_BYTES: u64 = 1 << 30;
@@ -263,8 +266,14 @@ impl RunWriter {
 
     /// Adds an entry; keys must come in increasing order.
     pub fn add(&mut self, key: &[u8], value: &[u8]) -> io::Result<()> {
-        if let Some(last) = &self.last_key {
-            assert!(last.as_slice() < key, "run keys must increase");
+        if let Some(last) = &self.last_key
+            && last.as_slice() >= key
+        {
+            // A caller's bug (a change source out of order), refused rather than written.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "run keys must increase",
+            ));
         }
         if self.block.is_empty() {
             self.block_first.clear();
@@ -444,15 +453,33 @@ impl Run {
         let mut at = 0usize;
         let count = le_u32(meta.get(..4).ok_or_else(bad)?, 0) as usize;
         at += 4;
+        // Every index entry takes at least 16 bytes, so a count the index cannot hold is damage,
+        // not an allocation to attempt. (The checksum is no defence: a hostile file has a
+        // matching one.)
+        if count > meta.len() / 16 {
+            return Err(bad());
+        }
         let mut first_keys = Vec::new();
         let mut blocks = Vec::with_capacity(count);
+        // Blocks lie in order between the header and the index, each at least its own 8-byte
+        // frame: reading one then never leaves the file's data nor allocates more than it.
+        let mut data_end = HEADER_LEN;
         for _ in 0..count {
             let klen = le_u32(meta.get(at..at + 4).ok_or_else(bad)?, 0) as usize;
             at += 4;
             first_keys.extend_from_slice(meta.get(at..at + klen).ok_or_else(bad)?);
             at += klen;
             let rest = meta.get(at..at + 12).ok_or_else(bad)?;
-            blocks.push((first_keys.len() as u32, le_u64(rest, 0), le_u32(rest, 8)));
+            let (offset, len) = (le_u64(rest, 0), le_u32(rest, 8));
+            let end = offset.checked_add(u64::from(len)).ok_or_else(bad)?;
+            if offset < data_end || len < 8 || end > meta_offset {
+                return Err(corrupt(
+                    Some(meta_offset),
+                    "the run's index points outside its data",
+                ));
+            }
+            data_end = end;
+            blocks.push((first_keys.len() as u32, offset, len));
             at += 12;
         }
         let rest = meta.get(at..at + 12).ok_or_else(bad)?;
@@ -460,7 +487,11 @@ impl Run {
         at += 12;
         let bits = meta.get(at..).ok_or_else(bad)?.to_vec();
         let whole_blocks = version < 4 || nbits.is_multiple_of(BLOOM_BLOCK_BITS);
-        if bits.len() as u64 != nbits.div_ceil(8) || nbits == 0 || hashes == 0 || !whole_blocks {
+        if bits.len() as u64 != nbits.div_ceil(8)
+            || nbits == 0
+            || !(1..=MAX_BLOOM_HASHES).contains(&hashes)
+            || !whole_blocks
+        {
             return Err(bad());
         }
         Ok(Self {
@@ -742,5 +773,75 @@ mod tests {
                 result.err()
             );
         }
+    }
+
+    /// A data directory is hostile: a run whose checksums were recomputed after its index was
+    /// edited must be refused, never read past its data, allocated from or probed forever.
+    #[test]
+    fn a_forged_run_index_is_corruption_not_a_panic_or_a_stall() {
+        let fs = FaultFs::new(1);
+        let path = Path::new("/d/run-1.trun");
+        let mut w = RunWriter::new(fs.create(path).unwrap(), &header(1)).unwrap();
+        for i in 0..1000u32 {
+            w.add(&i.to_be_bytes(), b"value").unwrap();
+        }
+        w.finish().unwrap();
+        let good = fs.read_file(path).unwrap();
+        let footer = good.len() - FOOTER_LEN as usize;
+        let meta_offset = le_u64(&good, footer) as usize;
+        // Rewrites the index with `edit`, then recomputes the checksum as a forger would.
+        let forge = |edit: &dyn Fn(&mut [u8])| {
+            let mut bad = good.clone();
+            edit(&mut bad[meta_offset..footer]);
+            let mut crc = crc32fast::Hasher::new();
+            crc.update(&bad[..HEADER_LEN as usize]);
+            crc.update(&bad[meta_offset..footer]);
+            bad[footer + 24..footer + 28].copy_from_slice(&crc.finalize().to_le_bytes());
+            fs.write_file(path, &bad);
+            Run::open(&fs, path).map(|_| ())
+        };
+        assert!(forge(&|_| {}).is_ok(), "the forger's checksum is right");
+        // The first block's entry: [count:u32][klen:u32][4-byte key][offset:u64][len:u32].
+        type Edit<'a> = &'a dyn Fn(&mut [u8]);
+        let cases: [(&str, Edit); 5] = [
+            ("a count the index cannot hold", &|m| {
+                m[..4].copy_from_slice(&u32::MAX.to_le_bytes())
+            }),
+            ("a block shorter than its frame", &|m| {
+                m[16..20].copy_from_slice(&3u32.to_le_bytes())
+            }),
+            ("a block past the data", &|m| {
+                m[16..20].copy_from_slice(&u32::MAX.to_le_bytes())
+            }),
+            ("a block inside the header", &|m| {
+                m[8..16].copy_from_slice(&0u64.to_le_bytes())
+            }),
+            ("four billion filter probes", &|m| {
+                let count = le_u32(m, 0) as usize;
+                let mut at = 4;
+                for _ in 0..count {
+                    at += 4 + le_u32(m, at) as usize + 12;
+                }
+                m[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+            }),
+        ];
+        for (what, edit) in cases {
+            let result = forge(edit);
+            assert!(
+                matches!(result, Err(StoreError::Corrupted { .. })),
+                "{what}: {result:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn keys_out_of_order_are_an_error_not_a_panic() {
+        let fs = FaultFs::new(1);
+        let mut w =
+            RunWriter::new(fs.create(Path::new("/d/run-2.trun")).unwrap(), &header(2)).unwrap();
+        w.add(b"b", b"1").unwrap();
+        let err = w.add(b"a", b"2").unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert!(w.add(b"b", b"again").is_err(), "a repeated key too");
     }
 }
