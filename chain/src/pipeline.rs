@@ -76,7 +76,8 @@ impl Default for Pipeline {
 pub enum Check {
     /// Within every admission limit; its signatures are checked when it executes.
     Admitted,
-    /// Within every admission limit, and every signature verified.
+    /// Within every admission limit, and every signature verified. (Who had to sign is
+    /// checked again at execution: it is cheap, and needs no trust in whoever set this.)
     Verified,
     /// Refused: it can never be included.
     Refused(TxError),
