@@ -181,7 +181,9 @@ fn define(linker: &mut Linker<Ctx>, name: &str, c: Charge) -> anyhow::Result<boo
                 data[dst.start..dst.start + n].copy_from_slice(&msg[..n]);
                 let full = msg.len() as i32;
                 ctx.wrote(dst.start..dst.start + n);
-                charge(&mut caller, full.max(0) as u64 * c.per_output_byte)?;
+                // The message is the action's own, already paid for by the transaction's bytes:
+                // only what is copied is charged, as the runtime's linker does.
+                charge(&mut caller, n as u64 * c.per_output_byte)?;
                 Ok(full)
             },
         )?,
