@@ -61,6 +61,19 @@ pub fn header_bytes(len: u32, crc: u32) -> [u8; RECORD_HEADER_LEN as usize] {
     h
 }
 
+/// A record's payload length as its header stores it.
+fn record_len(block: &BlockRecord, len: u64) -> io::Result<u32> {
+    u32::try_from(len).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "block {} has a record of {len} bytes; a record holds at most 4 GiB",
+                block.header.height
+            ),
+        )
+    })
+}
+
 /// A sink that only counts and checksums (the first pass over a large record).
 struct Measure {
     len: u64,
@@ -98,15 +111,7 @@ pub fn write_block_record(
         crc: crc32fast::Hasher::new(),
     };
     write_payload(block, retain_from, &mut measure)?;
-    let len = u32::try_from(measure.len).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "block {} has a record of {} bytes; a record holds at most 4 GiB",
-                block.header.height, measure.len
-            ),
-        )
-    })?;
+    let len = record_len(block, measure.len)?;
     out.write_all(&header_bytes(len, measure.crc.finalize()))?;
     write_payload(block, retain_from, out)?;
     Ok(measure.len)
@@ -165,15 +170,7 @@ pub fn write_streamed_block_record(
         )
         .into());
     }
-    let len = u32::try_from(measure.len).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "block {} has a record of {} bytes; a record holds at most 4 GiB",
-                block.header.height, measure.len
-            ),
-        )
-    })?;
+    let len = record_len(block, measure.len)?;
     let crc = measure.crc.finalize();
     out.write_all(&header_bytes(len, crc))?;
     // The second pass must write what the first measured: check it as it goes, so a source

@@ -746,16 +746,20 @@ mod tests {
         assert_eq!(n, 20_000);
     }
 
-    #[test]
-    fn a_damaged_run_is_corruption() {
-        let fs = FaultFs::new(1);
-        let path = Path::new("/d/run-1.trun");
+    /// Writes a run of 1,000 keys at `path`; returns its bytes.
+    fn thousand_key_run(fs: &FaultFs, path: &Path) -> Vec<u8> {
         let mut w = RunWriter::new(fs.create(path).unwrap(), &header(1)).unwrap();
         for i in 0..1000u32 {
             w.add(&i.to_be_bytes(), b"value").unwrap();
         }
         w.finish().unwrap();
-        let good = fs.read_file(path).unwrap();
+        fs.read_file(path).unwrap()
+    }
+
+    #[test]
+    fn a_damaged_run_is_corruption() {
+        let (fs, path) = (FaultFs::new(1), Path::new("/d/run-1.trun"));
+        let good = thousand_key_run(&fs, path);
         for at in [3, 200, good.len() - 50, good.len() - 3] {
             let mut bad = good.clone();
             bad[at] ^= 1;
@@ -779,14 +783,8 @@ mod tests {
     /// edited must be refused, never read past its data, allocated from or probed forever.
     #[test]
     fn a_forged_run_index_is_corruption_not_a_panic_or_a_stall() {
-        let fs = FaultFs::new(1);
-        let path = Path::new("/d/run-1.trun");
-        let mut w = RunWriter::new(fs.create(path).unwrap(), &header(1)).unwrap();
-        for i in 0..1000u32 {
-            w.add(&i.to_be_bytes(), b"value").unwrap();
-        }
-        w.finish().unwrap();
-        let good = fs.read_file(path).unwrap();
+        let (fs, path) = (FaultFs::new(1), Path::new("/d/run-1.trun"));
+        let good = thousand_key_run(&fs, path);
         let footer = good.len() - FOOTER_LEN as usize;
         let meta_offset = le_u64(&good, footer) as usize;
         // Rewrites the index with `edit`, then recomputes the checksum as a forger would.
