@@ -151,6 +151,25 @@ impl BlockPos {
     fn end(&self) -> Loc {
         Loc::new(self.seq, self.offset + RECORD_HEADER_LEN + self.len)
     }
+
+    /// Damage to its record, in the store at `dir`.
+    fn corrupt(&self, dir: &Path, why: String) -> StoreError {
+        StoreError::corrupted(segment_path(dir, self.seq), Some(self.offset), why)
+    }
+
+    /// Checks that the record found here holds the block the index says it does.
+    fn holds(&self, dir: &Path, found: &BlockHeader) -> StoreResult<()> {
+        if found.height == self.height {
+            return Ok(());
+        }
+        Err(self.corrupt(
+            dir,
+            format!(
+                "block {} was indexed here, but the record holds block {}",
+                self.height, found.height
+            ),
+        ))
+    }
 }
 
 /// Shards of the value cache: reads take `&self` and may come from several threads at once
@@ -1119,8 +1138,7 @@ impl BlockArchive for LogStore {
         let Some(pos) = self.retained(height) else {
             return Ok(None);
         };
-        let path = segment_path(&self.dir, pos.seq);
-        let corrupt = |why: String| StoreError::corrupted(&path, Some(pos.offset), why);
+        let corrupt = |why: String| pos.corrupt(&self.dir, why);
         let file = self.segment_file(Loc::new(pos.seq, pos.offset))?;
         let mut bytes = vec![0u8; (RECORD_HEADER_LEN + pos.len) as usize];
         file.read_exact_at(&mut bytes, pos.offset)
@@ -1133,12 +1151,7 @@ impl BlockArchive for LogStore {
         }
         let (_, record) =
             record::decode_block(payload).map_err(|e| corrupt(format!("block {height}: {e}")))?;
-        if record.header.height != height {
-            return Err(corrupt(format!(
-                "block {height} was indexed here, but the record holds block {}",
-                record.header.height
-            )));
-        }
+        pos.holds(&self.dir, &record.header)?;
         Ok(Some(record))
     }
 
@@ -1146,25 +1159,11 @@ impl BlockArchive for LogStore {
         let Some(pos) = self.retained(height) else {
             return Ok(None);
         };
+        // The payload's checksum was checked when the store opened (every record's is).
         let file = self.segment_file(Loc::new(pos.seq, pos.offset))?;
-        let (header, body) =
-            record::read_header_and_body(&**file, pos.offset, pos.len).map_err(|e| {
-                StoreError::corrupted(
-                    segment_path(&self.dir, pos.seq),
-                    Some(pos.offset),
-                    format!("block {height}: {e}"),
-                )
-            })?;
-        if header.height != height {
-            return Err(StoreError::corrupted(
-                segment_path(&self.dir, pos.seq),
-                Some(pos.offset),
-                format!(
-                    "block {height} was indexed here, but the record holds block {}",
-                    header.height
-                ),
-            ));
-        }
+        let (header, body) = record::read_header_and_body(&**file, pos.offset, pos.len)
+            .map_err(|e| pos.corrupt(&self.dir, format!("block {height}: {e}")))?;
+        pos.holds(&self.dir, &header)?;
         Ok(Some((header, body)))
     }
 
