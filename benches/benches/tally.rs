@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tally_chain::Durability;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use tally_bench::workload::{self, BenchConfig, TransferGen};
@@ -143,10 +144,6 @@ fn chain(c: &mut Criterion) {
     let (mut chain, _) = workload::create(rt, Box::new(store), chain_config, &config).unwrap();
     let mut generator = TransferGen::new(&config);
     group.throughput(criterion::Throughput::Elements(config.transfers));
-    chain.set_pipeline(tally_chain::Pipeline {
-        overlap_commit: false,
-        ..tally_chain::Pipeline::ALL
-    });
     group.bench_function("5000 transfers: execute + commit (log store, fsync)", |b| {
         b.iter_custom(|iters| {
             let mut timed = Duration::ZERO;
@@ -155,7 +152,7 @@ fn chain(c: &mut Criterion) {
                 let block = generator.next_block(&chain, height, config.transfers);
                 let prepared = prepare_block(block, false, &chain.pipeline());
                 let start = Instant::now();
-                workload::execute_and_commit(&mut chain, &prepared).unwrap();
+                workload::execute_and_commit(&mut chain, &prepared, Durability::Immediate).unwrap();
                 timed += start.elapsed();
             }
             timed

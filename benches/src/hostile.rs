@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tally_chain::{
-    Action, Chain, ChainConfig, ChainError, MemoryStore, Name, Pipeline, SignedTransaction,
-    Transaction, TxResult, prepare_block,
+    Action, Chain, ChainConfig, ChainError, Durability, MemoryStore, Name, Pipeline,
+    SignedTransaction, Transaction, TxResult, prepare_block,
 };
 use tally_runtime::{Runtime, RuntimeConfig};
 
@@ -185,7 +185,7 @@ pub fn run(chain: &mut Chain, hostile: &Hostile) -> Result<HostileRun, ChainErro
     let prepared = prepare_block(txs, false, &chain.pipeline());
     let start = Instant::now();
     let executed = chain.execute_block(chain.next_block_time_ms(), &prepared)?;
-    chain.commit()?;
+    chain.commit(Durability::Background)?;
     let elapsed = start.elapsed();
     let receipts: Vec<_> = executed
         .results

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use ed25519_dalek::SigningKey;
 use rayon::prelude::*;
-use tally_chain::state::{ChangeFn, ChangeSource, keys};
+use tally_chain::state::{ChangeFn, ChangeSource, Durability, keys};
 use tally_chain::{
     Action, Chain, ChainConfig, ChainError, Pipeline, PreparedTx, SignedTransaction, StateStore,
     Transaction, Transfer, TxId, crypto, prepare_block,
@@ -118,6 +118,9 @@ pub struct BenchConfig {
     pub signed: bool,
     /// Which pipeline stages are on.
     pub pipeline: Pipeline,
+    /// When each block is durable: `Background` lets the durable sync of block N run while
+    /// block N+1 executes (the DCC study's PR-7); `Immediate` syncs before the next block.
+    pub durability: Durability,
     /// The contract the transfers go through.
     pub contract: BenchContract,
 }
@@ -132,6 +135,7 @@ impl Default for BenchConfig {
             block_size: 5_000,
             signed: true,
             pipeline: Pipeline::ALL,
+            durability: Durability::Background,
             contract: BenchContract::Simplecoin,
         }
     }
@@ -444,11 +448,12 @@ pub struct BlockRun {
 pub fn execute_and_commit(
     chain: &mut Chain,
     prepared: &[PreparedTx],
+    durability: Durability,
 ) -> Result<BlockRun, ChainError> {
     let t0 = Instant::now();
     let executed = chain.execute_block(chain.next_block_time_ms(), prepared)?;
     let t1 = Instant::now();
-    chain.commit()?;
+    chain.commit(durability)?;
     Ok(BlockRun {
         failed: executed.results.iter().filter(|r| !r.is_success()).count() as u64,
         speculated: executed.speculated.into(),
@@ -558,7 +563,7 @@ impl<'c> Run<'c> {
         let ahead_len = self.block_len((done + n).min(self.config.transfers));
         let chain = &mut *self.chain;
         let check = chain.config().check_signatures;
-        let pipeline = self.config.pipeline;
+        let (pipeline, durability) = (self.config.pipeline, self.config.durability);
         let ahead = (done + n < self.config.transfers)
             .then(|| self.generator.next_block(chain, height + 1, ahead_len));
         if check {
@@ -581,10 +586,10 @@ impl<'c> Run<'c> {
         let (next, executed) = if pipeline.batch_verify {
             rayon::join(
                 || prepare_ahead(ahead),
-                || execute_and_commit(chain, &prepared),
+                || execute_and_commit(chain, &prepared, durability),
             )
         } else {
-            let executed = execute_and_commit(chain, &prepared);
+            let executed = execute_and_commit(chain, &prepared, durability);
             (prepare_ahead(ahead), executed)
         };
         let executed = executed?;

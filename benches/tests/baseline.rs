@@ -2,6 +2,7 @@
 //! chain from the same genesis, over the same transactions.
 
 use std::sync::Arc;
+use tally_chain::Durability;
 
 use tally_bench::baseline::{self, Engine, Stepper};
 use tally_bench::report::Spread;
@@ -19,6 +20,7 @@ fn config(contract: BenchContract) -> BenchConfig {
         block_size: 200,
         signed: false,
         pipeline: Pipeline::ALL,
+        durability: Durability::Background,
         contract,
     }
 }

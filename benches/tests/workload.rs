@@ -2,6 +2,7 @@
 //! pipeline switches, thread counts, baselines, contracts and stores.
 
 use std::sync::Arc;
+use tally_chain::Durability;
 
 use tally_bench::baseline;
 use tally_bench::sampler::{Distribution, Rng, ZipfMandelbrot};
@@ -49,6 +50,7 @@ fn bench_checksum(seed: u64, dist: Distribution) -> ([u8; 32], u64) {
         block_size: 1_000,
         signed: true,
         pipeline: Pipeline::ALL,
+        durability: Durability::Background,
         contract: BenchContract::Simplecoin,
     };
     let report = workload::run(&mut memory_chain(&config), &config, &mut |_| {}).unwrap();
@@ -67,7 +69,11 @@ fn the_same_seed_gives_the_same_state_checksum() {
 
 /// Runs a signed benchmark on a log store with `pipeline` on a pool of `threads` workers, and
 /// returns the head block's id (it covers the state checksum and the transactions root).
-fn pipelined_head(pipeline: Pipeline, threads: usize) -> tally_chain::BlockId {
+fn pipelined_head(
+    pipeline: Pipeline,
+    durability: Durability,
+    threads: usize,
+) -> tally_chain::BlockId {
     let dir = tempfile::tempdir().unwrap();
     let store =
         tally_chain::LogStore::open(dir.path(), tally_chain::LogOptions::default()).unwrap();
@@ -79,6 +85,7 @@ fn pipelined_head(pipeline: Pipeline, threads: usize) -> tally_chain::BlockId {
         block_size: 200,
         signed: true,
         pipeline,
+        durability,
         contract: BenchContract::Simplecoin,
     };
     let mut chain = bench_chain(Box::new(store), ChainConfig::default(), &config);
@@ -98,18 +105,21 @@ fn pipelined_head(pipeline: Pipeline, threads: usize) -> tally_chain::BlockId {
 
 #[test]
 fn every_pipeline_switch_and_thread_count_gives_the_same_chain() {
-    let reference = pipelined_head(Pipeline::NONE, 1);
+    let reference = pipelined_head(Pipeline::NONE, Durability::Immediate, 1);
     for bits in 0u8..32 {
         let pipeline = Pipeline {
             batch_verify: bits & 1 != 0,
             batch_dedup: bits & 2 != 0,
             early_encode: bits & 4 != 0,
-            overlap_commit: bits & 8 != 0,
-            parallel_execute: bits & 16 != 0,
+            parallel_execute: bits & 8 != 0,
+        };
+        let durability = match bits & 16 {
+            0 => Durability::Immediate,
+            _ => Durability::Background,
         };
         let threads = 1 + (bits as usize % 3);
         assert_eq!(
-            pipelined_head(pipeline, threads),
+            pipelined_head(pipeline, durability, threads),
             reference,
             "{} on {threads} threads",
             pipeline.describe()
@@ -127,6 +137,7 @@ fn the_native_baseline_reaches_the_contracts_state() {
         block_size: 250,
         signed: false,
         pipeline: Pipeline::ALL,
+        durability: Durability::Background,
         contract: BenchContract::Simplecoin,
     };
     let wasm = workload::run(&mut memory_chain(&config), &config, &mut |_| {}).unwrap();
@@ -148,6 +159,7 @@ fn token_rs_and_simplecoin_give_the_same_balances() {
             block_size: 500,
             signed: true,
             pipeline: Pipeline::ALL,
+            durability: Durability::Background,
             contract,
         };
         let mut chain = memory_chain(&config);
@@ -172,6 +184,7 @@ fn benchmark_transfers_conserve_coins() {
         block_size: 500,
         signed: false,
         pipeline: Pipeline::ALL,
+        durability: Durability::Background,
         contract: BenchContract::Simplecoin,
     };
     let mut chain = memory_chain(&config);
@@ -260,6 +273,7 @@ fn issue_14_the_streamed_genesis_is_the_genesis_written_key_by_key() {
             block_size: 500,
             signed,
             pipeline: Pipeline::ALL,
+            durability: Durability::Background,
             contract: BenchContract::Simplecoin,
         };
         let what = format!("{accounts} accounts, signed {signed}");

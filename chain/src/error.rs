@@ -140,6 +140,10 @@ pub enum ChainError {
         /// The head block's time.
         head_ms: u64,
     },
+    /// A speculative run could not go on (a contract it calls is not loaded yet); the
+    /// transaction runs in order instead. Never returned by [`crate::Chain::execute_block`].
+    #[error("the speculative run stopped: {0}")]
+    NotSpeculable(&'static str),
     /// The store holds no chain and no genesis was given to create one.
     #[error("the store is empty: create the chain with a genesis (`tally init`)")]
     NoGenesis,

@@ -9,13 +9,19 @@ use std::io;
 
 use serde::{Deserialize, Serialize};
 use tally_host_api::Name;
-use tally_runtime::{Outcome, Receipt};
+use tally_runtime::Receipt;
 
+use std::sync::Arc;
+
+use tally_runtime::Runtime;
+
+use crate::block::{BlockHeader, ChangeHasher};
 use crate::chain::Chain;
+use crate::config::ChainConfig;
 use crate::error::ChainError;
-use crate::execute::Env;
-use crate::state::{Change, ChangeFn, ChangeSource, keys};
-use crate::system;
+use crate::exec::{Code, Exec, system};
+use crate::state::{BlockRecord, Change, ChangeFn, ChangeSource, Durability, StateStore, keys};
+use crate::tx::BlockBody;
 
 /// An account that exists at genesis.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,34 +117,33 @@ impl GenesisBuilder {
     pub fn deploy(&mut self, account: Name, code: &[u8]) -> Result<Receipt, ChainError> {
         let chain = &mut self.chain;
         chain.journal.checkpoint();
-        let mut env = Env {
+        let mut exec = Exec {
             runtime: &chain.runtime,
             store: chain.store.as_ref(),
             journal: &mut chain.journal,
-            code: &mut chain.code,
+            code: Code::Load(&mut chain.code),
             key: &mut chain.key,
         };
         let result = chain
             .runtime
             .prepare(code)
             .map_err(ChainError::from)
-            .and_then(|contract| system::install(&mut env, account, code, contract, u64::MAX));
-        let receipt = match result {
-            Ok(receipt) => receipt,
+            .and_then(|contract| system::install(&mut exec, account, code, contract, u64::MAX));
+        match result {
+            Ok(receipt) if receipt.is_success() => {
+                chain.journal.commit_tx();
+                Ok(receipt)
+            }
+            Ok(receipt) => {
+                chain.journal.discard_tx();
+                let abort = receipt.failure().cloned().expect("a failed receipt");
+                Err(ChainError::InitFailed(abort))
+            }
             Err(e) => {
                 chain.journal.discard_tx();
-                chain.code.discard_tx();
-                return Err(e);
+                Err(e)
             }
-        };
-        if let Outcome::Failure(abort) = &receipt.outcome {
-            chain.journal.discard_tx();
-            chain.code.discard_tx();
-            return Err(ChainError::InitFailed(abort.clone()));
         }
-        chain.journal.commit_tx();
-        chain.code.commit_tx();
-        Ok(receipt)
     }
 
     /// Applies every entry of `genesis`.
@@ -177,6 +182,73 @@ impl GenesisBuilder {
     pub fn finish_with(mut self, bulk: &dyn ChangeSource) -> Result<Chain, ChainError> {
         self.chain.commit_genesis(Some(bulk))?;
         Ok(self.chain)
+    }
+}
+
+impl Chain {
+    /// Starts a new chain on an empty `store`: fill its genesis with the returned builder,
+    /// then [`GenesisBuilder::finish`] commits block 0.
+    pub fn genesis(
+        runtime: Arc<Runtime>,
+        store: Box<dyn StateStore>,
+        config: ChainConfig,
+    ) -> Result<GenesisBuilder, ChainError> {
+        if let Some(head) = store.head() {
+            return Err(ChainError::Config(format!(
+                "the store already holds a chain (at block {}); open it instead",
+                head.height
+            )));
+        }
+        let head = BlockHeader {
+            height: 0,
+            previous: [0; 32],
+            timestamp_ms: config.genesis_time_ms,
+            transactions_root: BlockBody::default().root(),
+            state_checksum: [0; 32],
+        };
+        Ok(GenesisBuilder::new(Self::new(runtime, store, config, head)))
+    }
+
+    /// Starts a new chain on an empty `store` from `genesis`.
+    pub fn create(
+        runtime: Arc<Runtime>,
+        store: Box<dyn StateStore>,
+        config: ChainConfig,
+        genesis: &Genesis,
+    ) -> Result<Self, ChainError> {
+        let mut builder = Self::genesis(runtime, store, config)?;
+        builder.apply(genesis)?;
+        builder.finish()
+    }
+
+    /// Commits the genesis block, durably: whatever the builder wrote, and the changes of
+    /// `bulk` (keys the builder did not write), as block 0. The changes stream past twice, to
+    /// the checksum and to the store, and are never all in memory at once.
+    fn commit_genesis(&mut self, bulk: Option<&dyn ChangeSource>) -> Result<(), ChainError> {
+        let written = self.journal.take_changes();
+        let changes = GenesisChanges {
+            written: &written.state,
+            bulk,
+        };
+        let mut hasher = ChangeHasher::new();
+        changes
+            .for_each(&mut |k, v| {
+                hasher.add(k, v);
+                Ok(())
+            })
+            .map_err(|e| ChainError::Config(format!("genesis: {e}")))?;
+        self.head.state_checksum = hasher.finish(&[0; 32]);
+        let record = BlockRecord {
+            header: self.head.clone(),
+            body: borsh::to_vec(&BlockBody::default()).expect("encoding into a Vec cannot fail"),
+            changes: Vec::new(),
+        };
+        let commit = self.commit_options(0, Durability::Immediate);
+        self.store.commit_genesis(record, &changes, commit)?;
+        self.head_id = self.head.id();
+        self.window.push_genesis(&self.head_id);
+        self.code.install(written.code);
+        Ok(())
     }
 }
 

@@ -30,27 +30,26 @@
 
 pub mod block;
 pub mod chain;
-pub mod code;
+pub mod config;
 pub mod crypto;
 pub mod error;
+pub mod exec;
 pub mod genesis;
-pub mod journal;
 pub mod log_store;
+pub mod phase;
 pub mod pipeline;
+pub mod receipt;
 #[cfg(feature = "rocksdb")]
 pub mod rocks_store;
 pub mod state;
 pub mod store;
-pub mod system;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tx;
 pub mod verify;
 pub mod window;
 
-mod execute;
-mod host;
-mod parallel;
+pub use exec::{code, journal, system};
 
 /// A hash map keyed by what others choose (storage keys, account names, transaction ids):
 /// std's map with foldhash under a per-process random seed, so nobody can choose keys that
@@ -63,12 +62,14 @@ pub(crate) type KeyedSet<K> = std::collections::HashSet<K, KeyedHasher>;
 pub(crate) type KeyedHasher = foldhash::fast::RandomState;
 
 pub use block::{BlockHeader, BlockId};
-pub use chain::{ActionTrace, Chain, ChainConfig, ExecutedBlock, TxReceipt, TxResult, TxTrace};
-pub use code::NativeContract;
+pub use chain::Chain;
+pub use config::ChainConfig;
 pub use error::{ChainError, TxError};
+pub use exec::code::NativeContract;
 pub use genesis::{Genesis, GenesisBuilder};
 pub use log_store::{LogOptions, LogStore};
 pub use pipeline::{Check, Pipeline, PreparedTx, prepare_block};
+pub use receipt::{ActionTrace, ExecutedBlock, TxReceipt, TxResult, TxTrace};
 pub use state::{
     BlockArchive, BlockRecord, ChangeSource, Commit, DroppedTail, Durability, Entries, MemoryStore,
     StateStore, StoreStats,

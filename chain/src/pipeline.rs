@@ -13,7 +13,8 @@ use crate::crypto;
 use crate::error::TxError;
 use crate::tx::{SignedTransaction, TxId};
 
-/// Which stages of block processing are batched, parallel or overlapped.
+/// Which stages of block processing are batched or parallel. (When a block is durable is
+/// an argument of each [`crate::Chain::commit`].)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pipeline {
     /// Verify signatures in batches on all cores before execution; otherwise one at a time,
@@ -25,9 +26,6 @@ pub struct Pipeline {
     /// Encode each transaction (and hash its id from that encoding) on all cores ahead of
     /// execution; otherwise one at a time on the calling thread.
     pub early_encode: bool,
-    /// Let the store's durable sync of block N run while block N+1 executes; otherwise each
-    /// block is durable before the next one starts.
-    pub overlap_commit: bool,
     /// Execute a block's transactions speculatively on all cores, then finalize them in order
     /// (`crate::parallel`); otherwise one at a time. Only has an effect with several threads.
     pub parallel_execute: bool,
@@ -39,7 +37,6 @@ impl Pipeline {
         batch_verify: true,
         batch_dedup: true,
         early_encode: true,
-        overlap_commit: true,
         parallel_execute: true,
     };
     /// Every stage off: the plain sequential path.
@@ -47,7 +44,6 @@ impl Pipeline {
         batch_verify: false,
         batch_dedup: false,
         early_encode: false,
-        overlap_commit: false,
         parallel_execute: false,
     };
 
@@ -55,11 +51,10 @@ impl Pipeline {
     pub fn describe(&self) -> String {
         let on = |b: bool| if b { "on" } else { "off" };
         format!(
-            "batch_verify={} batch_dedup={} early_encode={} overlap_commit={} parallel_execute={}",
+            "batch_verify={} batch_dedup={} early_encode={} parallel_execute={}",
             on(self.batch_verify),
             on(self.batch_dedup),
             on(self.early_encode),
-            on(self.overlap_commit),
             on(self.parallel_execute)
         )
     }

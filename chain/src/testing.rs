@@ -39,9 +39,11 @@ use ed25519_dalek::SigningKey;
 use tally_host_api::Name;
 use tally_runtime::{Runtime, RuntimeConfig};
 
-use crate::chain::{Chain, ChainConfig, ExecutedBlock, TxReceipt, TxResult};
+use crate::chain::Chain;
+use crate::config::ChainConfig;
 use crate::crypto::derived_key;
 use crate::genesis::Genesis;
+use crate::receipt::{ExecutedBlock, TxReceipt, TxResult};
 use crate::state::MemoryStore;
 use crate::system::{NEWACCOUNT, NewAccount, SETCODE, SYSTEM, SetCode};
 use crate::tx::{Action, SignedTransaction, Transaction};

@@ -6,10 +6,12 @@ use std::sync::Arc;
 use tally_runtime::Runtime;
 
 use crate::block::chain_checksum;
-use crate::chain::{Chain, ChainConfig, TxResult};
+use crate::chain::Chain;
+use crate::config::ChainConfig;
 use crate::error::ChainError;
 use crate::pipeline::prepare_block;
-use crate::state::{MemoryStore, StateStore, StoreResult};
+use crate::receipt::TxResult;
+use crate::state::{Durability, MemoryStore, StateStore, StoreResult};
 use crate::tx::BlockBody;
 
 /// BLAKE3 over sorted entries: a digest of a whole state.
@@ -159,7 +161,7 @@ pub fn verify(
                 }
             }
             transactions += prepared.len() as u64;
-            chain.commit()?;
+            chain.commit(Durability::Immediate)?;
         }
         if let Some(chain) = &replay
             && chain.head() != header

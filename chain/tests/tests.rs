@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use common::*;
 use tally_chain::state::keys;
 use tally_chain::{
-    BlockArchive, BlockHeader, BlockRecord, Chain, ChainConfig, ChainError, Commit, Entries,
-    Genesis, MemoryStore, SignedTransaction, StateStore, StoreResult, Transaction, Transfer,
-    TxError, TxResult, prepare_block,
+    BlockArchive, BlockHeader, BlockRecord, Chain, ChainConfig, ChainError, Commit, Durability,
+    Entries, Genesis, MemoryStore, SignedTransaction, StateStore, StoreResult, Transaction,
+    Transfer, TxError, TxResult, prepare_block,
 };
 use tally_host_api::AbortCode;
 use tally_host_api::limits::{
@@ -1048,7 +1048,7 @@ fn issue_20_a_restarted_chain_decides_every_transaction_as_one_that_never_stoppe
         pushed += txs.len();
         let prepared = prepare_block(txs.clone(), false, &steady.pipeline());
         let a = steady.execute_block(time, &prepared).unwrap();
-        steady.commit().unwrap();
+        steady.commit(Durability::Immediate).unwrap();
 
         let restart_now = draw.next().is_multiple_of(9_000)
             || near_window
@@ -1065,7 +1065,7 @@ fn issue_20_a_restarted_chain_decides_every_transaction_as_one_that_never_stoppe
             dropped += 1;
         }
         let b = restarted.execute_block(time, &prepared).unwrap();
-        restarted.commit().unwrap();
+        restarted.commit(Durability::Immediate).unwrap();
         assert_eq!(a.results, b.results, "results of block {height}");
         assert_eq!(a.header, b.header, "header of block {height}");
 

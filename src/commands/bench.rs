@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
+use tally_chain::Durability;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
@@ -191,7 +192,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         batch_verify: !(args.sequential || args.no_batch_verify),
         batch_dedup: !(args.sequential || args.no_batch_dedup),
         early_encode: !(args.sequential || args.no_early_encode),
-        overlap_commit: !(args.sequential || args.no_overlap_commit),
         parallel_execute: !(args.sequential || args.no_parallel_execute),
     };
     let config = BenchConfig {
@@ -202,6 +202,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         block_size: args.block_size as usize,
         signed: !args.unsigned,
         pipeline,
+        durability: if args.sequential || args.no_overlap_commit {
+            Durability::Immediate
+        } else {
+            Durability::Background
+        },
         contract: args.contract.into(),
     };
     let chain_config = ChainConfig {
@@ -414,7 +419,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             batch_verify: pipeline.batch_verify,
             batch_dedup: pipeline.batch_dedup,
             early_encode: pipeline.early_encode,
-            overlap_commit: pipeline.overlap_commit,
+            overlap_commit: config.durability == Durability::Background,
             parallel_execute: pipeline.parallel_execute,
         },
         threads: rayon::current_num_threads(),

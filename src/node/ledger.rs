@@ -217,8 +217,8 @@ impl Ledger {
     /// Makes the executed block durable before returning: CometBFT records the height as
     /// committed by the application once Commit answers.
     pub fn commit(&mut self) -> Result<(), ChainError> {
-        self.chain.commit()?;
-        self.chain.sync()
+        self.chain.commit(tally_chain::Durability::Immediate)?;
+        Ok(())
     }
 
     /// The committed value of `contract`'s storage key `key`.

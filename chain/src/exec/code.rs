@@ -4,15 +4,19 @@
 //! The map holds wasm contracts weakly. The runtime's contract cache is the one owner, so
 //! its byte bound is what bounds memory: a contract it evicts is freed once no action runs
 //! it, and loads again (from the disk tier, or by compiling) when next called.
+//!
+//! It holds committed code only. A contract deployed by the pending block lives in the
+//! [`Journal`] until the block commits ([`CodeMap::install`]), so discarding a transaction or a
+//! block needs nothing from the map: the journal's undo covers code as it covers state.
 
 use std::sync::{Arc, Weak};
 
 use tally_host_api::{Host, HostError, Name};
 use tally_runtime::{Contract, Runtime};
 
+use super::journal::Journal;
 use crate::KeyedMap;
 use crate::error::ChainError;
-use crate::journal::Journal;
 use crate::state::{StateStore, keys};
 
 /// An executor that replaces a contract's wasm for baselines (`tally bench --baseline`): plain
@@ -52,21 +56,17 @@ impl Loaded {
     }
 }
 
-/// Accounts' executors, loaded on first use.
+/// Accounts' committed executors, loaded on first use.
 #[derive(Default)]
 pub struct CodeMap {
     loaded: KeyedMap<Name, Loaded>,
-    /// Native replacements, consulted when an account is loaded.
+    /// Native replacements, consulted when an account is loaded or deployed.
     natives: KeyedMap<Name, NativeContract>,
-    /// Accounts whose code the running transaction set, and the pending block's committed
-    /// transactions set: their entries must go if that work is discarded.
-    changed_in_tx: Vec<Name>,
-    changed_in_block: Vec<Name>,
 }
 
 impl CodeMap {
-    /// The executor of `account`, or `None` if it has no code. Reads the code hash through
-    /// the journal, so an action after a `setcode` in the same transaction runs the new code.
+    /// The executor of `account`, or `None` if it has no code: what the pending block
+    /// deployed, else what the map holds, else loaded from state through the journal.
     pub fn get(
         &mut self,
         account: Name,
@@ -74,7 +74,7 @@ impl CodeMap {
         store: &dyn StateStore,
         runtime: &Runtime,
     ) -> Result<Option<Executor>, ChainError> {
-        if let Some(found) = self.loaded.get(&account).and_then(Loaded::executor) {
+        if let Some(found) = self.cached(account, journal) {
             return Ok(Some(found));
         }
         let Some(hash) = journal.get(store, &keys::code_hash(account))? else {
@@ -98,14 +98,29 @@ impl CodeMap {
         Ok(Some(executor))
     }
 
-    /// Remembers `contract` as `account`'s code from now on: `setcode` just deployed it.
-    pub fn set(&mut self, account: Name, contract: Arc<Contract>) {
-        self.changed_in_tx.push(account);
-        let loaded = match self.natives.get(&account) {
-            Some(native) => Loaded::Native(native.clone()),
-            None => Loaded::Wasm(Arc::downgrade(&contract)),
-        };
-        self.loaded.insert(account, loaded);
+    /// The executor of `account` if the pending block deployed it or the map holds it, without
+    /// reading state: what a speculative run, which shares the map, may use.
+    pub fn cached(&self, account: Name, journal: &Journal) -> Option<Executor> {
+        match journal.code(account) {
+            Some(deployed) => Some(deployed.clone()),
+            None => self.loaded.get(&account).and_then(Loaded::executor),
+        }
+    }
+
+    /// What runs `account`'s actions once `contract` is deployed to it: the contract, or the
+    /// account's native replacement.
+    pub fn deployed(&self, account: Name, contract: Arc<Contract>) -> Executor {
+        match self.natives.get(&account) {
+            Some(native) => Executor::Native(native.clone()),
+            None => Executor::Wasm(contract),
+        }
+    }
+
+    /// Takes over the contracts a committed block deployed.
+    pub(crate) fn install(&mut self, deployed: Vec<(Name, Executor)>) {
+        for (account, executor) in deployed {
+            self.loaded.insert(account, Loaded::of(&executor));
+        }
     }
 
     /// Runs `account`'s actions with `native` instead of its wasm contract (which must still
@@ -113,31 +128,5 @@ impl CodeMap {
     pub fn set_native(&mut self, account: Name, native: NativeContract) {
         self.natives.insert(account, native);
         self.loaded.remove(&account);
-    }
-
-    /// The running transaction's code changes stay.
-    pub fn commit_tx(&mut self) {
-        self.changed_in_block.append(&mut self.changed_in_tx);
-    }
-
-    /// The running transaction's code changes are undone: their accounts load again from
-    /// state when next used.
-    pub fn discard_tx(&mut self) {
-        for account in self.changed_in_tx.drain(..) {
-            self.loaded.remove(&account);
-        }
-    }
-
-    /// The pending block was committed.
-    pub fn commit_block(&mut self) {
-        self.changed_in_block.clear();
-    }
-
-    /// The pending block was discarded.
-    pub fn discard_block(&mut self) {
-        self.discard_tx();
-        for account in self.changed_in_block.drain(..) {
-            self.loaded.remove(&account);
-        }
     }
 }

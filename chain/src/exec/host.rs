@@ -1,8 +1,10 @@
-//! The [`Host`] an action sees: its contract's namespace of the journal.
+//! The [`Host`] an action sees: its contract's namespace of the journal. The one
+//! implementation in the chain: in-order and speculative runs differ only in the journal it
+//! is given.
 
 use tally_host_api::{Host, HostError, Name, NodeFault, Upsert};
 
-use crate::journal::Journal;
+use super::journal::Journal;
 use crate::state::{StateStore, keys};
 use crate::tx::Action;
 

@@ -1,4 +1,4 @@
-//! The journal: one overlay of the pending block's writes over committed state, with a
+//! The journal: one overlay of the pending block's changes over committed state, with a
 //! checkpoint per transaction.
 //!
 //! Every read goes through [`Journal::get`]: one hash lookup in the overlay, then the store.
@@ -6,30 +6,45 @@
 //! [`Journal::discard_tx`] can put the overlay back exactly as [`Journal::checkpoint`] found it
 //! and [`Journal::commit_tx`] only has to forget the log. Model: revm's journal
 //! (`checkpoint`/`commit_tx`/`discard_tx`).
+//!
+//! The journal owns every kind of change a transaction makes, code included: `setcode` records
+//! the contract it deployed with [`Journal::set_code`], which pushes an undo entry like any
+//! write, so one `discard_tx` reverts a transaction's code and state together (revm's
+//! `JournalInner` pushes a code-changed entry for the same reason).
+//!
+//! A journal that [records its reads](Journal::recording) is how a transaction runs
+//! speculatively: alone, over the state its block started from, noting every key whose
+//! committed value it depended on (pevm runs revm's own EVM over a `Database` that records
+//! reads the same way). Speculative and in-order runs go through the same executor and the
+//! same journal type.
 
 use std::borrow::Cow;
-use std::io;
 
 use indexmap::IndexMap;
 use tally_host_api::limits::{MAX_TX_WRITE_BYTES, MAX_TX_WRITES};
-use tally_host_api::{Abort, AbortCode};
+use tally_host_api::{Abort, AbortCode, Name};
 
-use crate::state::{Change, StateStore};
+use super::code::Executor;
+use crate::state::{Change, StateStore, StoreResult};
 use crate::{KeyedHasher, KeyedMap};
 
 /// A value in the overlay: `None` means the pending block deleted the key.
 type Slot = Option<Vec<u8>>;
 
-/// What one write replaced, to undo it: the written entry's index in the overlay, and the
-/// value it replaced (`None` when the write added the entry). An index rather than the key, so
-/// a write allocates no copy of its key for the undo log: entries are only ever appended
-/// while a transaction runs, so the entry a write added is the overlay's last when its undo
-/// comes round.
-type Undo = (usize, Option<Slot>);
+/// What one change replaced, to undo it.
+enum Undo {
+    /// A write: the written entry's index in the overlay, and the value it replaced (`None`
+    /// when the write added the entry). An index rather than the key, so a write allocates no
+    /// copy of its key for the undo log: entries are only ever appended while a transaction
+    /// runs, so the entry a write added is the overlay's last when its undo comes round.
+    Write(usize, Option<Slot>),
+    /// A deployment: the account and the contract it had deployed earlier in the block, if any.
+    Code(Name, Option<Executor>),
+}
 
 /// Counts one write of `key` = `value` against a transaction's limits (`writes` made and
-/// `bytes` written so far): every path that writes for a transaction counts the same way.
-pub(crate) fn count_write(
+/// `bytes` written so far).
+fn count_write(
     writes: &mut u32,
     bytes: &mut u64,
     key: &[u8],
@@ -63,12 +78,23 @@ pub(crate) fn sort_prefix(key: &[u8]) -> u128 {
     u128::from_be_bytes(bytes)
 }
 
+/// What a block changed: its state changes sorted by key, and the contracts it deployed
+/// (which the code map takes over once the block is committed).
+pub(crate) struct BlockChanges {
+    /// Sorted by key, each key once.
+    pub(crate) state: Vec<Change>,
+    /// Each account whose code the block set, with the contract it runs now.
+    pub(crate) code: Vec<(Name, Executor)>,
+}
+
 /// The pending block's state over a [`StateStore`].
 #[derive(Default)]
 pub struct Journal {
     /// Writes of the pending block, the running transaction's included, in the order their
     /// keys were first written.
     overlay: IndexMap<Vec<u8>, Slot, KeyedHasher>,
+    /// Contracts deployed by the pending block, by account.
+    code: KeyedMap<Name, Executor>,
     /// Values read from stores that hand out owned bytes, kept for the block so that a
     /// borrowed slice can be returned to the contract.
     read_cache: KeyedMap<Vec<u8>, Vec<u8>>,
@@ -77,17 +103,32 @@ pub struct Journal {
     /// Writes and bytes written by the running transaction, against the limits.
     tx_writes: u32,
     tx_bytes: u64,
+    /// With [`Journal::recording`]: every key read from the store (not from the overlay), in
+    /// order, repeats included.
+    reads: Option<Vec<Vec<u8>>>,
 }
 
 impl Journal {
+    /// A journal that records the key of every read that reaches the store: for a speculative
+    /// run, whose result stands only if none of those keys changed before its turn.
+    pub(crate) fn recording() -> Self {
+        Self {
+            reads: Some(Vec::new()),
+            ..Self::default()
+        }
+    }
+
     /// The value of `key` as the running transaction sees it.
     pub fn get<'a>(
         &'a mut self,
         store: &'a dyn StateStore,
         key: &[u8],
-    ) -> io::Result<Option<&'a [u8]>> {
+    ) -> StoreResult<Option<&'a [u8]>> {
         if let Some(slot) = self.overlay.get(key) {
             return Ok(slot.as_deref());
+        }
+        if let Some(reads) = &mut self.reads {
+            reads.push(key.to_vec());
         }
         if self.read_cache.contains_key(key) {
             return Ok(self.read_cache.get(key).map(Vec::as_slice));
@@ -101,12 +142,13 @@ impl Journal {
         }
     }
 
-    /// The value of `key` as the running transaction sees it, copied (for reads outside an
-    /// action, which need no borrowed slice).
-    pub fn get_owned(&self, store: &dyn StateStore, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
-        match self.overlay.get(key) {
-            Some(slot) => Ok(slot.clone()),
-            None => Ok(store.get(key)?.map(Cow::into_owned)),
+    /// Records that the running transaction depended on the committed value of `key`, read
+    /// elsewhere (the code an action runs), when this journal records reads.
+    pub(crate) fn note_read(&mut self, key: &[u8]) {
+        if let Some(reads) = &mut self.reads
+            && !self.overlay.contains_key(key)
+        {
+            reads.push(key.to_vec());
         }
     }
 
@@ -114,7 +156,18 @@ impl Journal {
     /// transaction's write limits.
     pub fn set(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), Abort> {
         count_write(&mut self.tx_writes, &mut self.tx_bytes, key, value)?;
-        self.set_unchecked(key, value.map(<[u8]>::to_vec));
+        match self.overlay.get_full_mut(key) {
+            Some((index, _, slot)) => {
+                let previous = std::mem::replace(slot, value.map(<[u8]>::to_vec));
+                self.undo.push(Undo::Write(index, Some(previous)));
+            }
+            None => {
+                let (index, _) = self
+                    .overlay
+                    .insert_full(key.to_vec(), value.map(<[u8]>::to_vec));
+                self.undo.push(Undo::Write(index, None));
+            }
+        }
         Ok(())
     }
 
@@ -127,7 +180,7 @@ impl Journal {
         store: &dyn StateStore,
         key: &[u8],
         value: &[u8],
-    ) -> io::Result<Result<bool, Abort>> {
+    ) -> StoreResult<Result<bool, Abort>> {
         if let Some((index, _, slot)) = self.overlay.get_full_mut(key) {
             if let Err(abort) =
                 count_write(&mut self.tx_writes, &mut self.tx_bytes, key, Some(value))
@@ -136,16 +189,31 @@ impl Journal {
             }
             let previous = slot.replace(value.to_vec());
             let existed = previous.is_some();
-            self.undo.push((index, Some(previous)));
+            self.undo.push(Undo::Write(index, Some(previous)));
             return Ok(Ok(existed));
+        }
+        if let Some(reads) = &mut self.reads {
+            reads.push(key.to_vec());
         }
         let existed = self.read_cache.contains_key(key) || store.get(key)?.is_some();
         if let Err(abort) = count_write(&mut self.tx_writes, &mut self.tx_bytes, key, Some(value)) {
             return Ok(Err(abort));
         }
         let (index, _) = self.overlay.insert_full(key.to_vec(), Some(value.to_vec()));
-        self.undo.push((index, None));
+        self.undo.push(Undo::Write(index, None));
         Ok(Ok(existed))
+    }
+
+    /// The contract the pending block deployed to `account`, if it deployed one.
+    pub(crate) fn code(&self, account: Name) -> Option<&Executor> {
+        self.code.get(&account)
+    }
+
+    /// Records that the running transaction deployed `executor` to `account` (its code hash
+    /// and code are written with [`Journal::set`]).
+    pub(crate) fn set_code(&mut self, account: Name, executor: Executor) {
+        let previous = self.code.insert(account, executor);
+        self.undo.push(Undo::Code(account, previous));
     }
 
     /// Whether the pending block wrote `key` (a transaction's included).
@@ -153,27 +221,15 @@ impl Journal {
         self.overlay.contains_key(key)
     }
 
-    fn set_unchecked(&mut self, key: &[u8], value: Slot) {
-        match self.overlay.get_full_mut(key) {
-            Some((index, _, slot)) => {
-                let previous = std::mem::replace(slot, value);
-                self.undo.push((index, Some(previous)));
-            }
-            None => {
-                let (index, _) = self.overlay.insert_full(key.to_vec(), value);
-                self.undo.push((index, None));
-            }
-        }
-    }
-
     /// Writes `key` straight into the pending block, outside any transaction and its limits:
-    /// for genesis, whose writes are trusted and may be many.
+    /// genesis, whose writes are trusted and may be many; the chain's own per-block state; and
+    /// a speculative run's writes, counted against the limits when it ran.
     pub fn write_block(&mut self, key: Vec<u8>, value: Slot) {
         debug_assert!(self.undo.is_empty(), "a transaction is running");
         self.overlay.insert(key, value);
     }
 
-    /// Starts a transaction: its writes can be discarded until [`Journal::commit_tx`].
+    /// Starts a transaction: its changes can be discarded until [`Journal::commit_tx`].
     pub fn checkpoint(&mut self) {
         debug_assert!(self.undo.is_empty(), "a transaction is already running");
         self.undo.clear();
@@ -181,27 +237,33 @@ impl Journal {
         self.tx_bytes = 0;
     }
 
-    /// Keeps the running transaction's writes in the pending block.
+    /// Keeps the running transaction's changes in the pending block.
     pub fn commit_tx(&mut self) {
         self.undo.clear();
     }
 
-    /// Drops the running transaction's writes, leaving the overlay as at the checkpoint.
+    /// Drops the running transaction's changes, leaving the journal as at the checkpoint.
     pub fn discard_tx(&mut self) {
-        while let Some((index, previous)) = self.undo.pop() {
-            match previous {
-                Some(slot) => self.overlay[index] = slot,
-                None => {
+        while let Some(undo) = self.undo.pop() {
+            match undo {
+                Undo::Write(index, Some(slot)) => self.overlay[index] = slot,
+                Undo::Write(index, None) => {
                     // Undone newest first, so every entry added after this one is gone.
                     debug_assert_eq!(index + 1, self.overlay.len());
                     self.overlay.pop();
+                }
+                Undo::Code(account, Some(executor)) => {
+                    self.code.insert(account, executor);
+                }
+                Undo::Code(account, None) => {
+                    self.code.remove(&account);
                 }
             }
         }
     }
 
-    /// The pending block's changes, sorted by key, leaving an empty journal for the next block.
-    pub fn take_changes(&mut self) -> Vec<Change> {
+    /// The pending block's changes, leaving an empty journal for the next block.
+    pub(crate) fn take_changes(&mut self) -> BlockChanges {
         debug_assert!(self.undo.is_empty(), "a transaction is still running");
         // A block's sort compares keys a dozen times each, and keys mostly differ within
         // their first 16 bytes: compare those as one integer, and whole keys only on a tie.
@@ -212,19 +274,36 @@ impl Journal {
             .collect();
         keyed.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.0.cmp(&b.1.0)));
         self.read_cache.clear();
-        keyed.into_iter().map(|(_, change)| change).collect()
+        BlockChanges {
+            state: keyed.into_iter().map(|(_, change)| change).collect(),
+            code: self.code.drain().collect(),
+        }
     }
 
-    /// Forgets the pending block's writes (a block that was executed but not committed).
+    /// The changes of a speculative run, unsorted, and the keys it read; leaves the journal
+    /// empty for the next run.
+    pub(crate) fn take_run(&mut self) -> (Vec<Change>, Vec<Vec<u8>>) {
+        debug_assert!(self.undo.is_empty(), "a transaction is still running");
+        self.read_cache.clear();
+        self.code.clear();
+        let reads = self.reads.as_mut().map(std::mem::take).unwrap_or_default();
+        (self.overlay.drain(..).collect(), reads)
+    }
+
+    /// Forgets the pending block's changes (a block that was executed but not committed).
     pub fn clear(&mut self) {
         self.overlay.clear();
+        self.code.clear();
         self.read_cache.clear();
         self.undo.clear();
+        if let Some(reads) = &mut self.reads {
+            reads.clear();
+        }
     }
 
     /// Whether the pending block has written nothing yet.
     pub fn is_empty(&self) -> bool {
-        self.overlay.is_empty()
+        self.overlay.is_empty() && self.code.is_empty()
     }
 }
 
@@ -249,7 +328,10 @@ mod tests {
         j.discard_tx();
         assert_eq!(j.get(&store, b"a").unwrap(), Some(&b"1"[..]));
         assert_eq!(j.get(&store, b"b").unwrap(), None);
-        assert_eq!(j.take_changes(), vec![(b"a".to_vec(), Some(b"1".to_vec()))]);
+        assert_eq!(
+            j.take_changes().state,
+            vec![(b"a".to_vec(), Some(b"1".to_vec()))]
+        );
     }
 
     /// A store holding `a` = 1.
@@ -296,7 +378,10 @@ mod tests {
         assert!(j.upsert(&store, b"c", b"7").unwrap().unwrap());
         assert!(!j.upsert(&store, b"d", b"8").unwrap().unwrap());
         j.discard_tx();
-        assert_eq!(j.take_changes(), vec![(b"c".to_vec(), Some(b"6".to_vec()))]);
+        assert_eq!(
+            j.take_changes().state,
+            vec![(b"c".to_vec(), Some(b"6".to_vec()))]
+        );
     }
 
     #[test]
@@ -319,7 +404,7 @@ mod tests {
         for k in &keys {
             j.write_block(k.clone(), Some(k.clone()));
         }
-        let got: Vec<Vec<u8>> = j.take_changes().into_iter().map(|(k, _)| k).collect();
+        let got: Vec<Vec<u8>> = j.take_changes().state.into_iter().map(|(k, _)| k).collect();
         keys.sort();
         keys.dedup();
         assert_eq!(got, keys);

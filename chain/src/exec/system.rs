@@ -7,8 +7,8 @@ use tally_host_api::{Abort, AbortCode, Name};
 
 use tally_runtime::{Contract, Entry, Outcome, PrepareError, Receipt};
 
+use super::{Exec, failure};
 use crate::error::ChainError;
-use crate::execute::{Env, failure};
 use crate::state::keys;
 use crate::tx::Action;
 
@@ -76,7 +76,7 @@ fn out_of_fuel(needed: u64, fuel: u64) -> Receipt {
 }
 
 /// Runs a system action with at most `fuel`.
-pub(crate) fn apply(env: &mut Env<'_>, action: &Action, fuel: u64) -> Result<Receipt, ChainError> {
+pub(crate) fn apply(env: &mut Exec<'_>, action: &Action, fuel: u64) -> Result<Receipt, ChainError> {
     let authorized = |account: Name| action.authorization.contains(&account);
     let unauthorized = |account: Name| {
         failure(
@@ -142,7 +142,7 @@ pub(crate) fn apply(env: &mut Env<'_>, action: &Action, fuel: u64) -> Result<Rec
 /// most `fuel`. Compilation is paid for by the byte before it starts, so a module that is
 /// refused still costs what checking it cost.
 pub(crate) fn set_code(
-    env: &mut Env<'_>,
+    env: &mut Exec<'_>,
     account: Name,
     code: &[u8],
     fuel: u64,
@@ -168,7 +168,7 @@ pub(crate) fn set_code(
 /// Records compiled `contract` (of `code`) as `account`'s code and runs its `onInit` with at
 /// most `fuel`.
 pub(crate) fn install(
-    env: &mut Env<'_>,
+    env: &mut Exec<'_>,
     account: Name,
     code: &[u8],
     contract: Arc<Contract>,
@@ -183,7 +183,8 @@ pub(crate) fn install(
             return Ok(failure(abort, 0));
         }
     }
-    env.code.set(account, contract.clone());
+    let executor = env.code.map().deployed(account, contract.clone());
+    env.journal.set_code(account, executor);
     let init = Action {
         account,
         name: Name(0),

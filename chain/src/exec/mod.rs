@@ -1,0 +1,227 @@
+//! The one action runner: a transaction's actions against a [`Journal`], by the system
+//! contract, a wasm contract or a native replacement. In-order execution runs it over the
+//! block's journal; speculation ([`speculate`]) runs the very same code over a journal of its
+//! own that records what it read.
+
+pub mod code;
+pub(crate) mod host;
+pub mod journal;
+pub(crate) mod speculate;
+pub mod system;
+
+use tally_host_api::{Abort, AbortCode, HostError, Name};
+use tally_runtime::{Contract, Entry, Outcome, Receipt, Runtime};
+
+use crate::error::ChainError;
+use crate::receipt::ActionTrace;
+use crate::state::{StateStore, keys};
+use crate::tx::Action;
+use code::{CodeMap, Executor, NativeContract};
+use host::ActionHost;
+use journal::Journal;
+use system::SYSTEM;
+
+/// Where an action's executor comes from.
+pub(crate) enum Code<'a> {
+    /// The chain's code map, which loads (and compiles, if need be) what it does not hold.
+    Load(&'a mut CodeMap),
+    /// A code map shared by speculative runs, read only: an account it does not hold ends the
+    /// run (the transaction then runs in order, where its code is loaded).
+    Cached(&'a CodeMap),
+}
+
+impl Code<'_> {
+    /// The code map, to read.
+    pub(crate) fn map(&self) -> &CodeMap {
+        match self {
+            Code::Load(map) => map,
+            Code::Cached(map) => map,
+        }
+    }
+}
+
+/// What running actions borrows from the chain.
+pub(crate) struct Exec<'a> {
+    pub(crate) runtime: &'a Runtime,
+    pub(crate) store: &'a dyn StateStore,
+    pub(crate) journal: &'a mut Journal,
+    pub(crate) code: Code<'a>,
+    /// Scratch space for state keys.
+    pub(crate) key: &'a mut Vec<u8>,
+}
+
+/// What a transaction's actions did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TxRun {
+    /// Success, or why the failing action failed (its transaction's writes were discarded).
+    pub(crate) outcome: Outcome,
+    /// The index of the failing action.
+    pub(crate) failed_action: Option<usize>,
+    /// Fuel its actions used.
+    pub(crate) fuel_used: u64,
+    /// Fuel the last action that ran used: with `fuel_used`, what each action had left.
+    pub(crate) last_action_fuel: u64,
+    /// What its actions printed, in order.
+    pub(crate) console: Vec<u8>,
+    /// Each action's fuel, console and trap, when the runtime traces.
+    pub(crate) actions: Option<Vec<ActionTrace>>,
+}
+
+impl TxRun {
+    fn new(traced: bool) -> Self {
+        Self {
+            outcome: Outcome::Success,
+            failed_action: None,
+            fuel_used: 0,
+            last_action_fuel: 0,
+            console: Vec::new(),
+            actions: traced.then(Vec::new),
+        }
+    }
+
+    /// Adds action `index`'s receipt; `false` if it failed (the transaction stops there).
+    fn push(&mut self, index: usize, receipt: Receipt) -> bool {
+        self.fuel_used += receipt.fuel_used;
+        self.last_action_fuel = receipt.fuel_used;
+        self.console.extend_from_slice(&receipt.console);
+        if let Some(actions) = &mut self.actions {
+            actions.push(ActionTrace {
+                fuel_used: receipt.fuel_used,
+                console: receipt.console,
+                trap: receipt.trace,
+            });
+        }
+        match receipt.outcome {
+            Outcome::Success => true,
+            Outcome::Failure(abort) => {
+                self.outcome = Outcome::Failure(abort);
+                self.failed_action = Some(index);
+                false
+            }
+        }
+    }
+}
+
+/// A failed receipt that used `fuel_used`.
+pub(crate) fn failure(abort: Abort, fuel_used: u64) -> Receipt {
+    Receipt {
+        outcome: Outcome::Failure(abort),
+        fuel_used,
+        console: Vec::new(),
+        trace: None,
+    }
+}
+
+impl Exec<'_> {
+    /// Runs `actions` as one transaction with at most `fuel` for all of them (each also within
+    /// the runtime's fuel per action): all their writes stay, or, if one fails, none.
+    /// A contract failure is an `Ok` run with a failed outcome; `Err` is the node's own fault,
+    /// and the transaction's writes are then discarded too.
+    pub(crate) fn run_tx(&mut self, actions: &[Action], fuel: u64) -> Result<TxRun, ChainError> {
+        self.journal.checkpoint();
+        let mut run = TxRun::new(self.runtime.traces());
+        for (index, action) in actions.iter().enumerate() {
+            let receipt = match self.run_action(action, fuel - run.fuel_used) {
+                Ok(receipt) => receipt,
+                Err(e) => {
+                    self.journal.discard_tx();
+                    return Err(e);
+                }
+            };
+            if !run.push(index, receipt) {
+                break;
+            }
+        }
+        match run.failed_action {
+            None => self.journal.commit_tx(),
+            Some(_) => self.journal.discard_tx(),
+        }
+        Ok(run)
+    }
+
+    /// Runs `action` with at most `fuel`. A contract failure is an `Ok` failed receipt; `Err`
+    /// is the node's own fault.
+    pub(crate) fn run_action(&mut self, action: &Action, fuel: u64) -> Result<Receipt, ChainError> {
+        if action.account == SYSTEM {
+            return system::apply(self, action, fuel);
+        }
+        match self.executor(action.account)? {
+            None => Ok(failure(
+                Abort::new(
+                    AbortCode::NoHandler,
+                    format!("account {} has no contract", action.account),
+                ),
+                0,
+            )),
+            Some(Executor::Wasm(contract)) => {
+                let entry = Entry::Action {
+                    receiver: action.account,
+                    code: action.account,
+                    action: action.name,
+                };
+                self.run_wasm(&contract, action.account, action, entry, fuel)
+            }
+            Some(Executor::Native(native)) => self.run_native(&native, action),
+        }
+    }
+
+    /// The executor of `account`. The code an action runs is part of what it read: a
+    /// speculative run that used code a transaction before it replaced is run again.
+    fn executor(&mut self, account: Name) -> Result<Option<Executor>, ChainError> {
+        match &mut self.code {
+            Code::Load(code) => code.get(account, self.journal, self.store, self.runtime),
+            Code::Cached(code) => {
+                self.journal.note_read(&keys::code_hash(account));
+                code.cached(account, self.journal)
+                    .map(Some)
+                    .ok_or(ChainError::NotSpeculable("the contract is not loaded"))
+            }
+        }
+    }
+
+    /// Runs `entry` of `contract` as `receiver`, against this action's view of state.
+    pub(crate) fn run_wasm(
+        &mut self,
+        contract: &Contract,
+        receiver: Name,
+        action: &Action,
+        entry: Entry,
+        fuel: u64,
+    ) -> Result<Receipt, ChainError> {
+        let mut host = ActionHost {
+            contract: receiver,
+            action,
+            journal: self.journal,
+            store: self.store,
+            key: self.key,
+        };
+        Ok(self
+            .runtime
+            .execute_metered(contract, entry, &mut host, fuel)?)
+    }
+
+    fn run_native(
+        &mut self,
+        native: &NativeContract,
+        action: &Action,
+    ) -> Result<Receipt, ChainError> {
+        let mut host = ActionHost {
+            contract: action.account,
+            action,
+            journal: self.journal,
+            store: self.store,
+            key: self.key,
+        };
+        let outcome = match native(&mut host) {
+            Ok(()) => Outcome::Success,
+            Err(HostError::Abort(abort)) => Outcome::Failure(abort),
+            Err(HostError::Fault(fault)) => return Err(ChainError::Runtime(fault.into())),
+        };
+        Ok(Receipt {
+            outcome,
+            fuel_used: 0,
+            console: Vec::new(),
+            trace: None,
+        })
+    }
+}

@@ -1,0 +1,85 @@
+//! Optimistic parallel execution: every transaction of a block runs speculatively, on all
+//! cores, against the state the block started from, through the one executor over a journal of
+//! its own that records the keys it read. The block is then finalized in order on one thread: a
+//! transaction none of whose reads was written by an earlier transaction of the block would
+//! have read exactly the same values had it run in order, so its recorded writes and receipt
+//! are the ones in-order execution gives, and they are applied as they are; any other
+//! transaction runs again, in order, on the usual path. The head is therefore identical to
+//! sequential execution's, for any thread count (tested, hostile contracts included).
+//!
+//! Two kinds of work never run speculatively: system actions (`newaccount`, `setcode`), which
+//! change accounts and code, and anything whose fuel limit depends on how much of the block's
+//! fuel earlier transactions used (checked when it is finalized).
+
+use rayon::prelude::*;
+use tally_runtime::Runtime;
+
+use super::code::CodeMap;
+use super::journal::Journal;
+use super::system::SYSTEM;
+use super::{Code, Exec, TxRun};
+use crate::pipeline::{Check, PreparedTx};
+use crate::state::{Change, StateStore};
+
+/// What one transaction did when run against the block's starting state.
+pub(crate) struct Speculation {
+    /// Every state key whose committed value it depended on (each action's code hash
+    /// included).
+    pub(crate) reads: Vec<Vec<u8>>,
+    /// Its writes, newest value per key (none if it failed).
+    pub(crate) writes: Vec<Change>,
+    /// What its actions did.
+    pub(crate) run: TxRun,
+}
+
+/// Whether `tx` may run speculatively: it is admitted and calls no system action.
+pub(crate) fn speculable(tx: &PreparedTx) -> bool {
+    !matches!(tx.check, Check::Refused(_))
+        && tx
+            .tx
+            .transaction
+            .actions
+            .iter()
+            .all(|a| a.account != SYSTEM)
+}
+
+/// Runs every speculable transaction of `txs` against `store` on all cores, with the
+/// executors `code` holds; `None` for the others, and for any whose run met an error.
+/// Speculation only saves time, so an error in it is no verdict: the instance pool or memory
+/// running out while every core runs an action at once is this node's limit, not the block's
+/// fault; a contract `code` does not hold is loaded when the transaction runs in order; and a
+/// store that failed fails again on the in-order path, which reports it there. A block
+/// therefore executes on any core count.
+pub(crate) fn speculate(
+    runtime: &Runtime,
+    store: &dyn StateStore,
+    code: &CodeMap,
+    txs: &[PreparedTx],
+) -> Vec<Option<Speculation>> {
+    txs.par_iter()
+        .map_init(
+            || (Journal::recording(), Vec::with_capacity(64)),
+            |(journal, key), tx| {
+                if !speculable(tx) {
+                    return None;
+                }
+                let mut exec = Exec {
+                    runtime,
+                    store,
+                    journal,
+                    code: Code::Cached(code),
+                    key,
+                };
+                // Each action gets the runtime's fuel per action, as it would with the whole
+                // block's budget left; finalizing checks that it would have.
+                let run = exec.run_tx(&tx.tx.transaction.actions, u64::MAX);
+                let (writes, reads) = journal.take_run();
+                Some(Speculation {
+                    reads,
+                    writes,
+                    run: run.ok()?,
+                })
+            },
+        )
+        .collect()
+}

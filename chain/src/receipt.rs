@@ -1,0 +1,168 @@
+//! What a block did with each transaction: receipts for included ones, the rejection of the
+//! others, per-action traces for authors, and the executed block they come in.
+
+use tally_host_api::Abort;
+use tally_runtime::{Outcome, TrapTrace};
+
+use crate::block::BlockHeader;
+use crate::error::TxError;
+use crate::tx::TxId;
+
+/// What happened to an included transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxReceipt {
+    /// Its id.
+    pub id: TxId,
+    /// Success, or why it failed (its writes were then discarded).
+    pub outcome: Outcome,
+    /// The index of the failing action, if one failed.
+    pub failed_action: Option<usize>,
+    /// Fuel it used: its intrinsic charge and all its actions'.
+    pub fuel_used: u64,
+    /// What its actions printed, in order (for authors; never part of consensus data).
+    pub console: Vec<u8>,
+    /// Each action's fuel, console and trap location, when the chain's runtime traces
+    /// ([`RuntimeConfig::trace`](tally_runtime::RuntimeConfig::trace)); `None` otherwise.
+    /// Like the console, a diagnostic for authors: never hashed, stored or replicated.
+    pub trace: Option<TxTrace>,
+}
+
+/// What each action of a transaction did, for authors (see [`TxReceipt::trace`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxTrace {
+    /// Fuel the transaction paid before any action ran (for its size).
+    pub intrinsic_fuel: u64,
+    /// One entry per action that ran, in order: all of them, or up to the one that failed.
+    pub actions: Vec<ActionTrace>,
+}
+
+/// One action's part of a [`TxTrace`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionTrace {
+    /// Fuel it used.
+    pub fuel_used: u64,
+    /// What it printed.
+    pub console: Vec<u8>,
+    /// Where in its contract it stopped, if it failed inside wasm.
+    pub trap: Option<Box<TrapTrace>>,
+}
+
+impl TxReceipt {
+    /// Whether all its actions succeeded.
+    pub fn is_success(&self) -> bool {
+        matches!(self.outcome, Outcome::Success)
+    }
+
+    /// Why it failed, if it did.
+    pub fn failure(&self) -> Option<&Abort> {
+        match &self.outcome {
+            Outcome::Success => None,
+            Outcome::Failure(abort) => Some(abort),
+        }
+    }
+
+    /// Fuel each action used, in order, when traced (see [`TxReceipt::trace`]).
+    pub fn action_fuel(&self) -> Option<Vec<u64>> {
+        let trace = self.trace.as_ref()?;
+        Some(trace.actions.iter().map(|a| a.fuel_used).collect())
+    }
+
+    /// Where the failed action stopped in its contract, when traced.
+    pub fn trap(&self) -> Option<&TrapTrace> {
+        self.failed_action?;
+        self.trace.as_ref()?.actions.last()?.trap.as_deref()
+    }
+
+    /// What the actions printed, as text (invalid UTF-8 replaced).
+    pub fn console_text(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.console)
+    }
+
+    /// A report for a person: the outcome, the failed action and where it stopped, each
+    /// action's fuel and what it printed (per action when traced). What `tally push --trace`
+    /// prints and what the test harness shows when a receipt is not what a test expected.
+    pub fn report(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        match (&self.outcome, self.failed_action) {
+            (Outcome::Success, _) => out.push_str("success"),
+            (Outcome::Failure(abort), Some(i)) => {
+                let _ = write!(out, "failed in action {i}: {abort}");
+            }
+            (Outcome::Failure(abort), None) => {
+                let _ = write!(out, "failed: {abort}");
+            }
+        }
+        let _ = writeln!(out, " ({} fuel)", self.fuel_used);
+        let Some(trace) = &self.trace else {
+            if !self.console.is_empty() {
+                let _ = writeln!(out, "console:\n{}", indent(&self.console_text()));
+            }
+            return out;
+        };
+        let _ = writeln!(out, "  transaction itself: {} fuel", trace.intrinsic_fuel);
+        for (i, action) in trace.actions.iter().enumerate() {
+            let _ = writeln!(out, "  action {i}: {} fuel", action.fuel_used);
+            if let Some(trap) = &action.trap {
+                let _ = writeln!(out, "    stopped in {}", display_or(trap.innermost()));
+                for (depth, frame) in trap.frames.iter().enumerate().skip(1) {
+                    let _ = writeln!(out, "      {depth}: called from {frame}");
+                }
+            }
+            if !action.console.is_empty() {
+                let text = String::from_utf8_lossy(&action.console);
+                let _ = writeln!(out, "    console:\n{}", indent(&indent(&text)));
+            }
+        }
+        out
+    }
+}
+
+/// `text` with every line indented by four spaces.
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|line| format!("    {line}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn display_or(frame: Option<&tally_runtime::TraceFrame>) -> String {
+    frame.map_or_else(|| "an unknown frame".to_string(), ToString::to_string)
+}
+
+/// What a block did with one of the transactions it was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxResult {
+    /// Included in the block, successful or not.
+    Included(TxReceipt),
+    /// Not included: it could not be valid in this block. It changed nothing.
+    Rejected(TxError),
+}
+
+impl TxResult {
+    /// The receipt of an included transaction.
+    pub fn receipt(&self) -> Option<&TxReceipt> {
+        match self {
+            Self::Included(receipt) => Some(receipt),
+            Self::Rejected(_) => None,
+        }
+    }
+
+    /// Whether it was included and succeeded.
+    pub fn is_success(&self) -> bool {
+        self.receipt().is_some_and(TxReceipt::is_success)
+    }
+}
+
+/// A block that [`Chain::execute_block`](crate::Chain::execute_block) ran: its header and one result per transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutedBlock {
+    /// The header, with the new state checksum.
+    pub header: BlockHeader,
+    /// One result per transaction given, in order.
+    pub results: Vec<TxResult>,
+    /// Transactions run speculatively in parallel (0 when the block ran sequentially).
+    pub speculated: u32,
+    /// Of those, how many were finalized from their speculative run, needing no re-execution.
+    pub confirmed: u32,
+}
