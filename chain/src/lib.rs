@@ -73,6 +73,6 @@ pub use state::{
     BlockArchive, BlockRecord, ChangeSource, Commit, DroppedTail, Durability, Entries, MemoryStore,
     StateStore, StoreStats,
 };
-pub use store::{Access, StoreError, StoreResult};
+pub use store::{Access, Poison, StoreError, StoreResult};
 pub use tally_host_api::Name;
 pub use tx::{Action, BlockBody, SignedTransaction, Transaction, Transfer, TxId, TxSignature};

@@ -30,7 +30,15 @@
 //! check is [`StoreError::Corrupted`], naming the file and the byte offset, and nothing is
 //! changed. [`LogStore::open_read_only`] changes no file at all.
 //!
-//! Files are reached through [`Vfs`], so tests can cut the power at any operation
+//! A write or sync that fails stops the store ([`StoreError::Poisoned`]): after a failed
+//! `fsync` the page cache no longer says what is on disk, and a later `fsync` may succeed
+//! without writing what the failed one dropped (PostgreSQL's "fsyncgate"). The store cuts the
+//! active segment back to what it knows is on disk (so no block it did not report durable can
+//! come back, from the cache or from a later sync), then answers every call with the error,
+//! which says to restart: opening again reads what is on disk. A commit reports `Err` exactly
+//! when its block is not on disk afterwards, or may not be ([`crate::Poison::unsure`]).
+//!
+//! Files are reached through [`Vfs`], so tests can cut the power or fail any operation
 //! ([`crate::store::vfs::FaultFs`]).
 
 use std::borrow::Cow;
@@ -50,6 +58,7 @@ use crate::state::{
 };
 use crate::store::cache::ValueCache;
 use crate::store::crash;
+use crate::store::error::Step;
 use crate::store::index::{Index, Loc, SHARDS, key_hash};
 use crate::store::merge::{MergeBlock, MergeDone, MergeJob, Merger, run_merge, run_path};
 use crate::store::record::{
@@ -58,7 +67,7 @@ use crate::store::record::{
 };
 use crate::store::run::{BLOCK_BYTES, FileWriter, Run, RunWriter};
 use crate::store::vfs::{RealFs, VFile, VLock, Vfs};
-use crate::store::{StoreError, StoreResult};
+use crate::store::{Poison, StoreError, StoreResult};
 
 const LOG_MAGIC: &[u8; 8] = b"TALLYLOG";
 /// Version 2 added the record header's own checksum; version 3 the record kind and
@@ -215,8 +224,27 @@ impl Reads {
 }
 
 struct Merging {
-    handle: JoinHandle<StoreResult<Option<MergeDone>>>,
+    handle: JoinHandle<Result<Option<MergeDone>, Poison>>,
     cancel: Arc<AtomicBool>,
+}
+
+/// A background sync of the active segment, and what it makes durable.
+struct Syncing {
+    handle: JoinHandle<io::Result<()>>,
+    seq: u64,
+    /// The segment's length when the sync started.
+    end: u64,
+    /// The block it makes durable.
+    head: BlockHeader,
+}
+
+/// What is known to be on disk: what a sync that returned, or a sealed segment, covers.
+#[derive(Default)]
+struct Durable {
+    /// The last block on disk.
+    head: Option<BlockHeader>,
+    /// Bytes of the active segment on disk; anything after them may be only in the page cache.
+    active_len: u64,
 }
 
 /// After a merge: dropping merged keys from the index, shard by shard.
@@ -240,7 +268,7 @@ pub struct LogStore {
     index: Index,
     run: Option<Arc<Run>>,
     reads: Reads,
-    syncing: Option<JoinHandle<io::Result<()>>>,
+    syncing: Option<Syncing>,
     merging: Option<Merging>,
     sweep: Option<Sweep>,
     /// The next `maybe_merge` merges whatever the log holds ([`LogStore::snapshot`]).
@@ -248,10 +276,10 @@ pub struct LogStore {
     stats: StoreStats,
     /// What opening dropped from the end of the log, for the node to report.
     dropped_tail: Option<DroppedTail>,
-    /// A write failed in a way this process cannot undo (a partial record it could not cut, or
-    /// a genesis logged without its run): no more commits until the store is opened again,
-    /// which reads the log as it is on disk.
-    failed: bool,
+    durable: Durable,
+    /// Set by a failed write or sync: every later call fails with it, until the store is opened
+    /// again (see the module docs).
+    poison: Option<Poison>,
     _lock: VLock,
 }
 
@@ -388,6 +416,16 @@ fn good_record_after(file: &(dyn VFile + 'static), from: u64, file_len: u64) -> 
     Ok(After::Nothing)
 }
 
+/// A write that failed while opening: the open fails with it (there is no store to stop yet).
+fn open_error(failure: Poison) -> StoreError {
+    StoreError::Io(io::Error::other(format!(
+        "{} {} failed: {}",
+        failure.step,
+        failure.path.display(),
+        failure.cause
+    )))
+}
+
 fn check_changes(block: &BlockRecord) -> StoreResult<()> {
     if block.changes.windows(2).all(|w| w[0].0 < w[1].0) {
         return Ok(());
@@ -413,8 +451,17 @@ impl LogStore {
         let lock = vfs.lock(&dir, true)?;
         let mut store = Self::empty(dir, options, lock, false);
         store.load()?;
-        if store.segments.is_empty() {
-            store.new_segment(0)?;
+        match store.segments.back() {
+            None => store.new_segment(0).map_err(open_error)?,
+            Some(segment) => {
+                // The last process may have left records only in the page cache (commits
+                // without durability): sync them, so that what counts as on disk is.
+                segment.file.sync()?;
+                store.durable = Durable {
+                    head: store.head.clone(),
+                    active_len: segment.size,
+                };
+            }
         }
         Ok(store)
     }
@@ -458,7 +505,8 @@ impl LogStore {
             force_merge: false,
             stats: StoreStats::default(),
             dropped_tail: None,
-            failed: false,
+            durable: Durable::default(),
+            poison: None,
             _lock: lock,
         }
     }
@@ -477,13 +525,78 @@ impl LogStore {
         if self.read_only {
             return Err(StoreError::ReadOnly);
         }
-        if self.failed {
-            return Err(StoreError::Io(io::Error::other(
-                "an earlier write to this store failed and could not be undone; \
-                 open the store again",
-            )));
+        self.usable()
+    }
+
+    /// Fails once a write or sync failed: nothing this process holds can be trusted then.
+    fn usable(&self) -> StoreResult<()> {
+        match &self.poison {
+            None => Ok(()),
+            Some(poison) => Err(StoreError::Poisoned(Box::new(poison.clone()))),
         }
-        Ok(())
+    }
+
+    /// Whether block `height` is known to be on disk.
+    fn is_durable(&self, height: u64) -> bool {
+        self.durable
+            .head
+            .as_ref()
+            .is_some_and(|h| h.height >= height)
+    }
+
+    /// Notes that the active segment `seq` is on disk up to `end`, holding blocks up to
+    /// `head`.
+    fn raise_durable(&mut self, seq: u64, end: u64, head: Option<&BlockHeader>) {
+        if self.segments.back().is_some_and(|s| s.seq == seq) {
+            self.durable.active_len = self.durable.active_len.max(end);
+        }
+        if let Some(head) = head
+            && !self.is_durable(head.height)
+        {
+            self.durable.head = Some(head.clone());
+        }
+    }
+
+    /// Stops the store after `failure`, the first failed write or sync (see the module docs):
+    /// background work ends, the active segment is cut back to what is known to be on disk,
+    /// and every later call gets the returned error. `attempted`: a block whose record may
+    /// have been written in part.
+    fn poison(&mut self, mut failure: Poison, attempted: Option<u64>) -> StoreError {
+        if let Some(poison) = &self.poison {
+            return StoreError::Poisoned(Box::new(poison.clone()));
+        }
+        // A background sync that succeeded still counts; one that failed is cut off below.
+        let _ = self.finish_sync();
+        // A merge writes only its own run, of blocks on disk: stopped or finished, it leaves
+        // nothing the cut must take back.
+        if let Some(merging) = self.merging.take() {
+            merging.cancel.store(true, Ordering::Relaxed);
+            let _ = merging.handle.join();
+        }
+        let written = self.blocks.back().map(|b| b.height).max(attempted);
+        let durable = self.durable.head.as_ref().map(|h| h.height);
+        failure.durable = durable;
+        if self.cut_back().is_err() {
+            failure.unsure = written
+                .filter(|&w| durable.is_none_or(|d| w > d))
+                .map(|w| durable.map_or(0, |d| d + 1)..=w);
+        }
+        self.head = self.durable.head.clone();
+        self.poison = Some(failure.clone());
+        StoreError::Poisoned(Box::new(failure))
+    }
+
+    /// Cuts the active segment back to what is on disk. Cutting also drops whatever a failed
+    /// sync left in the page cache, which a later sync would not write.
+    fn cut_back(&self) -> io::Result<()> {
+        let Some(segment) = self.segments.back() else {
+            return Ok(());
+        };
+        if segment.file.len()? <= self.durable.active_len {
+            return Ok(());
+        }
+        segment.file.set_len(self.durable.active_len)?;
+        segment.file.sync()
     }
 
     /// Where retained block `height` lies.
@@ -572,7 +685,7 @@ impl LogStore {
             ));
         }
         if !self.read_only {
-            self.delete_dead_segments()?;
+            self.delete_dead_segments().map_err(open_error)?;
         }
         self.stats.index_keys = self.index.len() as u64;
         Ok(())
@@ -754,13 +867,31 @@ impl LogStore {
         h
     }
 
-    fn new_segment(&mut self, seq: u64) -> StoreResult<()> {
-        let file = self.vfs.create(&segment_path(&self.dir, seq))?;
-        file.append(&Self::segment_header())?;
-        file.sync()?;
-        crash::point("rotate");
-        // The new file's name must survive a power cut before anything is written to it.
-        self.vfs.sync_dir(&self.dir)?;
+    fn new_segment(&mut self, seq: u64) -> Result<(), Poison> {
+        let path = segment_path(&self.dir, seq);
+        let file = self.vfs.create(&path).at("creating", &path)?;
+        let written = file
+            .append(&Self::segment_header())
+            .at("writing the header of", &path)
+            .and_then(|()| file.sync().at("syncing", &path))
+            .and_then(|()| {
+                crash::point("rotate");
+                // The new file's name must survive a power cut before anything is written to
+                // it.
+                self.vfs
+                    .sync_dir(&self.dir)
+                    .at("syncing the directory", &self.dir)
+            });
+        if let Err(failure) = written {
+            // The file goes again: a header that a failed sync dropped reads back as zeros
+            // once a later sync succeeds, and the next open would take the file for a damaged
+            // segment.
+            let _ = self
+                .vfs
+                .remove(&path)
+                .and_then(|()| self.vfs.sync_dir(&self.dir));
+            return Err(failure);
+        }
         self.stats.disk_bytes_written += FILE_HEADER_LEN;
         self.segments.push_back(Segment {
             seq,
@@ -768,6 +899,7 @@ impl LogStore {
             size: FILE_HEADER_LEN,
             max_height: None,
         });
+        self.durable.active_len = FILE_HEADER_LEN;
         Ok(())
     }
 
@@ -804,16 +936,34 @@ impl LogStore {
     }
 
     /// Waits for the background sync of the last block, if any.
-    fn finish_sync(&mut self) -> StoreResult<()> {
-        match self.syncing.take().map(JoinHandle::join) {
-            None => Ok(()),
-            Some(Ok(result)) => result.map_err(StoreError::from),
-            Some(Err(_)) => Err(io::Error::other("the background sync thread panicked").into()),
+    fn finish_sync(&mut self) -> Result<(), Poison> {
+        let Some(syncing) = self.syncing.take() else {
+            return Ok(());
+        };
+        let path = segment_path(&self.dir, syncing.seq);
+        match syncing.handle.join() {
+            Ok(Ok(())) => {
+                self.raise_durable(syncing.seq, syncing.end, Some(&syncing.head));
+                Ok(())
+            }
+            Ok(Err(e)) => Err(Poison::new(&path, "syncing", e)),
+            Err(_) => Err(Poison::new(
+                &path,
+                "syncing",
+                "the background sync thread panicked",
+            )),
         }
     }
 
+    /// Finishes what runs in the background: the last block's sync (waiting for it) and a
+    /// merge (only if it is done).
+    fn finish_background(&mut self) -> Result<(), Poison> {
+        self.finish_sync()?;
+        self.poll_merge(false)
+    }
+
     /// Installs a finished merge, if one finished (never waits for one).
-    fn poll_merge(&mut self, wait: bool) -> StoreResult<()> {
+    fn poll_merge(&mut self, wait: bool) -> Result<(), Poison> {
         let finished = self
             .merging
             .as_ref()
@@ -822,19 +972,22 @@ impl LogStore {
             return Ok(());
         }
         let merging = self.merging.take().expect("checked");
-        let done = merging
-            .handle
-            .join()
-            .map_err(|_| io::Error::other("the merge thread panicked"))??;
+        let done = merging.handle.join().map_err(|_| {
+            Poison::new(
+                &self.dir,
+                "merging a snapshot in",
+                "the merge thread panicked",
+            )
+        })??;
         if let Some(done) = done {
             self.install(done)?;
         }
         Ok(())
     }
 
-    fn install(&mut self, done: MergeDone) -> StoreResult<()> {
+    fn install(&mut self, done: MergeDone) -> Result<(), Poison> {
         let started = Instant::now();
-        let run = Arc::new(Run::open(&*self.vfs, &done.path)?);
+        let run = Arc::new(Run::open(&*self.vfs, &done.path).at("opening", &done.path)?);
         let old = self.run.replace(run);
         self.stats.snapshots += 1;
         self.stats.disk_bytes_written += done.written;
@@ -845,8 +998,10 @@ impl LogStore {
             .max(done.took.as_secs_f64() * 1e3);
         crash::point("snapshot-installed");
         if let Some(old) = old {
-            self.vfs.remove(old.path())?;
-            self.vfs.sync_dir(&self.dir)?;
+            self.vfs.remove(old.path()).at("removing", old.path())?;
+            self.vfs
+                .sync_dir(&self.dir)
+                .at("syncing the directory", &self.dir)?;
         }
         let end = self
             .blocks
@@ -865,6 +1020,150 @@ impl LogStore {
         Ok(())
     }
 
+    /// Appends `block`'s record to the active segment, durable as `durability` says: synced
+    /// now, or a sync started in the background.
+    fn append(
+        &mut self,
+        block: &BlockRecord,
+        retain_from: u64,
+        durability: Durability,
+    ) -> Result<BlockPos, Poison> {
+        let height = block.header.height;
+        let segment = self.segments.back_mut().expect("an active segment");
+        let (seq, offset) = (segment.seq, segment.size);
+        let path = segment_path(&self.dir, seq);
+        let mut out = FileWriter::new(segment.file.clone());
+        let len = write_block_record(block, retain_from, &mut out)
+            .and_then(|len| out.flush().map(|()| len).map_err(StoreError::from))
+            .at(&format!("appending block {height} to"), &path)?;
+        segment.size += RECORD_HEADER_LEN + len;
+        segment.max_height = Some(height);
+        let (file, end) = (segment.file.clone(), segment.size);
+        match durability {
+            Durability::Immediate => {
+                file.sync().at("syncing", &path)?;
+                self.raise_durable(seq, end, Some(&block.header));
+            }
+            Durability::Background => {
+                let handle = std::thread::Builder::new()
+                    .name("tally-sync".into())
+                    .spawn(move || crash::io_point("background-sync").and_then(|()| file.sync()))
+                    .at("starting a sync of", &path)?;
+                self.syncing = Some(Syncing {
+                    handle,
+                    seq,
+                    end,
+                    head: block.header.clone(),
+                });
+            }
+            Durability::None => {}
+        }
+        Ok(BlockPos {
+            height,
+            seq,
+            offset,
+            len,
+        })
+    }
+
+    /// After a block's record is written: its changes into the index, the archive's
+    /// bookkeeping, and upkeep (rotating a full segment, sweeping the index, deleting dead
+    /// segments, starting a merge).
+    fn after_append(
+        &mut self,
+        block: BlockRecord,
+        pos: BlockPos,
+        retain_from: u64,
+    ) -> Result<(), Poison> {
+        let path = segment_path(&self.dir, pos.seq);
+        let mut user_bytes = 0;
+        for ((key, value), at) in block.changes.iter().zip(change_offsets(&block)) {
+            user_bytes += key.len() as u64 + value.as_ref().map_or(0, |v| v.len() as u64);
+            self.index_change(key, value.as_deref(), Loc::new(pos.seq, pos.offset + at))
+                .at("indexing a change in", &path)?;
+        }
+        self.blocks.push_back(pos);
+        self.head = Some(block.header);
+        self.retain_from = retain_from;
+        self.stats.commits += 1;
+        self.stats.user_bytes_written += user_bytes;
+        self.stats.disk_bytes_written += RECORD_HEADER_LEN + pos.len;
+        self.stats.index_keys = self.index.len() as u64;
+
+        let segment = self.segments.back().expect("an active segment");
+        if segment.size >= self.options.segment_bytes {
+            let started = Instant::now();
+            // A sealed segment is durable to its last byte, so that only the end of the last
+            // segment can ever hold a torn record.
+            self.finish_sync()?;
+            let segment = self.segments.back().expect("an active segment");
+            segment.file.sync().at("syncing", &path)?;
+            let (seq, end, head) = (segment.seq, segment.size, self.head.clone());
+            self.raise_durable(seq, end, head.as_ref());
+            self.new_segment(seq + 1)?;
+            self.note_pause(started);
+        }
+        self.sweep_step(Some(SWEEP_BUDGET))?;
+        if self.sweep.is_none() {
+            self.delete_dead_segments()?;
+        }
+        self.maybe_merge()
+    }
+
+    /// Writes a large genesis's record to the log, synced, and its changes to a new run at
+    /// `tmp` as they stream past. Returns where the record lies, the run still to finish, and
+    /// the bytes of keys and values.
+    fn append_genesis(
+        &mut self,
+        block: &BlockRecord,
+        changes: &dyn ChangeSource,
+        tmp: &Path,
+    ) -> Result<(BlockPos, RunWriter, u64), Poison> {
+        let file = self.vfs.create(tmp).at("creating", tmp)?;
+        let mut run =
+            RunWriter::with_entries(file, &block.header, changes.len()).at("writing", tmp)?;
+        let segment = self.segments.back_mut().expect("an active segment");
+        let (seq, offset) = (segment.seq, segment.size);
+        let path = segment_path(&self.dir, seq);
+        let mut out = FileWriter::new(segment.file.clone());
+        let mut user_bytes = 0;
+        let len = write_streamed_block_record(block, changes, 0, &mut out, &mut |k, v| {
+            user_bytes += (k.len() + v.map_or(0, <[u8]>::len)) as u64;
+            match v {
+                Some(v) => run.add(k, v),
+                None => Ok(()),
+            }
+        })
+        .and_then(|len| out.flush().map(|()| len).map_err(StoreError::from))
+        .at("appending block 0 to", &path)?;
+        segment.size += RECORD_HEADER_LEN + len;
+        segment.max_height = Some(0);
+        let (file, end) = (segment.file.clone(), segment.size);
+        file.sync().at("syncing", &path)?;
+        self.raise_durable(seq, end, Some(&block.header));
+        let pos = BlockPos {
+            height: 0,
+            seq,
+            offset,
+            len,
+        };
+        Ok((pos, run, user_bytes))
+    }
+
+    /// Finishes a genesis's run at `tmp`, syncs it and renames it into place.
+    fn install_genesis_run(&mut self, run: RunWriter, tmp: &Path) -> Result<(), Poison> {
+        let path = run_path(&self.dir, 0);
+        let (file, run_bytes) = run.finish().at("writing", tmp)?;
+        file.sync().at("syncing", tmp)?;
+        self.vfs.rename(tmp, &path).at("renaming", tmp)?;
+        self.vfs
+            .sync_dir(&self.dir)
+            .at("syncing the directory", &self.dir)?;
+        self.run = Some(Arc::new(Run::open(&*self.vfs, &path).at("opening", &path)?));
+        self.stats.disk_bytes_written += run_bytes;
+        Ok(())
+    }
+
     fn note_pause(&mut self, started: Instant) {
         let ms = started.elapsed().as_secs_f64() * 1e3;
         self.stats.longest_pause_ms = self.stats.longest_pause_ms.max(ms);
@@ -872,7 +1171,7 @@ impl LogStore {
 
     /// Drops merged keys from the index for a while; once all are gone, deletes dead
     /// segments.
-    fn sweep_step(&mut self, budget: Option<Duration>) -> StoreResult<()> {
+    fn sweep_step(&mut self, budget: Option<Duration>) -> Result<(), Poison> {
         let Some(sweep) = self.sweep.as_mut() else {
             return Ok(());
         };
@@ -897,7 +1196,7 @@ impl LogStore {
 
     /// Deletes sealed segments whose blocks are all merged into the run and below the
     /// retention height, oldest first.
-    fn delete_dead_segments(&mut self) -> StoreResult<()> {
+    fn delete_dead_segments(&mut self) -> Result<(), Poison> {
         if self.sweep.is_some() {
             return Ok(());
         }
@@ -913,7 +1212,8 @@ impl LogStore {
                 break;
             }
             let seq = front.seq;
-            self.vfs.remove(&segment_path(&self.dir, seq))?;
+            let path = segment_path(&self.dir, seq);
+            self.vfs.remove(&path).at("removing", &path)?;
             crash::point("compact-delete");
             self.segments.pop_front();
             while self.blocks.front().is_some_and(|b| b.seq == seq) {
@@ -923,21 +1223,29 @@ impl LogStore {
             deleted = true;
         }
         if deleted {
-            self.vfs.sync_dir(&self.dir)?;
+            self.vfs
+                .sync_dir(&self.dir)
+                .at("syncing the directory", &self.dir)?;
         }
         Ok(())
     }
 
     /// Starts a merge if the log above the run has grown enough and none is running.
-    fn maybe_merge(&mut self) -> StoreResult<()> {
+    ///
+    /// It merges only blocks known to be on disk, so the run never holds a block the log could
+    /// still lose, and the merge never syncs the log itself: an `fsync` error is reported once,
+    /// to whichever thread syncs first, so two threads syncing one file could each miss it.
+    fn maybe_merge(&mut self) -> Result<(), Poison> {
         if self.merging.is_some() || self.sweep.is_some() || self.read_only {
             return Ok(());
         }
         let run_height = self.run_height();
+        let durable = self.durable.head.as_ref().map(|h| h.height);
         let above: Vec<BlockPos> = self
             .blocks
             .iter()
             .filter(|b| run_height.is_none_or(|r| b.height > r))
+            .take_while(|b| durable.is_some_and(|d| b.height <= d))
             .take(MAX_MERGE_BLOCKS)
             .copied()
             .collect();
@@ -965,13 +1273,13 @@ impl LogStore {
                 len: b.len,
             });
         }
-        let head = self.block_header(last).map_err(|e| {
-            StoreError::corrupted(
-                segment_path(&self.dir, last.seq),
-                Some(last.offset),
-                e.to_string(),
-            )
-        })?;
+        let head = self
+            .block_header(last)
+            .map_err(|e| last.corrupt(&self.dir, e.to_string()))
+            .at(
+                "reading a block to merge from",
+                &segment_path(&self.dir, last.seq),
+            )?;
         let cancel = Arc::new(AtomicBool::new(false));
         let job = MergeJob {
             vfs: self.vfs.clone(),
@@ -985,7 +1293,7 @@ impl LogStore {
             let handle = std::thread::Builder::new()
                 .name("tally-merge".into())
                 .spawn(move || run_merge(job))
-                .map_err(StoreError::from)?;
+                .at("starting a merge in", &self.dir)?;
             self.merging = Some(Merging { handle, cancel });
         } else if let Some(done) = run_merge(job)? {
             self.install(done)?;
@@ -1006,23 +1314,25 @@ impl LogStore {
     /// Waits for a running merge and installs it, then finishes the index sweep (for tests
     /// and for closing).
     pub fn settle(&mut self) -> StoreResult<()> {
-        self.poll_merge(true)?;
-        self.sweep_step(None)
+        self.usable()?;
+        let settled = self.poll_merge(true).and_then(|()| self.sweep_step(None));
+        settled.map_err(|failure| self.poison(failure, None))
     }
 
-    /// Merges everything committed into a new run now, whatever its size, and waits for it
-    /// (for tests; commits trigger merges on their own).
+    /// Syncs the log, merges everything committed into a new run now, whatever its size, and
+    /// waits for it (for tests; commits trigger merges on their own).
     pub fn snapshot(&mut self) -> StoreResult<()> {
         if self.read_only {
             return Err(StoreError::ReadOnly);
         }
+        self.sync()?;
         self.settle()?;
         self.force_merge = true;
         let background = std::mem::replace(&mut self.options.background, false);
         let result = self.maybe_merge();
         self.force_merge = false;
         self.options.background = background;
-        result?;
+        result.map_err(|failure| self.poison(failure, None))?;
         self.settle()
     }
 
@@ -1135,6 +1445,7 @@ impl BlockArchive for LogStore {
     }
 
     fn block(&self, height: u64) -> StoreResult<Option<BlockRecord>> {
+        self.usable()?;
         let Some(pos) = self.retained(height) else {
             return Ok(None);
         };
@@ -1156,6 +1467,7 @@ impl BlockArchive for LogStore {
     }
 
     fn header_and_body(&self, height: u64) -> StoreResult<Option<(BlockHeader, Vec<u8>)>> {
+        self.usable()?;
         let Some(pos) = self.retained(height) else {
             return Ok(None);
         };
@@ -1177,6 +1489,7 @@ impl BlockArchive for LogStore {
 
 impl StateStore for LogStore {
     fn get(&self, key: &[u8]) -> StoreResult<Option<Cow<'_, [u8]>>> {
+        self.usable()?;
         Ok(self.read(key)?.map(Cow::Owned))
     }
 
@@ -1193,82 +1506,29 @@ impl StateStore for LogStore {
         }
         check_changes(&block)?;
         let started = Instant::now();
-        self.finish_sync()?;
-        self.poll_merge(false)?;
+        if let Err(failure) = self.finish_background() {
+            return Err(self.poison(failure, None));
+        }
         self.note_pause(started);
-
         let cap_from = (height + 1).saturating_sub(self.options.retain_blocks);
         let retain_from = commit
             .retain_from
             .max(cap_from)
             .max(self.retain_from)
             .min(height);
-        let segment = self.segments.back_mut().expect("an active segment");
-        let (seq, offset) = (segment.seq, segment.size);
-        let mut out = FileWriter::new(segment.file.clone());
-        let appended = write_block_record(&block, retain_from, &mut out)
-            .and_then(|len| out.flush().map(|()| len).map_err(StoreError::from))
-            .and_then(|len| match commit.durability {
-                Durability::Immediate => segment.file.sync().map(|()| len).map_err(Into::into),
-                _ => Ok(len),
-            });
-        let len = match appended {
-            Ok(len) => len,
-            Err(e) => {
-                // The block did not commit. Cut the partial record off again: left in place,
-                // it would make the next open refuse the log (a bad record with data after).
-                if segment.file.set_len(offset).is_err() {
-                    self.failed = true;
-                }
-                return Err(e);
-            }
+        let pos = match self.append(&block, retain_from, commit.durability) {
+            Ok(pos) => pos,
+            Err(failure) => return Err(self.poison(failure, Some(height))),
         };
-        let file = segment.file.clone();
-        segment.size += RECORD_HEADER_LEN + len;
-        segment.max_height = Some(height);
-        let full = segment.size >= self.options.segment_bytes;
-        if commit.durability == Durability::Background {
-            let file = file.clone();
-            self.syncing = Some(
-                std::thread::Builder::new()
-                    .name("tally-sync".into())
-                    .spawn(move || file.sync())
-                    .map_err(StoreError::from)?,
-            );
+        // The block is written as `commit.durability` asks. What follows is upkeep: should it
+        // fail, the store stops, and this commit fails too unless its block is on disk.
+        if let Err(failure) = self.after_append(block, pos, retain_from) {
+            let error = self.poison(failure, Some(height));
+            if !self.is_durable(height) {
+                return Err(error);
+            }
         }
-
-        let mut user_bytes = 0;
-        for ((key, value), at) in block.changes.iter().zip(change_offsets(&block)) {
-            user_bytes += key.len() as u64 + value.as_ref().map_or(0, |v| v.len() as u64);
-            self.index_change(key, value.as_deref(), Loc::new(seq, offset + at))?;
-        }
-        self.blocks.push_back(BlockPos {
-            height,
-            seq,
-            offset,
-            len,
-        });
-        self.head = Some(block.header.clone());
-        self.retain_from = retain_from;
-        self.stats.commits += 1;
-        self.stats.user_bytes_written += user_bytes;
-        self.stats.disk_bytes_written += RECORD_HEADER_LEN + len;
-        self.stats.index_keys = self.index.len() as u64;
-
-        if full {
-            let started = Instant::now();
-            // A sealed segment is durable to its last byte, so that only the end of the last
-            // segment can ever hold a torn record.
-            self.finish_sync()?;
-            file.sync()?;
-            self.new_segment(seq + 1)?;
-            self.note_pause(started);
-        }
-        self.sweep_step(Some(SWEEP_BUDGET))?;
-        if self.sweep.is_none() {
-            self.delete_dead_segments()?;
-        }
-        self.maybe_merge()
+        Ok(())
     }
 
     /// A large genesis is written twice as it streams past, never held in memory: as the
@@ -1292,81 +1552,53 @@ impl StateStore for LogStore {
             )
             .into());
         }
-        let header = block.header.clone();
-        let path = run_path(&self.dir, 0);
-        let tmp = path.with_extension("tmp");
-        let mut run = RunWriter::with_entries(self.vfs.create(&tmp)?, &header, changes.len())?;
-        let segment = self.segments.back_mut().expect("an active segment");
-        let (seq, offset) = (segment.seq, segment.size);
-        let mut out = FileWriter::new(segment.file.clone());
-        let mut user_bytes = 0;
-        let appended = write_streamed_block_record(&block, changes, 0, &mut out, &mut |k, v| {
-            user_bytes += (k.len() + v.map_or(0, <[u8]>::len)) as u64;
-            match v {
-                Some(v) => run.add(k, v),
-                None => Ok(()),
-            }
-        })
-        .and_then(|len| out.flush().map(|()| len).map_err(StoreError::from))
-        .and_then(|len| segment.file.sync().map(|()| len).map_err(StoreError::from));
-        let len = match appended {
-            Ok(len) => len,
-            Err(e) => {
-                if segment.file.set_len(offset).is_err() {
-                    self.failed = true;
-                }
+        let tmp = run_path(&self.dir, 0).with_extension("tmp");
+        let (pos, run, user_bytes) = match self.append_genesis(&block, changes, &tmp) {
+            Ok(logged) => logged,
+            Err(failure) => {
                 let _ = self.vfs.remove(&tmp);
-                return Err(e);
+                return Err(self.poison(failure, Some(0)));
             }
         };
-        segment.size += RECORD_HEADER_LEN + len;
-        segment.max_height = Some(0);
         crash::point("genesis-logged");
-        // The genesis is durable in the log; its keys are in no index, only in the run. Should
-        // the run fail, reads here would miss them: stop this store, and let the next open
-        // replay the record.
-        let installed = run
-            .finish()
-            .map_err(StoreError::from)
-            .and_then(|(file, run_bytes)| {
-                file.sync()?;
-                self.vfs.rename(&tmp, &path)?;
-                self.vfs.sync_dir(&self.dir)?;
-                Ok((Run::open(&*self.vfs, &path)?, run_bytes))
-            });
-        let (run, run_bytes) = match installed {
-            Ok(installed) => installed,
-            Err(e) => {
-                self.failed = true;
-                return Err(e);
-            }
-        };
-        self.run = Some(Arc::new(run));
-        self.blocks.push_back(BlockPos {
-            height: 0,
-            seq,
-            offset,
-            len,
-        });
-        self.head = Some(header);
+        self.blocks.push_back(pos);
+        self.head = Some(block.header);
         self.retain_from = 0;
         self.stats.commits += 1;
         self.stats.user_bytes_written += user_bytes;
-        self.stats.disk_bytes_written += RECORD_HEADER_LEN + len + run_bytes;
-        Ok(())
-    }
-
-    fn sync(&mut self) -> StoreResult<()> {
-        self.finish_sync()?;
-        if let Some(segment) = self.segments.back()
-            && !self.read_only
-        {
-            segment.file.sync()?;
+        self.stats.disk_bytes_written += RECORD_HEADER_LEN + pos.len;
+        // The genesis is on disk in the log; its keys are in no index, only in the run. Should
+        // the run fail, reads here would miss them: the store stops, and the next open
+        // replays the record.
+        if let Err(failure) = self.install_genesis_run(run, &tmp) {
+            self.poison(failure, None);
         }
         Ok(())
     }
 
+    fn sync(&mut self) -> StoreResult<()> {
+        self.usable()?;
+        if self.read_only {
+            return Ok(());
+        }
+        let synced = self.finish_background().and_then(|()| {
+            let segment = self.segments.back().expect("an active segment");
+            let path = segment_path(&self.dir, segment.seq);
+            segment.file.sync().at("syncing", &path)?;
+            Ok((segment.seq, segment.size))
+        });
+        match synced {
+            Ok((seq, end)) => {
+                let head = self.head.clone();
+                self.raise_durable(seq, end, head.as_ref());
+                Ok(())
+            }
+            Err(failure) => Err(self.poison(failure, None)),
+        }
+    }
+
     fn entries(&self) -> StoreResult<Entries<'_>> {
+        self.usable()?;
         let mut merger = Merger::new(self.run.as_ref(), &self.unmerged())?;
         Ok(Box::new(std::iter::from_fn(move || {
             let (mut key, mut value) = (Vec::new(), Vec::new());
@@ -1398,14 +1630,15 @@ impl StateStore for LogStore {
 
 impl Drop for LogStore {
     fn drop(&mut self) {
-        // A background sync finishes; a merge stops early (its temporary file is deleted at
-        // the next open).
-        let _ = self.finish_sync();
+        // A merge stops early (its temporary file is deleted at the next open).
         if let Some(merging) = self.merging.take() {
-            merging
-                .cancel
-                .store(true, std::sync::atomic::Ordering::Relaxed);
+            merging.cancel.store(true, Ordering::Relaxed);
             let _ = merging.handle.join();
+        }
+        // A background sync finishes. No caller is left to tell if it failed, so the store
+        // says so itself, after cutting off what may not be on disk.
+        if let Err(failure) = self.finish_sync() {
+            eprintln!("tally: {}", self.poison(failure, None));
         }
     }
 }

@@ -12,7 +12,7 @@ pub mod record;
 pub mod run;
 pub mod vfs;
 
-pub use error::{StoreError, StoreResult};
+pub use error::{Poison, StoreError, StoreResult};
 pub use lock::DirLock;
 
 /// Whether a store is opened to commit blocks or only to read them.
