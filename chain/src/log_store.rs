@@ -59,7 +59,7 @@ use crate::state::{
 use crate::store::cache::ValueCache;
 use crate::store::crash;
 use crate::store::error::Step;
-use crate::store::index::{Index, Loc, SHARDS, key_hash};
+use crate::store::index::{Index, KeyHash, Loc, SHARDS};
 use crate::store::merge::{MergeBlock, MergeDone, MergeJob, Merger, run_merge, run_path};
 use crate::store::record::{
     self, ChangeCursor, FileReader, RECORD_HEADER_LEN, change_offsets, parse_header,
@@ -266,6 +266,8 @@ pub struct LogStore {
     retain_from: u64,
     head: Option<BlockHeader>,
     index: Index,
+    /// The hash of keys in the index and the cache, seeded for this store.
+    hasher: KeyHash,
     run: Option<Arc<Run>>,
     reads: Reads,
     syncing: Option<Syncing>,
@@ -498,6 +500,7 @@ impl LogStore {
             retain_from: 0,
             head: None,
             index: Index::default(),
+            hasher: KeyHash::default(),
             run: None,
             syncing: None,
             merging: None,
@@ -905,7 +908,7 @@ impl LogStore {
 
     /// Points `key` at its change at `loc` in the index and the cache.
     fn index_change(&mut self, key: &[u8], value: Option<&[u8]>, loc: Loc) -> StoreResult<()> {
-        let hash = key_hash(key);
+        let hash = self.hasher.of(key);
         let (segments, dir) = (&self.segments, &self.dir);
         let cache = self.reads.shard_mut(hash);
         let mut scratch = (Vec::new(), Vec::new());
@@ -1359,7 +1362,7 @@ impl LogStore {
 
     /// Reads `key` from the index (the log) or the run, filling the cache.
     fn read(&self, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
-        let hash = key_hash(key);
+        let hash = self.hasher.of(key);
         let reads = &self.reads;
         reads.gets.fetch_add(1, Ordering::Relaxed);
         let user = |value: &Option<Vec<u8>>| {
@@ -1398,7 +1401,7 @@ impl LogStore {
                             const { std::cell::RefCell::new(Vec::new()) };
                     }
                     let (value, n) = BLOCK.with_borrow_mut(|block| {
-                        let got = run.get(key, hash, block);
+                        let got = run.get(key, block);
                         // A block that held a large value (contract code) is not kept for
                         // the thread's lifetime.
                         if block.capacity() > 16 * BLOCK_BYTES {
