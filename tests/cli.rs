@@ -280,7 +280,7 @@ mod crash {
         let store: Box<dyn StateStore> = match store {
             "log" => Box::new(LogStore::open(path, LogOptions::default()).unwrap()),
             #[cfg(feature = "rocksdb")]
-            "rocksdb" => Box::new(tally_chain::rocks_store::RocksStore::open(path, 512).unwrap()),
+            "rocksdb" => Box::new(tally_chain::store::rocks::RocksStore::open(path, 512).unwrap()),
             other => panic!("no store {other}"),
         };
         store.head()?; // killed before the genesis block was committed

@@ -24,7 +24,8 @@
 //!   [`Chain::commit`] makes it durable in one atomic store write.
 //! - **Genesis** ([`Genesis`]) is the only block whose state is not derived from signed
 //!   transactions.
-//! - **Stores** implement [`StateStore`]; contract storage is namespaced by account.
+//! - **Stores** implement [`StateStore`] ([`store`]: memory, the log store, RocksDB); contract
+//!   storage is namespaced by account ([`state::keys`]).
 //! - **Testing contracts**: with the cargo feature `testing`, `testing::TestChain` runs a
 //!   chain in memory with named accounts, signed pushes and traced receipts.
 
@@ -35,10 +36,7 @@ pub mod crypto;
 pub mod error;
 pub mod genesis;
 pub mod journal;
-pub mod log_store;
 pub mod pipeline;
-#[cfg(feature = "rocksdb")]
-pub mod rocks_store;
 pub mod state;
 pub mod store;
 pub mod system;
@@ -67,12 +65,12 @@ pub use chain::{ActionTrace, Chain, ChainConfig, ExecutedBlock, TxReceipt, TxRes
 pub use code::NativeContract;
 pub use error::{ChainError, TxError};
 pub use genesis::{Genesis, GenesisBuilder};
-pub use log_store::{LogOptions, LogStore};
 pub use pipeline::{Check, Pipeline, PreparedTx, prepare_block};
-pub use state::{
-    BlockArchive, BlockRecord, ChangeSource, Commit, DroppedTail, Durability, Entries, MemoryStore,
-    StateStore, StoreStats,
+pub use store::log::{LogOptions, LogStore};
+pub use store::memory::MemoryStore;
+pub use store::{
+    Access, BlockArchive, BlockRecord, ChangeSource, Commit, DroppedTail, Durability, Entries,
+    Poison, StateStore, StoreError, StoreResult, StoreStats,
 };
-pub use store::{Access, Poison, StoreError, StoreResult};
 pub use tally_host_api::Name;
 pub use tx::{Action, BlockBody, SignedTransaction, Transaction, Transfer, TxId, TxSignature};

@@ -215,7 +215,7 @@ fn issue_10_a_tail_of_crafted_record_headers_is_refused_not_searched_forever() {
     for i in 0..headers {
         let payload = damaged + 12 + 12 * i + 12;
         let len = (end - payload) as u32;
-        bytes.extend_from_slice(&tally_chain::store::record::header_bytes(len, 0));
+        bytes.extend_from_slice(&tally_chain::store::log::record::header_bytes(len, 0));
     }
     std::fs::write(&file, &bytes).unwrap();
     let err = LogStore::open_read_only(dir.path()).err().expect("refused");
@@ -619,7 +619,7 @@ fn durable_after(
 /// that will not open. `TALLY_POWER_CUTS=N` runs N (CI runs a short version).
 #[test]
 fn issue_14_power_cuts_lose_no_durable_block() {
-    use tally_chain::store::vfs::FaultFs;
+    use tally_chain::store::log::fault::FaultFs;
     let cuts: u64 = std::env::var("TALLY_POWER_CUTS")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -717,7 +717,7 @@ fn issue_14_power_cuts_lose_no_durable_block() {
 #[cfg(feature = "rocksdb")]
 mod rocksdb {
     use super::*;
-    use tally_chain::rocks_store::RocksStore;
+    use tally_chain::store::rocks::RocksStore;
 
     #[test]
     fn issue_10_a_second_rocksdb_writer_gets_a_clear_lock_error() {
@@ -816,7 +816,7 @@ fn issue_10_a_segment_numbered_past_the_index_range_is_corruption_not_a_panic() 
 mod issue_20 {
     use super::*;
     use std::sync::Arc;
-    use tally_chain::store::vfs::{Fault, FaultFs};
+    use tally_chain::store::log::fault::{Fault, FaultFs};
     use tally_chain::{ChangeSource, Poison};
 
     const DIR: &str = "/store";

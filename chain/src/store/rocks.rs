@@ -42,7 +42,7 @@ use rocksdb::{
 };
 
 use crate::block::BlockHeader;
-use crate::state::{
+use crate::store::{
     BlockArchive, BlockRecord, Commit, Durability, Entries, StateStore, StoreStats,
 };
 use crate::store::{StoreError, StoreResult};

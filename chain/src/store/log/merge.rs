@@ -1,6 +1,6 @@
 //! The merge: the previous sorted run plus the changes of the blocks committed since, in key
 //! order, newest change first, deletions dropped. It writes the next run (the snapshot) in
-//! the background, and it is also how [`crate::state::StateStore::entries`] lists the state.
+//! the background, and it is also how [`crate::store::StateStore::entries`] lists the state.
 //!
 //! Each block's changes are stored sorted by key, so the merge is a k-way merge of sorted
 //! streams read straight from the files: it holds one buffer per stream and never the state
@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use crate::block::BlockHeader;
 
 use super::crash;
-use super::error::{Poison, Step, StoreError, StoreResult};
 use super::record::ChangeCursor;
 use super::run::{Run, RunIter, RunWriter};
 use super::vfs::{VFile, Vfs};
+use crate::store::error::{Poison, Step, StoreError, StoreResult};
 
 /// Buffer per block stream: small, since a merge may read a thousand blocks at once.
 const STREAM_CHUNK: usize = 16 << 10;
