@@ -474,6 +474,20 @@ impl Gen {
         z ^ (z >> 31)
     }
 
+    /// How to commit block `height`: any durability (half of them immediate), keeping the
+    /// last 10 blocks.
+    fn commit(&mut self, height: u64) -> Commit {
+        let durability = match self.next() % 4 {
+            0 => Durability::Background,
+            1 => Durability::None,
+            _ => Durability::Immediate,
+        };
+        Commit {
+            durability,
+            retain_from: height.saturating_sub(10),
+        }
+    }
+
     fn block(&mut self, height: u64, space: u64) -> BlockRecord {
         let n = 1 + self.next() % 24;
         let mut changes: Vec<(Vec<u8>, Option<Vec<u8>>)> = (0..n)
@@ -673,15 +687,8 @@ fn issue_14_power_cuts_lose_no_durable_block() {
             let mut height = head.map_or(0, |h| h + 1);
             loop {
                 let b = rng.block(height, 300);
-                let durability = match rng.next() % 4 {
-                    0 => Durability::Background,
-                    1 => Durability::None,
-                    _ => Durability::Immediate,
-                };
-                let commit = Commit {
-                    durability,
-                    retain_from: height.saturating_sub(10),
-                };
+                let commit = rng.commit(height);
+                let durability = commit.durability;
                 let mut model = states.last().cloned().unwrap_or_default();
                 apply(&mut model, &b);
                 // The block may survive even if its commit fails (the record may have hit
@@ -924,15 +931,8 @@ mod issue_20 {
             apply(&mut model, &b);
             run.states.push(model);
             run.blocks.push(b.clone());
-            let durability = match rng.next() % 4 {
-                0 => Durability::Background,
-                1 => Durability::None,
-                _ => Durability::Immediate,
-            };
-            let commit = Commit {
-                durability,
-                retain_from: h.saturating_sub(10),
-            };
+            let commit = rng.commit(h);
+            let durability = commit.durability;
             let result = note(&mut call, store.commit(b, commit), &fs);
             if let Err(e) = result {
                 failed = Some(e);

@@ -59,7 +59,9 @@ pub enum Durability {
     Immediate,
     /// Synced in the background while the caller goes on (reads see the block at once); on
     /// disk before the next commit returns, or when [`StateStore::sync`] returns. A crash of
-    /// the process loses nothing; a power cut may lose this last block.
+    /// the process loses nothing; a power cut may lose this last block. Should the sync fail,
+    /// that next call fails instead ([`StoreError::Poisoned`]) and the block may be gone: a
+    /// caller reports the block durable only after one of them returns `Ok`.
     Background,
     /// Left to the operating system until [`StateStore::sync`], a segment's end or a
     /// snapshot: a power cut may lose any number of recent blocks, never leaving a torn one.
@@ -201,7 +203,9 @@ pub trait StateStore: BlockArchive + Send + Sync {
 
     /// Commits `block` (the next height), durable as `commit` says, keeping blocks from
     /// `commit.retain_from` up. The store takes the record: one that keeps blocks in memory
-    /// keeps it without a copy.
+    /// keeps it without a copy. `Err` means the block is not committed, or, for a store
+    /// stopped by a failed write ([`StoreError::Poisoned`]), may not be: its
+    /// [`Poison`] says which blocks are on disk.
     fn commit(&mut self, block: BlockRecord, commit: Commit) -> StoreResult<()>;
 
     /// Commits the genesis block (height 0, on an empty store) with the changes of `changes`
