@@ -1,9 +1,9 @@
 //! The log store's upkeep: merging the log into the next run on the merge worker, installing it,
 //! sweeping merged keys out of the index, and deleting dead segments.
 
-use std::io::{self};
+use std::io;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::block::BlockHeader;
@@ -40,6 +40,15 @@ pub(super) struct Sweep {
 }
 
 impl LogStore {
+    /// Stops a running merge early and waits for it, dropping what it did: its temporary file
+    /// is deleted at the next open, and a run it renamed into place holds only blocks on disk.
+    pub(super) fn stop_merge(&mut self) {
+        if let Some(merging) = self.merging.take() {
+            merging.cancel.store(true, Ordering::Relaxed);
+            let _ = merging.handle.wait();
+        }
+    }
+
     /// Installs a finished merge, if one finished (never waits for one).
     pub(super) fn poll_merge(&mut self, wait: bool) -> Result<(), Poison> {
         let finished = self

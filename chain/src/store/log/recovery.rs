@@ -2,7 +2,7 @@
 //! with the crash model's one repair (a torn last record cut off, by a writer only) and every
 //! other failed check refused as corruption.
 
-use std::io::{self};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

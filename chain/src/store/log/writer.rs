@@ -4,7 +4,6 @@
 use std::io::{self, Write};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crate::block::BlockHeader;
@@ -113,10 +112,7 @@ impl LogStore {
         let _ = self.finish_sync();
         // A merge writes only its own run, of blocks on disk: stopped or finished, it leaves
         // nothing the cut must take back.
-        if let Some(merging) = self.merging.take() {
-            merging.cancel.store(true, Ordering::Relaxed);
-            let _ = merging.handle.wait();
-        }
+        self.stop_merge();
         let written = self.blocks.back().map(|b| b.height).max(attempted);
         let durable = self.durable.head.as_ref().map(|h| h.height);
         failure.durable = durable;
@@ -505,11 +501,7 @@ impl LogStore {
 
 impl Drop for LogStore {
     fn drop(&mut self) {
-        // A merge stops early (its temporary file is deleted at the next open).
-        if let Some(merging) = self.merging.take() {
-            merging.cancel.store(true, Ordering::Relaxed);
-            let _ = merging.handle.wait();
-        }
+        self.stop_merge();
         // A background sync finishes. No caller is left to tell if it failed, so the store
         // says so itself, after cutting off what may not be on disk.
         if let Err(failure) = self.finish_sync() {

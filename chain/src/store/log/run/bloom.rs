@@ -12,7 +12,7 @@ pub(super) const BLOOM_HASHES: u32 = 7;
 /// a hostile file's count must not be believed. Writers have always used [`BLOOM_HASHES`].
 pub(super) const MAX_BLOOM_HASHES: u32 = 16;
 /// The hash of a key in a run's bloom filter. A fixed function, unlike the index's seeded
-/// [`super::index::KeyHash`]: the filter is written into the run file and must hash alike in
+/// [`crate::store::log::index::KeyHash`]: the filter is written into the run file and must hash alike in
 /// every later process. Keys crafted to pass it cost a lookup one block read, as a key the run
 /// holds does, and no more.
 pub(crate) fn bloom_hash(key: &[u8]) -> u64 {
