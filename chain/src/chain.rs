@@ -35,8 +35,8 @@ pub struct ChainConfig {
     /// consensus passes the agreed block time to [`Chain::execute_block`] instead; block time
     /// never comes from a local clock during execution.
     pub block_interval_ms: u64,
-    /// Longest a transaction may live past the block time. Duplicates are detected among the
-    /// blocks of this window, so it must fit in the retained blocks.
+    /// Longest a transaction may live past the block time. The ids of included transactions
+    /// stay in state this long, to detect duplicates.
     pub max_tx_lifetime_ms: u64,
     /// Blocks kept below the head (the Vryx test pruned past depth 512).
     pub retain_blocks: u64,
@@ -290,12 +290,6 @@ impl Chain {
         config: ChainConfig,
         head: BlockHeader,
     ) -> Result<Self, ChainError> {
-        if config.max_tx_lifetime_ms > config.retain_blocks * config.block_interval_ms {
-            return Err(ChainError::Config(format!(
-                "max_tx_lifetime_ms {} exceeds the {} retained blocks of {} ms",
-                config.max_tx_lifetime_ms, config.retain_blocks, config.block_interval_ms
-            )));
-        }
         Ok(Self {
             runtime,
             store,
@@ -358,7 +352,12 @@ impl Chain {
     ) -> Result<Self, ChainError> {
         let head = store.head().cloned().ok_or(ChainError::NoGenesis)?;
         let mut chain = Self::new(runtime, store, config, head)?;
-        chain.resume()?;
+        chain.window = ReplayWindow::load(
+            chain.store.as_ref(),
+            chain.head.height,
+            &chain.head_id,
+            chain.config.max_tx_lifetime_ms,
+        )?;
         Ok(chain)
     }
 
@@ -382,7 +381,7 @@ impl Chain {
             })
             .map_err(|e| ChainError::Config(format!("genesis: {e}")))?;
         self.head.state_checksum = hasher.finish(&[0; 32]);
-        let (body, transactions_root, ids) = BodyBuilder::default().finish();
+        let (body, transactions_root, _) = BodyBuilder::default().finish();
         self.head.transactions_root = transactions_root;
         let record = BlockRecord {
             header: self.head.clone(),
@@ -394,27 +393,9 @@ impl Chain {
             self.code.discard_block();
             return Err(e.into());
         }
-        self.committed(ids);
-        Ok(())
-    }
-
-    /// Rebuilds what is not stored (TaPoS ids, the duplicate window) from retained blocks.
-    fn resume(&mut self) -> Result<(), ChainError> {
-        let first = self.store.first_retained();
-        for height in first..=self.head.height {
-            let (header, body) = self.store.header_and_body(height)?.ok_or_else(|| {
-                ChainError::Corrupt(format!("retained block {height} is missing"))
-            })?;
-            let body: BlockBody = borsh::from_slice(&body)
-                .map_err(|e| ChainError::Corrupt(format!("block {height} body: {e}")))?;
-            let ids = body
-                .transactions
-                .iter()
-                .map(|t| t.transaction.id())
-                .collect();
-            self.window
-                .push_block(height, &header.id(), header.timestamp_ms, ids);
-        }
+        self.head_id = self.head.id();
+        self.window.push_genesis(&self.head_id);
+        self.code.commit_block();
         Ok(())
     }
 
@@ -568,10 +549,13 @@ impl Chain {
             }
             results.push(result);
         }
-        let changes = self.journal.take_changes();
         let (body, transactions_root, ids) = body.finish();
+        let height = self.head.height + 1;
+        self.window
+            .write_block(&mut self.journal, &self.head_id, height, time_ms, &ids);
+        let changes = self.journal.take_changes();
         let header = BlockHeader {
-            height: self.head.height + 1,
+            height,
             previous: self.head_id,
             timestamp_ms: time_ms,
             transactions_root,
@@ -638,7 +622,12 @@ impl Chain {
                 }
             }
         }
-        parallel::speculate(&self.runtime, self.store.as_ref(), &executors, txs).map(Some)
+        Ok(Some(parallel::speculate(
+            &self.runtime,
+            self.store.as_ref(),
+            &executors,
+            txs,
+        )))
     }
 
     /// One transaction of the block being executed: validate → authorize → execute →
@@ -877,6 +866,13 @@ impl Chain {
         self.window
             .push_block(self.head.height, &self.head_id, self.head.timestamp_ms, ids);
         self.code.commit_block();
+    }
+
+    /// Closes the chain and hands back its store, as a node that stops (or crashes) leaves
+    /// it: an executed block that was not committed is dropped.
+    pub fn into_store(mut self) -> Box<dyn StateStore> {
+        self.discard();
+        self.store
     }
 
     /// Drops the executed block without committing it: state stays at the head.

@@ -55,6 +55,13 @@ pub enum TxError {
     /// A signature from an account that authorizes no action.
     #[error("unneeded signature from {0}: it authorizes no action")]
     UnneededSignature(Name),
+    /// The signatures are not in the one order a transaction's encoding allows: the order in
+    /// which their accounts first authorize an action, each account once.
+    #[error(
+        "the signature of {0} is out of order: sign in the order the accounts first authorize an \
+         action, each once (`SignedTransaction::sign` does)"
+    )]
+    SignatureOrder(Name),
     /// An authorizing account does not exist.
     #[error("unknown account {0}")]
     UnknownAccount(Name),

@@ -59,20 +59,22 @@ pub(crate) fn speculable(tx: &PreparedTx) -> bool {
 }
 
 /// Runs every speculable transaction of `txs` against `store` on all cores; `None` for the
-/// others. `Err` is a node fault met on the way.
+/// others, and for any whose run met an error. Speculation only saves time, so an error in it
+/// is no verdict: the instance pool or memory running out while every core runs an action at
+/// once is this node's limit, not the block's fault, and a store that failed fails again when
+/// the transaction runs on the sequential path, which reports it there. A block therefore
+/// executes on any core count.
 pub(crate) fn speculate(
     runtime: &Runtime,
     store: &dyn StateStore,
     executors: &Executors,
     txs: &[PreparedTx],
-) -> Result<Vec<Option<Speculation>>, ChainError> {
+) -> Vec<Option<Speculation>> {
     txs.par_iter()
         .map(|tx| {
-            if speculable(tx) {
-                run(runtime, store, executors, &tx.tx.transaction.actions).map(Some)
-            } else {
-                Ok(None)
-            }
+            speculable(tx)
+                .then(|| run(runtime, store, executors, &tx.tx.transaction.actions).ok())
+                .flatten()
         })
         .collect()
 }

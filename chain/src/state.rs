@@ -20,6 +20,14 @@ pub mod keys {
     pub const CODE_HASH: u8 = 0x01;
     /// `[CODE, hash]` → the WebAssembly code with that hash.
     pub const CODE: u8 = 0x02;
+    /// `[TAPOS, slot (u16, big-endian)]` → height (u64) and id prefix (u32), little-endian,
+    /// of the latest block whose height is `slot` modulo the TaPoS window
+    /// ([`crate::window`]).
+    pub const TAPOS: u8 = 0x03;
+    /// `[RECENT_IDS, height (u64, big-endian)]` → the block's time (u64, little-endian) and
+    /// the ids of the transactions it included, until all of them have expired
+    /// ([`crate::window`]).
+    pub const RECENT_IDS: u8 = 0x04;
     /// `[CONTRACT, account, key…]` → a contract's own storage.
     pub const CONTRACT: u8 = 0x10;
 
@@ -44,6 +52,19 @@ pub mod keys {
     pub fn code(hash: &[u8; 32]) -> Vec<u8> {
         let mut k = vec![CODE];
         k.extend_from_slice(hash);
+        k
+    }
+
+    /// The key of TaPoS slot `slot`.
+    pub fn tapos(slot: u16) -> [u8; 3] {
+        let [hi, lo] = slot.to_be_bytes();
+        [TAPOS, hi, lo]
+    }
+
+    /// The key of the ids block `height` included.
+    pub fn recent_ids(height: u64) -> [u8; 9] {
+        let mut k = [RECENT_IDS; 9];
+        k[1..].copy_from_slice(&height.to_be_bytes());
         k
     }
 

@@ -100,10 +100,14 @@ pub struct SignedTransaction {
 pub(crate) const SIGNATURE_BYTES: usize = 8 + 32 + 64;
 
 impl SignedTransaction {
-    /// Signs `transaction` with one key per authorizing account.
+    /// Signs `transaction` with one key per authorizing account. The signatures are put in
+    /// the canonical order ([`SignedTransaction::check_limits`]) whatever the order of
+    /// `signers`.
     pub fn sign(transaction: Transaction, signers: &[(Name, &ed25519_dalek::SigningKey)]) -> Self {
         use ed25519_dalek::Signer;
         let id = transaction.id();
+        let mut signers = signers.to_vec();
+        signers.sort_by_key(|(account, _)| first_authorization(&transaction, *account));
         let signatures = signers
             .iter()
             .map(|(account, key)| TxSignature {
@@ -149,7 +153,11 @@ impl SignedTransaction {
     }
 
     /// The admission limits on a transaction whose encoding is `encoded_len` bytes: its size,
-    /// its number of actions, each action's authorizations and data, and its signatures.
+    /// its number of actions, each action's authorizations and data, and its signatures, which
+    /// must be in the canonical order: by where their account first authorizes an action,
+    /// each account once. A transaction then has exactly one valid encoding: reordering the
+    /// signatures of a valid one would otherwise give other signed bytes, and another block
+    /// root, for the same transaction id.
     pub fn check_limits(&self, encoded_len: usize) -> Result<(), TxError> {
         if encoded_len > MAX_TX_BYTES {
             return Err(TxError::TooLarge {
@@ -197,6 +205,17 @@ impl SignedTransaction {
                 });
             }
         }
+        let mut previous = None;
+        for sig in &self.signatures {
+            // A signature from an account that authorizes nothing has no place in the order.
+            let Some(at) = first_authorization(&self.transaction, sig.account) else {
+                return Err(TxError::UnneededSignature(sig.account));
+            };
+            if previous.is_some_and(|p| at <= p) {
+                return Err(TxError::SignatureOrder(sig.account));
+            }
+            previous = Some(at);
+        }
         Ok(())
     }
 
@@ -206,6 +225,16 @@ impl SignedTransaction {
         let unsigned = encoded.len() - 4 - self.signatures.len() * SIGNATURE_BYTES;
         blake3::hash(&encoded[..unsigned]).into()
     }
+}
+
+/// Where `account` first authorizes an action of `tx`, counting authorizations across its
+/// actions in order; `None` if it authorizes none. Admission bounds the search to
+/// `MAX_ACTIONS_PER_TX` x `MAX_SIGNATURES_PER_TX` names.
+fn first_authorization(tx: &Transaction, account: Name) -> Option<usize> {
+    tx.actions
+        .iter()
+        .flat_map(|a| a.authorization.iter())
+        .position(|&a| a == account)
 }
 
 /// What a block holds besides its header: the exact signed bytes of each included

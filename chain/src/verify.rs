@@ -79,6 +79,15 @@ pub fn verify(
                 "block {height}: transactions root mismatch"
             )));
         }
+        // Every stored transaction must be one a node admits: within the limits, and in its
+        // one canonical encoding (a block re-hashed around reordered signatures is not).
+        for (i, tx) in body.transactions.iter().enumerate() {
+            if let Err(e) = tx.check_limits(tx.encode().len()) {
+                return Err(corrupt(format!(
+                    "block {height}: transaction {i} could not be admitted: {e}"
+                )));
+            }
+        }
         let prev_checksum = match &previous {
             Some(p) => {
                 if header.previous != p.id() {

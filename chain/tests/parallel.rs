@@ -202,3 +202,28 @@ fn a_transaction_whose_later_actions_would_get_less_fuel_in_order_runs_again() {
     }
     assert_eq!(run(Pipeline::ALL, 2), (sequential, last));
 }
+
+/// Issue 20, item 2: a block of calls that each spin until their fuel runs out executes, with
+/// the same results, on 1, 2, 64 and 128 threads. The runtime's instance pool is sized for this
+/// machine's cores, so on 64 and 128 threads speculation runs out of instances: that is no
+/// node fault, and those transactions run again in order.
+#[test]
+fn issue_20_a_block_of_spinning_calls_executes_alike_on_every_core_count() {
+    let spin = hostile("(loop $l (br $l))");
+    let mut heads = Vec::new();
+    for threads in [1, 2, 64, 128] {
+        let mut chain = unsigned_chain(&[(name("spin"), &spin)]);
+        let txs: Vec<_> = (0..256u32)
+            .map(|i| unsigned_tx(&chain, name("spin"), name("go"), i.to_le_bytes().to_vec()))
+            .collect();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let executed = pool.install(|| chain.run_block(txs)).unwrap();
+        heads.push((executed.header, executed.results));
+    }
+    for (threads, head) in [2, 64, 128].into_iter().zip(&heads[1..]) {
+        assert_eq!(head, &heads[0], "{threads} threads");
+    }
+}

@@ -12,8 +12,8 @@ use common::*;
 use tally_chain::state::keys;
 use tally_chain::{
     BlockArchive, BlockHeader, BlockRecord, Chain, ChainConfig, ChainError, Commit, Entries,
-    Genesis, MemoryStore, SignedTransaction, StateStore, StoreResult, Transfer, TxError, TxResult,
-    prepare_block,
+    Genesis, MemoryStore, SignedTransaction, StateStore, StoreResult, Transaction, Transfer,
+    TxError, TxResult, prepare_block,
 };
 use tally_host_api::AbortCode;
 use tally_host_api::limits::{
@@ -100,8 +100,10 @@ fn failing_transfers_leave_state_untouched_and_the_next_one_succeeds() {
     }
     assert!(a.results[0].is_success() && a.results[4].is_success());
     let b = clean.run_block(vec![first, last]).unwrap();
-    // The failed transactions are in the block, but changed nothing: same state checksum.
-    assert_eq!(a.header.state_checksum, b.header.state_checksum);
+    // The failed transactions are in the block (and their ids in the replay window), but
+    // their writes changed nothing.
+    assert_eq!(user_state(&with_failures), user_state(&clean));
+    assert_ne!(a.header.state_checksum, b.header.state_checksum);
     assert_ne!(a.header.transactions_root, b.header.transactions_root);
     assert_eq!(bal(&with_failures, "alice"), Some(60));
     assert_eq!(bal(&with_failures, "bob"), Some(40));
@@ -177,7 +179,7 @@ fn invalid_transactions_are_rejected_with_their_own_error() {
         (huge_setcode, |e| matches!(e, TxError::TooLarge { .. })),
         (many_auths, |e| matches!(e, TxError::TooMany { .. })),
     ];
-    let before = chain.head().state_checksum;
+    let before = user_state(&chain);
     let (txs, expected): (Vec<_>, Vec<_>) = cases.into_iter().unzip();
     let block = chain.run_block(txs.clone()).unwrap();
     for ((result, expected), tx) in block.results.into_iter().zip(expected).zip(&txs) {
@@ -201,10 +203,13 @@ fn invalid_transactions_are_rejected_with_their_own_error() {
             .body,
         borsh::to_vec(&tally_chain::BlockBody::default()).unwrap()
     );
-    assert_eq!(
-        tally_chain::block::chain_checksum(&before, std::iter::empty()),
-        chain.head().state_checksum
-    );
+    // It changed nothing but the replay window, which records no id for it.
+    assert_eq!(user_state(&chain), before);
+    let recent = chain
+        .get_raw(&keys::recent_ids(chain.head().height))
+        .unwrap()
+        .unwrap();
+    assert_eq!(recent, chain.head().timestamp_ms.to_le_bytes());
     assert!(push(&mut chain, base).is_success());
 }
 
@@ -754,6 +759,80 @@ mod tampering {
         assert!(err.to_string().contains("transactions root"), "{err}");
     }
 
+    /// Issue 20, item 5: one transaction, one encoding. The same transaction with its
+    /// signatures reordered (or one repeated) is refused at decode, and a stored block re-hashed
+    /// around a reordered transaction is refused by `verify`.
+    #[test]
+    fn issue_20_reordered_signatures_are_refused_at_decode_and_by_verify() {
+        let mut chain = signed_chain();
+        let (a, b) = (derived_key(3, 0), derived_key(3, 1));
+        let data = transfer_data("alice", "carol", 0);
+        let tx = envelope(
+            &chain,
+            vec![action(
+                simplecoin(),
+                transfer(),
+                &[name("alice"), name("bob")],
+                data,
+            )],
+        );
+        // Whatever order the signers are given in, the signatures come out canonical.
+        let signed = SignedTransaction::sign(tx.clone(), &[(name("bob"), &b), (name("alice"), &a)]);
+        assert_eq!(signed.signatures[0].account, name("alice"));
+        assert_eq!(SignedTransaction::decode(&signed.encode()).unwrap(), signed);
+        let mut reordered = signed.clone();
+        reordered.signatures.reverse();
+        assert_eq!(reordered.transaction.id(), signed.transaction.id());
+        assert_eq!(
+            SignedTransaction::decode(&reordered.encode()),
+            Err(TxError::SignatureOrder(name("alice")))
+        );
+        let mut repeated = signed.clone();
+        repeated.signatures.push(signed.signatures[1].clone());
+        assert_eq!(
+            SignedTransaction::decode(&repeated.encode()),
+            Err(TxError::SignatureOrder(name("bob")))
+        );
+        let block = chain.run_block(vec![reordered.clone(), signed]).unwrap();
+        assert_eq!(
+            block.results[0],
+            TxResult::Rejected(TxError::SignatureOrder(name("alice")))
+        );
+        // Included (alice has no coins to move, so it fails, which does not matter here).
+        assert!(
+            block.results[1].receipt().is_some(),
+            "{:?}",
+            block.results[1]
+        );
+        verify_chain(&chain).unwrap();
+
+        // The stored block rewritten with the reordered signatures, its root re-hashed: every
+        // link and checksum still holds (it is the head), and replaying would accept it.
+        let height = chain.head().height;
+        let record = chain.store().block(height).unwrap().unwrap();
+        let mut body: BlockBody = borsh::from_slice(&record.body).unwrap();
+        body.transactions[0] = reordered;
+        let mut header = record.header.clone();
+        header.transactions_root = body.root();
+        let forged = BlockRecord {
+            header,
+            body: borsh::to_vec(&body).unwrap(),
+            ..record
+        };
+        let mut store = Tampered {
+            inner: MemoryStore::new(64),
+            replaced: Some(forged),
+        };
+        for h in 0..=height {
+            store
+                .inner
+                .commit(chain.store().block(h).unwrap().unwrap(), Commit::default())
+                .unwrap();
+        }
+        let err = verify(&store, chain.runtime().clone(), chain.config()).unwrap_err();
+        assert!(err.to_string().contains("could not be admitted"), "{err}");
+    }
+
     #[test]
     fn issue_10_a_later_block_cannot_smuggle_in_unsigned_state_changes() {
         let chain = signed_chain();
@@ -856,4 +935,173 @@ mod tracing {
         );
         assert_eq!(plain.head_id(), traced.head_id());
     }
+}
+
+/// The chain of the restart-equivalence test: simplecoin deployed at genesis on a memory
+/// store that keeps only `retain` blocks.
+fn pruned_chain(config: &ChainConfig, retain: u64) -> Chain {
+    let store = Box::new(MemoryStore::new(retain));
+    let mut builder = Chain::genesis(runtime(), store, config.clone()).unwrap();
+    builder.deploy(simplecoin(), SIMPLECOIN_WASM).unwrap();
+    builder.finish().unwrap()
+}
+
+/// Closes `chain` and opens its store again, as a node that restarts.
+fn restart(chain: Chain, config: &ChainConfig) -> Chain {
+    let store = chain.into_store();
+    Chain::open(runtime(), store, config.clone()).unwrap()
+}
+
+/// A small xorshift generator: the test's choices are the same on every run.
+struct Draw(u64);
+
+impl Draw {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Issue 20, item 1: every validity rule is a pure function of committed data. Two chains
+/// get the same blocks; one runs without stopping, the other restarts at random heights and
+/// around the retention, lifetime and TaPoS window boundaries, and sometimes between executing
+/// a block and committing it (the block is dropped and executed again). Blocks come faster than
+/// the configured interval and only 4 are retained, so neither the TaPoS table nor the
+/// duplicate window can be rebuilt from retained blocks. The transactions reference every
+/// boundary height (the head, just past retention, the oldest block of the TaPoS window and
+/// the first one out of it) and replay earlier transactions within and past their lifetime.
+/// Both must give identical results and headers at every height.
+#[test]
+fn issue_20_a_restarted_chain_decides_every_transaction_as_one_that_never_stopped() {
+    use tally_chain::block::ref_prefix;
+    use tally_chain::window::TAPOS_WINDOW;
+
+    const RETAIN: u64 = 4;
+    const LIFETIME_MS: u64 = 20_000;
+    let window = TAPOS_WINDOW as u64;
+    let config = ChainConfig {
+        check_signatures: false,
+        retain_blocks: RETAIN,
+        max_tx_lifetime_ms: LIFETIME_MS,
+        ..ChainConfig::default()
+    };
+    let mut steady = pruned_chain(&config, RETAIN);
+    let mut restarted = pruned_chain(&config, RETAIN);
+    let mut ids = vec![steady.head_id()];
+    let mut time = steady.head().timestamp_ms;
+    let mut draw = Draw(0x2545_f491_4f6c_dd1d);
+    let mut included: Vec<(u64, SignedTransaction)> = Vec::new();
+    let (mut restarts, mut dropped, mut pushed) = (0, 0, 0);
+    let mut outcomes = std::collections::BTreeMap::<String, u32>::new();
+    let last = window + 40;
+    for height in 1..=last {
+        // Blocks 1 ms apart, with a jump now and then that expires earlier transactions.
+        time += if draw.next().is_multiple_of(4_000) {
+            LIFETIME_MS / 2
+        } else {
+            1
+        };
+        let head = height - 1;
+        let near_window = head + 4 >= window && head <= window + 4;
+        let mut txs = Vec::new();
+        if height.is_multiple_of(1_999) || near_window || height <= 8 {
+            let refs = [
+                Some(head),
+                head.checked_sub(1),
+                head.checked_sub(RETAIN + 1),
+                head.checked_sub(window - 1),
+                head.checked_sub(window),
+            ];
+            for (i, at) in refs.into_iter().flatten().enumerate() {
+                let id = &ids[at as usize];
+                let tx = Transaction {
+                    expiration_ms: time + LIFETIME_MS,
+                    ref_block_num: at as u16,
+                    ref_block_prefix: ref_prefix(id),
+                    actions: vec![action(
+                        simplecoin(),
+                        transfer(),
+                        &[],
+                        Transfer {
+                            from: simplecoin(),
+                            to: name("alice"),
+                            amount: height,
+                            memo: format!("{i}"),
+                        }
+                        .encode(),
+                    )],
+                };
+                txs.push(SignedTransaction::unsigned(tx));
+            }
+            // Replays of earlier transactions: the newest (a duplicate while it lives) and one
+            // drawn from all of them (mostly expired by now).
+            if let Some((_, tx)) = included.last() {
+                txs.push(tx.clone());
+            }
+            if !included.is_empty() {
+                let (_, tx) = &included[draw.next() as usize % included.len()];
+                txs.push(tx.clone());
+            }
+        }
+        pushed += txs.len();
+        let prepared = prepare_block(txs.clone(), false, &steady.pipeline());
+        let a = steady.execute_block(time, &prepared).unwrap();
+        steady.commit().unwrap();
+
+        let restart_now = draw.next().is_multiple_of(9_000)
+            || near_window
+            || [RETAIN, RETAIN + 1, RETAIN + 2].contains(&height)
+            || height % 1_999 == 1;
+        if restart_now {
+            restarted = restart(restarted, &config);
+            restarts += 1;
+        }
+        if draw.next().is_multiple_of(7_000) || height == window {
+            // Executed, then the node stops before Commit: it executes the block again.
+            restarted.execute_block(time, &prepared).unwrap();
+            restarted = restart(restarted, &config);
+            dropped += 1;
+        }
+        let b = restarted.execute_block(time, &prepared).unwrap();
+        restarted.commit().unwrap();
+        assert_eq!(a.results, b.results, "results of block {height}");
+        assert_eq!(a.header, b.header, "header of block {height}");
+
+        for (result, tx) in a.results.iter().zip(txs) {
+            let key = match result {
+                TxResult::Included(r) if r.is_success() => "included".to_string(),
+                TxResult::Included(_) => "failed".to_string(),
+                TxResult::Rejected(e) => format!("{e:?}")
+                    .split([' ', '(', '{'])
+                    .next()
+                    .unwrap()
+                    .to_string(),
+            };
+            *outcomes.entry(key).or_default() += 1;
+            if result.receipt().is_some() {
+                included.push((height, tx));
+            }
+        }
+        ids.push(a.header.id());
+    }
+    assert_eq!(
+        steady.state_digest().unwrap(),
+        restarted.state_digest().unwrap()
+    );
+    // Every rule was exercised, on both sides of each boundary.
+    for kind in ["included", "UnknownReferenceBlock", "Duplicate", "Expired"] {
+        assert!(
+            outcomes.get(kind).copied().unwrap_or(0) > 0,
+            "no {kind} in {outcomes:?}"
+        );
+    }
+    assert!(
+        restarts > 20 && dropped > 3,
+        "{restarts} restarts, {dropped} dropped blocks"
+    );
+    eprintln!(
+        "{pushed} transactions over {last} blocks: {outcomes:?}; {restarts} restarts, {dropped} blocks dropped before commit"
+    );
 }

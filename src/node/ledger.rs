@@ -70,13 +70,13 @@ pub struct Ledger {
     chain: Chain,
 }
 
-/// Blocks a node keeps below its head. A restarted chain rebuilds its duplicate window from
-/// the retained blocks, so they must span a transaction's whole lifetime: 120 s of blocks at
-/// least [`MIN_BLOCK_SPACING_MS`] apart.
+/// Blocks a node keeps below its head, for `tally blocks` and audits. No validity rule reads
+/// them: the replay window is chain state.
 const RETAIN_BLOCKS: u64 = 12_000;
 
-/// The closest CometBFT blocks come under `tally devnet`'s `timeout_commit` of 10 ms. The
-/// chain checks `max_tx_lifetime_ms <= retain_blocks * block_interval_ms` with it.
+/// The closest CometBFT blocks come under `tally devnet`'s `timeout_commit` of 10 ms. Under
+/// consensus the block time is CometBFT's; this only sets `ChainConfig::block_interval_ms`,
+/// which the node never uses to place blocks.
 const MIN_BLOCK_SPACING_MS: u64 = 10;
 
 fn chain_config(file: &NodeFile) -> ChainConfig {

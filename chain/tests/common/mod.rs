@@ -93,3 +93,16 @@ pub fn balance(chain: &Chain, contract: Name, account: Name) -> Option<u64> {
     let value = chain.get(contract, &account.0.to_le_bytes()).unwrap()?;
     Some(u64::from_le_bytes(value.get(..8)?.try_into().ok()?))
 }
+
+/// Every committed entry but the replay window's, which every block rewrites: what
+/// transactions and contracts can change, to show that one changed nothing.
+pub fn user_state(chain: &Chain) -> Vec<(Vec<u8>, Vec<u8>)> {
+    use tally_chain::state::keys::{RECENT_IDS, TAPOS};
+    chain
+        .store()
+        .entries()
+        .unwrap()
+        .map(Result::unwrap)
+        .filter(|(k, _)| !matches!(k.first(), Some(&TAPOS | &RECENT_IDS)))
+        .collect()
+}
