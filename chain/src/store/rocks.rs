@@ -43,9 +43,9 @@ use rocksdb::{
 
 use crate::block::BlockHeader;
 use crate::store::{
-    BlockArchive, BlockRecord, Commit, Durability, Entries, StateStore, StoreStats,
+    BlockArchive, BlockRecord, Commit, Durability, Entries, StateStore, StoreError, StoreResult,
+    StoreStats,
 };
-use crate::store::{StoreError, StoreResult};
 
 const STATE: &str = "state";
 const BLOCKS: &str = "blocks";
