@@ -280,7 +280,7 @@ mod crash {
         let store: Box<dyn StateStore> = match store {
             "log" => Box::new(LogStore::open(path, LogOptions::default()).unwrap()),
             #[cfg(feature = "rocksdb")]
-            "rocksdb" => Box::new(tally_chain::rocks_store::RocksStore::open(path, 512).unwrap()),
+            "rocksdb" => Box::new(tally_chain::store::rocks::RocksStore::open(path, 512).unwrap()),
             other => panic!("no store {other}"),
         };
         store.head()?; // killed before the genesis block was committed
@@ -449,6 +449,34 @@ mod local_chain {
         assert!(!out.status.success(), "{args:?} succeeded");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(says), "{args:?}: {err}");
+    }
+
+    /// Issue 20: a push is reported only once its block is on disk. The block's background
+    /// sync fails here (`TALLY_TEST_EIO_AT`): the command fails naming the segment, and the
+    /// next run finds the store at the block before, so the account was never created.
+    #[test]
+    fn issue_20_a_push_whose_block_fails_to_sync_fails_and_commits_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("chain");
+        let d = d.to_str().unwrap();
+        ok(&["init", "--data", d]);
+        let failed = Command::new(env!("CARGO_BIN_EXE_tally"))
+            .args(["account", "create", "alice", "--data", d])
+            .env("TALLY_TEST_EIO_AT", "background-sync")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&failed.stderr);
+        assert!(
+            !failed.status.success(),
+            "reported although its block is not on disk: {}",
+            String::from_utf8_lossy(&failed.stdout)
+        );
+        assert!(
+            err.contains("syncing") && err.contains("log-00000000.tlog"),
+            "the error names the file: {err}"
+        );
+        assert!(err.contains("start it again"), "and says what to do: {err}");
+        assert_eq!(ok(&["account", "create", "alice", "--data", d])["block"], 1);
     }
 
     #[test]

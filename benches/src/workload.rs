@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use ed25519_dalek::SigningKey;
 use rayon::prelude::*;
-use tally_chain::state::{ChangeFn, ChangeSource, Durability, keys};
+use tally_chain::state::keys;
+use tally_chain::store::{ChangeFn, ChangeSource, Durability};
 use tally_chain::{
     Action, Chain, ChainConfig, ChainError, Pipeline, PreparedTx, SignedTransaction, StateStore,
     Transaction, Transfer, TxId, crypto, prepare_block,

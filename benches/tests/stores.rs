@@ -39,7 +39,7 @@ fn backends() -> Vec<(&'static str, Open)> {
     ];
     #[cfg(feature = "rocksdb")]
     all.push(("rocksdb", |dir, retain| {
-        Box::new(tally_chain::rocks_store::RocksStore::open(dir, retain).unwrap())
+        Box::new(tally_chain::store::rocks::RocksStore::open(dir, retain).unwrap())
     }));
     all
 }

@@ -23,7 +23,8 @@ use crate::exec::speculate::{self, Speculation};
 use crate::phase::finalize::Block;
 use crate::pipeline::{Pipeline, PreparedTx, prepare_block};
 use crate::receipt::{ExecutedBlock, TxResult};
-use crate::state::{BlockRecord, Commit, Durability, StateStore, keys};
+use crate::state::keys;
+use crate::store::{BlockRecord, Commit, Durability, StateStore};
 use crate::tx::{SignedTransaction, TxId};
 use crate::window::ReplayWindow;
 use tally_host_api::Name;
@@ -421,6 +422,6 @@ impl Chain {
     /// BLAKE3 over every committed entry in key order: a digest of the whole state, for
     /// audits. Unlike the block checksum it does not depend on history.
     pub fn state_digest(&self) -> Result<[u8; 32], ChainError> {
-        crate::verify::digest_entries(self.store.entries()?)
+        Ok(crate::store::digest_entries(self.store.entries()?)?)
     }
 }

@@ -20,7 +20,8 @@ use crate::chain::Chain;
 use crate::config::ChainConfig;
 use crate::error::ChainError;
 use crate::exec::{Code, Exec, system};
-use crate::state::{BlockRecord, Change, ChangeFn, ChangeSource, Durability, StateStore, keys};
+use crate::state::keys;
+use crate::store::{BlockRecord, Change, ChangeFn, ChangeSource, Durability, StateStore};
 use crate::tx::BlockBody;
 
 /// An account that exists at genesis.
@@ -161,7 +162,7 @@ impl GenesisBuilder {
     }
 
     /// Writes recorded changes as they are: to replay a stored genesis block.
-    pub fn apply_changes(&mut self, changes: &[crate::state::Change]) {
+    pub fn apply_changes(&mut self, changes: &[Change]) {
         for (key, value) in changes {
             self.chain.journal.write_block(key.clone(), value.clone());
         }

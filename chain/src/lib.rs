@@ -24,7 +24,8 @@
 //!   [`Chain::commit`] makes it durable in one atomic store write.
 //! - **Genesis** ([`Genesis`]) is the only block whose state is not derived from signed
 //!   transactions.
-//! - **Stores** implement [`StateStore`]; contract storage is namespaced by account.
+//! - **Stores** implement [`StateStore`] ([`store`]: memory, the log store, RocksDB); contract
+//!   storage is namespaced by account ([`state::keys`]).
 //! - **Testing contracts**: with the cargo feature `testing`, `testing::TestChain` runs a
 //!   chain in memory with named accounts, signed pushes and traced receipts.
 
@@ -35,12 +36,9 @@ pub mod crypto;
 pub mod error;
 pub mod exec;
 pub mod genesis;
-pub mod log_store;
 pub mod phase;
 pub mod pipeline;
 pub mod receipt;
-#[cfg(feature = "rocksdb")]
-pub mod rocks_store;
 pub mod state;
 pub mod store;
 #[cfg(feature = "testing")]
@@ -49,7 +47,7 @@ pub mod tx;
 pub mod verify;
 pub mod window;
 
-pub use exec::{code, journal, system};
+pub use exec::system;
 
 /// A hash map keyed by what others choose (storage keys, account names, transaction ids):
 /// std's map with foldhash under a per-process random seed, so nobody can choose keys that
@@ -67,13 +65,13 @@ pub use config::ChainConfig;
 pub use error::{ChainError, TxError};
 pub use exec::code::NativeContract;
 pub use genesis::{Genesis, GenesisBuilder};
-pub use log_store::{LogOptions, LogStore};
 pub use pipeline::{Check, Pipeline, PreparedTx, prepare_block};
 pub use receipt::{ActionTrace, ExecutedBlock, TxReceipt, TxResult, TxTrace};
-pub use state::{
-    BlockArchive, BlockRecord, ChangeSource, Commit, DroppedTail, Durability, Entries, MemoryStore,
-    StateStore, StoreStats,
+pub use store::log::{LogOptions, LogStore};
+pub use store::memory::MemoryStore;
+pub use store::{
+    Access, BlockArchive, BlockRecord, ChangeSource, Commit, DroppedTail, Durability, Entries,
+    Poison, StateStore, StoreError, StoreResult, StoreStats,
 };
-pub use store::{Access, StoreError, StoreResult};
 pub use tally_host_api::Name;
 pub use tx::{Action, BlockBody, SignedTransaction, Transaction, Transfer, TxId, TxSignature};

@@ -44,7 +44,7 @@ use crate::config::ChainConfig;
 use crate::crypto::derived_key;
 use crate::genesis::Genesis;
 use crate::receipt::{ExecutedBlock, TxReceipt, TxResult};
-use crate::state::MemoryStore;
+use crate::store::memory::MemoryStore;
 use crate::system::{NEWACCOUNT, NewAccount, SETCODE, SYSTEM, SetCode};
 use crate::tx::{Action, SignedTransaction, Transaction};
 

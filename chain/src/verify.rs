@@ -11,23 +11,9 @@ use crate::config::ChainConfig;
 use crate::error::ChainError;
 use crate::pipeline::prepare_block;
 use crate::receipt::TxResult;
-use crate::state::{Durability, MemoryStore, StateStore, StoreResult};
+use crate::store::memory::MemoryStore;
+use crate::store::{Durability, StateStore, digest_entries};
 use crate::tx::BlockBody;
-
-/// BLAKE3 over sorted entries: a digest of a whole state.
-pub fn digest_entries(
-    entries: impl IntoIterator<Item = StoreResult<(Vec<u8>, Vec<u8>)>>,
-) -> Result<[u8; 32], ChainError> {
-    let mut h = blake3::Hasher::new();
-    for entry in entries {
-        let (k, v) = entry?;
-        h.update(&(k.len() as u32).to_le_bytes());
-        h.update(&k);
-        h.update(&(v.len() as u32).to_le_bytes());
-        h.update(&v);
-    }
-    Ok(h.finalize().into())
-}
 
 /// What [`verify`] checked.
 #[derive(Debug, Clone, PartialEq, Eq)]

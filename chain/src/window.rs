@@ -19,8 +19,9 @@ use rayon::prelude::*;
 use crate::KeyedSet;
 use crate::block::{BlockId, ref_prefix};
 use crate::error::ChainError;
-use crate::journal::Journal;
-use crate::state::{StateStore, keys};
+use crate::exec::journal::Journal;
+use crate::state::keys;
+use crate::store::StateStore;
 use crate::tx::TxId;
 
 /// How many recent blocks a transaction may reference. `ref_block_num` has 16 bits, as in EOS,

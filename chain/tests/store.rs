@@ -215,7 +215,7 @@ fn issue_10_a_tail_of_crafted_record_headers_is_refused_not_searched_forever() {
     for i in 0..headers {
         let payload = damaged + 12 + 12 * i + 12;
         let len = (end - payload) as u32;
-        bytes.extend_from_slice(&tally_chain::store::record::header_bytes(len, 0));
+        bytes.extend_from_slice(&tally_chain::store::log::record::header_bytes(len, 0));
     }
     std::fs::write(&file, &bytes).unwrap();
     let err = LogStore::open_read_only(dir.path()).err().expect("refused");
@@ -474,6 +474,20 @@ impl Gen {
         z ^ (z >> 31)
     }
 
+    /// How to commit block `height`: any durability (half of them immediate), keeping the
+    /// last 10 blocks.
+    fn commit(&mut self, height: u64) -> Commit {
+        let durability = match self.next() % 4 {
+            0 => Durability::Background,
+            1 => Durability::None,
+            _ => Durability::Immediate,
+        };
+        Commit {
+            durability,
+            retain_from: height.saturating_sub(10),
+        }
+    }
+
     fn block(&mut self, height: u64, space: u64) -> BlockRecord {
         let n = 1 + self.next() % 24;
         let mut changes: Vec<(Vec<u8>, Option<Vec<u8>>)> = (0..n)
@@ -619,7 +633,7 @@ fn durable_after(
 /// that will not open. `TALLY_POWER_CUTS=N` runs N (CI runs a short version).
 #[test]
 fn issue_14_power_cuts_lose_no_durable_block() {
-    use tally_chain::store::vfs::FaultFs;
+    use tally_chain::store::log::fault::FaultFs;
     let cuts: u64 = std::env::var("TALLY_POWER_CUTS")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -673,15 +687,8 @@ fn issue_14_power_cuts_lose_no_durable_block() {
             let mut height = head.map_or(0, |h| h + 1);
             loop {
                 let b = rng.block(height, 300);
-                let durability = match rng.next() % 4 {
-                    0 => Durability::Background,
-                    1 => Durability::None,
-                    _ => Durability::Immediate,
-                };
-                let commit = Commit {
-                    durability,
-                    retain_from: height.saturating_sub(10),
-                };
+                let commit = rng.commit(height);
+                let durability = commit.durability;
                 let mut model = states.last().cloned().unwrap_or_default();
                 apply(&mut model, &b);
                 // The block may survive even if its commit fails (the record may have hit
@@ -717,7 +724,7 @@ fn issue_14_power_cuts_lose_no_durable_block() {
 #[cfg(feature = "rocksdb")]
 mod rocksdb {
     use super::*;
-    use tally_chain::rocks_store::RocksStore;
+    use tally_chain::store::rocks::RocksStore;
 
     #[test]
     fn issue_10_a_second_rocksdb_writer_gets_a_clear_lock_error() {
@@ -810,4 +817,316 @@ fn issue_10_a_segment_numbered_past_the_index_range_is_corruption_not_a_panic() 
     expect_corruption(LogStore::open_read_only(dir.path()), &far, None);
     assert_eq!(snapshot_files(dir.path()), before);
     expect_corruption(LogStore::open(dir.path(), one_segment()), &far, None);
+}
+
+/// Issue 20: an injected `EIO` in a run of commits, and what the caller was told.
+mod issue_20 {
+    use super::*;
+    use std::sync::Arc;
+    use tally_chain::store::log::fault::{Fault, FaultFs};
+    use tally_chain::{ChangeSource, Poison};
+
+    const DIR: &str = "/store";
+
+    fn options(fs: &FaultFs, background: bool) -> LogOptions {
+        LogOptions {
+            // Small segments and snapshots: rotations, merges, installs and deletions all
+            // happen within 40 blocks.
+            segment_bytes: 1 << 10,
+            snapshot_min_bytes: 2 << 10,
+            background,
+            // A small cache: each of the hundreds of runs opens the store three times.
+            cache_bytes: 64 << 10,
+            vfs: Arc::new(fs.clone()),
+            ..LogOptions::default()
+        }
+    }
+
+    /// What the caller was told before the store stopped.
+    #[derive(Default)]
+    struct Told {
+        /// The highest block reported durable.
+        acked: Option<u64>,
+        /// A block committed with `Background`, durable once the next call returns `Ok`.
+        pending: Option<u64>,
+        /// The highest block whose commit returned `Ok`.
+        committed: Option<u64>,
+    }
+
+    impl Told {
+        fn ok(&mut self, height: u64, durability: Durability) {
+            self.committed = Some(height);
+            // A `Background` block is durable once the next commit returns.
+            if let Some(p) = self.pending.take() {
+                self.acked = self.acked.max(Some(p));
+            }
+            match durability {
+                Durability::Immediate => self.acked = Some(height),
+                Durability::Background => self.pending = Some(height),
+                Durability::None => {}
+            }
+        }
+
+        fn synced(&mut self) {
+            self.acked = self.committed;
+            self.pending = None;
+        }
+    }
+
+    /// The states after each block of the run, and the blocks.
+    struct Run {
+        states: Vec<Model>,
+        blocks: Vec<BlockRecord>,
+    }
+
+    /// Checks a store reopened after the failure: at a block the caller may find there, with
+    /// that block's state and blocks.
+    fn check_reopened(store: &LogStore, run: &Run, allowed: &[Option<u64>], what: &str) {
+        let head = store.head().map(|h| h.height);
+        assert!(
+            allowed.contains(&head),
+            "{what}: reopened at {head:?}, allowed {allowed:?}"
+        );
+        if let Some(h) = head {
+            let live: Vec<_> = run.states[h as usize].clone().into_iter().collect();
+            assert_eq!(entries_of(store), live, "{what}: state at {h}");
+            for b in store.first_retained()..=h {
+                assert_eq!(
+                    store.block(b).unwrap().as_ref(),
+                    Some(&run.blocks[b as usize]),
+                    "{what}: block {b}"
+                );
+            }
+        }
+    }
+
+    /// Runs 40 commits (mixed durability, syncs, a forced snapshot) with an `EIO` armed for the
+    /// `k`th operation of kind `fault`. Returns whether the fault fired.
+    fn one_run(fault: Fault, k: u64, sticky: bool, background: bool) -> bool {
+        let what = format!("{fault:?} #{k} sticky={sticky} background={background}");
+        let fs = FaultFs::new(k + 1);
+        let dir = Path::new(DIR);
+        let mut store = LogStore::open(dir, options(&fs, background)).unwrap();
+        fs.fail_after(fault, k, sticky);
+        let mut rng = Gen(k + 17);
+        let mut run = Run {
+            states: Vec::new(),
+            blocks: Vec::new(),
+        };
+        let mut told = Told::default();
+        // (the call that failed, the call after which the fault had fired, the error)
+        let mut failed: Option<(usize, usize, StoreError)> = None;
+        let mut fired_at = None;
+        let mut call = 0;
+        let mut note = |call: &mut usize, result: Result<(), StoreError>, fs: &FaultFs| {
+            *call += 1;
+            if fired_at.is_none() && fs.failed() {
+                fired_at = Some(*call);
+            }
+            result.map_err(|e| (*call, fired_at.unwrap_or(usize::MAX), e))
+        };
+        for h in 0..40u64 {
+            let b = rng.block(h, 200);
+            let mut model = run.states.last().cloned().unwrap_or_default();
+            apply(&mut model, &b);
+            run.states.push(model);
+            run.blocks.push(b.clone());
+            let commit = rng.commit(h);
+            let durability = commit.durability;
+            let result = note(&mut call, store.commit(b, commit), &fs);
+            if let Err(e) = result {
+                failed = Some(e);
+                break;
+            }
+            told.ok(h, durability);
+            let extra = match h {
+                20 => Some(store.snapshot()),
+                _ if h % 6 == 5 => Some(store.sync()),
+                _ => None,
+            };
+            if let Some(result) = extra {
+                if let Err(e) = note(&mut call, result, &fs) {
+                    failed = Some(e);
+                    break;
+                }
+                told.synced();
+            }
+        }
+        if failed.is_none() {
+            let result = store.settle().and_then(|()| store.sync());
+            failed = note(&mut call, result, &fs).err();
+        }
+        let Some((at, fired, error)) = failed else {
+            assert!(
+                !fs.failed(),
+                "{what}: the fault fired and no call reported it"
+            );
+            return false;
+        };
+        // The error comes from the call the fault hit, or (for a sync in the background) the
+        // next one; a background merge's, by the next call after it is done.
+        if !background {
+            assert!(
+                at <= fired + 1,
+                "{what}: fired in call {fired}, reported in {at}"
+            );
+        }
+        let poison: Poison = error
+            .poison()
+            .unwrap_or_else(|| panic!("{what}: not a stopped store: {error}"))
+            .clone();
+        assert!(poison.path.starts_with(dir), "{what}: {poison}");
+        let message = error.to_string();
+        assert!(message.contains("start it again"), "{what}: {message}");
+        // Nothing reported durable is lost; nothing reported as failed is claimed.
+        assert!(
+            poison.durable >= told.acked,
+            "{what}: {poison} after {:?}",
+            told.acked
+        );
+        assert!(
+            poison.durable <= told.committed,
+            "{what}: {poison}, but the last commit that returned Ok was {:?}",
+            told.committed
+        );
+        if !sticky {
+            assert_eq!(
+                poison.unsure, None,
+                "{what}: a single fault is cut off: {poison}"
+            );
+        }
+        // The store is stopped: no commit, no read, no sync.
+        let next = run.blocks.len() as u64;
+        let b = rng.block(told.committed.map_or(0, |c| c + 1), 200);
+        assert!(store.commit(b, Commit::keeping(next, 10)).is_err());
+        for refused in [
+            store.get(b"key-00001").map(|_| ()),
+            store.sync(),
+            store.block(0).map(|_| ()),
+            store.entries().map(|_| ()),
+        ] {
+            assert_eq!(refused.unwrap_err().poison(), Some(&poison), "{what}");
+        }
+        assert_eq!(store.head().map(|h| h.height), poison.durable, "{what}");
+        drop(store);
+
+        let mut allowed = vec![poison.durable];
+        if let Some(unsure) = &poison.unsure {
+            allowed.extend(unsure.clone().map(Some));
+        }
+        if !sticky {
+            // Restarting the process (the page cache stays): the store is where the error
+            // said, and it takes commits that survive a power cut.
+            let mut store = LogStore::open(dir, options(&fs, background)).unwrap();
+            check_reopened(&store, &run, &allowed, &format!("{what}, restarted"));
+            let mut height = store.head().map_or(0, |h| h.height + 1);
+            run.states.truncate(height as usize);
+            run.blocks.truncate(height as usize);
+            for _ in 0..3 {
+                let b = rng.block(height, 200);
+                let mut model = run.states.last().cloned().unwrap_or_default();
+                apply(&mut model, &b);
+                run.states.push(model);
+                run.blocks.push(b.clone());
+                store.commit(b, Commit::keeping(height, 10)).unwrap();
+                height += 1;
+            }
+            drop(store);
+            allowed = vec![Some(height - 1)];
+        }
+        // A power cut, and the disk works again: what reopens is on disk.
+        fs.crash();
+        fs.reboot();
+        let store = LogStore::open(dir, options(&fs, background))
+            .unwrap_or_else(|e| panic!("{what}: the store does not reopen after a power cut: {e}"));
+        check_reopened(
+            &store,
+            &run,
+            &allowed,
+            &format!("{what}, after a power cut"),
+        );
+        true
+    }
+
+    /// Every write and every sync of the run fails in turn, once or for good.
+    fn every_step(fault: Fault, sticky: bool, background: bool) -> u64 {
+        let mut k = 0;
+        while one_run(fault, k, sticky, background) {
+            k += 1;
+        }
+        assert!(k > 20, "only {k} {fault:?} steps");
+        k
+    }
+
+    #[test]
+    fn issue_20_a_failed_sync_at_any_step_stops_the_store_and_loses_no_durable_block() {
+        let steps = every_step(Fault::Sync, false, false);
+        every_step(Fault::Sync, true, false);
+        every_step(Fault::Sync, false, true);
+        eprintln!("{steps} syncs, each failed in turn");
+    }
+
+    #[test]
+    fn issue_20_a_failed_write_at_any_step_stops_the_store_and_loses_no_durable_block() {
+        let steps = every_step(Fault::Write, false, false);
+        every_step(Fault::Write, true, false);
+        every_step(Fault::Write, false, true);
+        eprintln!("{steps} writes, each failed in turn");
+    }
+
+    /// A genesis large enough to go straight into a run as well as into the log.
+    struct BigGenesis;
+
+    impl ChangeSource for BigGenesis {
+        fn len(&self) -> u64 {
+            100_000
+        }
+        fn for_each(&self, f: &mut tally_chain::store::ChangeFn<'_>) -> std::io::Result<()> {
+            (0..self.len())
+                .try_for_each(|i| f(format!("g-{i:07}").as_bytes(), Some(&i.to_le_bytes())))
+        }
+    }
+
+    #[test]
+    fn issue_20_a_failed_write_or_sync_in_a_large_genesis_stops_the_store_at_a_durable_block() {
+        let genesis = BlockRecord {
+            body: Vec::new(),
+            changes: Vec::new(),
+            ..record(0, 0)
+        };
+        let dir = Path::new(DIR);
+        for fault in [Fault::Write, Fault::Sync] {
+            for sticky in [false, true] {
+                let mut k = 0;
+                loop {
+                    let what = format!("genesis, {fault:?} #{k} sticky={sticky}");
+                    let fs = FaultFs::new(k);
+                    let mut store = LogStore::open(dir, options(&fs, false)).unwrap();
+                    fs.fail_after(fault, k, sticky);
+                    let result = store
+                        .commit_genesis(genesis.clone(), &BigGenesis, Commit::keeping(0, 10))
+                        .and_then(|()| store.sync());
+                    if !fs.failed() {
+                        result.unwrap();
+                        break;
+                    }
+                    let error = result.expect_err(&what);
+                    let poison = error.poison().unwrap_or_else(|| panic!("{what}: {error}"));
+                    let mut allowed = vec![poison.durable];
+                    allowed.extend(poison.unsure.iter().flat_map(|u| u.clone().map(Some)));
+                    drop(store);
+                    fs.crash();
+                    fs.reboot();
+                    let store = LogStore::open(dir, options(&fs, false)).unwrap();
+                    let head = store.head().map(|h| h.height);
+                    assert!(allowed.contains(&head), "{what}: reopened at {head:?}");
+                    if head == Some(0) {
+                        assert_eq!(entries_of(&store).len(), 100_000, "{what}");
+                    }
+                    k += 1;
+                }
+                assert!(k >= 3, "{fault:?}: only {k} steps");
+            }
+        }
+    }
 }

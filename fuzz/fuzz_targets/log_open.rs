@@ -17,7 +17,8 @@ use std::sync::{Arc, OnceLock};
 use arbitrary::{Result, Unstructured};
 use libfuzzer_sys::{Corpus, fuzz_target};
 use tally_chain::block::chain_checksum;
-use tally_chain::store::vfs::{FaultFs, RealFs, Vfs};
+use tally_chain::store::log::fault::FaultFs;
+use tally_chain::store::log::vfs::{RealFs, Vfs};
 use tally_chain::{
     BlockArchive, BlockHeader, BlockRecord, Commit, LogOptions, LogStore, StateStore, StoreError,
 };

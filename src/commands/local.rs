@@ -234,12 +234,15 @@ impl Local {
             config.retain_blocks,
             Access::ReadWrite,
         )?;
-        drop(Chain::create(
+        let mut chain = Chain::create(
             runtime(dir, Access::ReadWrite, false)?,
             store,
             config,
             &genesis,
-        )?);
+        )?;
+        // The genesis is on disk before chain.json says the directory holds a chain.
+        chain.sync()?;
+        drop(chain);
         // chain.json last: a directory without it is not a chain, so an interrupted init can
         // simply run again.
         write_atomic(
@@ -279,6 +282,9 @@ impl Local {
         let refs: Vec<(Name, &SigningKey)> = keys.iter().map(|(n, k)| (*n, k)).collect();
         let signed = SignedTransaction::sign(tx, &refs);
         let mut block = self.chain.run_block(vec![signed])?;
+        // The block is committed with its sync in the background: it is reported only once
+        // that sync is done (a failed one stops the store, and this command, with an error).
+        self.chain.sync()?;
         match block.results.pop() {
             Some(TxResult::Included(receipt)) => Ok((receipt, block.header)),
             Some(TxResult::Rejected(e)) => Err(e).context("the transaction was rejected"),

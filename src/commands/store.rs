@@ -73,9 +73,9 @@ pub fn open_store(
         #[cfg(feature = "rocksdb")]
         StoreKind::Rocksdb => Box::new(
             if read_only {
-                tally_chain::rocks_store::RocksStore::open_read_only(dir)
+                tally_chain::store::rocks::RocksStore::open_read_only(dir)
             } else {
-                tally_chain::rocks_store::RocksStore::open(dir, retain)
+                tally_chain::store::rocks::RocksStore::open(dir, retain)
             }
             .with_context(|| format!("cannot open RocksDB in {}", dir.display()))?,
         ),

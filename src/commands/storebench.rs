@@ -331,12 +331,12 @@ fn open(
             tally_chain::LogOptions::default(),
         )?),
         #[cfg(feature = "rocksdb")]
-        StoreKind::Rocksdb => Box::new(tally_chain::rocks_store::RocksStore::open_tuned(
+        StoreKind::Rocksdb => Box::new(tally_chain::store::rocks::RocksStore::open_tuned(
             dir,
             match workload {
-                WorkloadArg::Griffin => tally_chain::rocks_store::Tuning::Griffin,
-                WorkloadArg::Iavl => tally_chain::rocks_store::Tuning::Iavl,
-                WorkloadArg::Transfers => tally_chain::rocks_store::Tuning::Transfers,
+                WorkloadArg::Griffin => tally_chain::store::rocks::Tuning::Griffin,
+                WorkloadArg::Iavl => tally_chain::store::rocks::Tuning::Iavl,
+                WorkloadArg::Transfers => tally_chain::store::rocks::Tuning::Transfers,
             },
         )?),
         #[cfg(not(feature = "rocksdb"))]

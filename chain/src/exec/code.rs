@@ -17,7 +17,8 @@ use tally_runtime::{Contract, Runtime};
 use super::journal::Journal;
 use crate::KeyedMap;
 use crate::error::ChainError;
-use crate::state::{StateStore, keys};
+use crate::state::keys;
+use crate::store::StateStore;
 
 /// An executor that replaces a contract's wasm for baselines (`tally bench --baseline`): plain
 /// Rust, or another engine, over the same [`Host`] a wasm contract sees. It shows what the

@@ -5,7 +5,8 @@
 use tally_host_api::{Host, HostError, Name, NodeFault, Upsert};
 
 use super::journal::Journal;
-use crate::state::{StateStore, keys};
+use crate::state::keys;
+use crate::store::StateStore;
 use crate::tx::Action;
 
 /// One action's view of state: keys are prefixed with the running contract's account, so a

@@ -25,7 +25,7 @@ use tally_host_api::limits::{MAX_TX_WRITE_BYTES, MAX_TX_WRITES};
 use tally_host_api::{Abort, AbortCode, Name};
 
 use super::code::Executor;
-use crate::state::{Change, StateStore, StoreResult};
+use crate::store::{Change, StateStore, StoreResult, sort_prefix};
 use crate::{KeyedHasher, KeyedMap};
 
 /// A value in the overlay: `None` means the pending block deleted the key.
@@ -66,16 +66,6 @@ fn count_write(
     *writes += 1;
     *bytes += added;
     Ok(())
-}
-
-/// The first 16 bytes of `key`, zero-padded, as a big-endian integer. Ordering by it never
-/// contradicts ordering by the whole key: where two prefixes differ, the keys differ the same
-/// way (a zero pad is only less than a longer key's byte, and a prefix sorts first).
-pub(crate) fn sort_prefix(key: &[u8]) -> u128 {
-    let mut bytes = [0u8; 16];
-    let n = key.len().min(16);
-    bytes[..n].copy_from_slice(&key[..n]);
-    u128::from_be_bytes(bytes)
 }
 
 /// What a block changed: its state changes sorted by key, and the contracts it deployed
@@ -310,7 +300,7 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::MemoryStore;
+    use crate::store::memory::MemoryStore;
 
     #[test]
     fn discard_restores_the_overlay_exactly_and_commit_keeps_it() {
@@ -337,7 +327,7 @@ mod tests {
     /// A store holding `a` = 1.
     fn store_with_a() -> MemoryStore {
         let mut store = MemoryStore::new(1);
-        let record = crate::state::BlockRecord {
+        let record = crate::store::BlockRecord {
             header: crate::block::BlockHeader {
                 height: 0,
                 previous: Default::default(),

@@ -14,7 +14,8 @@ use tally_runtime::{Contract, Entry, Outcome, Receipt, Runtime};
 
 use crate::error::ChainError;
 use crate::receipt::ActionTrace;
-use crate::state::{StateStore, keys};
+use crate::state::keys;
+use crate::store::StateStore;
 use crate::tx::Action;
 use code::{CodeMap, Executor, NativeContract};
 use host::ActionHost;

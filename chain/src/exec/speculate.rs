@@ -19,7 +19,7 @@ use super::journal::Journal;
 use super::system::SYSTEM;
 use super::{Code, Exec, TxRun};
 use crate::pipeline::{Check, PreparedTx};
-use crate::state::{Change, StateStore};
+use crate::store::{Change, StateStore};
 
 /// What one transaction did when run against the block's starting state.
 pub(crate) struct Speculation {

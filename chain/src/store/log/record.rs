@@ -14,10 +14,10 @@ use std::io::{self, Read, Write};
 use std::ops::Deref;
 
 use crate::block::BlockHeader;
-use crate::state::{BlockRecord, ChangeFn, ChangeSource};
+use crate::store::{BlockRecord, ChangeFn, ChangeSource};
 
-use super::error::{StoreError, StoreResult};
 use super::vfs::VFile;
+use crate::store::error::{StoreError, StoreResult};
 
 /// Bytes of a record header.
 pub const RECORD_HEADER_LEN: u64 = 12;
@@ -464,7 +464,7 @@ pub fn payload_crc_ok(
     Ok(hasher.finalize() == crc)
 }
 
-/// Decodes a whole block record payload (for [`crate::state::BlockArchive::block`]).
+/// Decodes a whole block record payload (for [`crate::store::BlockArchive::block`]).
 pub fn decode_block(payload: &[u8]) -> Result<(u64, BlockRecord), String> {
     if payload.first() != Some(&KIND_BLOCK) || payload.len() < PREFIX_LEN as usize {
         return Err("not a block record".into());
@@ -483,7 +483,8 @@ pub fn corrupt(path: &std::path::Path, offset: u64, why: impl Into<String>) -> S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::vfs::{FaultFs, Vfs};
+    use crate::store::log::fault::FaultFs;
+    use crate::store::log::vfs::Vfs;
     use std::path::Path;
 
     fn block() -> BlockRecord {

@@ -1,6 +1,6 @@
 //! The merge: the previous sorted run plus the changes of the blocks committed since, in key
 //! order, newest change first, deletions dropped. It writes the next run (the snapshot) in
-//! the background, and it is also how [`crate::state::StateStore::entries`] lists the state.
+//! the background, and it is also how [`crate::store::StateStore::entries`] lists the state.
 //!
 //! Each block's changes are stored sorted by key, so the merge is a k-way merge of sorted
 //! streams read straight from the files: it holds one buffer per stream and never the state
@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use crate::block::BlockHeader;
 
 use super::crash;
-use super::error::{StoreError, StoreResult};
 use super::record::ChangeCursor;
 use super::run::{Run, RunIter, RunWriter};
 use super::vfs::{VFile, Vfs};
+use crate::store::error::{Poison, Step, StoreError, StoreResult};
 
 /// Buffer per block stream: small, since a merge may read a thousand blocks at once.
 const STREAM_CHUNK: usize = 16 << 10;
@@ -228,38 +228,36 @@ pub fn run_path(dir: &Path, height: u64) -> PathBuf {
     dir.join(format!("run-{height:020}.trun"))
 }
 
-/// Runs `job`: syncs the segments it reads (so the run never holds a block the log could
-/// lose), writes the merged run to a temporary file, syncs it, renames it into place and
-/// syncs the directory.
-pub fn run_merge(job: MergeJob) -> StoreResult<Option<MergeDone>> {
+/// Runs `job`: writes the merged run to a temporary file, syncs it, renames it into place and
+/// syncs the directory. Its blocks are on disk already (the store merges no other), so the run
+/// never holds a block the log could lose.
+pub fn run_merge(job: MergeJob) -> Result<Option<MergeDone>, Poison> {
     let start = Instant::now();
-    let mut synced: Vec<*const ()> = Vec::new();
-    for b in &job.blocks {
-        let id = Arc::as_ptr(&b.file) as *const ();
-        if !synced.contains(&id) {
-            b.file.sync()?;
-            synced.push(id);
-        }
-    }
     let path = run_path(&job.dir, job.head.height);
     let tmp = path.with_extension("tmp");
-    let mut writer = RunWriter::new(job.vfs.create(&tmp)?, &job.head)?;
-    let mut merger = Merger::new(job.run.as_ref(), &job.blocks)?;
+    let file = job.vfs.create(&tmp).at("creating", &tmp)?;
+    let mut writer = RunWriter::new(file, &job.head).at("writing", &tmp)?;
+    let mut merger = Merger::new(job.run.as_ref(), &job.blocks).at("merging into", &tmp)?;
     let (mut key, mut value) = (Vec::new(), Vec::new());
     let mut n = 0u64;
-    while merger.next_into(&mut key, &mut value)? {
-        writer.add(&key, &value)?;
+    while merger
+        .next_into(&mut key, &mut value)
+        .at("merging into", &tmp)?
+    {
+        writer.add(&key, &value).at("writing", &tmp)?;
         n += 1;
         if n.is_multiple_of(65_536) && job.cancel.load(Ordering::Relaxed) {
             return Ok(None);
         }
     }
-    let (file, written) = writer.finish()?;
-    file.sync()?;
+    let (file, written) = writer.finish().at("writing", &tmp)?;
+    file.sync().at("syncing", &tmp)?;
     crash::point("snapshot-written");
-    job.vfs.rename(&tmp, &path)?;
+    job.vfs.rename(&tmp, &path).at("renaming", &tmp)?;
     crash::point("snapshot-renamed");
-    job.vfs.sync_dir(&job.dir)?;
+    job.vfs
+        .sync_dir(&job.dir)
+        .at("syncing the directory", &job.dir)?;
     Ok(Some(MergeDone {
         height: job.head.height,
         path,

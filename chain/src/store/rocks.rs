@@ -42,10 +42,10 @@ use rocksdb::{
 };
 
 use crate::block::BlockHeader;
-use crate::state::{
-    BlockArchive, BlockRecord, Commit, Durability, Entries, StateStore, StoreStats,
+use crate::store::{
+    BlockArchive, BlockRecord, Commit, Durability, Entries, StateStore, StoreError, StoreResult,
+    StoreStats,
 };
-use crate::store::{StoreError, StoreResult};
 
 const STATE: &str = "state";
 const BLOCKS: &str = "blocks";

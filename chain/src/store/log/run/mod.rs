@@ -17,16 +17,21 @@
 //! filter stay in memory: about 10 bytes per key for the filter and 0.5% of the data for the
 //! index.
 
-use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::block::BlockHeader;
-use crate::journal::sort_prefix;
+use crate::store::sort_prefix;
 
-use super::error::{StoreError, StoreResult};
-use super::index::key_hash;
-use super::vfs::{VFile, Vfs};
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::log::vfs::{VFile, Vfs};
+
+mod bloom;
+mod writer;
+
+pub(crate) use bloom::bloom_hash;
+use bloom::{BLOOM_BLOCK_BITS, Bloom, BloomLayout, MAX_BLOOM_HASHES};
+pub use writer::RunWriter;
 
 const MAGIC: &[u8; 8] = b"TALLYRUN";
 const END_MAGIC: &[u8; 8] = b"TALLYEND";
@@ -38,328 +43,9 @@ const OLDEST_VERSION: u32 = 3;
 const FOOTER_LEN: u64 = 8 + 8 + 8 + 4 + 8;
 /// The size the run's data blocks aim for: one page, RocksDB's default `block_size`.
 pub const BLOCK_BYTES: usize = 4096;
-/// Bloom filter bits per key: about 1% false positives with 7 hashes, RocksDB's usual 10.
-const BLOOM_BITS_PER_KEY: u64 = 10;
-const BLOOM_HASHES: u32 = 7;
-/// The most probes a run's filter may ask for: every lookup that reaches the run pays them, so
-/// a hostile file's count must not be believed. Writers have always used [`BLOOM_HASHES`].
-const MAX_BLOOM_HASHES: u32 = 16;
 /// Keys and values are bounded well below this by the host API; a run entry claiming more is
 /// damage.
 const MAX_ENTRY_BYTES: u64 = 1 << 30;
-
-/// A `Write` that appends to a [`VFile`] in large chunks and counts and checksums.
-pub struct FileWriter {
-    file: Arc<dyn VFile>,
-    buf: Vec<u8>,
-    /// Bytes written so far (buffered included).
-    pub written: u64,
-}
-
-impl FileWriter {
-    /// A writer appending to `file`.
-    pub fn new(file: Arc<dyn VFile>) -> Self {
-        Self {
-            file,
-            buf: Vec::with_capacity(1 << 20),
-            written: 0,
-        }
-    }
-    /// Flushes and returns the file.
-    pub fn finish(mut self) -> io::Result<Arc<dyn VFile>> {
-        self.flush()?;
-        Ok(self.file)
-    }
-}
-
-impl Write for FileWriter {
-    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        self.buf.extend_from_slice(data);
-        self.written += data.len() as u64;
-        if self.buf.len() >= 1 << 20 {
-            self.flush()?;
-        }
-        Ok(data.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        if !self.buf.is_empty() {
-            self.file.append(&self.buf)?;
-            self.buf.clear();
-        }
-        Ok(())
-    }
-}
-
-/// Bits of one block of a blocked filter: a 64-byte cache line.
-const BLOOM_BLOCK_BITS: u64 = 512;
-
-/// Bloom filter over key hashes.
-///
-/// Blocked (version 4 runs): every probe of a key falls in one [`BLOOM_BLOCK_BITS`] block
-/// chosen by the hash, so adding or checking a key touches one cache line instead of one per
-/// probe. Writing the run of a ten-million-account genesis spent a third of its time waiting
-/// on those seven misses a key. At 10 bits a key this gives 0.94% false positives
-/// instead of 0.80% (the test's keys). Version 3 runs probe the whole filter (double
-/// hashing: `h1 + i·h2`).
-struct Bloom {
-    bits: Vec<u8>,
-    layout: BloomLayout,
-}
-
-/// Where a [`Bloom`]'s probes fall.
-#[derive(Clone, Copy)]
-struct BloomLayout {
-    nbits: u64,
-    hashes: u32,
-    blocked: bool,
-}
-
-impl BloomLayout {
-    /// Calls `probe` with each bit `hash` sets, until it returns false; returns whether every
-    /// call returned true.
-    #[inline]
-    fn probes(self, hash: u64, mut probe: impl FnMut(u64) -> bool) -> bool {
-        if !self.blocked {
-            let h2 = hash.rotate_left(32) | 1;
-            return (0..u64::from(self.hashes))
-                .all(|i| probe(hash.wrapping_add(i.wrapping_mul(h2)) % self.nbits));
-        }
-        // The block from the hash's high bits (multiply-shift, no division), the bits inside
-        // it from 9-bit slices of a remix of the whole hash.
-        let blocks = self.nbits / BLOOM_BLOCK_BITS;
-        let block = ((u128::from(hash) * u128::from(blocks)) >> 64) as u64;
-        let mix = (hash ^ (hash >> 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        (0..u64::from(self.hashes.min(7)))
-            .all(|i| probe(block * BLOOM_BLOCK_BITS + ((mix >> (55 - 9 * i)) & 511)))
-    }
-}
-
-/// Key hashes a [`BloomBuilder`] holds back, so that their cache lines are fetched together.
-const BLOOM_BATCH: usize = 32;
-
-/// Adds keys to a [`Bloom`] a batch at a time: the batch's cache lines are requested first and
-/// written after, so their misses overlap instead of one waiting for the next (a filter of
-/// ten million keys is 12 MiB, far beyond the caches).
-struct BloomBuilder {
-    bloom: Bloom,
-    pending: Vec<u64>,
-}
-
-impl BloomBuilder {
-    fn new(keys: u64) -> Self {
-        Self {
-            bloom: Bloom::new(keys),
-            pending: Vec::with_capacity(BLOOM_BATCH),
-        }
-    }
-
-    fn add(&mut self, hash: u64) {
-        self.pending.push(hash);
-        if self.pending.len() == BLOOM_BATCH {
-            self.flush();
-        }
-    }
-
-    fn flush(&mut self) {
-        #[cfg(target_arch = "x86_64")]
-        for &hash in &self.pending {
-            self.bloom.layout.probes(hash, |bit| {
-                let line = self.bloom.bits[(bit / 8) as usize..].as_ptr();
-                // SAFETY: a prefetch only hints the cache; `line` points into `bits`.
-                unsafe {
-                    core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
-                        line.cast(),
-                    )
-                };
-                false // the first probe's line: a blocked filter's probes share it
-            });
-        }
-        for hash in self.pending.drain(..) {
-            self.bloom.add(hash);
-        }
-    }
-
-    fn finish(mut self) -> Bloom {
-        self.flush();
-        self.bloom
-    }
-}
-
-impl Bloom {
-    fn new(keys: u64) -> Self {
-        let nbits = (keys * BLOOM_BITS_PER_KEY)
-            .max(BLOOM_BLOCK_BITS)
-            .next_multiple_of(BLOOM_BLOCK_BITS);
-        Self {
-            bits: vec![0; (nbits / 8) as usize],
-            layout: BloomLayout {
-                nbits,
-                hashes: BLOOM_HASHES,
-                blocked: true,
-            },
-        }
-    }
-
-    fn add(&mut self, hash: u64) {
-        let bits = &mut self.bits;
-        self.layout.probes(hash, |bit| {
-            bits[(bit / 8) as usize] |= 1 << (bit % 8);
-            true
-        });
-    }
-
-    fn may_contain(&self, hash: u64) -> bool {
-        self.layout.probes(hash, |bit| {
-            self.bits[(bit / 8) as usize] & (1 << (bit % 8)) != 0
-        })
-    }
-}
-
-/// Writes a run, entries in strictly increasing key order.
-pub struct RunWriter {
-    out: FileWriter,
-    header: Vec<u8>,
-    block: Vec<u8>,
-    block_first: Vec<u8>,
-    index: Vec<(Vec<u8>, u64, u32)>,
-    /// The filter, when the number of entries was known up front; else `hashes` collects
-    /// the key hashes until `finish` knows how large to make it.
-    bloom: Option<BloomBuilder>,
-    hashes: Vec<u64>,
-    last_key: Option<Vec<u8>>,
-    entries: u64,
-}
-
-impl RunWriter {
-    /// Starts a run of at most `entries` entries, of the state at `head`, in `file` (empty):
-    /// its filter is built as entries come, so no key hash is kept (8 bytes a key).
-    pub fn with_entries(
-        file: Arc<dyn VFile>,
-        head: &BlockHeader,
-        entries: u64,
-    ) -> io::Result<Self> {
-        let mut writer = Self::new(file, head)?;
-        writer.bloom = Some(BloomBuilder::new(entries));
-        Ok(writer)
-    }
-
-    /// Starts a run of the state at `head` in `file` (empty).
-    pub fn new(file: Arc<dyn VFile>, head: &BlockHeader) -> io::Result<Self> {
-        let mut out = FileWriter::new(file);
-        let mut header = MAGIC.to_vec();
-        header.extend_from_slice(&VERSION.to_le_bytes());
-        borsh::BorshSerialize::serialize(head, &mut header)?;
-        debug_assert_eq!(header.len() as u64, HEADER_LEN);
-        out.write_all(&header)?;
-        Ok(Self {
-            out,
-            header,
-            block: Vec::with_capacity(2 * BLOCK_BYTES),
-            block_first: Vec::new(),
-            index: Vec::new(),
-            bloom: None,
-            hashes: Vec::new(),
-            last_key: None,
-            entries: 0,
-        })
-    }
-
-    /// Adds an entry; keys must come in increasing order.
-    pub fn add(&mut self, key: &[u8], value: &[u8]) -> io::Result<()> {
-        if let Some(last) = &self.last_key
-            && last.as_slice() >= key
-        {
-            // A caller's bug (a change source out of order), refused rather than written.
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "run keys must increase",
-            ));
-        }
-        if self.block.is_empty() {
-            self.block_first.clear();
-            self.block_first.extend_from_slice(key);
-        }
-        self.block
-            .extend_from_slice(&(key.len() as u32).to_le_bytes());
-        self.block
-            .extend_from_slice(&(value.len() as u32).to_le_bytes());
-        self.block.extend_from_slice(key);
-        self.block.extend_from_slice(value);
-        match &mut self.bloom {
-            Some(bloom) => bloom.add(key_hash(key)),
-            None => self.hashes.push(key_hash(key)),
-        }
-        match &mut self.last_key {
-            Some(last) => {
-                last.clear();
-                last.extend_from_slice(key);
-            }
-            None => self.last_key = Some(key.to_vec()),
-        }
-        self.entries += 1;
-        if self.block.len() >= BLOCK_BYTES {
-            self.flush_block()?;
-        }
-        Ok(())
-    }
-
-    fn flush_block(&mut self) -> io::Result<()> {
-        if self.block.is_empty() {
-            return Ok(());
-        }
-        let offset = self.out.written;
-        self.out
-            .write_all(&(self.block.len() as u32).to_le_bytes())?;
-        self.out
-            .write_all(&crc32fast::hash(&self.block).to_le_bytes())?;
-        self.out.write_all(&self.block)?;
-        self.index.push((
-            std::mem::take(&mut self.block_first),
-            offset,
-            self.block.len() as u32 + 8,
-        ));
-        self.block.clear();
-        Ok(())
-    }
-
-    /// Writes the index, filter and footer; returns the file (not yet synced) and its size.
-    pub fn finish(mut self) -> io::Result<(Arc<dyn VFile>, u64)> {
-        self.flush_block()?;
-        let mut meta = Vec::new();
-        meta.extend_from_slice(&(self.index.len() as u32).to_le_bytes());
-        for (key, offset, len) in &self.index {
-            meta.extend_from_slice(&(key.len() as u32).to_le_bytes());
-            meta.extend_from_slice(key);
-            meta.extend_from_slice(&offset.to_le_bytes());
-            meta.extend_from_slice(&len.to_le_bytes());
-        }
-        let bloom = match self.bloom.take() {
-            Some(builder) => builder.finish(),
-            None => {
-                let mut builder = BloomBuilder::new(self.entries);
-                for &h in &self.hashes {
-                    builder.add(h);
-                }
-                builder.finish()
-            }
-        };
-        meta.extend_from_slice(&bloom.layout.hashes.to_le_bytes());
-        meta.extend_from_slice(&bloom.layout.nbits.to_le_bytes());
-        meta.extend_from_slice(&bloom.bits);
-        let meta_offset = self.out.written;
-        self.out.write_all(&meta)?;
-        self.out.write_all(&meta_offset.to_le_bytes())?;
-        self.out.write_all(&(meta.len() as u64).to_le_bytes())?;
-        self.out.write_all(&self.entries.to_le_bytes())?;
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&self.header);
-        crc.update(&meta);
-        self.out.write_all(&crc.finalize().to_le_bytes())?;
-        self.out.write_all(END_MAGIC)?;
-        let size = self.out.written;
-        Ok((self.out.finish()?, size))
-    }
-}
 
 /// An open run: its sparse index and filter in memory, its blocks on disk.
 pub struct Run {
@@ -572,13 +258,8 @@ impl Run {
     }
 
     /// The value of `key`, reading at most one block into `buf`; with how many bytes it read.
-    pub fn get(
-        &self,
-        key: &[u8],
-        hash: u64,
-        buf: &mut Vec<u8>,
-    ) -> StoreResult<(Option<Vec<u8>>, u64)> {
-        if self.blocks.is_empty() || !self.bloom.may_contain(hash) {
+    pub fn get(&self, key: &[u8], buf: &mut Vec<u8>) -> StoreResult<(Option<Vec<u8>>, u64)> {
+        if self.blocks.is_empty() || !self.bloom.may_contain(bloom_hash(key)) {
             return Ok((None, 0));
         }
         // The number of blocks whose first key is <= key. Prefix order never contradicts key
@@ -675,7 +356,7 @@ impl RunIter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::vfs::FaultFs;
+    use crate::store::log::fault::FaultFs;
 
     fn header(height: u64) -> BlockHeader {
         BlockHeader {
@@ -684,30 +365,6 @@ mod tests {
             timestamp_ms: 5,
             transactions_root: [2; 32],
             state_checksum: [3; 32],
-        }
-    }
-
-    /// Both layouts find every key they hold, and the blocked one keeps about the false
-    /// positive rate 10 bits a key promise.
-    #[test]
-    fn bloom_filters_have_no_false_negatives_and_few_false_positives() {
-        let keys = 100_000u64;
-        let hash = |i: u64| key_hash(format!("account-{i}").as_bytes());
-        for blocked in [true, false] {
-            let mut bloom = Bloom::new(keys);
-            bloom.layout.blocked = blocked;
-            for i in 0..keys {
-                bloom.add(hash(i));
-            }
-            assert!(
-                (0..keys).all(|i| bloom.may_contain(hash(i))),
-                "blocked {blocked}"
-            );
-            let false_positives = (keys..2 * keys)
-                .filter(|&i| bloom.may_contain(hash(i)))
-                .count();
-            let rate = false_positives as f64 / keys as f64;
-            assert!(rate < 0.025, "blocked {blocked}: {rate}");
         }
     }
 
@@ -728,13 +385,10 @@ mod tests {
         let mut buf = Vec::new();
         for i in (0..20_000u32).step_by(7) {
             let k = key(i);
-            let (v, _) = run.get(&k, key_hash(&k), &mut buf).unwrap();
+            let (v, _) = run.get(&k, &mut buf).unwrap();
             assert_eq!(v, Some(vec![i as u8; (i % 50) as usize]));
             let missing = format!("key{:08}", i * 2 + 1).into_bytes();
-            assert_eq!(
-                run.get(&missing, key_hash(&missing), &mut buf).unwrap().0,
-                None
-            );
+            assert_eq!(run.get(&missing, &mut buf).unwrap().0, None);
         }
         let (mut k, mut v) = (Vec::new(), Vec::new());
         let mut it = run.iter();
@@ -839,7 +493,7 @@ mod tests {
             RunWriter::new(fs.create(Path::new("/d/run-2.trun")).unwrap(), &header(2)).unwrap();
         w.add(b"b", b"1").unwrap();
         let err = w.add(b"a", b"2").unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
         assert!(w.add(b"b", b"again").is_err(), "a repeated key too");
     }
 }

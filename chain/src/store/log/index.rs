@@ -5,16 +5,18 @@
 //! GriffinDB (partial keys in memory, values on disk): a slot keeps 32 bits of the key's hash
 //! and a 64-bit [`Loc`], never the key. A lookup finds the slots whose hash bits match and the
 //! caller reads the full key at each location to confirm it, so a hash collision costs a read,
-//! never a wrong answer (a chosen-collision attack on 32 bits only makes reads slower).
+//! never a wrong answer. The hash is seeded per store at random ([`KeyHash`]), so nobody can
+//! choose keys that collide in it: a contract picks its storage keys, and keys that shared
+//! their hash bits would make every lookup of them read each one back from disk.
 //!
 //! The table is split into [`SHARDS`] open-addressing shards with linear probing and
 //! backward-shift deletion. A shard grows alone, so growing never needs the memory of two
 //! whole tables at once, and only the 32 stored hash bits are needed to rehash (the top bits
 //! of the hash pick the shard, the stored bits the slot).
 
-use std::hash::Hasher;
+use std::hash::BuildHasher;
 
-use rustc_hash::FxHasher;
+use crate::KeyedHasher;
 
 /// Shards of the index. 256: growing one shard moves 1/256 of the entries, and an empty
 /// store's shards cost 256 × 16 slots × 12 bytes = 48 KiB.
@@ -56,15 +58,18 @@ impl Loc {
     }
 }
 
-/// The 64-bit hash of a key that the index, the run's bloom filter and the value cache share.
-pub fn key_hash(key: &[u8]) -> u64 {
-    let mut h = FxHasher::default();
-    h.write(key);
-    // FxHash's low bits are weak for short keys: mix them so every bit depends on the input.
-    let mut z = h.finish();
-    z = (z ^ (z >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
-    z = (z ^ (z >> 33)).wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    z ^ (z >> 33)
+/// The 64-bit hash of a key that the index and the value cache share: foldhash under a seed
+/// drawn at random for each store ([`crate::KeyedHasher`]). Nothing hashed with it is written
+/// to disk, so the seed need not outlive the store; the run's bloom filter, which is on disk,
+/// has a fixed hash of its own (`run::bloom_hash`).
+#[derive(Clone, Default)]
+pub struct KeyHash(KeyedHasher);
+
+impl KeyHash {
+    /// The hash of `key`.
+    pub fn of(&self, key: &[u8]) -> u64 {
+        self.0.hash_one(key)
+    }
 }
 
 /// One slot: 32 hash bits and a location, packed in 12 bytes (`tag == 0 && loc == 0` is
@@ -322,7 +327,8 @@ mod tests {
             rng
         };
         // Few distinct hashes, so collisions and long probe runs happen.
-        let hash_of = |k: u64| key_hash(&(k % 7919).to_le_bytes()) ^ (k / 7919);
+        let hasher = KeyHash::default();
+        let hash_of = |k: u64| hasher.of(&(k % 7919).to_le_bytes()) ^ (k / 7919);
         for step in 0..200_000u64 {
             let key = next() % 20_000;
             let h = hash_of(key);
@@ -359,6 +365,34 @@ mod tests {
                 .unwrap();
             assert_eq!(got, Some(*loc));
         }
+    }
+
+    /// Where a key lands in an empty index: its shard and its home slot there.
+    fn place(hash: u64) -> (usize, u32) {
+        let (shard, tag) = split(hash);
+        (shard, tag & (MIN_SLOTS as u32 - 1))
+    }
+
+    /// Issue 20: keys chosen to collide in one store's index do not collide in another's,
+    /// so colliding keys cannot be computed ahead of time (under an unseeded hash they would
+    /// collide in every store and every process).
+    #[test]
+    fn issue_20_keys_that_collide_in_one_store_are_spread_in_another() {
+        let (attacker, victim) = (KeyHash::default(), KeyHash::default());
+        assert_ne!(attacker.of(b"same key"), victim.of(b"same key"));
+        // 32 keys that land on one slot of one shard of the attacker's index (12 bits: about
+        // 4,096 tries a key).
+        let target = place(attacker.of(b"key-0"));
+        let colliding: Vec<Vec<u8>> = (0u64..)
+            .map(|i| format!("key-{i}").into_bytes())
+            .filter(|k| place(attacker.of(k)) == target)
+            .take(32)
+            .collect();
+        // In another store they spread over the 4,096 places: 32 random draws give about 32
+        // distinct ones; an unseeded hash would give 1.
+        let places: std::collections::BTreeSet<_> =
+            colliding.iter().map(|k| place(victim.of(k))).collect();
+        assert!(places.len() >= 24, "{} places", places.len());
     }
 
     #[test]

@@ -1,5 +1,4 @@
-//! The file operations the log store makes, as a trait: the real file system, and a
-//! fault-injecting one for tests that simulates power loss.
+//! A simulated disk for tests, behind the store's file trait ([`super::vfs::Vfs`]).
 //!
 //! [`FaultFs`] follows RocksDB's `FaultInjectionTestFS`: it keeps, beside what a process sees,
 //! what would survive a power cut. Data reaches the durable view only through a file sync,
@@ -7,188 +6,79 @@
 //! [`FaultFs::crash`] (at a chosen operation, or at once) drops everything else; unsynced
 //! appended bytes may survive in part, as a torn tail or as zeros. After it, every operation
 //! fails until [`FaultFs::reboot`], as if the machine were off.
+//!
+//! It also fails single operations with `EIO` while the machine stays on
+//! ([`FaultFs::fail_after`]), as a dying disk does. A failed sync behaves as Linux's does
+//! (the PostgreSQL "fsyncgate" finding): the dirty data stays visible to processes but is
+//! marked clean, so a later sync that succeeds does not write it, and the disk keeps zeros
+//! there. Only cutting the file below that data removes it.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::error::StoreResult;
-use super::lock::DirLock;
+use crate::store::error::StoreResult;
 
-/// An open file.
-pub trait VFile: Send + Sync {
-    /// Reads up to `buf.len()` bytes at `offset`; returns how many (0 at the end).
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
-    /// Appends `data` at the end.
-    fn append(&self, data: &[u8]) -> io::Result<()>;
-    /// Makes the file's data durable (`fdatasync`).
-    fn sync(&self) -> io::Result<()>;
-    /// Its length.
-    fn len(&self) -> io::Result<u64>;
-    /// Whether it is empty.
-    fn is_empty(&self) -> io::Result<bool> {
-        Ok(self.len()? == 0)
-    }
-    /// Cuts (or extends with zeros) the file to `len` bytes.
-    fn set_len(&self, len: u64) -> io::Result<()>;
-
-    /// Fills `buf` from `offset`, or fails with `UnexpectedEof`.
-    fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
-        while !buf.is_empty() {
-            match self.read_at(buf, offset)? {
-                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-                n => {
-                    buf = &mut buf[n..];
-                    offset += n as u64;
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// A held store lock.
-pub type VLock = Box<dyn Send + Sync>;
-
-/// The file operations of a store. Paths are files inside one store directory.
-pub trait Vfs: Send + Sync {
-    /// Creates `dir` and its parents, syncing each new directory's parent.
-    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
-    /// Whether `dir` exists.
-    fn dir_exists(&self, dir: &Path) -> bool;
-    /// The names of the files in `dir`.
-    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
-    /// Opens `path` to append to, creating it (empty) if missing.
-    fn open_append(&self, path: &Path) -> io::Result<Arc<dyn VFile>>;
-    /// Creates `path` empty, replacing any file there.
-    fn create(&self, path: &Path) -> io::Result<Arc<dyn VFile>>;
-    /// Opens `path` to read.
-    fn open_read(&self, path: &Path) -> io::Result<Arc<dyn VFile>>;
-    /// Renames `from` to `to`, replacing `to`.
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
-    /// Removes the file `path`.
-    fn remove(&self, path: &Path) -> io::Result<()>;
-    /// Makes the entries of `dir` durable: creations, renames and removals in it.
-    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
-    /// Takes the store lock of `dir` ([`DirLock`]).
-    fn lock(&self, dir: &Path, writing: bool) -> StoreResult<VLock>;
-}
-
-/// The operating system's file system.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct RealFs;
-
-struct RealFile(File);
-
-impl VFile for RealFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.0.read_at(buf, offset)
-    }
-    fn append(&self, data: &[u8]) -> io::Result<()> {
-        // Opened with O_APPEND: each write goes to the end.
-        (&self.0).write_all_append(data)
-    }
-    fn sync(&self) -> io::Result<()> {
-        self.0.sync_data()
-    }
-    fn len(&self) -> io::Result<u64> {
-        Ok(self.0.metadata()?.len())
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.0.set_len(len)
-    }
-}
-
-/// `write_all` through a shared reference (a `File` is `Write` by `&File`).
-trait WriteAllAppend {
-    fn write_all_append(self, data: &[u8]) -> io::Result<()>;
-}
-
-impl WriteAllAppend for &File {
-    fn write_all_append(mut self, data: &[u8]) -> io::Result<()> {
-        io::Write::write_all(&mut self, data)
-    }
-}
-
-impl Vfs for RealFs {
-    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        if dir.is_dir() {
-            return Ok(());
-        }
-        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-            self.create_dir_all(parent)?;
-            fs::create_dir(dir).or_else(|e| {
-                if e.kind() == io::ErrorKind::AlreadyExists {
-                    Ok(())
-                } else {
-                    Err(e)
-                }
-            })?;
-            // The new directory's entry lives in its parent.
-            return self.sync_dir(parent);
-        }
-        fs::create_dir_all(dir)
-    }
-    fn dir_exists(&self, dir: &Path) -> bool {
-        dir.is_dir()
-    }
-    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
-        let mut names = Vec::new();
-        for entry in fs::read_dir(dir)? {
-            if let Some(name) = entry?.file_name().to_str() {
-                names.push(name.to_string());
-            }
-        }
-        Ok(names)
-    }
-    fn open_append(&self, path: &Path) -> io::Result<Arc<dyn VFile>> {
-        let file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(path)?;
-        Ok(Arc::new(RealFile(file)))
-    }
-    fn create(&self, path: &Path) -> io::Result<Arc<dyn VFile>> {
-        // Empty it first, then open it to append: every write goes to the end, even after a
-        // `set_len` (O_APPEND cannot be combined with O_TRUNC).
-        OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)?;
-        self.open_append(path)
-    }
-    fn open_read(&self, path: &Path) -> io::Result<Arc<dyn VFile>> {
-        Ok(Arc::new(RealFile(File::open(path)?)))
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        fs::rename(from, to)
-    }
-    fn remove(&self, path: &Path) -> io::Result<()> {
-        fs::remove_file(path)
-    }
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        File::open(dir)?.sync_all()
-    }
-    fn lock(&self, dir: &Path, writing: bool) -> StoreResult<VLock> {
-        Ok(Box::new(if writing {
-            DirLock::exclusive(dir)?
-        } else {
-            DirLock::shared(dir)?
-        }))
-    }
-}
+use super::vfs::{VFile, VLock, Vfs};
 
 /// One file's contents: what processes see, and what a power cut would leave.
 #[derive(Default)]
 struct Inode {
     data: Vec<u8>,
     durable: Vec<u8>,
+    /// Bytes of `data` whose write-back failed: processes still read them, but the disk holds
+    /// zeros there, and no later sync writes them.
+    lost: Option<std::ops::Range<usize>>,
+}
+
+impl Inode {
+    /// A successful sync: the disk gets what processes see, except where write-back failed.
+    fn sync(&mut self) {
+        self.durable = self.data.clone();
+        if let Some(lost) = &self.lost {
+            let end = lost.end.min(self.durable.len());
+            let start = lost.start.min(end);
+            self.durable[start..end].fill(0);
+        }
+    }
+
+    /// A failed sync: nothing new reaches the disk, and what was dirty is dropped as clean.
+    fn fail_sync(&mut self) {
+        let from = self.durable.len().min(self.data.len());
+        let start = self.lost.as_ref().map_or(from, |l| l.start.min(from));
+        if self.data.len() > start {
+            self.lost = Some(start..self.data.len());
+        }
+    }
+
+    /// Cuts (or extends with zeros) what processes see to `len` bytes.
+    fn set_len(&mut self, len: usize) {
+        self.data.resize(len, 0);
+        if let Some(lost) = &self.lost {
+            self.lost = (lost.start < len).then(|| lost.start..lost.end.min(len));
+        }
+    }
+}
+
+/// Which operations an injected `EIO` hits ([`FaultFs::fail_after`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Creating, appending to, cutting, renaming or removing a file.
+    Write,
+    /// Syncing a file or a directory.
+    Sync,
+}
+
+/// An armed `EIO`.
+struct Eio {
+    fault: Fault,
+    /// Operations of that kind still to succeed before one fails.
+    countdown: u64,
+    /// Whether every later operation of that kind fails too (a dead disk), or only one.
+    sticky: bool,
+    fired: bool,
 }
 
 /// The whole simulated disk.
@@ -209,6 +99,7 @@ struct Disk {
     ops: u64,
     /// Files synced and directories synced, for reports.
     syncs: u64,
+    eio: Option<Eio>,
 }
 
 impl Disk {
@@ -233,6 +124,21 @@ impl Disk {
                 return Err(io::Error::other("simulated power cut"));
             }
             *n -= 1;
+        }
+        Ok(())
+    }
+
+    /// Counts one operation of kind `fault` against an armed `EIO`: `Err` if it fails.
+    fn inject(&mut self, fault: Fault) -> io::Result<()> {
+        let Some(eio) = self.eio.as_mut().filter(|e| e.fault == fault) else {
+            return Ok(());
+        };
+        if eio.fired && eio.sticky || !eio.fired && eio.countdown == 0 {
+            eio.fired = true;
+            return Err(io::Error::from_raw_os_error(EIO));
+        }
+        if !eio.fired {
+            eio.countdown -= 1;
         }
         Ok(())
     }
@@ -270,10 +176,14 @@ impl Disk {
             }
             inode.data = after.clone();
             inode.durable = after;
+            inode.lost = None;
         }
         self.entries = self.durable_entries.clone();
     }
 }
+
+/// `EIO`, the error a disk gives when it fails a read, write or sync.
+const EIO: i32 = 5;
 
 /// A simulated disk that loses what was not synced when the power goes (see the module docs).
 #[derive(Clone, Default)]
@@ -315,12 +225,37 @@ impl FaultFs {
         self.disk().crashed
     }
 
-    /// Powers the machine back on, with what survived.
+    /// Powers the machine back on, with what survived (an armed `EIO` is disarmed: the
+    /// failing disk was replaced by a good copy of it).
     pub fn reboot(&self) {
         let mut disk = self.disk();
         disk.crashed = false;
         disk.countdown = None;
         disk.ops = 0;
+        disk.eio = None;
+    }
+
+    /// Fails the operation of kind `fault` after `ops` more of that kind succeed, with `EIO`;
+    /// `sticky`: every one after it fails too, until [`FaultFs::reboot`] or
+    /// [`FaultFs::heal`]. A failed append leaves part of its data; a failed sync drops the
+    /// dirty data from the disk's view as Linux does (see the module docs).
+    pub fn fail_after(&self, fault: Fault, ops: u64, sticky: bool) {
+        self.disk().eio = Some(Eio {
+            fault,
+            countdown: ops,
+            sticky,
+            fired: false,
+        });
+    }
+
+    /// Whether an armed `EIO` has failed an operation.
+    pub fn failed(&self) -> bool {
+        self.disk().eio.as_ref().is_some_and(|e| e.fired)
+    }
+
+    /// Disarms an injected `EIO` (the disk works again; what it lost stays lost).
+    pub fn heal(&self) {
+        self.disk().eio = None;
     }
 
     /// Operations since the last reboot.
@@ -347,6 +282,7 @@ impl FaultFs {
         let inode = disk.inodes.get_mut(&id).expect("exists");
         inode.data = bytes.to_vec();
         inode.durable = bytes.to_vec();
+        inode.lost = None;
     }
 
     fn inode_of(&self, path: &Path) -> io::Result<u64> {
@@ -364,14 +300,29 @@ struct FaultFile {
 }
 
 impl FaultFile {
-    fn with<T>(&self, f: impl FnOnce(&mut Inode) -> T) -> io::Result<T> {
+    /// Runs `f` on the file as one operation of kind `fault`; an injected `EIO` runs
+    /// `failed` instead.
+    fn with<T>(
+        &self,
+        fault: Fault,
+        f: impl FnOnce(&mut Inode) -> T,
+        failed: impl FnOnce(&mut Inode, u64),
+    ) -> io::Result<T> {
         let mut disk = self.fs.disk();
         disk.step()?;
+        let injected = disk.inject(fault);
+        let roll = disk.next_random();
         let inode = disk
             .inodes
             .get_mut(&self.inode)
             .ok_or_else(|| io::Error::other("the file is gone"))?;
-        Ok(f(inode))
+        match injected {
+            Ok(()) => Ok(f(inode)),
+            Err(e) => {
+                failed(inode, roll);
+                Err(e)
+            }
+        }
     }
 }
 
@@ -392,10 +343,19 @@ impl VFile for FaultFile {
     }
     fn append(&self, data: &[u8]) -> io::Result<()> {
         self.fs.ops_total.fetch_add(1, Ordering::Relaxed);
-        self.with(|inode| inode.data.extend_from_slice(data))
+        self.with(
+            Fault::Write,
+            |inode| inode.data.extend_from_slice(data),
+            // Part of the data may have gone in before the error.
+            |inode, roll| {
+                inode
+                    .data
+                    .extend_from_slice(&data[..roll as usize % data.len().max(1)])
+            },
+        )
     }
     fn sync(&self) -> io::Result<()> {
-        self.with(|inode| inode.durable = inode.data.clone())?;
+        self.with(Fault::Sync, Inode::sync, |inode, _| inode.fail_sync())?;
         self.fs.disk().syncs += 1;
         Ok(())
     }
@@ -407,7 +367,7 @@ impl VFile for FaultFile {
             .map_or(0, |i| i.data.len() as u64))
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
-        self.with(|inode| inode.data.resize(len as usize, 0))
+        self.with(Fault::Write, |inode| inode.set_len(len as usize), |_, _| {})
     }
 }
 
@@ -449,6 +409,7 @@ impl Vfs for FaultFs {
     fn create(&self, path: &Path) -> io::Result<Arc<dyn VFile>> {
         let mut disk = self.disk();
         disk.step()?;
+        disk.inject(Fault::Write)?;
         let id = disk.next_inode;
         disk.next_inode += 1;
         disk.inodes.insert(id, Inode::default());
@@ -469,6 +430,7 @@ impl Vfs for FaultFs {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut disk = self.disk();
         disk.step()?;
+        disk.inject(Fault::Write)?;
         let id = disk.entries.remove(from).ok_or_else(|| {
             io::Error::new(io::ErrorKind::NotFound, format!("{}", from.display()))
         })?;
@@ -478,6 +440,7 @@ impl Vfs for FaultFs {
     fn remove(&self, path: &Path) -> io::Result<()> {
         let mut disk = self.disk();
         disk.step()?;
+        disk.inject(Fault::Write)?;
         disk.entries
             .remove(path)
             .map(|_| ())
@@ -486,6 +449,7 @@ impl Vfs for FaultFs {
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let mut disk = self.disk();
         disk.step()?;
+        disk.inject(Fault::Sync)?;
         disk.syncs += 1;
         let in_dir = |p: &PathBuf| p.parent() == Some(dir);
         let current: Vec<(PathBuf, u64)> = disk
@@ -533,6 +497,67 @@ mod tests {
             data == b"durable"
                 || b"durable lost".starts_with(&data)
                 || data[7..].iter().all(|&b| b == 0)
+        );
+    }
+
+    #[test]
+    fn a_failed_sync_loses_the_dirty_data_on_disk_even_after_a_later_sync_succeeds() {
+        let fs = FaultFs::new(3);
+        let dir = Path::new("/d");
+        let path = dir.join("f");
+        let f = fs.create(&path).unwrap();
+        fs.sync_dir(dir).unwrap();
+        f.append(b"synced ").unwrap();
+        f.sync().unwrap();
+        f.append(b"lost").unwrap();
+        fs.fail_after(Fault::Sync, 0, false);
+        assert_eq!(f.sync().unwrap_err().raw_os_error(), Some(EIO));
+        assert!(fs.failed());
+        f.append(b" later").unwrap();
+        f.sync().unwrap();
+        // Processes still read it; the disk has zeros there.
+        assert_eq!(fs.read_file(&path).unwrap(), b"synced lost later");
+        fs.crash();
+        fs.reboot();
+        assert_eq!(fs.read_file(&path).unwrap(), b"synced \0\0\0\0 later");
+    }
+
+    #[test]
+    fn cutting_a_file_below_data_a_failed_sync_lost_makes_it_whole_again() {
+        let fs = FaultFs::new(4);
+        let dir = Path::new("/d");
+        let path = dir.join("f");
+        let f = fs.create(&path).unwrap();
+        fs.sync_dir(dir).unwrap();
+        f.append(b"kept").unwrap();
+        f.sync().unwrap();
+        f.append(b"lost").unwrap();
+        fs.fail_after(Fault::Sync, 0, true);
+        assert!(f.sync().is_err());
+        assert!(f.sync().is_err(), "sticky");
+        fs.heal();
+        f.set_len(4).unwrap();
+        f.append(b" again").unwrap();
+        f.sync().unwrap();
+        fs.crash();
+        fs.reboot();
+        assert_eq!(fs.read_file(&path).unwrap(), b"kept again");
+    }
+
+    #[test]
+    fn an_injected_write_error_fails_one_write_and_may_leave_part_of_it() {
+        let fs = FaultFs::new(5);
+        let path = Path::new("/d/f");
+        let f = fs.create(path).unwrap();
+        fs.fail_after(Fault::Write, 1, false);
+        f.append(b"one").unwrap();
+        assert_eq!(f.append(b"two").unwrap_err().raw_os_error(), Some(EIO));
+        f.append(b"three").unwrap();
+        let data = fs.read_file(path).unwrap();
+        assert!(data.starts_with(b"one") && data.ends_with(b"three"));
+        assert!(
+            data.len() < b"onetwothree".len(),
+            "never the whole failed write"
         );
     }
 

@@ -1,0 +1,202 @@
+//! Reading the log store: point reads through the value cache and the index (or the run), the
+//! block archive, and every entry in key order.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::block::BlockHeader;
+use crate::store::{BlockArchive, BlockRecord, Entries, StoreError, StoreResult, StoreStats};
+
+use super::cache::ValueCache;
+use super::index::Loc;
+use super::merge::Merger;
+use super::record::{self, RECORD_HEADER_LEN, parse_header, read_change_at};
+use super::run::BLOCK_BYTES;
+use super::{LogStore, segment_path};
+
+/// Shards of the value cache: reads take `&self` and may come from several threads at once
+/// (parallel execution reads the store from every core), so each shard has its own lock.
+const CACHE_SHARDS: usize = 32;
+
+/// What reads share: the value cache and the read counters.
+pub(super) struct Reads {
+    pub(super) shards: Vec<Mutex<ValueCache>>,
+    gets: AtomicU64,
+    user_bytes: AtomicU64,
+    pub(super) disk_bytes: AtomicU64,
+}
+
+impl Reads {
+    pub(super) fn new(budget: usize) -> Self {
+        Self {
+            shards: (0..CACHE_SHARDS)
+                .map(|_| Mutex::new(ValueCache::new(budget / CACHE_SHARDS)))
+                .collect(),
+            gets: AtomicU64::new(0),
+            user_bytes: AtomicU64::new(0),
+            disk_bytes: AtomicU64::new(0),
+        }
+    }
+
+    pub(super) fn shard_of(hash: u64) -> usize {
+        // The top bits: the index uses them for its shards too, the cache's sets the low ones.
+        (hash >> 40) as usize % CACHE_SHARDS
+    }
+
+    pub(super) fn lock(&self, hash: u64) -> MutexGuard<'_, ValueCache> {
+        self.shards[Self::shard_of(hash)]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn shard_mut(&mut self, hash: u64) -> &mut ValueCache {
+        self.shards[Self::shard_of(hash)]
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl LogStore {
+    /// Counters of the store's work so far.
+    pub(super) fn current_stats(&self) -> StoreStats {
+        let (mut hits, mut cache_bytes) = (0, 0);
+        for shard in &self.reads.shards {
+            let cache = shard.lock().unwrap_or_else(|e| e.into_inner());
+            hits += cache.hits;
+            cache_bytes += cache.heap_bytes();
+        }
+        StoreStats {
+            gets: self.reads.gets.load(Ordering::Relaxed),
+            user_bytes_read: self.reads.user_bytes.load(Ordering::Relaxed),
+            disk_bytes_read: self.reads.disk_bytes.load(Ordering::Relaxed),
+            cache_hits: hits,
+            memory_bytes: (self.index.heap_bytes()
+                + cache_bytes
+                + self.run.as_ref().map_or(0, |r| r.heap_bytes())) as u64,
+            index_keys: self.index.len() as u64,
+            ..self.stats.clone()
+        }
+    }
+
+    /// Reads `key` from the index (the log) or the run, filling the cache.
+    pub(super) fn read(&self, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
+        let hash = self.hasher.of(key);
+        let reads = &self.reads;
+        reads.gets.fetch_add(1, Ordering::Relaxed);
+        let user = |value: &Option<Vec<u8>>| {
+            let n = key.len() + value.as_ref().map_or(0, Vec::len);
+            reads.user_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        };
+        if let Some(value) = reads.lock(hash).get(hash, key) {
+            let value = value.map(<[u8]>::to_vec);
+            user(&value);
+            return Ok(value);
+        }
+        let (mut k, mut v) = (Vec::new(), Vec::new());
+        let mut present = false;
+        let mut read = 0;
+        let found = self.index.find(hash, |loc| {
+            let file = self.segment_file(loc)?;
+            let (p, n) = read_change_at(&**file, loc.offset(), &mut k, &mut v).map_err(|e| {
+                StoreError::corrupted(
+                    segment_path(&self.dir, loc.seq()),
+                    Some(loc.offset()),
+                    format!("a change the index points at does not read: {e}"),
+                )
+            })?;
+            read += n;
+            present = p;
+            Ok::<_, StoreError>(k == key)
+        })?;
+        let (value, loc) = match found {
+            Some(loc) => (present.then_some(v), Some(loc)),
+            None => match &self.run {
+                Some(run) => {
+                    // One block buffer per thread, reused: parallel execution reads from
+                    // every core.
+                    thread_local! {
+                        static BLOCK: std::cell::RefCell<Vec<u8>> =
+                            const { std::cell::RefCell::new(Vec::new()) };
+                    }
+                    let (value, n) = BLOCK.with_borrow_mut(|block| {
+                        let got = run.get(key, block);
+                        // A block that held a large value (contract code) is not kept for
+                        // the thread's lifetime.
+                        if block.capacity() > 16 * BLOCK_BYTES {
+                            *block = Vec::new();
+                        }
+                        got
+                    })?;
+                    read += n;
+                    (value, None)
+                }
+                None => (None, None),
+            },
+        };
+        reads.disk_bytes.fetch_add(read, Ordering::Relaxed);
+        reads.lock(hash).put(hash, key, value.as_deref(), loc);
+        user(&value);
+        Ok(value)
+    }
+
+    pub(super) fn all_entries(&self) -> StoreResult<Entries<'_>> {
+        self.usable()?;
+        let mut merger = Merger::new(self.run.as_ref(), &self.unmerged())?;
+        Ok(Box::new(std::iter::from_fn(move || {
+            let (mut key, mut value) = (Vec::new(), Vec::new());
+            match merger.next_into(&mut key, &mut value) {
+                Ok(true) => Some(Ok((key, value))),
+                Ok(false) => None,
+                Err(e) => Some(Err(e)),
+            }
+        })))
+    }
+}
+
+impl BlockArchive for LogStore {
+    fn head(&self) -> Option<&BlockHeader> {
+        self.head.as_ref()
+    }
+
+    fn block(&self, height: u64) -> StoreResult<Option<BlockRecord>> {
+        self.usable()?;
+        let Some(pos) = self.retained(height) else {
+            return Ok(None);
+        };
+        let corrupt = |why: String| pos.corrupt(&self.dir, why);
+        let file = self.segment_file(Loc::new(pos.seq, pos.offset))?;
+        let mut bytes = vec![0u8; (RECORD_HEADER_LEN + pos.len) as usize];
+        file.read_exact_at(&mut bytes, pos.offset)
+            .map_err(|e| corrupt(format!("block {height}: {e}")))?;
+        let header = parse_header(bytes[..12].try_into().expect("12 bytes"))
+            .ok_or_else(|| corrupt(format!("block {height}: record header checksum mismatch")))?;
+        let payload = &bytes[RECORD_HEADER_LEN as usize..];
+        if header.len != pos.len || crc32fast::hash(payload) != header.payload_crc {
+            return Err(corrupt(format!("block {height}: record checksum mismatch")));
+        }
+        let (_, record) =
+            record::decode_block(payload).map_err(|e| corrupt(format!("block {height}: {e}")))?;
+        pos.holds(&self.dir, &record.header)?;
+        Ok(Some(record))
+    }
+
+    fn header_and_body(&self, height: u64) -> StoreResult<Option<(BlockHeader, Vec<u8>)>> {
+        self.usable()?;
+        let Some(pos) = self.retained(height) else {
+            return Ok(None);
+        };
+        // The payload's checksum was checked when the store opened (every record's is).
+        let file = self.segment_file(Loc::new(pos.seq, pos.offset))?;
+        let (header, body) = record::read_header_and_body(&**file, pos.offset, pos.len)
+            .map_err(|e| pos.corrupt(&self.dir, format!("block {height}: {e}")))?;
+        pos.holds(&self.dir, &header)?;
+        Ok(Some((header, body)))
+    }
+
+    fn first_retained(&self) -> u64 {
+        let first = self.blocks.front().map_or(0, |b| b.height);
+        first
+            .max(self.retain_from)
+            .min(self.head.as_ref().map_or(0, |h| h.height))
+    }
+}
