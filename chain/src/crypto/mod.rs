@@ -12,13 +12,17 @@
 //! curve25519-dalek (its AVX2 code on other x86-64 CPUs), which is also the reference every
 //! result is defined by: batched or not, on any backend, batch size or thread count, a
 //! signature gets the result [`zip215::verify_one`] gives it. No build flag is needed; a
-//! binary built anywhere uses AVX-512 where the CPU has it.
+//! binary built anywhere uses AVX-512 where the CPU has it. An operator can force either
+//! with `TALLY_VERIFY_BACKEND=dalek|avx512|auto`, an embedder with [`set_backend`]
+//! ([`backend`]). `fuzz/fuzz_targets/verify_differential.rs` checks both backends against
+//! [`zip215::verify_one`] on crafted batches.
 //!
 //! Decompressed public keys are kept in bounded caches shared by every thread ([`Keys`]), so
 //! an account's key is decompressed once, not once per signature.
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx512;
+pub mod backend;
 pub mod key_cache;
 pub mod zip215;
 
@@ -28,6 +32,7 @@ use ed25519_dalek::SigningKey;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
+pub use backend::{BACKEND_ENV, Backend, BackendChoice, BackendError, set_backend};
 pub use key_cache::{KEY_CACHE_ENTRIES, KeyCache};
 pub use zip215::SigItem;
 
@@ -45,44 +50,6 @@ pub const VERIFY_BATCH: usize = 8192;
 /// Fewest signatures [`verify_many`] gives a thread of its own on the dalek backend: below
 /// this, the fixed cost of a batch's multiscalar multiplication outweighs the gain.
 const MIN_BATCH: usize = 64;
-
-/// What batch verification runs on. Every backend gives every signature the same result;
-/// they differ in speed and in the CPUs they run on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    /// curve25519-dalek's multiscalar multiplication ([`zip215`]): its AVX-512 IFMA backend
-    /// on a CPU that has it (the workspace's `.cargo/config.toml` compiles it in with
-    /// `--cfg curve25519_dalek_backend="avx512"`), its AVX2 one on a CPU with AVX2, serial
-    /// otherwise; dalek chooses at run time.
-    Dalek,
-    /// Eight signatures per instruction on AVX-512F ([`avx512`]).
-    Avx512,
-}
-
-impl Backend {
-    /// Whether this CPU runs `self`.
-    pub fn available(self) -> bool {
-        match self {
-            Backend::Dalek => true,
-            #[cfg(target_arch = "x86_64")]
-            Backend::Avx512 => avx512::available(),
-            #[cfg(not(target_arch = "x86_64"))]
-            Backend::Avx512 => false,
-        }
-    }
-
-    /// The fastest backend this CPU runs.
-    pub fn best() -> Backend {
-        static BEST: LazyLock<Backend> = LazyLock::new(|| {
-            if Backend::Avx512.available() {
-                Backend::Avx512
-            } else {
-                Backend::Dalek
-            }
-        });
-        *BEST
-    }
-}
 
 /// Caches of decompressed public keys, in the form each backend wants them.
 pub struct Keys {
@@ -164,8 +131,13 @@ pub fn verify_signatures(tx: &SignedTransaction, id: &TxId) -> Result<(), TxErro
 }
 
 /// [`verify_signatures`] for many transactions: their signatures in batches on all cores,
-/// at most [`VERIFY_BATCH`] a batch, on the fastest backend. The result for each transaction
-/// is the one `verify_signatures` gives, whatever the batch size, thread count or backend.
+/// at most [`VERIFY_BATCH`] a batch, on [`Backend::best`] (the fastest, unless one is forced).
+/// The result for each transaction is the one `verify_signatures` gives, whatever the batch
+/// size, thread count or backend.
+///
+/// # Panics
+/// If `TALLY_VERIFY_BACKEND` forces a backend that does not exist or that this CPU cannot
+/// run ([`Backend::best`]).
 pub fn verify_many(items: &[(&SignedTransaction, &TxId)]) -> Vec<Result<(), TxError>> {
     verify_many_with(items, Backend::best())
 }

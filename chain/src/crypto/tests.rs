@@ -687,3 +687,283 @@ fn exactly_the_authorizing_accounts_must_sign_checked_without_state() {
         }
     }
 }
+
+/// Issue 20's crafted set: every category [`corpus`] has, and the ones it lacks: the identity
+/// and `x = 0` with the sign bit as `A` and `R` in valid signatures, `s` with each high bit
+/// set and `s + mℓ`, edge values of `s`, raw `y` near `p`, the same signature twice, one key
+/// signing many messages, and messages of other lengths than the 32 bytes of a transaction id
+/// (the AVX-512 backend hashes 32-byte messages eight at a time, others one by one).
+fn issue_20_crafted_set() -> Vec<Case> {
+    let mut rng = TestRng(20);
+    let mut cases = corpus(14); // 14: each small-order encoding appears as R and as A
+    let small = small_order_encodings();
+    let signer = SigningKey::from_bytes(&rng.bytes32());
+    let (a, A) = (signer.to_scalar(), signer.verifying_key().to_bytes());
+    let mut push = |kind, key, sig, msg: Vec<u8>, valid| {
+        cases.push(Case {
+            kind,
+            key,
+            sig,
+            msg,
+            valid,
+        })
+    };
+    for (i, e) in small.iter().enumerate() {
+        let msg = rng.bytes32().to_vec();
+        let r = rng.scalar();
+        let x_zero = matches!(e[0], 0x01 | 0xec | 0xee) && e[31] & 0x80 != 0;
+        let kind = |identity, x0, other| {
+            if i == 0 {
+                identity
+            } else if x_zero {
+                x0
+            } else {
+                other
+            }
+        };
+        push(
+            kind("identity R", "x = 0 R, sign bit set", "small-order R"),
+            A,
+            forge(a, A, Scalar::ZERO, *e, &msg),
+            msg.clone(),
+            true,
+        );
+        push(
+            kind("identity A", "x = 0 A, sign bit set", "small-order A"),
+            *e,
+            sig_bytes(&(B * r).compress().0, &r.to_bytes()),
+            msg,
+            true,
+        );
+    }
+    for i in 0..14u8 {
+        let msg = rng.bytes32().to_vec();
+        let good = signer.sign(&msg).to_bytes();
+        let mut bad = good;
+        bad[63] |= 0x10 << (i % 4); // bits 252 to 255 of s
+        push("s with a high bit set", A, bad, msg.clone(), false);
+        let mut s = good[32..].to_vec();
+        for _ in 0..=i % 8 {
+            s = plus_ell(&s).to_vec();
+        }
+        bad[32..].copy_from_slice(&s);
+        push("s + mℓ", A, bad, msg.clone(), false);
+        let edge = match i % 4 {
+            0 => ELL,
+            1 => [0xff; 32],
+            2 => plus_ell(&Scalar::ONE.to_bytes()),
+            _ => (-Scalar::ONE).to_bytes(),
+        };
+        let mut sig = good;
+        sig[32..].copy_from_slice(&edge);
+        push("s at an edge", A, sig, msg.clone(), false);
+        // y just below and at or above p, with either sign: points or not, decided alike.
+        let mut y = [0xffu8; 32];
+        y[0] = 0xe0 + i;
+        y[31] = if i % 2 == 0 { 0x7f } else { 0xff };
+        let mut sig = good;
+        sig[..32].copy_from_slice(&y);
+        push("R with y near p", A, sig, msg.clone(), false);
+        push("key with y near p", y, good, msg.clone(), false);
+        // Duplicates: the same valid and invalid signatures twice, one key many times.
+        push("valid, twice", A, good, msg.clone(), true);
+        push("valid, twice", A, good, msg.clone(), true);
+        let mut flipped = good;
+        flipped[i as usize] ^= 0x40;
+        push("invalid, twice", A, flipped, msg.clone(), false);
+        push("invalid, twice", A, flipped, msg, false);
+        // Messages of other lengths than a transaction id's.
+        let len = [0usize, 1, 31, 33, 64, 100, 200][i as usize % 7];
+        let msg: Vec<u8> = rng.bytes64().iter().cycle().take(len).copied().collect();
+        push(
+            "message of another length",
+            A,
+            signer.sign(&msg).to_bytes(),
+            msg,
+            true,
+        );
+    }
+    // The verdicts above are by construction; the corpus test holds them to ed25519-zebra's.
+    for (i, case) in cases.iter().enumerate() {
+        assert_eq!(case.zebra(), case.valid, "case {i} ({})", case.kind);
+    }
+    cases
+}
+
+/// Issue 20: an input on which two backends disagree forks AVX-512 validators from the
+/// others. Each backend, forced, gives every signature of the crafted set the result
+/// `zip215::verify_one` gives it: in batches of every size from 1 to 64 (cut from the set
+/// shuffled, so every batch mixes kinds), and in one batch of thousands of mostly valid
+/// signatures, with cold and warm key caches.
+#[test]
+fn issue_20_every_backend_gives_each_crafted_signature_the_verify_one_result() {
+    let mut cases = issue_20_crafted_set();
+    let mut rng = TestRng(2020);
+    for i in (1..cases.len()).rev() {
+        cases.swap(i, rng.below(i + 1));
+    }
+    let items: Vec<SigItem> = cases.iter().map(Case::item).collect();
+    let uncached = KeyCache::new(0);
+    let single: Vec<bool> = items
+        .iter()
+        .map(|i| zip215::verify_one(i, &uncached))
+        .collect();
+    for (i, case) in cases.iter().enumerate() {
+        assert_eq!(single[i], case.valid, "case {i} ({})", case.kind);
+    }
+    // Thousands: valid signatures by a few keys, the crafted set spread among them.
+    let signers: Vec<SigningKey> = (0..6).map(|i| derived_key(20, i)).collect();
+    let mut large: Vec<Case> = (0..2_500u32)
+        .map(|i| {
+            let msg = sha2::Sha256::digest(i.to_le_bytes()).to_vec();
+            let signer = &signers[i as usize % signers.len()];
+            Case {
+                kind: "valid",
+                key: signer.verifying_key().to_bytes(),
+                sig: signer.sign(&msg).to_bytes(),
+                msg,
+                valid: true,
+            }
+        })
+        .collect();
+    for (i, case) in cases.iter().enumerate() {
+        large.insert(i * 2_500 / cases.len(), case.clone());
+    }
+    let large_items: Vec<SigItem> = large.iter().map(Case::item).collect();
+
+    let ran = backends();
+    assert!(ran.contains(&Backend::Dalek));
+    for backend in ran {
+        assert_eq!(set_backend(BackendChoice::Force(backend)), Ok(backend));
+        assert_eq!(Backend::best(), backend, "set_backend forces {backend}");
+        let keys = Keys::new(64);
+        for size in 1..=64 {
+            let batched: Vec<bool> = items
+                .chunks(size)
+                .flat_map(|c| verify_batch(c, backend, &keys))
+                .collect();
+            for (i, case) in cases.iter().enumerate() {
+                assert_eq!(
+                    batched[i], single[i],
+                    "{backend}, batch size {size}, case {i} ({})",
+                    case.kind
+                );
+            }
+        }
+        for cache in ["cold", "warm"] {
+            let keys = if cache == "cold" {
+                Keys::new(0)
+            } else {
+                Keys::new(64)
+            };
+            let batched = verify_batch(&large_items, backend, &keys);
+            for (i, case) in large.iter().enumerate() {
+                assert_eq!(
+                    batched[i],
+                    case.valid,
+                    "{backend}, one batch of {}, {cache} cache, case {i} ({})",
+                    large.len(),
+                    case.kind
+                );
+            }
+        }
+    }
+    set_backend(BackendChoice::Auto).expect("auto is always available");
+}
+
+/// Issue 20: an operator forces a backend with `TALLY_VERIFY_BACKEND`; a name that is no
+/// backend, or a backend this CPU cannot run, is refused with the fix in the message, never
+/// replaced by another backend. Checked in a child process, since the variable is read once.
+#[test]
+fn issue_20_tally_verify_backend_forces_a_backend_or_refuses() {
+    const CHILD: &str = "TALLY_TEST_BACKEND_CHILD";
+    let this = "crypto::tests::issue_20_tally_verify_backend_forces_a_backend_or_refuses";
+    if std::env::var_os(CHILD).is_some() {
+        println!("best backend: {}", Backend::best());
+        return;
+    }
+    let avx512 = if Backend::Avx512.available() {
+        Ok("avx512")
+    } else {
+        Err("the avx512 signature verification backend was forced, but this CPU cannot run it")
+    };
+    let fastest = Backend::fastest().name();
+    for (value, expected) in [
+        (None, Ok(fastest)),
+        (Some(""), Ok(fastest)),
+        (Some("auto"), Ok(fastest)),
+        (Some("dalek"), Ok("dalek")),
+        (Some("Dalek"), Ok("dalek")),
+        (Some("avx512"), avx512),
+        (
+            Some("avx2"),
+            Err(
+                "\"avx2\" names no signature verification backend: set TALLY_VERIFY_BACKEND \
+                 to dalek, avx512 or auto",
+            ),
+        ),
+    ] {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+        child
+            .args([this, "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD, "1")
+            .env_remove(BACKEND_ENV);
+        if let Some(value) = value {
+            child.env(BACKEND_ENV, value);
+        }
+        let out = child.output().expect("the test binary runs");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        match expected {
+            Ok(name) => assert!(
+                out.status.success() && stdout.contains(&format!("best backend: {name}\n")),
+                "{BACKEND_ENV}={value:?}: expected {name}\n{stdout}\n{stderr}"
+            ),
+            Err(message) => assert!(
+                !out.status.success()
+                    && stderr.contains("refusing to verify signatures")
+                    && stderr.contains(message)
+                    && !stdout.contains("best backend"),
+                "{BACKEND_ENV}={value:?}: expected a refusal\n{stdout}\n{stderr}"
+            ),
+        }
+    }
+}
+
+/// Issue 20: what an embedder or a test calls instead of the environment variable.
+#[test]
+fn issue_20_backend_choices_parse_and_resolve_as_documented() {
+    for (text, choice) in [
+        ("auto", BackendChoice::Auto),
+        ("", BackendChoice::Auto),
+        ("dalek", BackendChoice::Force(Backend::Dalek)),
+        (" AVX512 ", BackendChoice::Force(Backend::Avx512)),
+    ] {
+        assert_eq!(text.parse(), Ok(choice), "{text:?}");
+    }
+    let unknown = "ifma".parse::<BackendChoice>().unwrap_err();
+    assert_eq!(
+        unknown,
+        BackendError::Unknown {
+            value: "ifma".into()
+        }
+    );
+    assert!(unknown.to_string().contains("dalek, avx512 or auto"));
+    assert_eq!(
+        BackendChoice::Force(Backend::Dalek).resolve(),
+        Ok(Backend::Dalek)
+    );
+    assert_eq!(BackendChoice::Auto.resolve(), Ok(Backend::fastest()));
+    let avx512 = BackendChoice::Force(Backend::Avx512).resolve();
+    if Backend::Avx512.available() {
+        assert_eq!(avx512, Ok(Backend::Avx512));
+    } else {
+        assert_eq!(avx512, Err(BackendError::Unavailable(Backend::Avx512)));
+        // Refused: what was in force stays.
+        let before = Backend::best();
+        assert!(set_backend(BackendChoice::Force(Backend::Avx512)).is_err());
+        assert_eq!(Backend::best(), before);
+    }
+}

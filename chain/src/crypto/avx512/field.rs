@@ -22,7 +22,7 @@
 
 #![allow(clippy::needless_range_loop)] // limb loops index several arrays in step
 
-use core::arch::x86_64::*;
+use super::simd::*;
 
 const M26: i64 = (1 << 26) - 1;
 const M25: i64 = (1 << 25) - 1;
@@ -114,21 +114,21 @@ pub(super) use limbs;
 pub struct F8(pub [__m512i; 10]);
 
 #[inline]
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn splat(v: u64) -> __m512i {
     _mm512_set1_epi64(v as i64)
 }
 
 /// The bits limb `i` holds.
 #[inline]
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn mask(i: usize) -> __m512i {
     splat(if i.is_multiple_of(2) { M26 } else { M25 } as u64)
 }
 
 /// What limb value `v` carries out of limb `i`.
 #[inline]
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn shr(v: __m512i, i: usize) -> __m512i {
     if i.is_multiple_of(2) {
         _mm512_srli_epi64::<26>(v)
@@ -140,21 +140,21 @@ fn shr(v: __m512i, i: usize) -> __m512i {
 impl F8 {
     /// The same element, `limbs`, in every lane.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn splat(limbs: &[u64; 10]) -> F8 {
         F8(limbs!(i => splat(limbs[i])))
     }
 
     /// 0 in every lane.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn zero() -> F8 {
         F8([_mm512_setzero_si512(); 10])
     }
 
     /// 1 in every lane.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn one() -> F8 {
         let mut f = F8::zero();
         f.0[0] = splat(1);
@@ -163,7 +163,7 @@ impl F8 {
 
     /// Lane `i` from `limbs[i]`.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn from_lanes(limbs: &[[u64; 10]; 8]) -> F8 {
         let mut t = [[0u64; 8]; 10];
         for lane in 0..8 {
@@ -177,7 +177,7 @@ impl F8 {
 
     /// Each lane's limbs.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn to_lanes(self) -> [[u64; 10]; 8] {
         let mut t = [[0u64; 8]; 10];
         for i in 0..10 {
@@ -191,21 +191,21 @@ impl F8 {
     /// curve25519-dalek's `FieldElement::from_bytes` does). Values from p to 2²⁵⁵ − 1 are
     /// kept as they are: non-canonical, but the same element as the value minus p.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn from_bytes(bytes: &[[u8; 32]; 8]) -> F8 {
         F8::from_lanes(&core::array::from_fn(|lane| limbs_from_bytes(&bytes[lane])))
     }
 
     /// Limb-wise sum, not carried.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn add(&self, b: &F8) -> F8 {
         F8(limbs!(i => _mm512_add_epi64(self.0[i], b.0[i])))
     }
 
     /// `self − b` as `self + 2p − b`, not carried; `b` must be reduced.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn sub(&self, b: &F8) -> F8 {
         F8(limbs!(i => _mm512_sub_epi64(
             _mm512_add_epi64(self.0[i], splat(TWO_P[i])),
@@ -215,28 +215,28 @@ impl F8 {
 
     /// `−self` as `2p − self`; `self` must be reduced.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn neg(&self) -> F8 {
         F8(limbs!(i => _mm512_sub_epi64(splat(TWO_P[i]), self.0[i])))
     }
 
     /// `b` in the lanes of `mask`, `self` in the others.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn select(&self, mask: __mmask8, b: &F8) -> F8 {
         F8(limbs!(i => _mm512_mask_blend_epi64(mask, self.0[i], b.0[i])))
     }
 
     /// Carries each limb into the next, so that the result is reduced.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn carry(&self) -> F8 {
         carry(self.0)
     }
 
     /// The product, reduced. See the module's notes for what the operands may be.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn mul(&self, g: &F8) -> F8 {
         // SAFETY: this function has AVX-512F.
         unsafe { self.mul_inline(g) }
@@ -423,7 +423,7 @@ impl F8 {
 
     /// The square, reduced: 55 products instead of 100 (ref10's `fe_sq`).
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn square(&self) -> F8 {
         // SAFETY: this function has AVX-512F.
         unsafe { self.square_inline() }
@@ -544,7 +544,7 @@ impl F8 {
     /// `self^(p − 2)`: the inverse of a non-zero element, 0 for 0.
     #[cfg(test)]
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn invert(&self) -> F8 {
         let (t19, t3) = pow22501_each(&[*self]);
         square_n_each(t19, 5)[0].mul(&t3[0])
@@ -553,7 +553,7 @@ impl F8 {
     /// The unique representative below p, with every limb within its width; `self` must be
     /// reduced.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn canonical(&self) -> F8 {
         let m25 = splat(M25 as u64);
         let mut h = self.0;
@@ -588,7 +588,7 @@ impl F8 {
 
     /// The lanes where `self` is 0 mod p; `self` must be reduced.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn is_zero(&self) -> __mmask8 {
         let c = self.canonical();
         let mut any = c.0[0];
@@ -600,7 +600,7 @@ impl F8 {
 
     /// The lanes where `self = b` mod p; both must be reduced.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn eq(&self, b: &F8) -> __mmask8 {
         self.sub(b).carry().is_zero()
     }
@@ -608,7 +608,7 @@ impl F8 {
     /// The lanes where `self`, reduced mod p, is odd ("negative" in Ed25519's sign
     /// convention); `self` must be reduced.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn is_negative(&self) -> __mmask8 {
         _mm512_test_epi64_mask(self.canonical().0[0], splat(1))
     }
@@ -616,7 +616,7 @@ impl F8 {
     /// Each lane as 32 canonical little-endian bytes; `self` must be reduced.
     #[cfg(test)]
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn to_bytes(self) -> [[u8; 32]; 8] {
         let lanes = self.canonical().to_lanes();
         core::array::from_fn(|lane| {
@@ -640,7 +640,7 @@ impl F8 {
 /// Each element squared `k` times. The squarings of different elements are independent, so
 /// the CPU overlaps them: a chain of squarings alone waits on each one's carries.
 #[inline]
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn square_n_each<const N: usize>(mut x: [F8; N], k: u32) -> [F8; N] {
     for _ in 0..k {
         for f in &mut x {
@@ -653,7 +653,7 @@ fn square_n_each<const N: usize>(mut x: [F8; N], k: u32) -> [F8; N] {
 
 /// `a[j]·b[j]` for each j.
 #[inline]
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn mul_each<const N: usize>(a: &[F8; N], b: &[F8; N]) -> [F8; N] {
     let mut out = *a;
     for (o, b) in out.iter_mut().zip(b) {
@@ -665,7 +665,7 @@ fn mul_each<const N: usize>(a: &[F8; N], b: &[F8; N]) -> [F8; N] {
 
 /// `x^((p − 5)/8) = x^(2²⁵² − 3)` for each element of `x`, the exponentiations interleaved.
 #[inline]
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 pub fn pow_p58_each<const N: usize>(x: &[F8; N]) -> [F8; N] {
     let (t19, _) = pow22501_each(x);
     mul_each(&square_n_each(t19, 2), x)
@@ -673,7 +673,7 @@ pub fn pow_p58_each<const N: usize>(x: &[F8; N]) -> [F8; N] {
 
 /// `(x^(2²⁵⁰ − 1), x^11)` for each element: the shared start of inversion and square root.
 #[inline]
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn pow22501_each<const N: usize>(x: &[F8; N]) -> ([F8; N], [F8; N]) {
     let t0 = square_n_each(*x, 1); // 2
     let t1 = square_n_each(t0, 2); // 8
@@ -703,11 +703,14 @@ fn pow22501_each<const N: usize>(x: &[F8; N]) -> ([F8; N], [F8; N]) {
 /// that made it a 32×32-bit product and emulates a full 64×64-bit multiply instead (three
 /// multiplications). The empty `asm!` costs nothing and keeps the single instruction.
 #[inline]
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn opaque(mut v: __m512i) -> __m512i {
     // SAFETY: the assembly is empty: it reads and writes nothing but the register it is
     // given, which it leaves unchanged.
-    unsafe { core::arch::asm!("/* {0} */", inout(zmm_reg) v, options(pure, nomem, nostack)) };
+    #[cfg(not(feature = "emulated-avx512"))]
+    unsafe {
+        core::arch::asm!("/* {0} */", inout(zmm_reg) v, options(pure, nomem, nostack))
+    };
     v
 }
 
@@ -730,7 +733,7 @@ pub fn limbs_from_bytes(bytes: &[u8; 32]) -> [u64; 10] {
 /// so that consecutive steps do not wait on each other, then the wrap from limb 9 to limb 0
 /// (2²⁵⁵ ≡ 19). Takes limbs below 2⁶³; leaves them reduced.
 #[inline]
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn carry(mut h: [__m512i; 10]) -> F8 {
     let (m26, m25) = (splat(M26 as u64), splat(M25 as u64));
     macro_rules! step {

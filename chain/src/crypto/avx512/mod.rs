@@ -11,10 +11,26 @@
 //! Single verification, for the few signatures a failed batch is narrowed down to, is
 //! [`super::zip215::verify_one`]: one definition of validity.
 
+// With `emulated-avx512` the functions lose `#[target_feature]` and the intrinsics their
+// `unsafe`, so the `unsafe` blocks around calls to them have nothing left to allow.
+#![cfg_attr(feature = "emulated-avx512", allow(unused_unsafe, unused_mut))]
+
+#[cfg(feature = "emulated-avx512")]
+mod emulated;
 mod field;
 mod msm;
 mod point;
 mod sha512;
+
+/// The intrinsics: the CPU's, or with the `emulated-avx512` feature a scalar stand-in
+/// ([`emulated`]) that runs anywhere.
+mod simd {
+    #[cfg(not(feature = "emulated-avx512"))]
+    pub use core::arch::x86_64::*;
+
+    #[cfg(feature = "emulated-avx512")]
+    pub use super::emulated::*;
+}
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -29,9 +45,9 @@ use super::Keys;
 use super::zip215::{self, Coefficients, SigItem, challenge};
 pub use msm::Row;
 
-/// Whether this CPU runs this backend.
+/// Whether this CPU runs this backend: it has AVX-512F, or the build emulates it.
 pub fn available() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
+    cfg!(feature = "emulated-avx512") || std::arch::is_x86_feature_detected!("avx512f")
 }
 
 /// [`zip215::verify_batch`] on AVX-512F: each signature gets the result
@@ -71,7 +87,7 @@ struct Decoded {
     k: Scalar,
 }
 
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn verify_batch_avx512(items: &[SigItem], keys: &Keys) -> Vec<bool> {
     let batch = Batch::decode(items, keys);
     let c = &batch.candidates;
@@ -114,13 +130,13 @@ struct Batch {
 
 impl Batch {
     /// Decodes `items` on every core: keys (through the cache), `s`, `R` and the challenges.
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     fn decode(items: &[SigItem], keys: &Keys) -> Batch {
         decode(items, keys)
     }
 
     /// The batch equation over the candidates in `range`.
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     fn holds(&self, range: Range<usize>) -> bool {
         batch_holds(
             &self.candidates[range.clone()],
@@ -131,7 +147,7 @@ impl Batch {
     }
 }
 
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn decode(items: &[SigItem], keys: &Keys) -> Batch {
     // Each distinct key once, however many times it signs.
     // Keyed by bytes a signer chooses: std's randomly seeded hasher, so that no one can send
@@ -244,7 +260,7 @@ fn decode(items: &[SigItem], keys: &Keys) -> Batch {
 
 /// The batch equation over `candidates`:
 /// `[8](−(Σ zᵢsᵢ)B + Σ zᵢRᵢ + Σ (zᵢkᵢ)Aᵢ) = 0`, with the `zᵢkᵢ` summed per distinct key.
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn batch_holds(candidates: &[Candidate], z: &[Scalar], key_rows: &[u32], table: &[Row]) -> bool {
     let mut b = Scalar::ZERO;
     let mut key_coeff: FxHashMap<u32, Scalar> = FxHashMap::default();
@@ -275,7 +291,7 @@ fn batch_holds(candidates: &[Candidate], z: &[Scalar], key_rows: &[u32], table: 
 
 /// `k = SHA-512(R ‖ A ‖ M) mod ℓ` for up to eight of `items`: eight at a time when all
 /// messages are 32 bytes (transaction ids), one at a time otherwise.
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn challenges(items: &[SigItem], which: impl Iterator<Item = usize> + Clone) -> Vec<Scalar> {
     if which.clone().all(|i| items[i].message.len() == 32) {
         let mut blocks = [[0u8; 96]; 8];
@@ -302,7 +318,7 @@ fn challenges(items: &[SigItem], which: impl Iterator<Item = usize> + Clone) -> 
 
 /// Up to sixteen encoded points decompressed, as two sets of eight: the lanes that are
 /// points, and each lane's table row.
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn decompress_rows_16<'a>(encodings: impl Iterator<Item = &'a [u8; 32]>) -> [(u8, [Row; 8]); 2] {
     let mut sets = [[[0u8; 32]; 8]; 2];
     let mut n = 0usize;
@@ -321,7 +337,7 @@ fn decompress_rows_16<'a>(encodings: impl Iterator<Item = &'a [u8; 32]>) -> [(u8
 
 /// Up to eight encoded points decompressed: the lanes that are points, and each lane's
 /// table row.
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn decompress_rows<'a>(encodings: impl Iterator<Item = &'a [u8; 32]>) -> (u8, [Row; 8]) {
     let mut lanes = [[0u8; 32]; 8];
     let mut n = 0;

@@ -8,7 +8,7 @@
 //! are then combined (Σ j·bucketⱼ by running sums) with one window per lane, and the window
 //! sums by doubling. Scalars are signed-digit recoded, so a negative digit subtracts.
 
-use core::arch::x86_64::*;
+use super::simd::*;
 
 use rayon::prelude::*;
 
@@ -38,7 +38,7 @@ const SCALAR_BITS: usize = 254;
 
 /// Eight rows from eight lanes' addends.
 #[inline]
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 pub fn rows(p: &AffineNiels8) -> [Row; 8] {
     let parts = [
         p.y_plus_x.to_lanes(),
@@ -130,7 +130,7 @@ const IDENTITY_LIMBS: Limbs = {
 /// Windows are independent until their sums are combined, so they run in parallel on
 /// rayon's threads: one batch uses every core, and a batch as large as a block keeps
 /// Pippenger's buckets full.
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 pub fn is_identity_times_8(terms: &[Term], table: &[Row]) -> bool {
     assert!(
         table.len() < (i32::MAX / ROW_WORDS) as usize,
@@ -176,7 +176,7 @@ pub fn is_identity_times_8(terms: &[Term], table: &[Row]) -> bool {
 
 /// Window `w`'s buckets (index 0 unused), each the sum of the points whose digit in this
 /// window is its index, signed.
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn window_buckets(
     terms: &[Term],
     digits: &[i16],
@@ -215,7 +215,7 @@ fn window_buckets(
 }
 
 /// Sums each bucket's entries, eight buckets at a time (one per lane).
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn fill_buckets(start: &[u32], entries: &[u32], table: &[Row], buckets: &mut [Limbs]) {
     /// Where a lane is: its bucket (0 for none) and the entries it has left.
     #[derive(Clone, Copy)]
@@ -300,7 +300,7 @@ fn fill_buckets(start: &[u32], entries: &[u32], table: &[Row], buckets: &mut [Li
 
 /// Lane `l` of the result from row `index[l]` of `table`.
 #[inline]
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn gather(table: &[Row], index: &[i32; 8]) -> AffineNiels8 {
     // SAFETY: `index` is 32 readable bytes; the load has no alignment requirement.
     let index = unsafe { _mm256_loadu_si256(index.as_ptr().cast()) };
@@ -332,7 +332,7 @@ fn gather(table: &[Row], index: &[i32; 8]) -> AffineNiels8 {
 /// Σ j·bucketⱼ for up to eight windows' `buckets` (of `half` + 1 each, index 0 unused), one
 /// window per lane, by running sums from the top bucket down; the identity for windows
 /// past the last.
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn combine_buckets(windows: &[Vec<Limbs>], half: usize) -> [Limbs; 8] {
     let mut running = Ext8::identity();
     let mut total = Ext8::identity();

@@ -5,7 +5,7 @@
 
 #![allow(non_snake_case)] // X, Y, Z, T: the coordinates' names in the formulas
 
-use core::arch::x86_64::*;
+use super::simd::*;
 
 use super::field::{D, D2, F8, SQRT_M1, pow_p58_each};
 
@@ -32,7 +32,7 @@ impl AffineNiels8 {
     /// with a = y + x and b = y − x (swapped to negate), (X : Y : Z : T) = (2(a − b) :
     /// 2(a + b) : 4 : (a − b)(a + b)), which is (4x : 4y : 4 : 4xy).
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn to_extended(self, negate: __mmask8) -> Ext8 {
         let a = self.y_plus_x.select(negate, &self.y_minus_x);
         let b = self.y_minus_x.select(negate, &self.y_plus_x);
@@ -69,7 +69,7 @@ struct Completed8 {
 
 impl Completed8 {
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     fn to_extended(&self) -> Ext8 {
         // SAFETY: this function has AVX-512F, which `mul_inline` needs.
         unsafe {
@@ -86,7 +86,7 @@ impl Completed8 {
 impl Ext8 {
     /// The identity (0, 1) in every lane.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn identity() -> Ext8 {
         Ext8 {
             X: F8::zero(),
@@ -98,7 +98,7 @@ impl Ext8 {
 
     /// Lane `l` from `lanes[l]`: X, Y, Z, T, ten limbs each, reduced.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn from_lanes(lanes: &[[u64; 40]; 8]) -> Ext8 {
         let coordinate = |k: usize| -> [[u64; 10]; 8] {
             core::array::from_fn(|l| lanes[l][10 * k..10 * k + 10].try_into().expect("10 limbs"))
@@ -113,14 +113,14 @@ impl Ext8 {
 
     /// The same point, 40 limbs, in every lane.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn splat(limbs: &[u64; 40]) -> Ext8 {
         Ext8::from_lanes(&[*limbs; 8])
     }
 
     /// Each lane's X, Y, Z, T limbs.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn to_lanes(self) -> [[u64; 40]; 8] {
         let coordinates = [
             self.X.to_lanes(),
@@ -139,7 +139,7 @@ impl Ext8 {
 
     /// `b` in the lanes of `mask`, `self` in the others.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn select(&self, mask: __mmask8, b: &Ext8) -> Ext8 {
         Ext8 {
             X: self.X.select(mask, &b.X),
@@ -153,7 +153,7 @@ impl Ext8 {
     /// point swaps y + x with y − x and negates 2dxy, which here swaps the completed point's
     /// Z and T.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn add_affine(&self, q: &AffineNiels8, negate: __mmask8) -> Ext8 {
         let ypx = q.y_plus_x.select(negate, &q.y_minus_x);
         let ymx = q.y_minus_x.select(negate, &q.y_plus_x);
@@ -179,7 +179,7 @@ impl Ext8 {
 
     /// `self` as an addend for [`Ext8::add_projective`].
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn to_projective_niels(self) -> ProjectiveNiels8 {
         ProjectiveNiels8 {
             Y_plus_X: self.Y.add(&self.X),
@@ -192,7 +192,7 @@ impl Ext8 {
 
     /// `self + q`.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn add_projective(&self, q: &ProjectiveNiels8) -> Ext8 {
         // SAFETY: this function has AVX-512F, which `mul_inline` needs.
         let (PP, MM, TT2d, ZZ) = unsafe {
@@ -215,7 +215,7 @@ impl Ext8 {
 
     /// `self + self`.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn double(&self) -> Ext8 {
         // SAFETY: this function has AVX-512F, which `square_inline` needs.
         let (XX, YY, ZZ) = unsafe {
@@ -241,7 +241,7 @@ impl Ext8 {
 
     /// The lanes whose point is the identity.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
     pub fn is_identity(&self) -> __mmask8 {
         self.X.is_zero() & self.Y.eq(&self.Z)
     }
@@ -252,7 +252,7 @@ impl Ext8 {
 /// lanes that are points and each lane's affine (x, y), reduced. Non-canonical y (from p to
 /// 2²⁵⁵ − 1) is taken mod p, and the sign bit of x = 0 is ignored, as ZIP-215 wants.
 #[inline]
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 pub fn decompress(encodings: &[[u8; 32]; 8]) -> (__mmask8, F8, F8) {
     decompress_each(&[*encodings])[0]
 }
@@ -260,7 +260,7 @@ pub fn decompress(encodings: &[[u8; 32]; 8]) -> (__mmask8, F8, F8) {
 /// [`decompress`] for `N` sets of eight encodings, their square roots interleaved (a chain
 /// of 250 squarings alone waits on each one's carries).
 #[inline]
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 pub fn decompress_each<const N: usize>(sets: &[[[u8; 32]; 8]; N]) -> [(__mmask8, F8, F8); N] {
     let one = F8::one();
     let mut u = [one; N];
@@ -302,7 +302,7 @@ pub fn decompress_each<const N: usize>(sets: &[[[u8; 32]; 8]; N]) -> [(__mmask8,
 
 /// The affine-Niels form of eight affine points.
 #[inline]
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 pub fn affine_niels(x: &F8, y: &F8) -> AffineNiels8 {
     AffineNiels8 {
         y_plus_x: y.add(x).carry(),

@@ -4,7 +4,7 @@
 //! three-input logic (`vprorq`, `vpternlogq`) do a round for eight messages in about the
 //! instructions one scalar round takes.
 
-use core::arch::x86_64::*;
+use super::simd::*;
 
 /// The round constants (FIPS 180-4, 4.2.3).
 const K: [u64; 80] = [
@@ -103,7 +103,7 @@ const H0: [u64; 8] = [
 ];
 
 /// The SHA-512 digest of each of eight 96-byte messages.
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 pub fn sha512_96(messages: &[[u8; 96]; 8]) -> [[u8; 64]; 8] {
     // The one block: 12 message words, the 1 bit, zeros, and the length (768 bits).
     let mut w = [_mm512_setzero_si512(); 16];

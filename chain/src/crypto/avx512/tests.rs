@@ -55,12 +55,12 @@ fn extreme_lanes() -> [[u64; 10]; 8] {
 }
 
 /// Lane values as integers mod p, via canonical bytes, for comparing shapes of one value.
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn same(a: &F8, b: &F8) -> bool {
     a.to_bytes() == b.to_bytes()
 }
 
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn field_laws() {
     let x = F8::from_lanes(&extreme_lanes());
     let y = F8::from_bytes(&core::array::from_fn(|l| {
@@ -164,7 +164,7 @@ fn decompression_decides_and_decodes_like_curve25519_dalek() {
     );
 }
 
-#[target_feature(enable = "avx512f")]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn affine_compress(x: &F8, y: &F8) -> [[u8; 32]; 8] {
     let negative = x.is_negative();
     let mut out = y.to_bytes();
