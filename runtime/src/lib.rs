@@ -84,7 +84,7 @@ use tally_host_api::{Abort, AbortCode, Host, Name};
 use wasmtime::{Engine, InstancePre, Linker, Module, Store, Trap};
 
 pub use counters::CacheStats;
-pub use error::{DeployError, PrepareError, RuntimeError};
+pub use error::{DeployError, PrepareError, Resource, RuntimeError};
 pub use receipt::{Outcome, Receipt};
 pub use trace::{TraceFrame, TrapTrace};
 pub use validate::{EntryPoints, ModuleInfo};
@@ -125,6 +125,21 @@ pub struct RuntimeConfig {
     /// ([`Receipt::trace`]): for authors (`tally push --trace`, the test harness). It
     /// changes no outcome and no fuel; off, a trap captures no backtrace.
     pub trace: bool,
+    /// How many threads may run actions through this runtime at once: the engine's instance
+    /// pool is sized for it ([`engine::pool_instances`], capped at
+    /// [`engine::MAX_CONCURRENCY`]). More threads than this meet
+    /// [`RuntimeError::Exhausted`] when they all hold instances at once; one thread never
+    /// does. The default, [`default_concurrency`], is the larger of rayon's thread count
+    /// where the runtime is built and the machine's cores.
+    pub concurrency: usize,
+}
+
+/// Threads a runtime serves by default: the larger of the current rayon pool's thread count
+/// (a runtime built inside `ThreadPool::install`, or after `build_global`, serves that pool)
+/// and the machine's available parallelism.
+pub fn default_concurrency() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    rayon::current_num_threads().max(cores)
 }
 
 impl Default for RuntimeConfig {
@@ -135,6 +150,7 @@ impl Default for RuntimeConfig {
             fuel_per_action: FUEL_PER_ACTION,
             contract_cache_bytes: DEFAULT_CONTRACT_CACHE_BYTES,
             trace: false,
+            concurrency: default_concurrency(),
         }
     }
 }
@@ -206,6 +222,8 @@ pub struct Runtime {
     linker: Linker<ActionCtx>,
     fingerprint: [u8; 32],
     config: RuntimeConfig,
+    /// Instances the engine's pool holds.
+    pool_instances: u32,
     disk: Option<DiskTier>,
     contracts: ContractCache,
     warm: WarmPool,
@@ -216,9 +234,10 @@ impl Runtime {
     /// Builds the deterministic engine, registers the ABI, opens the cache directory and
     /// loads (or creates) the key that authenticates it.
     pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
+        let pool_instances = engine::pool_instances(config.concurrency);
         let engine = match config.trace {
-            true => engine::new_tracing_engine(),
-            false => engine::new_engine(),
+            true => engine::new_tracing_engine(pool_instances),
+            false => engine::new_engine(pool_instances),
         }
         .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let mut linker = Linker::new(&engine);
@@ -257,9 +276,21 @@ impl Runtime {
             disk,
             contracts: ContractCache::new(config.contract_cache_bytes),
             config,
+            pool_instances,
             warm: WarmPool::default(),
             counters: Counters::default(),
         })
+    }
+
+    /// Instances the engine's pool holds: warm ones and those of running actions together
+    /// ([`RuntimeConfig::concurrency`]).
+    pub fn pool_instances(&self) -> u32 {
+        self.pool_instances
+    }
+
+    /// Instances kept warm between actions now, each holding a slot of the pool.
+    pub fn warm_instances(&self) -> usize {
+        self.warm.len()
     }
 
     /// Whether failed receipts carry a [`TrapTrace`] ([`RuntimeConfig::trace`]).
@@ -427,7 +458,20 @@ impl Runtime {
     }
 
     /// A fresh instance of `contract` in a new store, and the fuel its instantiation used.
+    ///
+    /// Warm instances are only a cache: when they fill the pool they are dropped to make
+    /// room, so a caller running one action at a time never finds the pool exhausted. Only
+    /// when running actions hold every slot does it fail, with [`RuntimeError::Exhausted`].
     fn instantiate(&self, contract: &Contract) -> Result<(Slot, u64), Instantiation> {
+        match self.try_instantiate(contract) {
+            Err(Instantiation::Node(RuntimeError::Exhausted { .. })) if self.warm.clear() => {
+                self.try_instantiate(contract)
+            }
+            other => other,
+        }
+    }
+
+    fn try_instantiate(&self, contract: &Contract) -> Result<(Slot, u64), Instantiation> {
         bump(&self.counters.instantiations);
         let mut store = Store::new(&self.engine, ActionCtx::new());
         let node = |e: String| Instantiation::Node(RuntimeError::Instantiate(e));
@@ -436,8 +480,16 @@ impl Runtime {
             .map_err(|e| node(format!("{e:#}")))?;
         let instance = contract.pre.instantiate(&mut store).map_err(|e| {
             // A trap is the module's doing and the same on every node (a segment out of
-            // bounds, initialisers out of fuel); anything else (the instance pool exhausted)
-            // is this node's.
+            // bounds, initialisers out of fuel); a full pool is this node's, and so is
+            // anything else.
+            if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+                .is_some()
+            {
+                return Instantiation::Node(RuntimeError::Exhausted {
+                    resource: Resource::Instances,
+                    limit: self.pool_instances,
+                });
+            }
             match e.downcast_ref::<Trap>() {
                 Some(Trap::OutOfFuel) => Instantiation::Module(format!(
                     "its initialisers use more than {INSTANTIATE_FUEL} fuel"

@@ -12,9 +12,11 @@ use crate::CodeHash;
 use crate::execute::ActionCtx;
 
 /// Warm instances kept across actions, over all contracts; the least recently used one is
-/// dropped beyond this. Each holds a slot of the engine's instance pool (32, see
-/// `engine.rs`), so this leaves room for actions running concurrently.
-const WARM_INSTANCES: usize = 8;
+/// dropped beyond this. Each holds a slot of the engine's instance pool, which has room for
+/// them besides those of running actions ([`crate::engine::pool_instances`]). Eight covers
+/// the contracts a block usually calls (a token and a few others) without keeping much
+/// memory resident ([`WARM_RESIDENT_BYTES`] each).
+pub(crate) const WARM_INSTANCES: usize = 8;
 
 /// Bytes of memory a warm instance may keep resident beyond its snapshot. Restored chunks stay
 /// mapped, so an instance that once dirtied many would hold them for as long as it stays
@@ -310,8 +312,21 @@ impl WarmPool {
         slots.push(slot);
     }
 
+    /// How many instances are warm.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
     /// Drops every warm instance of a contract (it left the contract cache).
     pub(crate) fn forget(&self, code_hash: &CodeHash) {
         self.lock().retain(|slot| slot.code_hash != *code_hash);
+    }
+
+    /// Drops every warm instance, returning their slots to the engine's pool; `false` if there
+    /// was none. Dropping happens after the lock is released: freeing a pooled instance resets
+    /// its memory.
+    pub(crate) fn clear(&self) -> bool {
+        let slots = std::mem::take(&mut *self.lock());
+        !slots.is_empty()
     }
 }
