@@ -26,24 +26,55 @@ use crate::engine::upload_features;
 use crate::error::DeployError;
 use crate::instrument::SCRATCH_FRAME_BYTES;
 
-/// How a contract is entered, resolved once at deploy.
+/// How a contract is entered, at every stage named by what calls an entry point there: export
+/// names after validation ([`ModuleInfo::entry`], the default), export indices once the module
+/// is linked, type-checked functions in a live instance. `A` calls `apply`, `H` a 2017
+/// handler. What a caller asks to run is an [`Entry`](crate::Entry).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EntryPoints {
+pub enum EntryPoints<A = String, H = A> {
     /// The modern entry point `apply(receiver, code, action)`.
-    Apply,
+    Apply(A),
     /// The 2017 convention: one export per (code, action) pair.
-    Legacy(Vec<LegacyHandler>),
+    Legacy(Vec<LegacyHandler<H>>),
 }
 
 /// One 2017-style handler, `onApply_<Action>_<code>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LegacyHandler {
+pub struct LegacyHandler<H = String> {
     /// The contract the action is addressed to (`<code>`).
     pub code: Name,
     /// The action's name (`<Action>`, lower-cased).
     pub action: Name,
-    /// The export to call.
-    pub export: String,
+    /// What calls it: its export's name, index or function.
+    pub export: H,
+}
+
+impl<A, H> EntryPoints<A, H> {
+    /// The same entry points at the next stage: `apply` and `handler` turn what calls each
+    /// here into what calls it there, both given `with` (the store or module they look it up
+    /// in). The first error stops.
+    pub fn try_map<W: ?Sized, A2, H2, E>(
+        &self,
+        with: &mut W,
+        apply: impl FnOnce(&mut W, &A) -> Result<A2, E>,
+        mut handler: impl FnMut(&mut W, &H) -> Result<H2, E>,
+    ) -> Result<EntryPoints<A2, H2>, E> {
+        Ok(match self {
+            Self::Apply(a) => EntryPoints::Apply(apply(with, a)?),
+            Self::Legacy(handlers) => EntryPoints::Legacy(
+                handlers
+                    .iter()
+                    .map(|h| {
+                        Ok(LegacyHandler {
+                            code: h.code,
+                            action: h.action,
+                            export: handler(with, &h.export)?,
+                        })
+                    })
+                    .collect::<Result<_, E>>()?,
+            ),
+        })
+    }
 }
 
 /// What validation learned about a module.
@@ -514,7 +545,7 @@ pub(crate) fn check(wasm: &[u8]) -> Result<Validated, DeployError> {
         return Err(DeployError::NoMemory);
     }
     let entry = if entry_apply {
-        EntryPoints::Apply
+        EntryPoints::Apply(abi::APPLY_EXPORT.into())
     } else if !handlers.is_empty() {
         EntryPoints::Legacy(handlers)
     } else {
