@@ -16,7 +16,6 @@
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
-use core::ops::Range;
 
 use crate::abi::{Charge, charge as charge_of};
 use crate::error::{Abort, AbortCode, HostError};
@@ -24,7 +23,7 @@ use crate::limits::{
     FUEL_PER_DIRTY_CHUNK, FUEL_PER_MEMORY_GROW, MAX_ASSERT_MESSAGE_LEN, MAX_CONSOLE_LEN,
     MAX_KEY_LEN, MAX_STACK_BYTES, MAX_VALUE_LEN,
 };
-use crate::memory::{guest_range, length, mark_bulk_write};
+use crate::memory::{DirtyChunks, guest_range, length, mark_bulk_write};
 use crate::{Host, Name, Upsert};
 
 // The prices of abi::IMPORTS, resolved at compile time (so they cost what literals would).
@@ -68,6 +67,17 @@ impl Console {
     }
 }
 
+/// What the host functions keep of a running action besides its host.
+#[derive(Default)]
+pub struct CallState {
+    /// What the action printed, bounded.
+    pub console: Console,
+    /// The chunks of the contract's memory the host wrote (`read_message`, `load`), so a
+    /// runtime that restores instances restores those bytes too and charges for them with the
+    /// chunks wasm wrote ([`DirtyChunks::collect`]).
+    pub dirty: DirtyChunks,
+}
+
 /// The store data of a running action, as the host functions see it.
 pub trait ActionData {
     /// The host lent to the action.
@@ -76,13 +86,8 @@ pub trait ActionData {
     /// A [`crate::NodeFault`] when no host is lent (a runtime bug).
     fn host(&mut self) -> Result<&mut dyn Host, HostError>;
 
-    /// The action's console.
-    fn console(&mut self) -> &mut Console;
-
-    /// Told after the host wrote `range` of guest memory (`read_message`, `load`), so a
-    /// runtime that restores instances knows to restore those bytes too. Returns the fuel the
-    /// write costs beyond its bytes, which the call then charges.
-    fn wrote(&mut self, range: Range<usize>) -> u64;
+    /// The console and the chunks the host wrote.
+    fn state(&mut self) -> &mut CallState;
 }
 
 /// What a host function needs of the engine running it.
@@ -147,10 +152,10 @@ pub fn read_message(g: &mut impl Guest, dst: i32, len: i32) -> Result<i32, HostE
     let n = msg.len().min(dst.len());
     data[dst.start..dst.start + n].copy_from_slice(&msg[..n]);
     let full = msg.len() as i32;
-    let extra = ctx.wrote(dst.start..dst.start + n);
+    ctx.state().dirty.wrote(dst.start..dst.start + n);
     // The message is the action's own, already paid for by the transaction's bytes: only what
     // is copied is charged.
-    g.charge(n as u64 * READ_MESSAGE.per_output_byte + extra)?;
+    g.charge(n as u64 * READ_MESSAGE.per_output_byte)?;
     Ok(full)
 }
 
@@ -183,10 +188,10 @@ pub fn load(
             (value.len() as i32, n)
         }
     };
-    let extra = ctx.wrote(dst.start..dst.start + n);
+    ctx.state().dirty.wrote(dst.start..dst.start + n);
     // The whole value was read, whatever part of it was copied (`Charge::per_output_byte`).
     let read = full.max(0) as u64;
-    g.charge(read * LOAD.per_output_byte + extra)?;
+    g.charge(read * LOAD.per_output_byte)?;
     Ok(full)
 }
 
@@ -253,7 +258,7 @@ pub fn print(g: &mut impl Guest, msg: i32, mlen: i32) -> Result<(), HostError> {
     g.charge(PRINT.before(mlen as u64))?;
     let (data, ctx) = g.memory()?;
     let msg = guest_range(data.len(), msg, mlen, "console text")?;
-    ctx.console().push(&data[msg.clone()])?;
+    ctx.state().console.push(&data[msg.clone()])?;
     ctx.host()?.print(&data[msg])
 }
 
@@ -343,5 +348,50 @@ macro_rules! __register {
                 },
             )?;
         )*
+    };
+}
+
+/// Implements [`Guest`] for `$guest`, a tuple struct around an engine's `&mut Caller` whose
+/// store data is `$data`, for engines whose callers and memories speak wasmtime's API
+/// (`get_fuel`, `set_fuel`, `data`, `data_mut`; `Memory::data`, `data_mut`,
+/// `data_and_store_mut`), as wasmtime and wasmi both do. `$memory` and `$dirty_map` read the
+/// handles of the contract's memory and of the instrumentation's map from the store data;
+/// `$fault` turns the engine's fuel error into a [`HostError`].
+///
+/// ```ignore
+/// impl_guest!([T: WasmHost] Wasmtime<'_, '_, T>, T, fuel_off,
+///     memory: |data: &T| data.memory(), dirty_map: |data: &T| data.dirty_map());
+/// ```
+#[macro_export]
+macro_rules! impl_guest {
+    ([$($generics:tt)*] $guest:ty, $data:ty, $fault:expr,
+        memory: $memory:expr, dirty_map: $map:expr) => {
+        impl<$($generics)*> $crate::imports::Guest for $guest {
+            type Data = $data;
+
+            fn fuel(&self) -> Result<u64, $crate::HostError> {
+                self.0.get_fuel().map_err($fault)
+            }
+
+            fn set_fuel(&mut self, fuel: u64) -> Result<(), $crate::HostError> {
+                self.0.set_fuel(fuel).map_err($fault)
+            }
+
+            fn data(&mut self) -> &mut $data {
+                self.0.data_mut()
+            }
+
+            fn memory(&mut self) -> Result<(&mut [u8], &mut $data), $crate::HostError> {
+                let memory = ($memory)(self.0.data()).ok_or_else($crate::imports::no_memory)?;
+                Ok(memory.data_and_store_mut(&mut *self.0))
+            }
+
+            fn dirty_map(&mut self) -> Option<(usize, &mut [u8])> {
+                let map = ($map)(self.0.data())?;
+                let memory = ($memory)(self.0.data());
+                let memory_len = memory.map_or(0, |m| m.data(&*self.0).len());
+                Some((memory_len, map.data_mut(&mut *self.0)))
+            }
+        }
     };
 }

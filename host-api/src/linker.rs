@@ -11,7 +11,7 @@ use std::string::String;
 use wasmtime::{Caller, Linker, Memory};
 
 use crate::error::{HostError, NodeFault};
-use crate::imports::{ActionData, Guest, no_memory};
+use crate::imports::ActionData;
 
 /// The store data of a running action: the host functions' [`ActionData`], and the
 /// instance's memories.
@@ -27,7 +27,7 @@ pub trait WasmHost: ActionData + 'static {
     }
 }
 
-/// A wasmtime host call as a [`Guest`].
+/// A wasmtime host call as a [`Guest`](crate::imports::Guest).
 pub struct Wasmtime<'a, 'c, T: 'static>(pub &'a mut Caller<'c, T>);
 
 /// The node fault of an engine that does not meter fuel (a misconfigured runtime).
@@ -46,32 +46,8 @@ fn fuel_off(e: wasmtime::Error) -> HostError {
     NodeFault::new(FuelOff(format!("{e:#}"))).into()
 }
 
-impl<T: WasmHost> Guest for Wasmtime<'_, '_, T> {
-    type Data = T;
-
-    fn fuel(&self) -> Result<u64, HostError> {
-        self.0.get_fuel().map_err(fuel_off)
-    }
-
-    fn set_fuel(&mut self, fuel: u64) -> Result<(), HostError> {
-        self.0.set_fuel(fuel).map_err(fuel_off)
-    }
-
-    fn data(&mut self) -> &mut T {
-        self.0.data_mut()
-    }
-
-    fn memory(&mut self) -> Result<(&mut [u8], &mut T), HostError> {
-        let memory = self.0.data().memory().ok_or_else(no_memory)?;
-        Ok(memory.data_and_store_mut(&mut *self.0))
-    }
-
-    fn dirty_map(&mut self) -> Option<(usize, &mut [u8])> {
-        let map = self.0.data().dirty_map()?;
-        let memory_len = self.0.data().memory().map_or(0, |m| m.data_size(&*self.0));
-        Some((memory_len, map.data_mut(&mut *self.0)))
-    }
-}
+crate::impl_guest!([T: WasmHost] Wasmtime<'_, '_, T>, T, fuel_off,
+    memory: |data: &T| data.memory(), dirty_map: |data: &T| data.dirty_map());
 
 /// A host function's error as the call's error: an [`crate::Abort`] fails the action, a
 /// [`NodeFault`] reaches the runtime unchanged, which fails the block instead.

@@ -79,13 +79,13 @@ fn import_lookup_finds_every_entry_and_nothing_else() {
 #[cfg(feature = "host")]
 mod linker {
     use super::*;
-    use tally_host_api::imports::{ActionData, Console};
+    use tally_host_api::imports::{ActionData, CallState};
     use tally_host_api::linker::{WasmHost, add_to_linker};
     use tally_host_api::{Host, HostError, Name};
     use wasmtime::{Engine, Linker, Memory, Module, Store};
 
     #[derive(Default)]
-    struct Nop(Console);
+    struct Nop(CallState);
     impl Host for Nop {
         fn message(&self) -> &[u8] {
             &[]
@@ -107,11 +107,8 @@ mod linker {
         fn host(&mut self) -> Result<&mut dyn Host, HostError> {
             Ok(self)
         }
-        fn console(&mut self) -> &mut Console {
+        fn state(&mut self) -> &mut CallState {
             &mut self.0
-        }
-        fn wrote(&mut self, _: std::ops::Range<usize>) -> u64 {
-            0
         }
     }
     impl WasmHost for Nop {

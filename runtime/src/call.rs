@@ -45,7 +45,7 @@ pub(crate) fn run(
     up_front: u64,
     debug: Option<&trace::DebugInfo>,
 ) -> Result<Receipt, RuntimeError> {
-    store.data_mut().console.clear();
+    store.data_mut().state.console.clear();
     let Some(fuel_left) = fuel.checked_sub(up_front) else {
         return Ok(Receipt {
             outcome: Outcome::Failure(out_of_fuel(fuel)),
@@ -133,7 +133,7 @@ fn settle(
     Receipt {
         outcome,
         fuel_used,
-        console: store.data_mut().console.take(),
+        console: store.data_mut().state.console.take(),
         trace,
     }
 }

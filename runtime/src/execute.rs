@@ -2,12 +2,10 @@
 //! guard that lends it the host, the runtime's private (metering) imports, and what an action
 //! owes for the memory it dirtied.
 
-use std::ops::Range;
 use std::ptr::NonNull;
 
-use tally_host_api::imports::{ActionData, Console};
+use tally_host_api::imports::{ActionData, CallState};
 use tally_host_api::linker::{WasmHost, Wasmtime, into_trap};
-use tally_host_api::memory::DirtyChunks;
 use tally_host_api::{Host, HostError, NodeFault};
 use wasmtime::{Caller, Global, Linker, Memory, Store, Val};
 
@@ -27,8 +25,9 @@ pub(crate) struct ActionCtx {
     pub(crate) dirty_map: Option<Memory>,
     /// The instrumentation's count of chunks marked since the last charge point.
     pub(crate) new_chunks: Option<Global>,
-    pub(crate) console: Console,
-    pub(crate) dirty: DirtyChunks,
+    /// The console, and the chunks the host wrote (and, once the action ended, every chunk
+    /// it dirtied).
+    pub(crate) state: CallState,
 }
 
 // SAFETY: the pointer is only dereferenced by the thread running `with_host`, which holds the
@@ -47,8 +46,7 @@ impl ActionCtx {
             memory: None,
             dirty_map: None,
             new_chunks: None,
-            console: Console::default(),
-            dirty: DirtyChunks::default(),
+            state: CallState::default(),
         }
     }
 }
@@ -86,15 +84,8 @@ impl ActionData for ActionCtx {
         }
     }
 
-    fn console(&mut self) -> &mut Console {
-        &mut self.console
-    }
-
-    fn wrote(&mut self, range: Range<usize>) -> u64 {
-        // The host checked `range` against the memory, so every chunk of it exists. The
-        // chunks are paid with all the others when the action ends ([`collect_dirty`]).
-        self.dirty.wrote(range);
-        0
+    fn state(&mut self) -> &mut CallState {
+        &mut self.state
     }
 }
 
@@ -109,7 +100,7 @@ impl WasmHost for ActionCtx {
 }
 
 /// After an action: gathers every chunk it dirtied (the instance's map and the host's own
-/// writes) into `dirty`, and returns the fuel still owed for them and for reading the map
+/// writes) into `state.dirty`, and returns the fuel still owed for them and for reading the map
 /// ([`DirtyChunks::collect`]).
 pub(crate) fn collect_dirty(store: &mut Store<ActionCtx>, failed: bool) -> u64 {
     let (Some(map), Some(new_chunks)) = (store.data().dirty_map, store.data().new_chunks) else {
@@ -124,7 +115,7 @@ pub(crate) fn collect_dirty(store: &mut Store<ActionCtx>, failed: bool) -> u64 {
     let _ = new_chunks.set(&mut *store, Val::I32(0));
     let memory_len = store.data().memory.map_or(0, |m| m.data_size(&*store));
     let (map, ctx) = map.data_and_store_mut(&mut *store);
-    ctx.dirty.collect(map, memory_len, failed, pending)
+    ctx.state.dirty.collect(map, memory_len, failed, pending)
 }
 
 /// Registers the imports of module `__tally` that the instrumentation calls

@@ -144,10 +144,10 @@ impl Slot {
         };
         let store = &mut self.store;
         let (memory, ctx) = self.memory.data_and_store_mut(&mut *store);
-        let fits = pristine.memory.restore(memory, &ctx.dirty);
+        let fits = pristine.memory.restore(memory, &ctx.state.dirty);
         let (map, ctx) = bound.dirty_map.data_and_store_mut(&mut *store);
-        ctx.dirty.unmark(map);
-        for &chunk in ctx.dirty.chunks() {
+        ctx.state.dirty.unmark(map);
+        for &chunk in ctx.state.dirty.chunks() {
             let chunk = chunk as usize;
             if self.resident.len() <= chunk / 64 {
                 self.resident.resize(chunk / 64 + 1, 0);
@@ -157,7 +157,7 @@ impl Slot {
                 self.resident_chunks += 1;
             }
         }
-        ctx.dirty.clear();
+        ctx.state.dirty.clear();
         if !fits || self.resident_chunks * DIRTY_CHUNK_BYTES > WARM_RESIDENT_BYTES {
             return false;
         }

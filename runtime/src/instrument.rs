@@ -15,7 +15,7 @@
 //!   every mutable global, and the instance is pristine again. A store that crosses into the
 //!   next chunk is covered because the runtime restores 16 bytes past each dirty chunk (the
 //!   widest store is 16 bytes). Host writes into guest memory (`read_message`, `load`) are
-//!   tracked by the runtime itself ([`tally_host_api::linker::WasmHost::wrote`]).
+//!   tracked by the runtime itself ([`tally_host_api::imports::CallState::dirty`]).
 //! - **Bulk operations.** wasmtime charges `memory.fill/copy/init` and `table.*` per byte or
 //!   element (the engine pins those prices, see [`crate::engine`]); each bulk memory
 //!   operation is preceded by a call that marks the chunks it writes.
