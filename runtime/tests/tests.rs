@@ -1857,6 +1857,34 @@ fn issue_20_actions_on_64_and_128_threads_all_run_in_a_runtime_built_for_them() 
     }
 }
 
+/// Runs `held` actions of `c` at once, each on its own thread and holding its instance inside
+/// a [`GatedHost`] until `while_held` (called once all are inside) returns; every one must
+/// succeed.
+fn while_holding<R>(rt: &Runtime, c: &Contract, held: usize, while_held: impl FnOnce() -> R) -> R {
+    let (entered, release) = (Gate::default(), Gate::default());
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..held)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut host = GatedHost {
+                        entered: &entered,
+                        threads: held,
+                        release: Some(&release),
+                    };
+                    rt.execute(c, run_entry(), &mut host)
+                })
+            })
+            .collect();
+        entered.wait_for(held);
+        let result = while_held();
+        release.arrive();
+        for thread in threads {
+            assert!(thread.join().unwrap().unwrap().is_success());
+        }
+        result
+    })
+}
+
 #[test]
 fn issue_20_more_actions_at_once_than_the_pool_holds_get_the_typed_exhausted_error() {
     let rt = Runtime::new(RuntimeConfig {
@@ -1869,35 +1897,17 @@ fn issue_20_more_actions_at_once_than_the_pool_holds_get_the_typed_exhausted_err
     // The first action reuses the warm instance, every other one takes a fresh one: the
     // pool is then full, and holds no warm instance to drop.
     assert_eq!(rt.warm_instances(), 1);
-    let held = limit as usize;
-    let (entered, release) = (Gate::default(), Gate::default());
-    std::thread::scope(|scope| {
-        let threads: Vec<_> = (0..held)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut host = GatedHost {
-                        entered: &entered,
-                        threads: held,
-                        release: Some(&release),
-                    };
-                    rt.execute(&c, run_entry(), &mut host)
-                })
-            })
-            .collect();
-        entered.wait_for(held);
+    let exhausted = while_holding(&rt, &c, limit as usize, || {
         let mut host = TestHost::default();
-        match rt.execute(&c, run_entry(), &mut host) {
-            Err(tally_runtime::RuntimeError::Exhausted {
-                resource: tally_runtime::Resource::Instances,
-                limit: l,
-            }) => assert_eq!(l, limit),
-            other => panic!("expected the pool to be exhausted, got {other:?}"),
-        }
-        release.arrive();
-        for thread in threads {
-            assert!(thread.join().unwrap().unwrap().is_success());
-        }
+        rt.execute(&c, run_entry(), &mut host)
     });
+    match exhausted {
+        Err(tally_runtime::RuntimeError::Exhausted {
+            resource: tally_runtime::Resource::Instances,
+            limit: l,
+        }) => assert_eq!(l, limit),
+        other => panic!("expected the pool to be exhausted, got {other:?}"),
+    }
     // Once the actions ended, the same call runs.
     let mut host = TestHost::default();
     assert!(rt.execute(&c, run_entry(), &mut host).unwrap().is_success());
@@ -1923,30 +1933,12 @@ fn issue_20_warm_instances_make_room_when_they_fill_the_pool() {
     // The first action reuses `c`'s warm instance; with the other warm ones, the actions
     // then fill the pool.
     let held = rt.pool_instances() as usize - (warm - 1);
-    let (entered, release) = (Gate::default(), Gate::default());
-    std::thread::scope(|scope| {
-        let threads: Vec<_> = (0..held)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut host = GatedHost {
-                        entered: &entered,
-                        threads: held,
-                        release: Some(&release),
-                    };
-                    rt.execute(&c, run_entry(), &mut host)
-                })
-            })
-            .collect();
-        entered.wait_for(held);
+    // A contract that is not warm needs a fresh instance: the warm ones make room.
+    let mut host = TestHost::default();
+    let receipt = while_holding(&rt, &c, held, || {
         assert_eq!(rt.warm_instances(), warm - 1);
-        // A contract that is not warm needs a fresh instance: the warm ones make room.
-        let mut host = TestHost::default();
-        let receipt = rt.execute(&others[0], run_entry(), &mut host);
-        release.arrive();
-        assert!(receipt.unwrap().is_success());
-        assert_eq!(host.i32_at("r"), 0);
-        for thread in threads {
-            assert!(thread.join().unwrap().unwrap().is_success());
-        }
+        rt.execute(&others[0], run_entry(), &mut host)
     });
+    assert!(receipt.unwrap().is_success());
+    assert_eq!(host.i32_at("r"), 0);
 }
