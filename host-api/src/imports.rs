@@ -57,11 +57,13 @@ impl Console {
     }
 
     /// Forgets what was printed, keeping the allocation.
+    #[inline]
     pub fn clear(&mut self) {
         self.0.clear();
     }
 
     /// What was printed, leaving the console empty.
+    #[inline]
     pub fn take(&mut self) -> Vec<u8> {
         core::mem::take(&mut self.0)
     }

@@ -29,6 +29,7 @@ pub const CHUNK_OVERLAP: usize = 16;
 ///
 /// # Errors
 /// [`AbortCode::BadPointer`] for a negative length, [`AbortCode::LimitExceeded`] past `max`.
+#[inline]
 pub fn length(len: i32, max: u32, what: &str) -> Result<u32, Abort> {
     if len < 0 {
         return Err(Abort::new(
@@ -51,6 +52,7 @@ pub fn length(len: i32, max: u32, what: &str) -> Result<u32, Abort> {
 ///
 /// # Errors
 /// [`AbortCode::BadPointer`] when any byte of it is outside the memory.
+#[inline]
 pub fn guest_range(mem_len: usize, ptr: i32, len: u32, what: &str) -> Result<Range<usize>, Abort> {
     let start = ptr as u32 as usize;
     match start.checked_add(len as usize) {
@@ -65,6 +67,7 @@ pub fn guest_range(mem_len: usize, ptr: i32, len: u32, what: &str) -> Result<Ran
 }
 
 /// The chunks that `range` of a memory of `memory_len` bytes covers (none past its end).
+#[inline]
 pub fn chunks_of(range: Range<u64>, memory_len: usize) -> Range<u32> {
     let end = range.end.min(memory_len as u64);
     if range.start >= end {
@@ -77,6 +80,7 @@ pub fn chunks_of(range: Range<u64>, memory_len: usize) -> Range<u32> {
 /// byte is written, and returns how many were not marked yet (the action pays
 /// [`FUEL_PER_DIRTY_CHUNK`] for each). Chunks past the memory are not marked: the operation
 /// traps before writing.
+#[inline]
 pub fn mark_bulk_write(map: &mut [u8], memory_len: usize, dst: i32, len: i32) -> u64 {
     let (dst, len) = (u64::from(dst as u32), u64::from(len as u32));
     let chunks = chunks_of(dst..dst + len, memory_len);
@@ -106,12 +110,14 @@ impl Default for DirtyChunks {
 
 impl DirtyChunks {
     /// Whether `chunk` is marked (a chunk past the map counts as marked: it cannot be written).
+    #[inline]
     pub fn is_marked(&self, chunk: u32) -> bool {
         let chunk = chunk as usize;
         chunk >= MAP_CHUNKS || self.marked[chunk / 64] & (1 << (chunk % 64)) != 0
     }
 
     /// Marks `chunk`; `false` if it was already marked (or cannot be written at all).
+    #[inline]
     pub fn mark(&mut self, chunk: u32) -> bool {
         if self.is_marked(chunk) {
             return false;
@@ -125,6 +131,7 @@ impl DirtyChunks {
     /// Marks every chunk of `range`, bytes the host wrote into guest memory (already checked
     /// against it). They are paid with all the others when the action ends
     /// ([`DirtyChunks::collect`]).
+    #[inline]
     pub fn wrote(&mut self, range: Range<usize>) {
         for chunk in chunks_of(range.start as u64..range.end as u64, usize::MAX) {
             self.mark(chunk);
@@ -132,11 +139,13 @@ impl DirtyChunks {
     }
 
     /// The marked chunks.
+    #[inline]
     pub fn chunks(&self) -> &[u32] {
         &self.chunks
     }
 
     /// Forgets every mark, keeping the allocations.
+    #[inline]
     pub fn clear(&mut self) {
         for &chunk in &self.chunks {
             let chunk = chunk as usize;
@@ -156,6 +165,7 @@ impl DirtyChunks {
     /// the out-of-bounds store that trapped, anywhere in the map, so then the whole map is
     /// read. Either way the count is the same on every node: it depends only on what the
     /// action did.
+    #[inline]
     pub fn collect(&mut self, map: &[u8], memory_len: usize, failed: bool, pending: u64) -> u64 {
         // Chunks only the host wrote (wasm marks its own in the map, and paid for them).
         let host_only = self
@@ -187,6 +197,7 @@ impl DirtyChunks {
 
     /// Clears the marks of every collected chunk in the instrumentation's `map`, so the next
     /// action starts with none.
+    #[inline]
     pub fn unmark(&self, map: &mut [u8]) {
         for &chunk in &self.chunks {
             if let Some(byte) = map.get_mut(chunk as usize) {
@@ -197,6 +208,7 @@ impl DirtyChunks {
 }
 
 /// Every byte of `bytes` OR-ed together (zero if and only if all are zero).
+#[inline]
 fn or_all(bytes: &[u8]) -> u64 {
     // SAFETY: every bit pattern is a valid u64.
     let (head, words, tail) = unsafe { bytes.align_to::<u64>() };
@@ -239,6 +251,7 @@ impl Snapshot {
     /// Copies every chunk of `dirty` (and the few bytes a store that began in it may have
     /// written past it) back into `memory`; `false`, with nothing copied, if `memory` is no
     /// longer the size it was (it grew), and cannot be restored in place.
+    #[inline]
     pub fn restore(&self, memory: &mut [u8], dirty: &DirtyChunks) -> bool {
         if memory.len() != self.memory_len {
             return false;
