@@ -1,14 +1,12 @@
 //! The chain's guarantees: the seed's scenario, atomic transactions, rejections, the block
 //! path, and the hardening of issue 10.
 
-mod common;
-
 use std::borrow::Cow;
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use common::*;
+use crate::common::*;
 use tally_chain::state::keys;
 use tally_chain::{
     BlockArchive, BlockHeader, BlockRecord, Chain, ChainConfig, ChainError, Commit, Durability,
