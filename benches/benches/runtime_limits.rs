@@ -16,50 +16,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use tally_host_api::Name;
 use tally_host_api::limits::{
     MAX_BR_TABLE_TARGETS, MAX_CODE_SIZE, MAX_FUNCTION_BODY_SIZE, MAX_FUNCTION_LOCALS,
     MAX_FUNCTIONS, MAX_NESTING_DEPTH, MAX_OPERAND_STACK, MAX_TOTAL_LOCALS,
 };
-use tally_host_api::{Host, HostError, Name, Upsert};
+use tally_host_api::testing::MapHost;
 use tally_runtime::{Contract, Entry, Runtime, RuntimeConfig};
 use wasm_encoder::{
     BlockType, CodeSection, CustomSection, DataSection, EntityType, ExportKind, ExportSection,
     Function, FunctionSection, ImportSection, Instruction, MemArg, MemorySection, MemoryType,
     Module, TypeSection, ValType,
 };
-
-/// A host whose state is a hash map, like the chain's journal.
-#[derive(Default)]
-struct MapHost {
-    message: Vec<u8>,
-    state: std::collections::HashMap<Vec<u8>, Vec<u8>>,
-}
-
-impl Host for MapHost {
-    fn message(&self) -> &[u8] {
-        &self.message
-    }
-    fn load(&mut self, key: &[u8]) -> Result<Option<&[u8]>, HostError> {
-        Ok(self.state.get(key).map(Vec::as_slice))
-    }
-    fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), HostError> {
-        self.state.insert(key.to_vec(), value.to_vec());
-        Ok(())
-    }
-    fn upsert(&mut self, key: &[u8], value: &[u8]) -> Result<Upsert, HostError> {
-        Ok(match self.state.insert(key.to_vec(), value.to_vec()) {
-            Some(_) => Upsert::Updated,
-            None => Upsert::Inserted,
-        })
-    }
-    fn remove(&mut self, key: &[u8]) -> Result<(), HostError> {
-        self.state.remove(key);
-        Ok(())
-    }
-    fn is_authorized(&self, _: Name) -> bool {
-        true
-    }
-}
 
 fn entry() -> Entry {
     let name = Name(1);
@@ -542,6 +510,7 @@ fn restore(c: &mut Criterion) {
     for pages in [0u32, 1, 8, 32, 128] {
         let mut host = MapHost {
             message: pages.to_le_bytes().to_vec(),
+            all_signed: true,
             ..MapHost::default()
         };
         group.bench_function(
@@ -723,6 +692,7 @@ fn fuel(c: &mut Criterion) {
         let host = || {
             let mut host = MapHost {
                 message: message.clone(),
+                all_signed: true,
                 ..MapHost::default()
             };
             host.state.insert(vec![0], vec![9; 65536]);

@@ -15,6 +15,7 @@
 //! - [`imports`]: what every import does, engine-free, and the macros that register them on
 //!   any engine's linker; [`memory`]: the rules of guest memory (pointer bounds, dirty-chunk
 //!   fuel, restoring chunks), which the runtime and every engine share;
+//! - feature `testing`: `testing::MapHost`, a [`Host`] over a sorted map for tests;
 //! - feature `host`: [`linker::add_to_linker`] registers every import on a wasmtime `Linker`,
 //!   bounds-checking every guest pointer and charging fuel for every call.
 //!
@@ -51,6 +52,8 @@ pub mod guest;
 pub mod linker;
 #[cfg(feature = "borsh")]
 pub mod message;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use error::{Abort, AbortCode, HostError, NodeFault};
 pub use name::Name;

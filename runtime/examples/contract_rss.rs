@@ -6,28 +6,9 @@
 //! segment, runs one action of each that writes its first and last byte, and prints the
 //! process's resident set size (VmRSS, from /proc/self/status) before and after.
 
-use tally_host_api::{Host, HostError, Name};
+use tally_host_api::Name;
+use tally_host_api::testing::MapHost;
 use tally_runtime::{Entry, Runtime, RuntimeConfig};
-
-struct NoState;
-
-impl Host for NoState {
-    fn message(&self) -> &[u8] {
-        &[]
-    }
-    fn load(&mut self, _: &[u8]) -> Result<Option<&[u8]>, HostError> {
-        Ok(None)
-    }
-    fn store(&mut self, _: &[u8], _: &[u8]) -> Result<(), HostError> {
-        Ok(())
-    }
-    fn remove(&mut self, _: &[u8]) -> Result<(), HostError> {
-        Ok(())
-    }
-    fn is_authorized(&self, _: Name) -> bool {
-        false
-    }
-}
 
 /// VmRSS in MiB.
 fn rss_mib() -> f64 {
@@ -58,7 +39,9 @@ fn main() {
             code: Name(1),
             action: Name(1),
         };
-        let receipt = runtime.execute(&contract, entry, &mut NoState).unwrap();
+        let receipt = runtime
+            .execute(&contract, entry, &mut MapHost::default())
+            .unwrap();
         assert!(receipt.is_success(), "{receipt:?}");
         contracts.push(contract);
     }

@@ -169,34 +169,10 @@ pub(crate) fn load_or_compile(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
-    use tally_host_api::{Host, HostError, Name};
+    use tally_host_api::Name;
+    use tally_host_api::testing::MapHost;
 
     use crate::{Entry, Runtime, RuntimeConfig, cache_key, disk_cache};
-
-    #[derive(Default)]
-    struct MapHost(HashMap<Vec<u8>, Vec<u8>>);
-
-    impl Host for MapHost {
-        fn message(&self) -> &[u8] {
-            &[]
-        }
-        fn load(&mut self, key: &[u8]) -> Result<Option<&[u8]>, HostError> {
-            Ok(self.0.get(key).map(Vec::as_slice))
-        }
-        fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), HostError> {
-            self.0.insert(key.to_vec(), value.to_vec());
-            Ok(())
-        }
-        fn remove(&mut self, key: &[u8]) -> Result<(), HostError> {
-            self.0.remove(key);
-            Ok(())
-        }
-        fn is_authorized(&self, _: Name) -> bool {
-            false
-        }
-    }
 
     /// A contract whose `apply` stores `answer` under key "r".
     fn answering(answer: u8) -> Vec<u8> {
@@ -221,7 +197,7 @@ mod tests {
             action: Name(1),
         };
         assert!(rt.execute(&c, entry, &mut host).unwrap().is_success());
-        host.0[&b"r"[..]][0]
+        host.state[&b"r"[..]][0]
     }
 
     fn cached(root: &std::path::Path, who: &str) -> RuntimeConfig {

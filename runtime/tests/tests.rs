@@ -1,53 +1,22 @@
 //! The runtime's guarantees, each shown with a small inline-WAT contract.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tally_host_api::limits::{FUEL_PER_ACTION, MAX_CALL_DEPTH, MAX_CONSOLE_LEN, MAX_KEY_LEN};
+use tally_host_api::testing::MapHost;
 use tally_host_api::{Abort, AbortCode, Host, HostError, Name};
 use tally_runtime::{
     Contract, DeployError, Entry, EntryPoints, Outcome, PrepareError, Receipt, Runtime,
     RuntimeConfig,
 };
 
-/// A host over a sorted map, recording what the action did.
-#[derive(Default)]
-struct TestHost {
-    message: Vec<u8>,
-    state: BTreeMap<Vec<u8>, Vec<u8>>,
-    auth: Vec<Name>,
-    printed: Vec<u8>,
-}
+/// The shared test host: a sorted map, recording what the action printed.
+type TestHost = MapHost;
 
-impl Host for TestHost {
-    fn message(&self) -> &[u8] {
-        &self.message
-    }
-    fn load(&mut self, key: &[u8]) -> Result<Option<&[u8]>, HostError> {
-        Ok(self.state.get(key).map(Vec::as_slice))
-    }
-    fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), HostError> {
-        self.state.insert(key.to_vec(), value.to_vec());
-        Ok(())
-    }
-    fn remove(&mut self, key: &[u8]) -> Result<(), HostError> {
-        self.state.remove(key);
-        Ok(())
-    }
-    fn is_authorized(&self, account: Name) -> bool {
-        self.auth.contains(&account)
-    }
-    fn print(&mut self, text: &[u8]) -> Result<(), HostError> {
-        self.printed.extend_from_slice(text);
-        Ok(())
-    }
-}
-
-impl TestHost {
-    fn i32_at(&self, key: &str) -> i32 {
-        let v = &self.state[key.as_bytes()];
-        i32::from_le_bytes(v[..4].try_into().unwrap())
-    }
+/// The i32 an action stored under `key` (contracts here store results as little-endian i32).
+fn i32_at(host: &TestHost, key: &str) -> i32 {
+    let v = &host.state[key.as_bytes()];
+    i32::from_le_bytes(v[..4].try_into().unwrap())
 }
 
 fn name(s: &str) -> Name {
@@ -121,7 +90,7 @@ fn read_message_copies_up_to_len_and_returns_full_length() {
         &mut host,
     );
     assert!(r.is_success(), "{r:?}");
-    assert_eq!(host.i32_at("r"), 11);
+    assert_eq!(i32_at(&host, "r"), 11);
     assert_eq!(host.state[&b"m"[..]], b"hello\0\0\0");
 }
 
@@ -132,7 +101,7 @@ fn message_size_returns_full_length() {
         ..Default::default()
     };
     assert!(run("(call $ret (call $message_size))", &mut host).is_success());
-    assert_eq!(host.i32_at("r"), 300);
+    assert_eq!(i32_at(&host, "r"), 300);
 }
 
 #[test]
@@ -145,7 +114,7 @@ fn load_returns_minus_one_for_missing_key() {
         )
         .is_success()
     );
-    assert_eq!(host.i32_at("r"), -1);
+    assert_eq!(i32_at(&host, "r"), -1);
 }
 
 #[test]
@@ -158,7 +127,7 @@ fn load_copies_a_prefix_and_returns_the_full_length() {
         &mut host,
     );
     assert!(r.is_success(), "{r:?}");
-    assert_eq!(host.i32_at("r"), 10);
+    assert_eq!(i32_at(&host, "r"), 10);
     assert_eq!(host.state[&b"m"[..]], b"0123\0\0");
 }
 
@@ -201,12 +170,12 @@ fn require_auth_passes_only_for_authorizing_accounts() {
     let alice = name("alice");
     let body = format!("(call $require_auth (i64.const {}))", alice.0 as i64);
     let mut host = TestHost {
-        auth: vec![alice],
+        signers: vec![alice],
         ..Default::default()
     };
     assert!(run(&body, &mut host).is_success());
     let mut host = TestHost {
-        auth: vec![name("bob")],
+        signers: vec![name("bob")],
         ..Default::default()
     };
     let r = run(&body, &mut host);
@@ -340,7 +309,7 @@ fn nans_are_canonical() {
         &mut host,
     );
     assert!(r.is_success(), "{r:?}");
-    assert_eq!(host.i32_at("r") as u32, 0x7fc0_0000);
+    assert_eq!(i32_at(&host, "r") as u32, 0x7fc0_0000);
 }
 
 /// Reads byte 500 and the global, reports them, then dirties both (and the table of memory
@@ -363,7 +332,7 @@ fn an_action_cannot_see_memory_or_globals_of_the_previous_action() {
         let mut host = TestHost::default();
         assert!(call(&rt, &c, &mut host).is_success());
         assert_eq!(
-            host.i32_at("r"),
+            i32_at(&host, "r"),
             0,
             "saw a previous action's memory or global"
         );
@@ -381,7 +350,7 @@ fn an_action_after_a_trap_starts_pristine() {
     assert_eq!(failure(&call(&rt, &c, &mut trapping)).code, AbortCode::Trap);
     let mut host = TestHost::default();
     assert!(call(&rt, &c, &mut host).is_success());
-    assert_eq!(host.i32_at("r"), 0);
+    assert_eq!(i32_at(&host, "r"), 0);
 }
 
 const LEGACY: &str = r#"(module
@@ -517,7 +486,7 @@ fn cached_runtime(dir: &std::path::Path) -> Runtime {
 fn works(rt: &Runtime, c: &Arc<Contract>) {
     let mut host = TestHost::default();
     assert!(call(rt, c, &mut host).is_success());
-    assert_eq!(host.i32_at("r"), 5);
+    assert_eq!(i32_at(&host, "r"), 5);
 }
 
 #[test]
@@ -1066,7 +1035,7 @@ fn issue_10_modules_whose_instantiation_runs_code_deploy_and_run() {
             let mut host = TestHost::default();
             let r = call(&rt, &c, &mut host);
             assert!(r.is_success(), "{what}: {r:?}");
-            assert_eq!(host.i32_at("r"), 5, "{what}");
+            assert_eq!(i32_at(&host, "r"), 5, "{what}");
         }
     }
     // `global.get` of a global the module defines is WebAssembly 3.0 (the GC proposal), which
@@ -1301,7 +1270,7 @@ fn issue_10_the_contract_cache_is_bounded_by_bytes_and_evicts_the_least_recently
     assert_eq!(rt.cache_stats().compiles, 5, "code 1 was evicted");
     let mut host = TestHost::default();
     assert!(call(&rt, &c, &mut host).is_success());
-    assert_eq!(host.i32_at("r"), 1);
+    assert_eq!(i32_at(&host, "r"), 1);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1331,7 +1300,7 @@ fn issue_10_a_load_pays_for_the_whole_value_even_into_an_empty_buffer() {
         host.state.insert(b"k".to_vec(), vec![7; len]);
         let receipt = run(body, &mut host);
         assert!(receipt.is_success(), "{receipt:?}");
-        assert_eq!(host.i32_at("r"), len as i32);
+        assert_eq!(i32_at(&host, "r"), len as i32);
         receipt.fuel_used
     };
     let small = fuel_for(1);
@@ -1385,7 +1354,7 @@ fn a_host_that_panics_leaves_the_runtime_usable() {
     assert!(panicked.is_err());
     let mut host = TestHost::default();
     assert!(call(&rt, &c, &mut host).is_success());
-    assert_eq!(host.i32_at("r"), -1);
+    assert_eq!(i32_at(&host, "r"), -1);
 }
 
 /// A contract whose `apply` calls `$r` (with an i64 argument of 1, if it takes one), where
@@ -1940,5 +1909,5 @@ fn issue_20_warm_instances_make_room_when_they_fill_the_pool() {
         rt.execute(&others[0], run_entry(), &mut host)
     });
     assert!(receipt.unwrap().is_success());
-    assert_eq!(host.i32_at("r"), 0);
+    assert_eq!(i32_at(&host, "r"), 0);
 }
