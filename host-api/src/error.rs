@@ -81,6 +81,15 @@ impl Abort {
             message: message.into(),
         }
     }
+
+    /// The abort of an action that ran out of its `fuel`: the one out-of-fuel message, for
+    /// the runtime and the chain alike.
+    pub fn out_of_fuel(fuel: u64) -> Self {
+        Self::new(
+            AbortCode::OutOfFuel,
+            alloc::format!("the action used all of its {fuel} fuel"),
+        )
+    }
 }
 
 impl fmt::Display for Abort {

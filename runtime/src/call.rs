@@ -26,14 +26,6 @@ pub enum Entry {
     },
 }
 
-/// The abort of an action that used all of its `fuel`.
-fn out_of_fuel(fuel: u64) -> Abort {
-    Abort::new(
-        AbortCode::OutOfFuel,
-        format!("the action used all of its {fuel} fuel"),
-    )
-}
-
 /// Calls `entry` in `store`'s instance with `fuel`, of which `up_front` is charged before any
 /// code runs. With `debug` (a traced runtime), a failure inside wasm gets its trace.
 pub(crate) fn run(
@@ -47,12 +39,7 @@ pub(crate) fn run(
 ) -> Result<Receipt, RuntimeError> {
     store.data_mut().state.console.clear();
     let Some(fuel_left) = fuel.checked_sub(up_front) else {
-        return Ok(Receipt {
-            outcome: Outcome::Failure(out_of_fuel(fuel)),
-            fuel_used: fuel,
-            console: Vec::new(),
-            trace: None,
-        });
+        return Ok(Receipt::failed(Abort::out_of_fuel(fuel), fuel));
     };
     store
         .set_fuel(fuel_left)
@@ -127,7 +114,7 @@ fn settle(
     if fuel_used > fuel {
         fuel_used = fuel;
         if outcome == Outcome::Success {
-            outcome = Outcome::Failure(out_of_fuel(fuel));
+            outcome = Outcome::Failure(Abort::out_of_fuel(fuel));
         }
     }
     Receipt {
@@ -162,7 +149,7 @@ pub(crate) fn classify(err: wasmtime::Error, fuel_limit: u64) -> Failure {
         return Failure::Node(RuntimeError::Engine(format!("{err:#}")));
     };
     let (code, text) = match trap {
-        Trap::OutOfFuel => return Failure::Abort(out_of_fuel(fuel_limit)),
+        Trap::OutOfFuel => return Failure::Abort(Abort::out_of_fuel(fuel_limit)),
         // The deterministic limit (`stack_exhausted`) always comes first; reaching the native
         // backstop means that proof failed, and the message says so.
         Trap::StackOverflow => (AbortCode::StackOverflow, "native stack exhausted"),

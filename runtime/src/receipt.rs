@@ -30,6 +30,26 @@ pub struct Receipt {
 }
 
 impl Receipt {
+    /// A success that used `fuel_used` and printed nothing.
+    pub fn success(fuel_used: u64) -> Self {
+        Self {
+            outcome: Outcome::Success,
+            fuel_used,
+            console: Vec::new(),
+            trace: None,
+        }
+    }
+
+    /// A failure for `abort` that used `fuel_used` and printed nothing.
+    pub fn failed(abort: Abort, fuel_used: u64) -> Self {
+        Self {
+            outcome: Outcome::Failure(abort),
+            fuel_used,
+            console: Vec::new(),
+            trace: None,
+        }
+    }
+
     /// Whether the action succeeded.
     pub fn is_success(&self) -> bool {
         matches!(self.outcome, Outcome::Success)

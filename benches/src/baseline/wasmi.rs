@@ -274,10 +274,7 @@ impl Shared {
         };
         let left = slot.store.get_fuel().unwrap_or(0);
         let result = match result {
-            Ok(()) if owed > left => Err(HostError::from(Abort::new(
-                AbortCode::OutOfFuel,
-                format!("the action used all of its {FUEL_PER_ACTION} fuel"),
-            ))),
+            Ok(()) if owed > left => Err(HostError::from(Abort::out_of_fuel(FUEL_PER_ACTION))),
             other => other,
         };
         if self.reusable {
@@ -294,12 +291,7 @@ impl Shared {
 
 /// Calls the transfer with the action's fuel, of which `up_front` is charged first.
 fn run(slot: &mut Slot, up_front: u64) -> Result<(), HostError> {
-    let out_of_fuel = || {
-        HostError::from(Abort::new(
-            AbortCode::OutOfFuel,
-            format!("the action used all of its {FUEL_PER_ACTION} fuel"),
-        ))
-    };
+    let out_of_fuel = || HostError::from(Abort::out_of_fuel(FUEL_PER_ACTION));
     let fuel = FUEL_PER_ACTION
         .checked_sub(up_front)
         .ok_or_else(out_of_fuel)?;

@@ -103,16 +103,6 @@ impl TxRun {
     }
 }
 
-/// A failed receipt that used `fuel_used`.
-pub(crate) fn failure(abort: Abort, fuel_used: u64) -> Receipt {
-    Receipt {
-        outcome: Outcome::Failure(abort),
-        fuel_used,
-        console: Vec::new(),
-        trace: None,
-    }
-}
-
 impl Exec<'_> {
     /// Runs `actions` as one transaction with at most `fuel` for all of them (each also within
     /// the runtime's fuel per action): all their writes stay, or, if one fails, none.
@@ -147,7 +137,7 @@ impl Exec<'_> {
             return system::apply(self, action, fuel);
         }
         match self.executor(action.account)? {
-            None => Ok(failure(
+            None => Ok(Receipt::failed(
                 Abort::new(
                     AbortCode::NoHandler,
                     format!("account {} has no contract", action.account),
@@ -213,16 +203,10 @@ impl Exec<'_> {
             store: self.store,
             key: self.key,
         };
-        let outcome = match native(&mut host) {
-            Ok(()) => Outcome::Success,
-            Err(HostError::Abort(abort)) => Outcome::Failure(abort),
-            Err(HostError::Fault(fault)) => return Err(ChainError::Runtime(fault.into())),
-        };
-        Ok(Receipt {
-            outcome,
-            fuel_used: 0,
-            console: Vec::new(),
-            trace: None,
-        })
+        match native(&mut host) {
+            Ok(()) => Ok(Receipt::success(0)),
+            Err(HostError::Abort(abort)) => Ok(Receipt::failed(abort, 0)),
+            Err(HostError::Fault(fault)) => Err(ChainError::Runtime(fault.into())),
+        }
     }
 }

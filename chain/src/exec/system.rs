@@ -5,9 +5,9 @@ use std::sync::Arc;
 use tally_host_api::limits::{FUEL_PER_CODE_BYTE, FUEL_PER_SYSTEM_ACTION};
 use tally_host_api::{Abort, AbortCode, Name};
 
-use tally_runtime::{Contract, Entry, Outcome, PrepareError, Receipt};
+use tally_runtime::{Contract, Entry, PrepareError, Receipt};
 
-use super::{Exec, failure};
+use super::Exec;
 use crate::error::ChainError;
 use crate::state::keys;
 use crate::tx::Action;
@@ -56,30 +56,11 @@ pub(crate) fn invalid(message: impl Into<String>) -> Abort {
     Abort::new(AbortCode::InvalidAction, message)
 }
 
-fn success(fuel_used: u64) -> Receipt {
-    Receipt {
-        outcome: Outcome::Success,
-        fuel_used,
-        console: Vec::new(),
-        trace: None,
-    }
-}
-
-fn out_of_fuel(needed: u64, fuel: u64) -> Receipt {
-    failure(
-        Abort::new(
-            AbortCode::OutOfFuel,
-            format!("the action needs {needed} fuel and has {fuel}"),
-        ),
-        fuel,
-    )
-}
-
 /// Runs a system action with at most `fuel`.
 pub(crate) fn apply(env: &mut Exec<'_>, action: &Action, fuel: u64) -> Result<Receipt, ChainError> {
     let authorized = |account: Name| action.authorization.contains(&account);
     let unauthorized = |account: Name| {
-        failure(
+        Receipt::failed(
             Abort::new(
                 AbortCode::Unauthorized,
                 format!("missing authority of {account}"),
@@ -88,11 +69,11 @@ pub(crate) fn apply(env: &mut Exec<'_>, action: &Action, fuel: u64) -> Result<Re
         )
     };
     if fuel < FUEL_PER_SYSTEM_ACTION {
-        return Ok(out_of_fuel(FUEL_PER_SYSTEM_ACTION, fuel));
+        return Ok(Receipt::failed(Abort::out_of_fuel(fuel), fuel));
     }
     if action.name == NEWACCOUNT {
         let Ok(new) = borsh::from_slice::<NewAccount>(&action.data) else {
-            return Ok(failure(
+            return Ok(Receipt::failed(
                 invalid("bad newaccount data"),
                 FUEL_PER_SYSTEM_ACTION,
             ));
@@ -104,31 +85,34 @@ pub(crate) fn apply(env: &mut Exec<'_>, action: &Action, fuel: u64) -> Result<Re
             Ok(env.journal.get(env.store, &keys::account(name))?.is_some())
         };
         if !exists(new.creator)? {
-            return Ok(failure(
+            return Ok(Receipt::failed(
                 invalid(format!("creator {} does not exist", new.creator)),
                 FUEL_PER_SYSTEM_ACTION,
             ));
         }
         if exists(new.name)? {
-            return Ok(failure(
+            return Ok(Receipt::failed(
                 invalid(format!("account {} already exists", new.name)),
                 FUEL_PER_SYSTEM_ACTION,
             ));
         }
         if let Err(abort) = env.journal.set(&keys::account(new.name), Some(&new.key)) {
-            return Ok(failure(abort, FUEL_PER_SYSTEM_ACTION));
+            return Ok(Receipt::failed(abort, FUEL_PER_SYSTEM_ACTION));
         }
-        Ok(success(FUEL_PER_SYSTEM_ACTION))
+        Ok(Receipt::success(FUEL_PER_SYSTEM_ACTION))
     } else if action.name == SETCODE {
         let Ok(set) = borsh::from_slice::<SetCode>(&action.data) else {
-            return Ok(failure(invalid("bad setcode data"), FUEL_PER_SYSTEM_ACTION));
+            return Ok(Receipt::failed(
+                invalid("bad setcode data"),
+                FUEL_PER_SYSTEM_ACTION,
+            ));
         };
         if !authorized(set.account) {
             return Ok(unauthorized(set.account));
         }
         set_code(env, set.account, &set.code, fuel)
     } else {
-        Ok(failure(
+        Ok(Receipt::failed(
             Abort::new(
                 AbortCode::NoHandler,
                 format!("the system contract has no action {}", action.name),
@@ -150,13 +134,13 @@ pub(crate) fn set_code(
     let deploy_fuel = FUEL_PER_SYSTEM_ACTION
         .saturating_add((code.len() as u64).saturating_mul(FUEL_PER_CODE_BYTE));
     if fuel < deploy_fuel {
-        return Ok(out_of_fuel(deploy_fuel, fuel));
+        return Ok(Receipt::failed(Abort::out_of_fuel(fuel), fuel));
     }
     let contract = match env.runtime.prepare(code) {
         Ok(c) => c,
         // Only the deterministic reason enters the receipt; a node fault is no verdict.
         Err(PrepareError::Rejected(e)) => {
-            return Ok(failure(invalid(e.reason()), deploy_fuel));
+            return Ok(Receipt::failed(invalid(e.reason()), deploy_fuel));
         }
         Err(PrepareError::Node(e)) => return Err(e.into()),
     };
@@ -180,7 +164,7 @@ pub(crate) fn install(
         (keys::code(&hash), code),
     ] {
         if let Err(abort) = env.journal.set(&key, Some(value)) {
-            return Ok(failure(abort, 0));
+            return Ok(Receipt::failed(abort, 0));
         }
     }
     let executor = env.code.map().deployed(account, contract.clone());
