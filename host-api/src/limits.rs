@@ -9,7 +9,8 @@ pub const MAX_MEMORY_PAGES: u64 = 528;
 
 /// Largest initial memory a module may declare, in pages. CosmWasm rejects more than 512
 /// initial pages at upload; Tally is stricter because every action pays to reset the pages it
-/// starts with (shared/PROBE.md: memory reset was 47% of a transfer), so a contract that wants
+/// starts with (resetting a pool slot's memory was 47% of a transfer's time in the first probe
+/// of wasmtime's instance pool, 2-core Xeon), so a contract that wants
 /// more must grow at run time and pay for it in fuel.
 pub const MAX_INITIAL_PAGES: u64 = 512;
 
@@ -27,8 +28,8 @@ pub const FUEL_PER_HOST_CALL: u64 = 200;
 pub const FUEL_PER_BYTE: u64 = 1;
 
 /// Fuel per key a `load` looks up, on top of [`FUEL_PER_HOST_CALL`]: a lookup in a large state
-/// held in RAM misses the CPU caches (~100-300 ns with 10M accounts, shared/PROBE.md's
-/// machine, where ordinary contract code runs at ~0.3 ns per fuel). Cosmos SDK's `KVStore`
+/// held in RAM misses the CPU caches (~100-300 ns with 10M accounts on this project's 2-core
+/// machines, where ordinary contract code runs at ~0.3 ns per fuel). Cosmos SDK's `KVStore`
 /// gas charges the same kind of flat read cost (`ReadCostFlat` 1,000).
 pub const FUEL_PER_KEY_READ: u64 = 1_000;
 
@@ -79,7 +80,7 @@ pub const FUEL_PER_BULK_BYTE: u8 = 1;
 pub const FUEL_PER_TABLE_ELEMENT: u8 = 30;
 
 /// Fuel of an integer division or remainder (`i32/i64.div_s/div_u/rem_s/rem_u`) instead of
-/// one: a 64-bit `div` takes ~40-90 cycles on the CPUs of shared/PROBE.md, against ~1 for
+/// one: a 64-bit `div` takes ~40-90 cycles on x86-64 server CPUs, against ~1 for
 /// the operations fuel usually counts, so a chain of divisions was the slowest code per fuel
 /// (`cargo bench --bench runtime_limits -- fuel`); at 16 it runs at ~0.8 ns per fuel.
 pub const FUEL_PER_INTEGER_DIVISION: u8 = 16;
@@ -97,7 +98,7 @@ pub const FUEL_PER_MEMORY_GROW: u64 = 10_000;
 
 /// Fuel every action of a module that cannot reuse an instance (it changes its tables or
 /// drops segments) pays up front for its fresh instance: ~8-10 µs from the instance pool
-/// (shared/PROBE.md), plus [`FUEL_PER_BYTE`] per byte of data segments copied in.
+/// (measured with wasmtime 48's pooling allocator, 2-core Xeon), plus [`FUEL_PER_BYTE`] per byte of data segments copied in.
 pub const FUEL_PER_FRESH_INSTANCE: u64 = 40_000;
 
 /// Fuel a module's instantiation may use (its global initialisers and segment offsets, which
@@ -267,7 +268,7 @@ pub const MAX_TX_BYTES: usize = MAX_MODULE_SIZE + 64 * 1024;
 pub const MAX_ACTIONS_PER_TX: usize = 16;
 
 /// Most signatures in one transaction, and most authorizations in one action. Each signature
-/// costs ~30 µs of verification (shared/PROBE.md) that no fuel pays for, so a transaction may
+/// costs ~30 µs of verification (ed25519 on one core of a 2-core Xeon) that no fuel pays for, so a transaction may
 /// carry few: 8 is more than any multi-party action needs.
 pub const MAX_SIGNATURES_PER_TX: usize = 8;
 
@@ -282,7 +283,7 @@ pub const MAX_TX_WRITE_BYTES: u64 = 2 * MAX_MODULE_SIZE as u64;
 
 /// Fuel every transaction pays before its actions run, for the work no instruction counts:
 /// its duplicate check, its journal checkpoint and its share of the block's commit (about
-/// 2 µs on the machine of shared/PROBE.md, where a fuel unit of contract code is ~0.3 ns).
+/// 2 µs on a 2-core Xeon, where a fuel unit of contract code is ~0.3 ns).
 pub const FUEL_PER_TX: u64 = 5_000;
 
 /// Fuel per byte of a transaction's encoding: storing it in the block and hashing it into the
