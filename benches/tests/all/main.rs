@@ -4,5 +4,6 @@
 //! all stores::`.
 
 mod baseline;
+mod determinism;
 mod stores;
 mod workload;
