@@ -451,8 +451,8 @@ mod local_chain {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 
-    /// Issue 20: a push is reported only once its block is on disk. The block's background
-    /// sync fails here (`TALLY_TEST_EIO_AT`): the command fails naming the segment, and the
+    /// Issue 20: a push is reported only once its block is on disk. The block's sync (in the
+    /// foreground or the background, as the commit asks) fails here (`TALLY_TEST_EIO_AT`): the command fails naming the segment, and the
     /// next run finds the store at the block before, so the account was never created.
     #[test]
     fn issue_20_a_push_whose_block_fails_to_sync_fails_and_commits_nothing() {
@@ -462,7 +462,7 @@ mod local_chain {
         ok(&["init", "--data", d]);
         let failed = Command::new(env!("CARGO_BIN_EXE_tally"))
             .args(["account", "create", "alice", "--data", d])
-            .env("TALLY_TEST_EIO_AT", "background-sync")
+            .env("TALLY_TEST_EIO_AT", "block-sync")
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&failed.stderr);

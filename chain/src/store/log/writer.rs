@@ -266,14 +266,16 @@ impl LogStore {
         let (file, end) = (segment.file.clone(), segment.size);
         match durability {
             Durability::Immediate => {
-                file.sync().at("syncing", &path)?;
+                crash::io_point("block-sync")
+                    .and_then(|()| file.sync())
+                    .at("syncing", &path)?;
                 self.raise_durable(seq, end, Some(&block.header));
             }
             Durability::Background => {
                 let worker = Worker::get(&mut self.sync_worker, "tally-sync")
                     .at("starting the sync worker for", &path)?;
                 let handle = worker
-                    .run(move || crash::io_point("background-sync").and_then(|()| file.sync()));
+                    .run(move || crash::io_point("block-sync").and_then(|()| file.sync()));
                 self.syncing = Some(Syncing {
                     handle,
                     seq,
