@@ -19,7 +19,7 @@ use crate::config::ChainConfig;
 use crate::error::ChainError;
 use crate::exec::code::{CodeMap, Executor, NativeContract};
 use crate::exec::journal::Journal;
-use crate::exec::speculate::{self, Speculation};
+use crate::exec::speculate::Speculation;
 use crate::phase::finalize::Block;
 use crate::pipeline::{Pipeline, PreparedTx, prepare_block};
 use crate::receipt::{ExecutedBlock, TxResult};
@@ -42,7 +42,7 @@ pub struct Chain {
     pub(crate) runtime: Arc<Runtime>,
     pub(crate) store: Box<dyn StateStore>,
     pub(crate) config: ChainConfig,
-    pipeline: Pipeline,
+    pub(crate) pipeline: Pipeline,
     pub(crate) head: BlockHeader,
     pub(crate) head_id: BlockId,
     pub(crate) window: ReplayWindow,
@@ -54,7 +54,7 @@ pub struct Chain {
     pub(crate) block_ids: KeyedSet<TxId>,
     executed: Option<Executed>,
     /// Blocks to run sequentially before speculating again (see [`MIN_CONFIRMED_SHARE`]).
-    speculation_backoff: u32,
+    pub(crate) speculation_backoff: u32,
 }
 
 /// Below this share of speculative runs confirmed, speculation costs more than it saves: on two
@@ -287,49 +287,6 @@ impl Chain {
             None => self.execute(tx, fuel)?,
         };
         Ok(TxResult::Included(self.finalize(block, tx, run)))
-    }
-
-    /// Runs the block's transactions speculatively on all cores, when the pipeline asks for
-    /// it and there is more than one thread to run them; `None` otherwise.
-    fn speculate(
-        &mut self,
-        txs: &[PreparedTx],
-    ) -> Result<Option<Vec<Option<Speculation>>>, ChainError> {
-        // A traced chain runs sequentially: speculative runs keep no per-action traces, and
-        // whether a block speculates never changes its result.
-        if !self.pipeline.parallel_execute
-            || rayon::current_num_threads() < 2
-            || txs.len() < 2
-            || self.runtime.traces()
-        {
-            return Ok(None);
-        }
-        if self.speculation_backoff > 0 {
-            self.speculation_backoff -= 1;
-            return Ok(None);
-        }
-        debug_assert!(
-            self.journal.is_empty(),
-            "speculation reads the block's start"
-        );
-        // Load (and compile, if need be) every called contract first, on this thread, and
-        // hold them while the runs share the code map.
-        let mut held = Vec::new();
-        for tx in txs.iter().filter(|tx| speculate::speculable(tx)) {
-            for action in &tx.tx.transaction.actions {
-                if self.code.cached(action.account, &self.journal).is_none() {
-                    held.extend(self.code.get(
-                        action.account,
-                        &mut self.journal,
-                        self.store.as_ref(),
-                        &self.runtime,
-                    )?);
-                }
-            }
-        }
-        let runs = speculate::speculate(&self.runtime, self.store.as_ref(), &self.code, txs);
-        drop(held);
-        Ok(Some(runs))
     }
 
     /// Ends the executed block: writes the replay window's state, sorts the block's changes

@@ -48,7 +48,10 @@ fn runtime() -> &'static Runtime {
 
 fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
-    ENGINE.get_or_init(|| tally_runtime::engine::new_engine().expect("engine"))
+    ENGINE.get_or_init(|| {
+        let pool = tally_runtime::engine::pool_instances(1);
+        tally_runtime::engine::new_engine(pool).expect("engine")
+    })
 }
 
 /// A module whose imports are ABI v1, for wasm-smith's `available_imports`.

@@ -12,6 +12,9 @@
 //! - [`Host`]: what the node provides to a running action (its message and its state);
 //! - feature `guest`: `guest`, the same imports as safe Rust for contracts, with the
 //!   `contract!` macro for their entry point and `no_std` boilerplate;
+//! - [`imports`]: what every import does, engine-free, and the macros that register them on
+//!   any engine's linker; [`memory`]: the rules of guest memory (pointer bounds, dirty-chunk
+//!   fuel, restoring chunks), which the runtime and every engine share;
 //! - feature `host`: [`linker::add_to_linker`] registers every import on a wasmtime `Linker`,
 //!   bounds-checking every guest pointer and charging fuel for every call.
 //!
@@ -37,7 +40,9 @@ extern crate std;
 
 pub mod abi;
 pub mod error;
+pub mod imports;
 pub mod limits;
+pub mod memory;
 pub mod name;
 
 #[cfg(feature = "guest")]

@@ -106,6 +106,14 @@ pub const FUEL_PER_FRESH_INSTANCE: u64 = 40_000;
 /// [`MAX_CONST_EXPR_OPS`] operators each, about 70,000 operators; this is ten times that.
 pub const INSTANTIATE_FUEL: u64 = 1_000_000;
 
+/// Deepest stack of synchronous contract-to-contract calls one action may make, the action
+/// itself counted as the first level. Each level runs in an instance of its own, so this also
+/// bounds how many instances one action can hold at once (the runtime sizes its instance pool
+/// with it). Solana allows 4 levels of cross-program invocation (`MAX_INSTRUCTION_STACK_DEPTH`
+/// 5 with the caller) and EOS 4 of inline actions (`max_inline_action_depth`); 8 leaves room
+/// for a router calling a pool calling a token, twice over.
+pub const MAX_CALL_DEPTH: u32 = 8;
+
 // The call stack. Exhaustion must happen at the same depth on every node, so it is counted in
 // WebAssembly terms, never in native bytes (which depend on the code Cranelift generates).
 

@@ -79,11 +79,13 @@ fn import_lookup_finds_every_entry_and_nothing_else() {
 #[cfg(feature = "host")]
 mod linker {
     use super::*;
+    use tally_host_api::imports::{ActionData, CallState};
     use tally_host_api::linker::{WasmHost, add_to_linker};
     use tally_host_api::{Host, HostError, Name};
     use wasmtime::{Engine, Linker, Memory, Module, Store};
 
-    struct Nop;
+    #[derive(Default)]
+    struct Nop(CallState);
     impl Host for Nop {
         fn message(&self) -> &[u8] {
             &[]
@@ -99,6 +101,14 @@ mod linker {
         }
         fn is_authorized(&self, _: Name) -> bool {
             false
+        }
+    }
+    impl ActionData for Nop {
+        fn host(&mut self) -> Result<&mut dyn Host, HostError> {
+            Ok(self)
+        }
+        fn state(&mut self) -> &mut CallState {
+            &mut self.0
         }
     }
     impl WasmHost for Nop {
@@ -134,7 +144,7 @@ mod linker {
         let module = Module::new(&engine, wat::parse_str(&wat).unwrap()).unwrap();
         let mut linker = Linker::new(&engine);
         add_to_linker(&mut linker).unwrap();
-        let mut store = Store::new(&engine, Nop);
+        let mut store = Store::new(&engine, Nop::default());
         linker.instantiate(&mut store, &module).unwrap();
         assert_eq!(module.imports().len(), abi::IMPORTS.len());
     }

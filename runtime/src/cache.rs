@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 
 use wasmtime::{Engine, Module};
 
-use crate::cache_key::CacheKey;
+use crate::cache_key::{self, CacheKey};
 use crate::counters::{Counters, bump};
 use crate::error::RuntimeError;
-use crate::{CodeHash, Contract, disk_cache};
+use crate::{CodeHash, Contract, RuntimeConfig, disk_cache};
 
 /// Prepared contracts in memory, bounded by the bytes they hold.
 pub(crate) struct ContractCache {
@@ -90,6 +90,35 @@ impl ContractCache {
 pub(crate) struct DiskTier {
     pub dir: PathBuf,
     pub key: CacheKey,
+}
+
+impl DiskTier {
+    /// The disk tier `config` asks for, its directory created and its key loaded (or
+    /// created); `None` without a `cache_dir`.
+    pub(crate) fn open(config: &RuntimeConfig) -> Result<Option<Self>, RuntimeError> {
+        let Some(dir) = &config.cache_dir else {
+            return Ok(None);
+        };
+        std::fs::create_dir_all(dir).map_err(|source| RuntimeError::CacheIo {
+            path: dir.clone(),
+            source,
+        })?;
+        let key_path = config
+            .cache_key
+            .clone()
+            .or_else(cache_key::default_key_path)
+            .ok_or_else(|| RuntimeError::CacheKey {
+                path: PathBuf::from("cache.key"),
+                problem: format!(
+                    "no home or configuration directory to keep it in; set {} to a file path",
+                    cache_key::CACHE_KEY_ENV
+                ),
+            })?;
+        Ok(Some(Self {
+            key: cache_key::load_or_create(&key_path, dir)?,
+            dir: dir.clone(),
+        }))
+    }
 }
 
 /// The compiled form of `wasm` (the instrumented module of the upload whose hash is

@@ -5,12 +5,14 @@ use std::hash::{Hash, Hasher};
 use sha2::{Digest, Sha256};
 use tally_host_api::limits::{
     FUEL_PER_BULK_BYTE, FUEL_PER_FLOAT_DIVISION, FUEL_PER_INTEGER_DIVISION, FUEL_PER_TABLE_ELEMENT,
-    MAX_MEMORY_PAGES, MAX_TABLE_ELEMENTS, MAX_WASM_STACK, PAGE_SIZE,
+    MAX_CALL_DEPTH, MAX_MEMORY_PAGES, MAX_TABLE_ELEMENTS, MAX_WASM_STACK, PAGE_SIZE,
 };
 use wasmparser::WasmFeatures;
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, OperatorCost, OptLevel, PoolingAllocationConfig,
 };
+
+use crate::pool::WARM_INSTANCES;
 
 /// Bump when anything Tally adds to a compiled module's meaning changes (the linker's
 /// imports, the instrumentation, validation rules), so old disk-cache entries become misses.
@@ -19,10 +21,48 @@ const TALLY_CACHE_FORMAT: &str = "tally-module-cache-v3-pages-stack";
 /// The wasmtime release this build links, part of every cache key.
 pub const WASMTIME_VERSION: &str = "48.0.8";
 
-/// How many instances may be alive at once per engine: the runtime's warm instances (8) plus
-/// those of actions running concurrently. The pool reserves address space, not memory, for
-/// each.
-const POOL_INSTANCES: u32 = 32;
+/// Instances kept for deploys besides those of running actions: [`crate::Runtime::prepare`]
+/// instantiates a module once to take its snapshot, and a node deploys on its sequential path,
+/// a handful at a time at most (the contract cache and the fuzz targets prepare concurrently
+/// with actions only in tests).
+const PREPARE_INSTANCES: u32 = 8;
+
+/// Most threads a runtime sizes its pool for. Each pool slot reserves ~8 GiB of address space
+/// ([`pool_reservation_bytes`]), so 256 threads (2,072 instances, ~16 TiB) take an eighth of
+/// the 128 TiB a process has on x86-64; a larger figure would leave too little for a second
+/// runtime in the same process.
+pub const MAX_CONCURRENCY: usize = 256;
+
+/// How many instances may be alive at once in the pool of a runtime that serves `concurrency`
+/// threads (at most [`MAX_CONCURRENCY`]):
+///
+/// - [`WARM_INSTANCES`] kept between actions,
+/// - [`MAX_CALL_DEPTH`] per thread: an action holds one instance per level of synchronous
+///   calls it is in (the action itself is the first), and every thread may run one action,
+/// - [`PREPARE_INSTANCES`] for deploys.
+///
+/// A node that runs more threads than this at once meets
+/// [`RuntimeError::Exhausted`](crate::RuntimeError::Exhausted) on some of them, never a
+/// crash; one thread at a time never does, since its actions hold at most [`MAX_CALL_DEPTH`]
+/// instances and warm instances are dropped to make room.
+pub fn pool_instances(concurrency: usize) -> u32 {
+    let threads = concurrency.clamp(1, MAX_CONCURRENCY) as u32;
+    WARM_INSTANCES as u32 + threads * MAX_CALL_DEPTH + PREPARE_INSTANCES
+}
+
+/// Address space the pool of [`pool_instances`] instances reserves, in bytes. Each of an
+/// instance's [`MEMORIES_PER_INSTANCE`] memories gets a slot of wasmtime's default memory
+/// reservation (4 GiB on 64-bit hosts, which lets compiled code skip bounds checks) plus its
+/// guard region (32 MiB), all in one `PROT_NONE` mapping: neither memory nor commit charge
+/// until a slot is used, and then only the pages an instance touches (at most
+/// [`KEEP_RESIDENT_BYTES`] of each memory stay mapped after it is freed). A 2-thread node
+/// reserves 40 instances, ~320 GiB; a 128-thread node 1,040 instances, ~8.2 TiB.
+pub fn pool_reservation_bytes(instances: u32) -> u64 {
+    const MEMORY_RESERVATION: u64 = 4 << 30;
+    const MEMORY_GUARD: u64 = 32 << 20;
+    u64::from(instances * MEMORIES_PER_INSTANCE) * (MEMORY_RESERVATION + MEMORY_GUARD)
+        + MEMORY_GUARD
+}
 
 /// Memories per instance: the contract's own, and the dirty-page map the instrumentation adds
 /// ([`crate::instrument`]).
@@ -83,8 +123,8 @@ pub fn upload_features() -> WasmFeatures {
 /// instrumentation, with `max_wasm_stack` only a backstop above it; threads, shared memory and relaxed SIMD
 /// (whose results may differ between CPUs) are off. Backtraces are off, so no engine text
 /// enters a failure and failures stay cheap.
-pub fn deterministic_config() -> Config {
-    let mut config = unpinned_config();
+pub fn deterministic_config(pool_instances: u32) -> Config {
+    let mut config = unpinned_config(pool_instances);
     // An explicit target turns off wasmtime's inference of the host's CPU features; the
     // baseline is then enabled flag by flag. Engine creation fails on a CPU without them.
     config
@@ -157,11 +197,11 @@ pub fn fuel_costs() -> OperatorCost {
 }
 
 /// Every setting of [`deterministic_config`] but the pinned ISA.
-fn unpinned_config() -> Config {
+fn unpinned_config(pool_instances: u32) -> Config {
     let mut pool = PoolingAllocationConfig::new();
-    pool.total_core_instances(POOL_INSTANCES)
-        .total_memories(POOL_INSTANCES * MEMORIES_PER_INSTANCE)
-        .total_tables(POOL_INSTANCES)
+    pool.total_core_instances(pool_instances)
+        .total_memories(pool_instances * MEMORIES_PER_INSTANCE)
+        .total_tables(pool_instances)
         .max_memories_per_module(MEMORIES_PER_INSTANCE)
         .max_tables_per_module(1)
         .max_memory_size((MAX_MEMORY_PAGES * PAGE_SIZE) as usize)
@@ -193,17 +233,17 @@ fn unpinned_config() -> Config {
     config
 }
 
-/// A new engine with [`deterministic_config`].
-pub fn new_engine() -> wasmtime::Result<Engine> {
-    Engine::new(&deterministic_config())
+/// A new engine with [`deterministic_config`], its pool sized by [`pool_instances`].
+pub fn new_engine(pool_instances: u32) -> wasmtime::Result<Engine> {
+    Engine::new(&deterministic_config(pool_instances))
 }
 
 /// [`new_engine`] that also captures the wasm frames of every trap, for
 /// [`RuntimeConfig::trace`](crate::RuntimeConfig::trace). Capturing is a run-time setting:
 /// the compiled code and the [`fingerprint`] are the same as without it, so both engines
 /// share the disk cache.
-pub fn new_tracing_engine() -> wasmtime::Result<Engine> {
-    let mut config = deterministic_config();
+pub fn new_tracing_engine(pool_instances: u32) -> wasmtime::Result<Engine> {
+    let mut config = deterministic_config(pool_instances);
     config.wasm_backtrace_max_frames(std::num::NonZeroUsize::new(crate::trace::MAX_TRACE_FRAMES));
     Engine::new(&config)
 }
@@ -243,7 +283,7 @@ mod tests {
 
     #[test]
     fn the_engine_compiles_every_feature_uploads_may_use() {
-        let engine = new_engine().unwrap();
+        let engine = new_engine(pool_instances(1)).unwrap();
         assert!(
             engine.get_wasm_features().contains(upload_features()),
             "{:?}",
@@ -260,14 +300,37 @@ mod tests {
                 .precompile_module(&wasm)
                 .unwrap()
         };
-        let pinned = compile(&deterministic_config());
-        assert_eq!(pinned, compile(&deterministic_config()));
+        let pinned = compile(&deterministic_config(pool_instances(1)));
+        assert_eq!(pinned, compile(&deterministic_config(pool_instances(1))));
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("lzcnt") {
             // This host has more than the baseline; left to infer, Cranelift would use it.
-            assert_ne!(pinned, compile(&unpinned_config()));
-            let inferred = Engine::new(&unpinned_config()).unwrap();
-            assert_ne!(fingerprint(&new_engine().unwrap()), fingerprint(&inferred));
+            assert_ne!(pinned, compile(&unpinned_config(pool_instances(1))));
+            let inferred = Engine::new(&unpinned_config(pool_instances(1))).unwrap();
+            assert_ne!(
+                fingerprint(&new_engine(pool_instances(1)).unwrap()),
+                fingerprint(&inferred)
+            );
         }
+    }
+
+    #[test]
+    fn the_fingerprint_does_not_depend_on_the_pool_size() {
+        let small = new_engine(pool_instances(1)).unwrap();
+        let large = new_engine(pool_instances(64)).unwrap();
+        assert_eq!(fingerprint(&small), fingerprint(&large));
+    }
+
+    #[test]
+    fn issue_20_the_pool_holds_every_threads_call_stack_besides_the_warm_instances() {
+        for threads in [1, 2, 48, 64, 128] {
+            let instances = pool_instances(threads) as usize;
+            assert!(instances >= WARM_INSTANCES + threads * MAX_CALL_DEPTH as usize);
+        }
+        // A pool for more threads than the address space allows is capped, not refused.
+        assert_eq!(pool_instances(100_000), pool_instances(MAX_CONCURRENCY));
+        assert!(pool_reservation_bytes(pool_instances(MAX_CONCURRENCY)) < 1 << 45);
+        // An engine for 128 threads can be built (it only reserves address space).
+        new_engine(pool_instances(128)).unwrap();
     }
 }

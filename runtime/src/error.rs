@@ -210,14 +210,46 @@ pub enum RuntimeError {
         /// What is wrong, and what to do about it.
         problem: String,
     },
-    /// Instantiating an already validated module failed (for example the instance pool is
-    /// exhausted). The action did not run.
+    /// Instantiating an already validated module failed in a way its deploy did not. The
+    /// action did not run.
     #[error("cannot instantiate contract: {0}")]
     Instantiate(String),
+    /// A resource of this node ran out while others were using it: every instance of the
+    /// engine's pool was held by actions running at once. The action did not run, and nothing
+    /// may be concluded about it; run it again when fewer actions run at once (a caller that
+    /// was running actions concurrently should run them one at a time, which never meets
+    /// this error), or build the runtime for more threads
+    /// ([`RuntimeConfig::concurrency`](crate::RuntimeConfig::concurrency)).
+    #[error(
+        "all {limit} {resource} of this node are in use by actions running at once; run fewer at \
+         once, or raise RuntimeConfig::concurrency"
+    )]
+    Exhausted {
+        /// What ran out.
+        resource: Resource,
+        /// How many of it the node has.
+        limit: u32,
+    },
     /// A host call met a fault of the node (a store that failed); the action's outcome is
     /// unknown, so its block must not be committed.
     #[error(transparent)]
     Host(#[from] tally_host_api::NodeFault),
+}
+
+/// A resource of the node that concurrent actions share, named by [`RuntimeError::Exhausted`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Resource {
+    /// Instances of the engine's pool ([`crate::engine::pool_instances`]).
+    Instances,
+}
+
+impl std::fmt::Display for Resource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Instances => "instances",
+        })
+    }
 }
 
 /// Why [`crate::Runtime::prepare`] returned no contract: the module's fault (the same on every

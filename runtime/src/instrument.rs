@@ -15,7 +15,7 @@
 //!   every mutable global, and the instance is pristine again. A store that crosses into the
 //!   next chunk is covered because the runtime restores 16 bytes past each dirty chunk (the
 //!   widest store is 16 bytes). Host writes into guest memory (`read_message`, `load`) are
-//!   tracked by the runtime itself ([`tally_host_api::linker::WasmHost::wrote`]).
+//!   tracked by the runtime itself ([`tally_host_api::imports::CallState::dirty`]).
 //! - **Bulk operations.** wasmtime charges `memory.fill/copy/init` and `table.*` per byte or
 //!   element (the engine pins those prices, see [`crate::engine`]); each bulk memory
 //!   operation is preceded by a call that marks the chunks it writes.
@@ -231,34 +231,81 @@ pub(crate) fn instrument(
     validated: &Validated,
     trace: bool,
 ) -> Result<Instrumented, DeployError> {
-    let l = layout(wasm)?;
-    let mut shift = Shift {
-        imported: l.imported_funcs,
+    let mut rewriter = Rewriter {
+        shift: Shift { imported: 0 },
+        l: layout(wasm)?,
+        validated,
+        trace,
+        out: Module::new(),
+        imports_written: false,
+        globals_written: false,
+        reusable: true,
+        body_offsets: Vec::new(),
     };
-    // Added types, after the module's own: (i32) -> (), (i32, i32) -> (), () -> ().
-    let ty_i32 = l.type_count;
-    let ty_i32_i32 = l.type_count + 1;
-    let ty_unit = l.type_count + 2;
-    let stack_global = l.global_count;
-    let new_chunks_global = l.global_count + 1;
+    rewriter.shift.imported = rewriter.l.imported_funcs;
+    for payload in Parser::new(0).parse_all(wasm) {
+        let payload = payload.map_err(invalid)?;
+        rewriter.add_missing_sections(&payload);
+        rewriter.section(&payload, wasm)?;
+    }
+    let wasm = rewriter.out.finish();
+    let offsets = match trace {
+        true => Some(module_offsets(&wasm, rewriter.body_offsets)?),
+        false => None,
+    };
+    Ok(Instrumented {
+        wasm,
+        mutable_globals: rewriter.l.mutable_globals,
+        reusable: rewriter.reusable,
+        offsets,
+    })
+}
 
-    let mut out = Module::new();
-    let mut imports_written = false;
-    let mut globals_written = false;
-    let mut reusable = true;
-    // Per defined function, offsets relative to its body (see `rewrite_body`).
-    let mut body_offsets: Vec<OffsetMarks> = Vec::new();
-    let private_imports = |section: &mut ImportSection| {
+/// The state of one rewrite, section by section.
+struct Rewriter<'v> {
+    shift: Shift,
+    l: Layout,
+    validated: &'v Validated,
+    trace: bool,
+    out: Module,
+    imports_written: bool,
+    globals_written: bool,
+    reusable: bool,
+    /// Per defined function, offsets relative to its body (see `rewrite_body`).
+    body_offsets: Vec<OffsetMarks>,
+}
+
+impl Rewriter<'_> {
+    // Added types, after the module's own: (i32) -> (), (i32, i32) -> (), () -> ().
+    fn ty_i32(&self) -> u32 {
+        self.l.type_count
+    }
+    fn ty_i32_i32(&self) -> u32 {
+        self.l.type_count + 1
+    }
+    fn ty_unit(&self) -> u32 {
+        self.l.type_count + 2
+    }
+    // Added globals, after the module's own.
+    fn stack_global(&self) -> u32 {
+        self.l.global_count
+    }
+    fn new_chunks_global(&self) -> u32 {
+        self.l.global_count + 1
+    }
+
+    fn private_imports(&self, section: &mut ImportSection) {
         for (name, params) in PRIVATE_IMPORTS {
             let ty = match params {
-                0 => ty_unit,
-                1 => ty_i32,
-                _ => ty_i32_i32,
+                0 => self.ty_unit(),
+                1 => self.ty_i32(),
+                _ => self.ty_i32_i32(),
             };
             section.import(PRIVATE_MODULE, name, EntityType::Function(ty));
         }
-    };
-    let added_globals = |section: &mut GlobalSection| {
+    }
+
+    fn added_globals(section: &mut GlobalSection) {
         let ty = GlobalType {
             val_type: ValType::I32,
             mutable: true,
@@ -266,33 +313,38 @@ pub(crate) fn instrument(
         };
         section.global(ty, &ConstExpr::i32_const(0)); // the stack height
         section.global(ty, &ConstExpr::i32_const(0)); // chunks marked since the last charge
-    };
+    }
 
-    for payload in Parser::new(0).parse_all(wasm) {
-        let payload = payload.map_err(invalid)?;
-        // Sections the module lacks but the instrumentation needs go where they belong.
-        if let Some((id, _)) = payload.as_section()
-            && !imports_written
+    /// Sections the module lacks but the instrumentation needs go where they belong.
+    fn add_missing_sections(&mut self, payload: &Payload<'_>) {
+        let Some((id, _)) = payload.as_section() else {
+            return;
+        };
+        if !self.imports_written
             && id > SectionId::Import as u8
             && id != SectionId::Custom as u8
             && id != SectionId::Type as u8
         {
             let mut section = ImportSection::new();
-            private_imports(&mut section);
-            out.section(&section);
-            imports_written = true;
+            self.private_imports(&mut section);
+            self.out.section(&section);
+            self.imports_written = true;
         }
         // Every section from exports (7) on comes after globals (6).
-        if let Some((id, _)) = payload.as_section()
-            && !globals_written
+        if !self.globals_written
             && (SectionId::Export as u8..=SectionId::DataCount as u8).contains(&id)
         {
             let mut section = GlobalSection::new();
-            added_globals(&mut section);
-            out.section(&section);
-            globals_written = true;
+            Self::added_globals(&mut section);
+            self.out.section(&section);
+            self.globals_written = true;
         }
-        match &payload {
+    }
+
+    /// Writes `payload`'s section, rewritten.
+    fn section(&mut self, payload: &Payload<'_>, wasm: &[u8]) -> Result<(), DeployError> {
+        let shift = &mut self.shift;
+        match payload {
             Payload::TypeSection(reader) => {
                 let mut section = TypeSection::new();
                 shift
@@ -301,131 +353,144 @@ pub(crate) fn instrument(
                 section.ty().function([ValType::I32], []);
                 section.ty().function([ValType::I32, ValType::I32], []);
                 section.ty().function([], []);
-                out.section(&section);
+                self.out.section(&section);
             }
             Payload::ImportSection(reader) => {
                 let mut section = ImportSection::new();
                 shift
                     .parse_import_section(&mut section, reader.clone())
                     .map_err(reencode_error)?;
-                private_imports(&mut section);
-                out.section(&section);
-                imports_written = true;
+                self.private_imports(&mut section);
+                self.out.section(&section);
+                self.imports_written = true;
             }
             Payload::TableSection(reader) => {
                 let mut section = TableSection::new();
                 shift
                     .parse_table_section(&mut section, reader.clone())
                     .map_err(reencode_error)?;
-                out.section(&section);
+                self.out.section(&section);
             }
-            Payload::MemorySection(reader) => {
-                let mut section = MemorySection::new();
-                shift
-                    .parse_memory_section(&mut section, reader.clone())
-                    .map_err(reencode_error)?;
-                // The dirty-chunk map: one byte per 1 KiB chunk. A store at 64 MiB or more
-                // (chunk 65,536 or more, far past any memory a contract can have) traps on
-                // its mark, exactly as the store itself would have.
-                section.memory(MemoryType {
-                    minimum: 1,
-                    maximum: Some(1),
-                    memory64: false,
-                    shared: false,
-                    page_size_log2: None,
-                });
-                out.section(&section);
-            }
+            Payload::MemorySection(reader) => self.memory_section(reader.clone())?,
             Payload::GlobalSection(reader) => {
                 let mut section = GlobalSection::new();
                 shift
                     .parse_global_section(&mut section, reader.clone())
                     .map_err(reencode_error)?;
-                added_globals(&mut section);
-                out.section(&section);
-                globals_written = true;
+                Self::added_globals(&mut section);
+                self.out.section(&section);
+                self.globals_written = true;
             }
-            Payload::ExportSection(reader) => {
-                let mut section = ExportSection::new();
-                shift
-                    .parse_export_section(&mut section, reader.clone())
-                    .map_err(reencode_error)?;
-                section.export(DIRTY_MAP_EXPORT, ExportKind::Memory, 1);
-                section.export(STACK_EXPORT, ExportKind::Global, stack_global);
-                section.export(NEW_CHUNKS_EXPORT, ExportKind::Global, new_chunks_global);
-                for &index in &l.mutable_globals {
-                    section.export(
-                        &format!("{GLOBAL_EXPORT_PREFIX}{index}"),
-                        ExportKind::Global,
-                        index,
-                    );
-                }
-                out.section(&section);
-            }
+            Payload::ExportSection(reader) => self.export_section(reader.clone())?,
             Payload::ElementSection(reader) => {
                 let mut section = ElementSection::new();
                 shift
                     .parse_element_section(&mut section, reader.clone())
                     .map_err(reencode_error)?;
-                out.section(&section);
+                self.out.section(&section);
             }
-            Payload::CodeSectionStart { range, .. } => {
-                let reader =
-                    CodeSectionReader::new(BinaryReader::new(&wasm[range.clone()], range.start))
-                        .map_err(invalid)?;
-                let mut section = CodeSection::new();
-                for (defined, body) in reader.into_iter().enumerate() {
-                    let body = body.map_err(invalid)?;
-                    let ty = l.func_types[l.imported_funcs as usize + defined] as usize;
-                    let frame = Frame {
-                        params: l.type_params[ty],
-                        result: l.type_results[ty],
-                        bytes: *validated
-                            .frame_bytes
-                            .get(defined)
-                            .ok_or_else(|| invalid("validation measured another module"))?,
-                        stack_global,
-                        new_chunks_global,
-                    };
-                    let (function, ok, marks) = rewrite_body(&body, &frame, &mut shift)?;
-                    reusable &= ok;
-                    if trace {
-                        body_offsets.push(marks);
-                    }
-                    section.function(&function);
-                }
-                if section.byte_len() > MAX_INSTRUMENTED_CODE_SIZE {
-                    return Err(DeployError::TooMany {
-                        what: "instrumented code bytes",
-                        count: section.byte_len() as u64,
-                        limit: MAX_INSTRUMENTED_CODE_SIZE as u64,
-                    });
-                }
-                out.section(&section);
-            }
+            Payload::CodeSectionStart { range, .. } => self.code_section(wasm, range.clone())?,
             // Names and other custom sections are not needed to run, so they are dropped.
             Payload::CustomSection(_) | Payload::CodeSectionEntry(_) => {}
             other => {
                 if let Some((id, range)) = other.as_section() {
-                    out.section(&RawSection {
+                    self.out.section(&RawSection {
                         id,
                         data: &wasm[range],
                     });
                 }
             }
         }
+        Ok(())
     }
-    let wasm = out.finish();
-    let offsets = match trace {
-        true => Some(module_offsets(&wasm, body_offsets)?),
-        false => None,
-    };
-    Ok(Instrumented {
-        wasm,
-        mutable_globals: l.mutable_globals,
-        reusable,
-        offsets,
-    })
+
+    fn memory_section(
+        &mut self,
+        reader: wasmparser::MemorySectionReader<'_>,
+    ) -> Result<(), DeployError> {
+        let mut section = MemorySection::new();
+        self.shift
+            .parse_memory_section(&mut section, reader)
+            .map_err(reencode_error)?;
+        // The dirty-chunk map: one byte per 1 KiB chunk. A store at 64 MiB or more
+        // (chunk 65,536 or more, far past any memory a contract can have) traps on
+        // its mark, exactly as the store itself would have.
+        section.memory(MemoryType {
+            minimum: 1,
+            maximum: Some(1),
+            memory64: false,
+            shared: false,
+            page_size_log2: None,
+        });
+        self.out.section(&section);
+        Ok(())
+    }
+
+    fn export_section(
+        &mut self,
+        reader: wasmparser::ExportSectionReader<'_>,
+    ) -> Result<(), DeployError> {
+        let mut section = ExportSection::new();
+        self.shift
+            .parse_export_section(&mut section, reader)
+            .map_err(reencode_error)?;
+        section.export(DIRTY_MAP_EXPORT, ExportKind::Memory, 1);
+        section.export(STACK_EXPORT, ExportKind::Global, self.stack_global());
+        section.export(
+            NEW_CHUNKS_EXPORT,
+            ExportKind::Global,
+            self.new_chunks_global(),
+        );
+        for &index in &self.l.mutable_globals {
+            section.export(
+                &format!("{GLOBAL_EXPORT_PREFIX}{index}"),
+                ExportKind::Global,
+                index,
+            );
+        }
+        self.out.section(&section);
+        Ok(())
+    }
+
+    fn code_section(
+        &mut self,
+        wasm: &[u8],
+        range: std::ops::Range<usize>,
+    ) -> Result<(), DeployError> {
+        let reader = CodeSectionReader::new(BinaryReader::new(&wasm[range.clone()], range.start))
+            .map_err(invalid)?;
+        let mut section = CodeSection::new();
+        for (defined, body) in reader.into_iter().enumerate() {
+            let body = body.map_err(invalid)?;
+            let ty = self.l.func_types[self.l.imported_funcs as usize + defined] as usize;
+            let frame = Frame {
+                params: self.l.type_params[ty],
+                result: self.l.type_results[ty],
+                bytes: *self
+                    .validated
+                    .frame_bytes
+                    .get(defined)
+                    .ok_or_else(|| invalid("validation measured another module"))?,
+                stack_global: self.stack_global(),
+                new_chunks_global: self.new_chunks_global(),
+            };
+            let (function, ok, marks) = rewrite_body(&body, &frame, &mut self.shift)?;
+            self.reusable &= ok;
+            if self.trace {
+                self.body_offsets.push(marks);
+            }
+            section.function(&function);
+        }
+        if section.byte_len() > MAX_INSTRUMENTED_CODE_SIZE {
+            return Err(DeployError::TooMany {
+                what: "instrumented code bytes",
+                count: section.byte_len() as u64,
+                limit: MAX_INSTRUMENTED_CODE_SIZE as u64,
+            });
+        }
+        self.out.section(&section);
+        Ok(())
+    }
 }
 
 /// Turns offsets relative to each rewritten function body into offsets in the rewritten
@@ -590,6 +655,70 @@ fn rewrite_body(
     frame: &Frame,
     shift: &mut Shift,
 ) -> Result<(Function, bool, OffsetMarks), DeployError> {
+    let (locals, ops, s) = body_parts(body, frame, shift)?;
+    let imported = shift.imported;
+    let call = move |which: u32| Instruction::Call(private(imported, which));
+
+    let mut f = Function::new(locals);
+    let mut marks = Vec::with_capacity(ops.len() + 1);
+    // The prologue (a stack overflow stops there) belongs to the function's first instruction.
+    if let Some((_, first)) = ops.first() {
+        marks.push((f.byte_len() as u32, *first as u32));
+    }
+    prologue(&mut f, frame, &call);
+    // The body, in a block that every exit leaves through.
+    let result = match frame.result {
+        None => BlockType::Empty,
+        Some(ty) => BlockType::Result(shift.val_type(ty).map_err(reencode_error)?),
+    };
+    f.instruction(&Instruction::Block(result));
+
+    let sh = frame.stack_global;
+    let mut reusable = true;
+    // Blocks open inside the wrapping block.
+    let mut depth = 0u32;
+    for (op, offset) in ops {
+        marks.push((f.byte_len() as u32, offset as u32));
+        reusable &= !breaks_reuse(&op);
+        match &op {
+            Operator::Block { .. } | Operator::Loop { .. } | Operator::If { .. } => depth += 1,
+            Operator::End if depth > 0 => depth -= 1,
+            Operator::End => {
+                // The function's end: close the wrapping block, refund the frame.
+                f.instruction(&Instruction::End);
+                f.instruction(&Instruction::GlobalGet(sh));
+                f.instruction(&Instruction::I32Const(frame.bytes as i32));
+                f.instruction(&Instruction::I32Sub);
+                f.instruction(&Instruction::GlobalSet(sh));
+                f.instruction(&Instruction::End);
+                continue;
+            }
+            Operator::Return => {
+                // Leave through the wrapping block's end, like a branch to the function's
+                // label (which now names the wrapping block).
+                f.instruction(&Instruction::Br(depth));
+                continue;
+            }
+            _ => {}
+        }
+        before_write(&mut f, &op, &s, frame, &call);
+        let is_loop = matches!(op, Operator::Loop { .. });
+        f.instruction(&shift.instruction(op).map_err(reencode_error)?);
+        if is_loop {
+            charge_point(&mut f, frame.new_chunks_global, &call(CHARGE_CHUNKS));
+        }
+    }
+    Ok((f, reusable, marks))
+}
+
+/// A body's locals with the instrumentation's scratch locals after them, its operators with
+/// their offsets, and where the scratch locals are.
+#[allow(clippy::type_complexity)]
+fn body_parts<'a>(
+    body: &FunctionBody<'a>,
+    frame: &Frame,
+    shift: &mut Shift,
+) -> Result<(Vec<(u32, ValType)>, Vec<(Operator<'a>, usize)>, Scratch), DeployError> {
     let mut locals = Vec::new();
     let mut declared = 0u32;
     for pair in body.get_locals_reader().map_err(invalid)? {
@@ -622,16 +751,11 @@ fn rewrite_body(
     if needs_v128 {
         locals.push((1, ValType::V128));
     }
-    let imported = shift.imported;
-    let call = move |which: u32| Instruction::Call(private(imported, which));
+    Ok((locals, ops, s))
+}
 
-    let mut f = Function::new(locals);
-    let mut marks = Vec::with_capacity(ops.len() + 1);
-    // The prologue (a stack overflow stops there) belongs to the function's first instruction.
-    if let Some((_, first)) = ops.first() {
-        marks.push((f.byte_len() as u32, *first as u32));
-    }
-    // Prologue: charge the frame, fail past the limit.
+/// The prologue: charge the frame, fail past the limit, then a charge point.
+fn prologue(f: &mut Function, frame: &Frame, call: &impl Fn(u32) -> Instruction<'static>) {
     let sh = frame.stack_global;
     f.instruction(&Instruction::GlobalGet(sh));
     f.instruction(&Instruction::I32Const(frame.bytes as i32));
@@ -644,80 +768,48 @@ fn rewrite_body(
     f.instruction(&call(STACK_EXHAUSTED));
     f.instruction(&Instruction::Unreachable);
     f.instruction(&Instruction::End);
-    charge_point(&mut f, frame.new_chunks_global, &call(CHARGE_CHUNKS));
-    // The body, in a block that every exit leaves through.
-    let result = match frame.result {
-        None => BlockType::Empty,
-        Some(ty) => BlockType::Result(shift.val_type(ty).map_err(reencode_error)?),
-    };
-    f.instruction(&Instruction::Block(result));
+    charge_point(f, frame.new_chunks_global, &call(CHARGE_CHUNKS));
+}
 
-    let mut reusable = true;
-    // Blocks open inside the wrapping block.
-    let mut depth = 0u32;
-    for (op, offset) in ops {
-        marks.push((f.byte_len() as u32, offset as u32));
-        reusable &= !breaks_reuse(&op);
-        match &op {
-            Operator::Block { .. } | Operator::Loop { .. } | Operator::If { .. } => depth += 1,
-            Operator::End if depth > 0 => depth -= 1,
-            Operator::End => {
-                // The function's end: close the wrapping block, refund the frame.
-                f.instruction(&Instruction::End);
-                f.instruction(&Instruction::GlobalGet(sh));
-                f.instruction(&Instruction::I32Const(frame.bytes as i32));
-                f.instruction(&Instruction::I32Sub);
-                f.instruction(&Instruction::GlobalSet(sh));
-                f.instruction(&Instruction::End);
-                continue;
-            }
-            Operator::Return => {
-                // Leave through the wrapping block's end, like a branch to the function's
-                // label (which now names the wrapping block).
-                f.instruction(&Instruction::Br(depth));
-                continue;
-            }
-            _ => {}
-        }
-        if let Some((value, static_offset)) = store_shape(&op, &s) {
-            // [addr, value] -> mark the chunk -> [addr, value] -> store
-            f.instruction(&Instruction::LocalSet(value));
-            f.instruction(&Instruction::LocalSet(s.addr));
-            mark_chunk(&mut f, &s, static_offset, frame.new_chunks_global);
-            f.instruction(&Instruction::LocalGet(s.addr));
-            f.instruction(&Instruction::LocalGet(value));
-        } else {
-            match &op {
-                Operator::MemoryFill { .. }
-                | Operator::MemoryCopy { .. }
-                | Operator::MemoryInit { .. } => {
-                    // [dst, b, len] -> mem_write(dst, len) -> [dst, b, len]
-                    f.instruction(&Instruction::LocalSet(s.len));
-                    f.instruction(&Instruction::LocalSet(s.b));
-                    f.instruction(&Instruction::LocalSet(s.addr));
-                    f.instruction(&Instruction::LocalGet(s.addr));
-                    f.instruction(&Instruction::LocalGet(s.len));
-                    f.instruction(&call(MEM_WRITE));
-                    f.instruction(&Instruction::LocalGet(s.addr));
-                    f.instruction(&Instruction::LocalGet(s.b));
-                    f.instruction(&Instruction::LocalGet(s.len));
-                }
-                Operator::MemoryGrow { .. } => {
-                    // [n] -> grow(n) -> [n]
-                    f.instruction(&Instruction::LocalTee(s.len));
-                    f.instruction(&Instruction::LocalGet(s.len));
-                    f.instruction(&call(GROW));
-                }
-                _ => {}
-            }
-        }
-        let is_loop = matches!(op, Operator::Loop { .. });
-        f.instruction(&shift.instruction(op).map_err(reencode_error)?);
-        if is_loop {
-            charge_point(&mut f, frame.new_chunks_global, &call(CHARGE_CHUNKS));
-        }
+/// What runs before `op` when it writes memory: a store marks its chunk, a bulk operation
+/// marks (and pays for) its chunks, `memory.grow` pays its price.
+fn before_write(
+    f: &mut Function,
+    op: &Operator<'_>,
+    s: &Scratch,
+    frame: &Frame,
+    call: &impl Fn(u32) -> Instruction<'static>,
+) {
+    if let Some((value, static_offset)) = store_shape(op, s) {
+        // [addr, value] -> mark the chunk -> [addr, value] -> store
+        f.instruction(&Instruction::LocalSet(value));
+        f.instruction(&Instruction::LocalSet(s.addr));
+        mark_chunk(f, s, static_offset, frame.new_chunks_global);
+        f.instruction(&Instruction::LocalGet(s.addr));
+        f.instruction(&Instruction::LocalGet(value));
+        return;
     }
-    Ok((f, reusable, marks))
+    match op {
+        Operator::MemoryFill { .. } | Operator::MemoryCopy { .. } | Operator::MemoryInit { .. } => {
+            // [dst, b, len] -> mem_write(dst, len) -> [dst, b, len]
+            f.instruction(&Instruction::LocalSet(s.len));
+            f.instruction(&Instruction::LocalSet(s.b));
+            f.instruction(&Instruction::LocalSet(s.addr));
+            f.instruction(&Instruction::LocalGet(s.addr));
+            f.instruction(&Instruction::LocalGet(s.len));
+            f.instruction(&call(MEM_WRITE));
+            f.instruction(&Instruction::LocalGet(s.addr));
+            f.instruction(&Instruction::LocalGet(s.b));
+            f.instruction(&Instruction::LocalGet(s.len));
+        }
+        Operator::MemoryGrow { .. } => {
+            // [n] -> grow(n) -> [n]
+            f.instruction(&Instruction::LocalTee(s.len));
+            f.instruction(&Instruction::LocalGet(s.len));
+            f.instruction(&call(GROW));
+        }
+        _ => {}
+    }
 }
 
 #[cfg(test)]

@@ -26,24 +26,55 @@ use crate::engine::upload_features;
 use crate::error::DeployError;
 use crate::instrument::SCRATCH_FRAME_BYTES;
 
-/// How a contract is entered, resolved once at deploy.
+/// How a contract is entered, at every stage named by what calls an entry point there: export
+/// names after validation ([`ModuleInfo::entry`], the default), export indices once the module
+/// is linked, type-checked functions in a live instance. `A` calls `apply`, `H` a 2017
+/// handler. What a caller asks to run is an [`Entry`](crate::Entry).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EntryPoints {
+pub enum EntryPoints<A = String, H = A> {
     /// The modern entry point `apply(receiver, code, action)`.
-    Apply,
+    Apply(A),
     /// The 2017 convention: one export per (code, action) pair.
-    Legacy(Vec<LegacyHandler>),
+    Legacy(Vec<LegacyHandler<H>>),
 }
 
 /// One 2017-style handler, `onApply_<Action>_<code>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LegacyHandler {
+pub struct LegacyHandler<H = String> {
     /// The contract the action is addressed to (`<code>`).
     pub code: Name,
     /// The action's name (`<Action>`, lower-cased).
     pub action: Name,
-    /// The export to call.
-    pub export: String,
+    /// What calls it: its export's name, index or function.
+    pub export: H,
+}
+
+impl<A, H> EntryPoints<A, H> {
+    /// The same entry points at the next stage: `apply` and `handler` turn what calls each
+    /// here into what calls it there, both given `with` (the store or module they look it up
+    /// in). The first error stops.
+    pub fn try_map<W: ?Sized, A2, H2, E>(
+        &self,
+        with: &mut W,
+        apply: impl FnOnce(&mut W, &A) -> Result<A2, E>,
+        mut handler: impl FnMut(&mut W, &H) -> Result<H2, E>,
+    ) -> Result<EntryPoints<A2, H2>, E> {
+        Ok(match self {
+            Self::Apply(a) => EntryPoints::Apply(apply(with, a)?),
+            Self::Legacy(handlers) => EntryPoints::Legacy(
+                handlers
+                    .iter()
+                    .map(|h| {
+                        Ok(LegacyHandler {
+                            code: h.code,
+                            action: h.action,
+                            export: handler(with, &h.export)?,
+                        })
+                    })
+                    .collect::<Result<_, E>>()?,
+            ),
+        })
+    }
 }
 
 /// What validation learned about a module.
@@ -185,18 +216,7 @@ fn check_function(
     totals: &mut Totals,
 ) -> Result<u32, DeployError> {
     let function = func.index;
-    let limit = |what: &'static str, count: u64, limit: u64| {
-        if count > limit {
-            Err(DeployError::FunctionLimit {
-                function,
-                what,
-                count,
-                limit,
-            })
-        } else {
-            Ok(())
-        }
-    };
+    let limit = |what, count, max| function_limit(function, what, count, max);
     limit(
         "body bytes",
         body.range().len() as u64,
@@ -220,8 +240,42 @@ fn check_function(
     totals.locals += locals;
     too_many("locals in all functions", totals.locals, MAX_TOTAL_LOCALS)?;
 
+    let (max_operands, vector_operands) = check_operators(&mut validator, body, function)?;
+    vectors |= vector_operands;
+    *allocs = validator.into_allocations();
+    Ok(frame_bytes(params, local_bytes, max_operands, vectors))
+}
+
+/// A per-function limit of `function`, `count` against `limit`.
+fn function_limit(
+    function: u32,
+    what: &'static str,
+    count: u64,
+    limit: u64,
+) -> Result<(), DeployError> {
+    if count > limit {
+        Err(DeployError::FunctionLimit {
+            function,
+            what,
+            count,
+            limit,
+        })
+    } else {
+        Ok(())
+    }
+}
+
+/// Validates the operators of `body` with `validator`, checking the per-function limits on
+/// them; returns the most operand-stack values live at once, and whether any was a `v128`.
+fn check_operators(
+    validator: &mut wasmparser::FuncValidator<ValidatorResources>,
+    body: &FunctionBody<'_>,
+    function: u32,
+) -> Result<(u32, bool), DeployError> {
+    let limit = |what, count, max| function_limit(function, what, count, max);
     let mut ops = body.get_operators_reader().map_err(invalid)?;
     let mut blocks = 0u32;
+    let mut vectors = false;
     let mut max_operands = 0u32;
     while !ops.eof() {
         let offset = ops.original_position();
@@ -264,8 +318,7 @@ fn check_function(
         }
     }
     ops.finish().map_err(invalid)?;
-    *allocs = validator.into_allocations();
-    Ok(frame_bytes(params, local_bytes, max_operands, vectors))
+    Ok((max_operands, vectors))
 }
 
 /// Operators in a constant expression, its final `end` included.
@@ -303,25 +356,14 @@ pub(crate) fn check(wasm: &[u8]) -> Result<Validated, DeployError> {
     let mut validator = Validator::new_with_features(upload_features());
     let mut allocs = FuncValidatorAllocations::default();
     let mut totals = Totals::default();
-
-    let mut types: Vec<Signature> = Vec::new();
-    // The type index of every function, imported ones first.
-    let mut functions: Vec<usize> = Vec::new();
-    let mut frame_bytes = Vec::new();
-    let mut data_bytes = 0u64;
-    let mut imported = Vec::new();
-    let mut entry_apply = false;
-    let mut has_init = false;
-    let mut has_memory = false;
-    let mut handlers = Vec::new();
-
+    let mut module = Checked::default();
     for payload in Parser::new(0).parse_all(wasm) {
         let payload = payload.map_err(invalid)?;
         // wasmparser validates each payload before Tally's rules look at it, so the rules
         // below can trust indices and types.
         if let ValidPayload::Func(func, body) = validator.payload(&payload).map_err(invalid)? {
-            let signature = &types[functions[func.index as usize]];
-            frame_bytes.push(check_function(
+            let signature = &module.types[module.functions[func.index as usize]];
+            module.frame_bytes.push(check_function(
                 func,
                 &body,
                 &signature.params,
@@ -329,67 +371,41 @@ pub(crate) fn check(wasm: &[u8]) -> Result<Validated, DeployError> {
                 &mut totals,
             )?);
         }
+        module.section(payload)?;
+    }
+    module.finish()
+}
+
+/// What [`check`] has learned of a module so far.
+#[derive(Default)]
+struct Checked {
+    types: Vec<Signature>,
+    /// The type index of every function, imported ones first.
+    functions: Vec<usize>,
+    frame_bytes: Vec<u32>,
+    data_bytes: u64,
+    imported: Vec<&'static str>,
+    entry_apply: bool,
+    has_init: bool,
+    has_memory: bool,
+    handlers: Vec<LegacyHandler>,
+}
+
+impl Checked {
+    /// Checks one section against the upload rules.
+    fn section(&mut self, payload: Payload<'_>) -> Result<(), DeployError> {
         match payload {
-            Payload::TypeSection(reader) => {
-                too_many("types", u64::from(reader.count()), MAX_TYPES as u64)?;
-                for ty in reader.into_iter_err_on_gc_types() {
-                    let ty = ty.map_err(invalid)?;
-                    too_many(
-                        "parameters of a function type",
-                        ty.params().len() as u64,
-                        MAX_FUNCTION_PARAMS as u64,
-                    )?;
-                    too_many(
-                        "results of a function type",
-                        ty.results().len() as u64,
-                        MAX_FUNCTION_RESULTS as u64,
-                    )?;
-                    types.push(Signature {
-                        params: ty.params().to_vec(),
-                        results: ty.results().to_vec(),
-                    });
-                }
-            }
+            Payload::TypeSection(reader) => self.types(reader)?,
             Payload::ImportSection(reader) => {
                 too_many("imports", u64::from(reader.count()), MAX_IMPORTS as u64)?;
                 for import in reader.into_imports() {
-                    let import = import.map_err(invalid)?;
-                    let spec = (import.module == abi::MODULE)
-                        .then(|| abi::import(import.name))
-                        .flatten()
-                        .ok_or_else(|| DeployError::UnknownImport {
-                            module: import.module.to_string(),
-                            name: import.name.to_string(),
-                        })?;
-                    let expected = show_abi(spec.params, spec.results);
-                    let TypeRef::Func(type_index) = import.ty else {
-                        return Err(DeployError::ImportSignature {
-                            name: spec.name.to_string(),
-                            expected,
-                            found: "a non-function import".into(),
-                        });
-                    };
-                    let ty = &types[type_index as usize];
-                    let params: Vec<_> = spec.params.iter().map(|t| wasm_type(*t)).collect();
-                    let results: Vec<_> = spec.results.iter().map(|t| wasm_type(*t)).collect();
-                    if !ty.is(&params, &results) {
-                        return Err(DeployError::ImportSignature {
-                            name: spec.name.to_string(),
-                            expected,
-                            found: ty.show(),
-                        });
-                    }
-                    if imported.contains(&spec.name) {
-                        return Err(DeployError::DuplicateImport(spec.name.to_string()));
-                    }
-                    imported.push(spec.name);
-                    functions.push(type_index as usize);
+                    self.import(import.map_err(invalid)?)?;
                 }
             }
             Payload::FunctionSection(reader) => {
                 too_many("functions", u64::from(reader.count()), MAX_FUNCTIONS as u64)?;
                 for ty in reader {
-                    functions.push(ty.map_err(invalid)? as usize);
+                    self.functions.push(ty.map_err(invalid)? as usize);
                 }
             }
             Payload::GlobalSection(reader) => {
@@ -414,115 +430,191 @@ pub(crate) fn check(wasm: &[u8]) -> Result<Validated, DeployError> {
                 }
             }
             Payload::StartSection { .. } => return Err(DeployError::StartFunction),
-            Payload::ElementSection(reader) => {
-                too_many(
-                    "element segments",
-                    u64::from(reader.count()),
-                    MAX_ELEMENT_SEGMENTS as u64,
-                )?;
-                for element in reader {
-                    let element = element.map_err(invalid)?;
-                    if let ElementKind::Active { offset_expr, .. } = &element.kind {
-                        check_const_expr(offset_expr)?;
-                    }
-                    if let ElementItems::Expressions(_, exprs) = element.items {
-                        for expr in exprs {
-                            check_const_expr(&expr.map_err(invalid)?)?;
-                        }
-                    }
-                }
-            }
-            Payload::DataSection(reader) => {
-                too_many(
-                    "data segments",
-                    u64::from(reader.count()),
-                    MAX_DATA_SEGMENTS as u64,
-                )?;
-                for data in reader {
-                    let data = data.map_err(invalid)?;
-                    if let DataKind::Active { offset_expr, .. } = &data.kind {
-                        check_const_expr(offset_expr)?;
-                    }
-                    data_bytes += data.data.len() as u64;
-                }
-            }
+            Payload::ElementSection(reader) => check_elements(reader)?,
+            Payload::DataSection(reader) => self.data(reader)?,
             Payload::CodeSectionStart { size, .. } => {
                 too_many("code bytes", u64::from(size), MAX_CODE_SIZE as u64)?;
             }
             Payload::ExportSection(reader) => {
                 too_many("exports", u64::from(reader.count()), MAX_EXPORTS as u64)?;
                 for export in reader {
-                    let export = export.map_err(invalid)?;
-                    if export
-                        .name
-                        .starts_with(crate::instrument::RESERVED_EXPORT_PREFIX)
-                    {
-                        return Err(DeployError::ReservedExport(export.name.to_string()));
-                    }
-                    let signature = || &types[functions[export.index as usize]];
-                    match (export.kind, export.name) {
-                        (ExternalKind::Memory, abi::MEMORY_EXPORT) => has_memory = true,
-                        (ExternalKind::Func, abi::APPLY_EXPORT) => {
-                            if !signature().is(&[ValType::I64; 3], &[]) {
-                                return Err(DeployError::EntrySignature {
-                                    name: export.name.into(),
-                                    expected: "(i64, i64, i64) -> ()",
-                                });
-                            }
-                            entry_apply = true;
-                        }
-                        (ExternalKind::Func, abi::INIT_EXPORT) => {
-                            if !signature().is(&[], &[]) {
-                                return Err(DeployError::EntrySignature {
-                                    name: export.name.into(),
-                                    expected: "() -> ()",
-                                });
-                            }
-                            has_init = true;
-                        }
-                        (ExternalKind::Func, name) => {
-                            if let Some(handler) = legacy_handler(name) {
-                                if !signature().is(&[], &[]) {
-                                    return Err(DeployError::EntrySignature {
-                                        name: name.into(),
-                                        expected: "() -> ()",
-                                    });
-                                }
-                                let handler = handler?;
-                                if handlers.iter().any(|h: &LegacyHandler| {
-                                    h.code == handler.code && h.action == handler.action
-                                }) {
-                                    return Err(DeployError::BadHandlerName {
-                                        export: name.into(),
-                                        reason: format!(
-                                            "a second handler for action {} of {}",
-                                            handler.action, handler.code
-                                        ),
-                                    });
-                                }
-                                handlers.push(handler);
-                            }
-                        }
-                        _ => {}
-                    }
+                    self.export(export.map_err(invalid)?)?;
                 }
             }
             _ => {}
         }
+        Ok(())
     }
-    if !has_memory {
-        return Err(DeployError::NoMemory);
+
+    fn types(&mut self, reader: wasmparser::TypeSectionReader<'_>) -> Result<(), DeployError> {
+        too_many("types", u64::from(reader.count()), MAX_TYPES as u64)?;
+        for ty in reader.into_iter_err_on_gc_types() {
+            let ty = ty.map_err(invalid)?;
+            too_many(
+                "parameters of a function type",
+                ty.params().len() as u64,
+                MAX_FUNCTION_PARAMS as u64,
+            )?;
+            too_many(
+                "results of a function type",
+                ty.results().len() as u64,
+                MAX_FUNCTION_RESULTS as u64,
+            )?;
+            self.types.push(Signature {
+                params: ty.params().to_vec(),
+                results: ty.results().to_vec(),
+            });
+        }
+        Ok(())
     }
-    let entry = if entry_apply {
-        EntryPoints::Apply
-    } else if !handlers.is_empty() {
-        EntryPoints::Legacy(handlers)
-    } else {
-        return Err(DeployError::NoEntryPoint);
-    };
-    Ok(Validated {
-        info: ModuleInfo { entry, has_init },
-        frame_bytes,
-        data_bytes,
-    })
+
+    /// An import must be one of ABI v1's, with its signature, once.
+    fn import(&mut self, import: wasmparser::Import<'_>) -> Result<(), DeployError> {
+        let spec = (import.module == abi::MODULE)
+            .then(|| abi::import(import.name))
+            .flatten()
+            .ok_or_else(|| DeployError::UnknownImport {
+                module: import.module.to_string(),
+                name: import.name.to_string(),
+            })?;
+        let expected = show_abi(spec.params, spec.results);
+        let TypeRef::Func(type_index) = import.ty else {
+            return Err(DeployError::ImportSignature {
+                name: spec.name.to_string(),
+                expected,
+                found: "a non-function import".into(),
+            });
+        };
+        let ty = &self.types[type_index as usize];
+        let params: Vec<_> = spec.params.iter().map(|t| wasm_type(*t)).collect();
+        let results: Vec<_> = spec.results.iter().map(|t| wasm_type(*t)).collect();
+        if !ty.is(&params, &results) {
+            return Err(DeployError::ImportSignature {
+                name: spec.name.to_string(),
+                expected,
+                found: ty.show(),
+            });
+        }
+        if self.imported.contains(&spec.name) {
+            return Err(DeployError::DuplicateImport(spec.name.to_string()));
+        }
+        self.imported.push(spec.name);
+        self.functions.push(type_index as usize);
+        Ok(())
+    }
+
+    fn data(&mut self, reader: wasmparser::DataSectionReader<'_>) -> Result<(), DeployError> {
+        too_many(
+            "data segments",
+            u64::from(reader.count()),
+            MAX_DATA_SEGMENTS as u64,
+        )?;
+        for data in reader {
+            let data = data.map_err(invalid)?;
+            if let DataKind::Active { offset_expr, .. } = &data.kind {
+                check_const_expr(offset_expr)?;
+            }
+            self.data_bytes += data.data.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// An export may not use a reserved name; entry points must have their signatures.
+    fn export(&mut self, export: wasmparser::Export<'_>) -> Result<(), DeployError> {
+        if export
+            .name
+            .starts_with(crate::instrument::RESERVED_EXPORT_PREFIX)
+        {
+            return Err(DeployError::ReservedExport(export.name.to_string()));
+        }
+        let signature = || &self.types[self.functions[export.index as usize]];
+        let entry_signature =
+            |params: &[ValType], expected: &'static str| match signature().is(params, &[]) {
+                true => Ok(()),
+                false => Err(DeployError::EntrySignature {
+                    name: export.name.into(),
+                    expected,
+                }),
+            };
+        match (export.kind, export.name) {
+            (ExternalKind::Memory, abi::MEMORY_EXPORT) => self.has_memory = true,
+            (ExternalKind::Func, abi::APPLY_EXPORT) => {
+                entry_signature(&[ValType::I64; 3], "(i64, i64, i64) -> ()")?;
+                self.entry_apply = true;
+            }
+            (ExternalKind::Func, abi::INIT_EXPORT) => {
+                entry_signature(&[], "() -> ()")?;
+                self.has_init = true;
+            }
+            (ExternalKind::Func, name) => {
+                if let Some(handler) = legacy_handler(name) {
+                    entry_signature(&[], "() -> ()")?;
+                    self.legacy(name, handler?)?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A 2017 handler, unless another one handles the same action.
+    fn legacy(&mut self, name: &str, handler: LegacyHandler) -> Result<(), DeployError> {
+        if self
+            .handlers
+            .iter()
+            .any(|h| h.code == handler.code && h.action == handler.action)
+        {
+            return Err(DeployError::BadHandlerName {
+                export: name.into(),
+                reason: format!(
+                    "a second handler for action {} of {}",
+                    handler.action, handler.code
+                ),
+            });
+        }
+        self.handlers.push(handler);
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Validated, DeployError> {
+        if !self.has_memory {
+            return Err(DeployError::NoMemory);
+        }
+        let entry = if self.entry_apply {
+            EntryPoints::Apply(abi::APPLY_EXPORT.into())
+        } else if !self.handlers.is_empty() {
+            EntryPoints::Legacy(self.handlers)
+        } else {
+            return Err(DeployError::NoEntryPoint);
+        };
+        Ok(Validated {
+            info: ModuleInfo {
+                entry,
+                has_init: self.has_init,
+            },
+            frame_bytes: self.frame_bytes,
+            data_bytes: self.data_bytes,
+        })
+    }
+}
+
+/// Element segments: their count, and the constant expressions of their offsets and items.
+fn check_elements(reader: wasmparser::ElementSectionReader<'_>) -> Result<(), DeployError> {
+    too_many(
+        "element segments",
+        u64::from(reader.count()),
+        MAX_ELEMENT_SEGMENTS as u64,
+    )?;
+    for element in reader {
+        let element = element.map_err(invalid)?;
+        if let ElementKind::Active { offset_expr, .. } = &element.kind {
+            check_const_expr(offset_expr)?;
+        }
+        if let ElementItems::Expressions(_, exprs) = element.items {
+            for expr in exprs {
+                check_const_expr(&expr.map_err(invalid)?)?;
+            }
+        }
+    }
+    Ok(())
 }

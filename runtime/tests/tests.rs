@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use tally_host_api::limits::{FUEL_PER_ACTION, MAX_CONSOLE_LEN, MAX_KEY_LEN};
+use tally_host_api::limits::{FUEL_PER_ACTION, MAX_CALL_DEPTH, MAX_CONSOLE_LEN, MAX_KEY_LEN};
 use tally_host_api::{Abort, AbortCode, Host, HostError, Name};
 use tally_runtime::{
     Contract, DeployError, Entry, EntryPoints, Outcome, PrepareError, Receipt, Runtime,
@@ -1741,4 +1741,204 @@ fn issue_15_a_module_without_names_is_traced_by_index_and_export_name() {
         trace.frames[0].offset,
         Some(instruction_offset(&wasm, 0, "I32DivS", 0))
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 20: any number of threads, and no resource a block can exhaust is a crash.
+
+/// How long a gate waits for threads that never come (a regression that makes their
+/// actions fail before they reach it) before letting the others go on, so such a test fails
+/// instead of hanging.
+const GATE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A count of threads that arrived, which others can wait on.
+#[derive(Default)]
+struct Gate {
+    arrived: std::sync::Mutex<usize>,
+    changed: std::sync::Condvar,
+}
+
+impl Gate {
+    fn arrive(&self) {
+        *self.arrived.lock().unwrap() += 1;
+        self.changed.notify_all();
+    }
+
+    /// Waits until `n` threads have arrived, or [`GATE_TIMEOUT`] has passed.
+    fn wait_for(&self, n: usize) {
+        let arrived = self.arrived.lock().unwrap();
+        let _ = self
+            .changed
+            .wait_timeout_while(arrived, GATE_TIMEOUT, |arrived| *arrived < n)
+            .unwrap();
+    }
+}
+
+/// A host whose `load` waits until `threads` actions are inside it, so the test knows how
+/// many instances are in use at once, and then until `release` opens.
+struct GatedHost<'a> {
+    entered: &'a Gate,
+    threads: usize,
+    release: Option<&'a Gate>,
+}
+
+impl Host for GatedHost<'_> {
+    fn message(&self) -> &[u8] {
+        &[]
+    }
+    fn load(&mut self, _: &[u8]) -> Result<Option<&[u8]>, HostError> {
+        self.entered.arrive();
+        self.entered.wait_for(self.threads);
+        if let Some(release) = self.release {
+            release.wait_for(1);
+        }
+        Ok(None)
+    }
+    fn store(&mut self, _: &[u8], _: &[u8]) -> Result<(), HostError> {
+        Ok(())
+    }
+    fn remove(&mut self, _: &[u8]) -> Result<(), HostError> {
+        Ok(())
+    }
+    fn is_authorized(&self, _: Name) -> bool {
+        false
+    }
+}
+
+/// Calls `load` (where a [`GatedHost`] waits), then spins until its fuel runs out when
+/// `spin`.
+fn gated(spin: bool) -> Vec<u8> {
+    let tail = if spin { "(loop $l (br $l))" } else { "" };
+    contract(&format!(
+        "(drop (call $load (i32.const 1000) (i32.const 1) (i32.const 0) (i32.const 0))) {tail}"
+    ))
+}
+
+fn run_entry() -> Entry {
+    Entry::Action {
+        receiver: name("test"),
+        code: name("test"),
+        action: name("run"),
+    }
+}
+
+#[test]
+fn issue_20_actions_on_64_and_128_threads_all_run_in_a_runtime_built_for_them() {
+    for threads in [64, 128] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        // Built inside the pool, the runtime serves its threads by default.
+        let rt = pool.install(|| Runtime::new(RuntimeConfig::default()).unwrap());
+        let spinner = rt.prepare(&gated(true)).unwrap();
+        // Every thread runs two actions; in each, all threads hold an instance at once
+        // before they spin until their fuel runs out.
+        let rounds = [Gate::default(), Gate::default()];
+        let receipts: Vec<Vec<Result<Receipt, tally_runtime::RuntimeError>>> =
+            pool.broadcast(|_| {
+                (rounds.iter())
+                    .map(|entered| {
+                        let mut host = GatedHost {
+                            entered,
+                            threads,
+                            release: None,
+                        };
+                        rt.execute(&spinner, run_entry(), &mut host)
+                    })
+                    .collect()
+            });
+        for receipt in receipts.into_iter().flatten() {
+            let receipt = receipt.unwrap_or_else(|e| panic!("{threads} threads: {e}"));
+            assert_eq!(failure(&receipt).code, AbortCode::OutOfFuel);
+            assert_eq!(receipt.fuel_used, FUEL_PER_ACTION);
+        }
+        assert!(rt.pool_instances() as usize >= threads * MAX_CALL_DEPTH as usize);
+    }
+}
+
+/// Runs `held` actions of `c` at once, each on its own thread and holding its instance inside
+/// a [`GatedHost`] until `while_held` (called once all are inside) returns; every one must
+/// succeed.
+fn while_holding<R>(rt: &Runtime, c: &Contract, held: usize, while_held: impl FnOnce() -> R) -> R {
+    let (entered, release) = (Gate::default(), Gate::default());
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..held)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut host = GatedHost {
+                        entered: &entered,
+                        threads: held,
+                        release: Some(&release),
+                    };
+                    rt.execute(c, run_entry(), &mut host)
+                })
+            })
+            .collect();
+        entered.wait_for(held);
+        let result = while_held();
+        release.arrive();
+        for thread in threads {
+            assert!(thread.join().unwrap().unwrap().is_success());
+        }
+        result
+    })
+}
+
+#[test]
+fn issue_20_more_actions_at_once_than_the_pool_holds_get_the_typed_exhausted_error() {
+    let rt = Runtime::new(RuntimeConfig {
+        concurrency: 1,
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let c = rt.prepare(&gated(false)).unwrap();
+    let limit = rt.pool_instances();
+    // The first action reuses the warm instance, every other one takes a fresh one: the
+    // pool is then full, and holds no warm instance to drop.
+    assert_eq!(rt.warm_instances(), 1);
+    let exhausted = while_holding(&rt, &c, limit as usize, || {
+        let mut host = TestHost::default();
+        rt.execute(&c, run_entry(), &mut host)
+    });
+    match exhausted {
+        Err(tally_runtime::RuntimeError::Exhausted {
+            resource: tally_runtime::Resource::Instances,
+            limit: l,
+        }) => assert_eq!(l, limit),
+        other => panic!("expected the pool to be exhausted, got {other:?}"),
+    }
+    // Once the actions ended, the same call runs.
+    let mut host = TestHost::default();
+    assert!(rt.execute(&c, run_entry(), &mut host).unwrap().is_success());
+}
+
+#[test]
+fn issue_20_warm_instances_make_room_when_they_fill_the_pool() {
+    let rt = Runtime::new(RuntimeConfig {
+        concurrency: 1,
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    // More contracts than stay warm: the first ones prepared are no longer warm.
+    let others: Vec<_> = (0..16)
+        .map(|i| {
+            rt.prepare(&contract(&format!("(call $ret (i32.const {i}))")))
+                .unwrap()
+        })
+        .collect();
+    let c = rt.prepare(&gated(false)).unwrap();
+    let warm = rt.warm_instances();
+    assert!(warm > 1 && warm < others.len());
+    // The first action reuses `c`'s warm instance; with the other warm ones, the actions
+    // then fill the pool.
+    let held = rt.pool_instances() as usize - (warm - 1);
+    // A contract that is not warm needs a fresh instance: the warm ones make room.
+    let mut host = TestHost::default();
+    let receipt = while_holding(&rt, &c, held, || {
+        assert_eq!(rt.warm_instances(), warm - 1);
+        rt.execute(&others[0], run_entry(), &mut host)
+    });
+    assert!(receipt.unwrap().is_success());
+    assert_eq!(host.i32_at("r"), 0);
 }

@@ -284,7 +284,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
         )
     })?;
     let entry = match &contract.info().entry {
-        EntryPoints::Apply => "apply(receiver, code, action)".to_string(),
+        EntryPoints::Apply(_) => "apply(receiver, code, action)".to_string(),
         EntryPoints::Legacy(handlers) => handlers
             .iter()
             .map(|h| format!("{} ({} on {})", h.export, h.action, h.code))

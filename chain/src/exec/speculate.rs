@@ -14,10 +14,14 @@
 use rayon::prelude::*;
 use tally_runtime::Runtime;
 
+use tally_host_api::limits::FUEL_PER_ACTION;
+
 use super::code::CodeMap;
 use super::journal::Journal;
 use super::system::SYSTEM;
 use super::{Code, Exec, TxRun};
+use crate::chain::Chain;
+use crate::error::ChainError;
 use crate::pipeline::{Check, PreparedTx};
 use crate::store::{Change, StateStore};
 
@@ -82,4 +86,69 @@ pub(crate) fn speculate(
             },
         )
         .collect()
+}
+
+impl Chain {
+    /// Runs the block's transactions speculatively on all cores, when the pipeline asks for
+    /// it and there is more than one thread to run them; `None` otherwise.
+    pub(crate) fn speculate(
+        &mut self,
+        txs: &[PreparedTx],
+    ) -> Result<Option<Vec<Option<Speculation>>>, ChainError> {
+        // A traced chain runs sequentially: speculative runs keep no per-action traces, and
+        // whether a block speculates never changes its result.
+        if !self.pipeline.parallel_execute
+            || rayon::current_num_threads() < 2
+            || txs.len() < 2
+            || self.runtime.traces()
+        {
+            return Ok(None);
+        }
+        if self.speculation_backoff > 0 {
+            self.speculation_backoff -= 1;
+            return Ok(None);
+        }
+        debug_assert!(
+            self.journal.is_empty(),
+            "speculation reads the block's start"
+        );
+        // Load (and compile, if need be) every called contract first, on this thread, and
+        // hold them while the runs share the code map.
+        let mut held = Vec::new();
+        for tx in txs.iter().filter(|tx| speculable(tx)) {
+            for action in &tx.tx.transaction.actions {
+                if self.code.cached(action.account, &self.journal).is_none() {
+                    held.extend(self.code.get(
+                        action.account,
+                        &mut self.journal,
+                        self.store.as_ref(),
+                        &self.runtime,
+                    )?);
+                }
+            }
+        }
+        let runs = speculate(&self.runtime, self.store.as_ref(), &self.code, txs);
+        drop(held);
+        Ok(Some(runs))
+    }
+
+    /// Whether a speculative run is what running the transaction now would give: no key it
+    /// read was written earlier in this block, and every action would get the full fuel it
+    /// had (`fuel` is what the block has left after the transaction's intrinsic charge; the
+    /// last action that ran had the least).
+    pub(crate) fn still_valid(&self, spec: &Speculation, fuel: u64) -> bool {
+        let before_last = spec.run.fuel_used - spec.run.last_action_fuel;
+        fuel.checked_sub(before_last)
+            .is_some_and(|left| left >= FUEL_PER_ACTION)
+            && spec.reads.iter().all(|key| !self.journal.contains(key))
+    }
+
+    /// Takes a speculative run that stands as the transaction's execution: its writes go into
+    /// the block (a failed run has none).
+    pub(crate) fn adopt(&mut self, spec: Speculation) -> TxRun {
+        for (key, value) in spec.writes {
+            self.journal.write_block(key, value);
+        }
+        spec.run
+    }
 }

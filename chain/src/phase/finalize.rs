@@ -6,7 +6,6 @@ use tally_host_api::limits::{FUEL_PER_ACTION, FUEL_PER_TX, FUEL_PER_TX_BYTE, MAX
 
 use crate::chain::Chain;
 use crate::error::ChainError;
-use crate::exec::speculate::Speculation;
 use crate::exec::{Code, Exec, TxRun};
 use crate::pipeline::PreparedTx;
 use crate::receipt::{TxReceipt, TxResult, TxTrace};
@@ -94,26 +93,6 @@ impl Chain {
             key: &mut self.key,
         }
         .run_tx(&tx.tx.transaction.actions, fuel)
-    }
-
-    /// Whether a speculative run is what running the transaction now would give: no key it
-    /// read was written earlier in this block, and every action would get the full fuel it
-    /// had (`fuel` is what the block has left after the transaction's intrinsic charge; the
-    /// last action that ran had the least).
-    pub(crate) fn still_valid(&self, spec: &Speculation, fuel: u64) -> bool {
-        let before_last = spec.run.fuel_used - spec.run.last_action_fuel;
-        fuel.checked_sub(before_last)
-            .is_some_and(|left| left >= FUEL_PER_ACTION)
-            && spec.reads.iter().all(|key| !self.journal.contains(key))
-    }
-
-    /// Takes a speculative run that stands as the transaction's execution: its writes go into
-    /// the block (a failed run has none).
-    pub(crate) fn adopt(&mut self, spec: Speculation) -> TxRun {
-        for (key, value) in spec.writes {
-            self.journal.write_block(key, value);
-        }
-        spec.run
     }
 
     /// Charges the block for `tx`, records its id and body, and builds its receipt.

@@ -185,8 +185,26 @@ pub trait BlockArchive {
             .map(|record| (record.header, record.body)))
     }
 
+    /// A retained block's changes in key order, read as they are used: a genesis of ten
+    /// million accounts streams past instead of filling memory. By default taken from
+    /// [`BlockArchive::block`].
+    fn changes(&self, height: u64) -> StoreResult<Option<BlockChanges<'_>>> {
+        Ok(self.block(height)?.map(|record| BlockChanges {
+            len: record.changes.len() as u64,
+            iter: Box::new(record.changes.into_iter().map(Ok)),
+        }))
+    }
+
     /// The lowest height whose block is still retained.
     fn first_retained(&self) -> u64;
+}
+
+/// A stored block's changes, in key order, as [`BlockArchive::changes`] reads them.
+pub struct BlockChanges<'a> {
+    /// How many there are.
+    pub len: u64,
+    /// Each change, or the error met reading it.
+    pub iter: Box<dyn Iterator<Item = StoreResult<Change>> + 'a>,
 }
 
 /// Where committed state lives, with the block archive beside it. Shared by reference across

@@ -1,22 +1,28 @@
 //! Reading the log store: point reads through the value cache and the index (or the run), the
 //! block archive, and every entry in key order.
 
+use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::block::BlockHeader;
-use crate::store::{BlockArchive, BlockRecord, Entries, StoreError, StoreResult, StoreStats};
+use crate::store::{
+    BlockArchive, BlockChanges, BlockRecord, Entries, StoreError, StoreResult, StoreStats,
+};
 
 use super::cache::ValueCache;
 use super::index::Loc;
 use super::merge::Merger;
-use super::record::{self, RECORD_HEADER_LEN, parse_header, read_change_at};
+use super::record::{self, ChangeCursor, RECORD_HEADER_LEN, parse_header, read_change_at};
 use super::run::BLOCK_BYTES;
 use super::{LogStore, segment_path};
 
 /// Shards of the value cache: reads take `&self` and may come from several threads at once
 /// (parallel execution reads the store from every core), so each shard has its own lock.
 const CACHE_SHARDS: usize = 32;
+
+/// Bytes a block's change stream reads from its segment at a time.
+const CHANGE_CHUNK: usize = 1 << 20;
 
 /// What reads share: the value cache and the read counters.
 pub(super) struct Reads {
@@ -191,6 +197,31 @@ impl BlockArchive for LogStore {
             .map_err(|e| pos.corrupt(&self.dir, format!("block {height}: {e}")))?;
         pos.holds(&self.dir, &header)?;
         Ok(Some((header, body)))
+    }
+
+    fn changes(&self, height: u64) -> StoreResult<Option<BlockChanges<'_>>> {
+        self.usable()?;
+        let Some(pos) = self.retained(height) else {
+            return Ok(None);
+        };
+        // The payload's checksum was checked when the store opened (every record's is).
+        let file = self.segment_file(Loc::new(pos.seq, pos.offset))?.clone();
+        let corrupt = move |e: io::Error| pos.corrupt(&self.dir, format!("block {height}: {e}"));
+        let (_, mut cursor) =
+            ChangeCursor::new(file, pos.offset, pos.len, CHANGE_CHUNK).map_err(corrupt)?;
+        let len = u64::from(cursor.remaining());
+        let iter = std::iter::from_fn(move || {
+            let (mut key, mut value) = (Vec::new(), Vec::new());
+            match cursor.next_into(&mut key, &mut value) {
+                Ok(None) => None,
+                Ok(Some((_, present))) => Some(Ok((key, present.then_some(value)))),
+                Err(e) => Some(Err(corrupt(e))),
+            }
+        });
+        Ok(Some(BlockChanges {
+            len,
+            iter: Box::new(iter),
+        }))
     }
 
     fn first_retained(&self) -> u64 {

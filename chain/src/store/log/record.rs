@@ -390,6 +390,11 @@ impl<F: Deref<Target = dyn VFile>> ChangeCursor<F> {
         Ok(Some((at, present)))
     }
 
+    /// Changes not read yet.
+    pub fn remaining(&self) -> u32 {
+        self.left
+    }
+
     /// Bytes read from the file so far.
     pub fn read_bytes(&self) -> u64 {
         self.reader.read_bytes

@@ -1,13 +1,11 @@
 //! contracts/registry.c, a contract beyond transfers: names owned by the first claimant.
 
-mod common;
-
+use crate::common::{action, envelope, unsigned_chain};
 use borsh::BorshSerialize;
-use common::{action, envelope, unsigned_chain};
 use tally_chain::{Chain, Name, SignedTransaction};
 use tally_host_api::AbortCode;
 
-const REGISTRY_WASM: &[u8] = include_bytes!("../../contracts/registry.wasm");
+const REGISTRY_WASM: &[u8] = include_bytes!("../../../contracts/registry.wasm");
 
 fn name(s: &str) -> Name {
     s.parse().unwrap()
@@ -35,7 +33,7 @@ fn push(
 ) -> Option<(AbortCode, String)> {
     let call = action(name("registry"), name(action_name), &[name(auth)], data);
     let tx = SignedTransaction::unsigned(envelope(chain, vec![call]));
-    let result = common::push(chain, tx);
+    let result = crate::common::push(chain, tx);
     let receipt = result.receipt().expect("included");
     receipt.failure().map(|a| (a.code, a.message.clone()))
 }

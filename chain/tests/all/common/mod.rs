@@ -11,7 +11,7 @@ use tally_chain::{
 use tally_runtime::{Runtime, RuntimeConfig};
 
 /// contracts/simplecoin.wasm (recipe: contracts/README.md).
-pub const SIMPLECOIN_WASM: &[u8] = include_bytes!("../../../contracts/simplecoin.wasm");
+pub const SIMPLECOIN_WASM: &[u8] = include_bytes!("../../../../contracts/simplecoin.wasm");
 /// Coins simplecoin's `onInit` gives to `simplecoin`.
 pub const SIMPLECOIN_SUPPLY: u64 = 1_000_000;
 

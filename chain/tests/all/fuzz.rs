@@ -4,11 +4,9 @@
 //! a failed receipt, and the node keeps going.
 //!
 //! Cases per property: `TALLY_FUZZ_CASES` (default 200, what CI runs); raise it for a longer
-//! session, e.g. `TALLY_FUZZ_CASES=20000 cargo test --release --test fuzz`.
+//! session, e.g. `TALLY_FUZZ_CASES=20000 cargo test --release -p tally-chain --test all fuzz::`.
 
-mod common;
-
-use common::{SIMPLECOIN_WASM, simplecoin, simplecoin_chain, transfer};
+use crate::common::{SIMPLECOIN_WASM, simplecoin, simplecoin_chain, transfer};
 use proptest::prelude::*;
 use tally_chain::{Action, Name, SignedTransaction, Transaction, TxSignature};
 use tally_host_api::{AbortCode, Host, HostError};
@@ -100,7 +98,7 @@ proptest! {
         data in prop::collection::vec(any::<u8>(), 0..80),
     ) {
         let mut chain = simplecoin_chain();
-        let tx = |data: Vec<u8>| common::unsigned_tx(&chain, simplecoin(), transfer(), data);
+        let tx = |data: Vec<u8>| crate::common::unsigned_tx(&chain, simplecoin(), transfer(), data);
         let (fuzzed, honest) = (tx(data), tx(tally_chain::Transfer {
             from: simplecoin(), to: "alice".parse().unwrap(), amount: 1, memo: "x".into(),
         }.encode()));

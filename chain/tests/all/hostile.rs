@@ -3,9 +3,7 @@
 //! succeeds. The runtime's own tests check each host function's bounds in detail; here the
 //! whole node is the subject.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use tally_chain::system::{SETCODE, SYSTEM, SetCode};
 use tally_chain::{Chain, Name, SignedTransaction, Transfer};
 use tally_host_api::AbortCode;

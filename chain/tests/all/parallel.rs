@@ -3,9 +3,7 @@
 //! contracts, a `setcode` mid-block and a block whose fuel runs out, under every pipeline
 //! setting and thread count.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use tally_chain::system::{SETCODE, SYSTEM, SetCode};
 use tally_chain::{BlockId, Chain, Name, Pipeline, SignedTransaction, Transfer};
 

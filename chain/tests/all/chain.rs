@@ -1,14 +1,12 @@
 //! The chain's guarantees: the seed's scenario, atomic transactions, rejections, the block
 //! path, and the hardening of issue 10.
 
-mod common;
-
 use std::borrow::Cow;
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use common::*;
+use crate::common::*;
 use tally_chain::state::keys;
 use tally_chain::{
     BlockArchive, BlockHeader, BlockRecord, Chain, ChainConfig, ChainError, Commit, Durability,
@@ -831,6 +829,81 @@ mod tampering {
         }
         let err = verify(&store, chain.runtime().clone(), chain.config()).unwrap_err();
         assert!(err.to_string().contains("could not be admitted"), "{err}");
+    }
+
+    /// A store that refuses to load block 0 whole, as a ten-million-account genesis must not
+    /// be: only its header, body and a stream of its changes may be read.
+    struct NoWholeGenesis(MemoryStore);
+
+    impl StateStore for NoWholeGenesis {
+        fn get(&self, key: &[u8]) -> StoreResult<Option<Cow<'_, [u8]>>> {
+            self.0.get(key)
+        }
+        fn commit(&mut self, block: BlockRecord, commit: Commit) -> StoreResult<()> {
+            self.0.commit(block, commit)
+        }
+        fn entries(&self) -> StoreResult<Entries<'_>> {
+            self.0.entries()
+        }
+        fn disk_bytes(&self) -> u64 {
+            0
+        }
+        fn kind(&self) -> &'static str {
+            "no-whole-genesis"
+        }
+    }
+
+    impl BlockArchive for NoWholeGenesis {
+        fn head(&self) -> Option<&BlockHeader> {
+            self.0.head()
+        }
+        fn block(&self, height: u64) -> StoreResult<Option<BlockRecord>> {
+            assert_ne!(height, 0, "block 0 was loaded whole");
+            self.0.block(height)
+        }
+        fn header_and_body(&self, height: u64) -> StoreResult<Option<(BlockHeader, Vec<u8>)>> {
+            Ok(self.0.block(height)?.map(|r| (r.header, r.body)))
+        }
+        fn changes(
+            &self,
+            height: u64,
+        ) -> StoreResult<Option<tally_chain::store::BlockChanges<'_>>> {
+            self.0.changes(height)
+        }
+        fn first_retained(&self) -> u64 {
+            self.0.first_retained()
+        }
+    }
+
+    /// Issue 20, item 6: `verify` streams genesis into its replay rather than loading block 0
+    /// (GBs at ten million accounts) whole.
+    #[test]
+    fn issue_20_verify_streams_the_genesis_block() {
+        let chain = signed_chain();
+        let mut store = NoWholeGenesis(MemoryStore::new(64));
+        for height in 0..=chain.head().height {
+            store
+                .0
+                .commit(
+                    chain.store().block(height).unwrap().unwrap(),
+                    Commit::default(),
+                )
+                .unwrap();
+        }
+        let report = verify(&store, chain.runtime().clone(), chain.config()).unwrap();
+        assert!(report.replayed);
+        assert_eq!(
+            report.genesis_checksum,
+            Some(
+                chain
+                    .store()
+                    .block(0)
+                    .unwrap()
+                    .unwrap()
+                    .header
+                    .state_checksum
+            )
+        );
     }
 
     #[test]

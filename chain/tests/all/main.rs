@@ -1,0 +1,12 @@
+//! tally-chain's integration tests, in one binary (one link, one process: wasmtime's
+//! `tests/all` layout), a module per subject. Run one subject with a filter, e.g.
+//! `cargo test -p tally-chain --test all store::`.
+
+mod common;
+
+mod chain;
+mod fuzz;
+mod hostile;
+mod parallel;
+mod registry;
+mod store;

@@ -1,0 +1,399 @@
+//! What every import does, engine-free: the ABI v1 functions of [`crate::abi::IMPORTS`] and
+//! the metering functions the runtime's instrumentation calls.
+//!
+//! Each ABI function takes the same steps in the same order: charge fuel for the call, the
+//! keys it touches and its input bytes, bounds-check each guest pointer/length pair against the
+//! contract's memory ([`crate::memory`]), call the [`Host`], write any result back, and charge
+//! for the output bytes (and for state growth, when a `store` created its key). Any failure is
+//! a [`HostError`]: an [`Abort`] fails the action, a [`crate::NodeFault`] the node's work.
+//!
+//! An engine provides a [`Guest`] (its fuel, the contract's memory and the store data) and
+//! registers these functions with [`register_imports!`](crate::register_imports) and
+//! [`register_metering_imports!`](crate::register_metering_imports): the wasmtime linker
+//! ([`crate::linker`]) and the wasmi baseline both do, so neither can price or check a call
+//! differently.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::abi::{Charge, charge as charge_of};
+use crate::error::{Abort, AbortCode, HostError};
+use crate::limits::{
+    FUEL_PER_DIRTY_CHUNK, FUEL_PER_MEMORY_GROW, MAX_ASSERT_MESSAGE_LEN, MAX_CONSOLE_LEN,
+    MAX_KEY_LEN, MAX_STACK_BYTES, MAX_VALUE_LEN,
+};
+use crate::memory::{DirtyChunks, guest_range, length, mark_bulk_write};
+use crate::{Host, Name, Upsert};
+
+// The prices of abi::IMPORTS, resolved at compile time (so they cost what literals would).
+const READ_MESSAGE: Charge = charge_of("read_message");
+const MESSAGE_SIZE: Charge = charge_of("message_size");
+const LOAD: Charge = charge_of("load");
+const STORE: Charge = charge_of("store");
+const REMOVE: Charge = charge_of("remove");
+const ASSERT: Charge = charge_of("assert");
+const REQUIRE_AUTH: Charge = charge_of("require_auth");
+const PRINT: Charge = charge_of("print");
+
+/// An action's console output, bounded by [`MAX_CONSOLE_LEN`].
+#[derive(Debug, Default)]
+pub struct Console(Vec<u8>);
+
+impl Console {
+    /// Appends `text`.
+    ///
+    /// # Errors
+    /// [`AbortCode::LimitExceeded`] if the action's output would pass [`MAX_CONSOLE_LEN`].
+    pub fn push(&mut self, text: &[u8]) -> Result<(), Abort> {
+        if self.0.len() + text.len() > MAX_CONSOLE_LEN as usize {
+            return Err(Abort::new(
+                AbortCode::LimitExceeded,
+                format!("console output exceeds {MAX_CONSOLE_LEN} bytes"),
+            ));
+        }
+        self.0.extend_from_slice(text);
+        Ok(())
+    }
+
+    /// Forgets what was printed, keeping the allocation.
+    #[inline]
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    /// What was printed, leaving the console empty.
+    #[inline]
+    pub fn take(&mut self) -> Vec<u8> {
+        core::mem::take(&mut self.0)
+    }
+}
+
+/// What the host functions keep of a running action besides its host.
+#[derive(Default)]
+pub struct CallState {
+    /// What the action printed, bounded.
+    pub console: Console,
+    /// The chunks of the contract's memory the host wrote (`read_message`, `load`), so a
+    /// runtime that restores instances restores those bytes too and charges for them with the
+    /// chunks wasm wrote ([`DirtyChunks::collect`]).
+    pub dirty: DirtyChunks,
+}
+
+/// The store data of a running action, as the host functions see it.
+pub trait ActionData {
+    /// The host lent to the action.
+    ///
+    /// # Errors
+    /// A [`crate::NodeFault`] when no host is lent (a runtime bug).
+    fn host(&mut self) -> Result<&mut dyn Host, HostError>;
+
+    /// The console and the chunks the host wrote.
+    fn state(&mut self) -> &mut CallState;
+}
+
+/// What a host function needs of the engine running it.
+pub trait Guest {
+    /// The store data.
+    type Data: ActionData + ?Sized;
+
+    /// Fuel the action has left.
+    ///
+    /// # Errors
+    /// A [`crate::NodeFault`] if the engine does not meter fuel.
+    fn fuel(&self) -> Result<u64, HostError>;
+
+    /// Sets the fuel the action has left.
+    ///
+    /// # Errors
+    /// A [`crate::NodeFault`] if the engine does not meter fuel.
+    fn set_fuel(&mut self, fuel: u64) -> Result<(), HostError>;
+
+    /// The store data.
+    fn data(&mut self) -> &mut Self::Data;
+
+    /// The contract's linear memory and the store data, borrowed together.
+    ///
+    /// # Errors
+    /// [`AbortCode::BadPointer`] if the contract has no memory.
+    fn memory(&mut self) -> Result<(&mut [u8], &mut Self::Data), HostError>;
+
+    /// The length of the contract's memory and the instrumentation's dirty-chunk map
+    /// ([`crate::memory`]); `None` for an instance without one.
+    fn dirty_map(&mut self) -> Option<(usize, &mut [u8])>;
+
+    /// Takes `amount` fuel from the running action, or aborts it when there is not enough.
+    ///
+    /// # Errors
+    /// An [`AbortCode::OutOfFuel`] abort, with the action's fuel set to zero.
+    fn charge(&mut self, amount: u64) -> Result<(), HostError> {
+        let left = self.fuel()?;
+        match left.checked_sub(amount) {
+            Some(rest) => self.set_fuel(rest),
+            None => {
+                self.set_fuel(0)?;
+                Err(Abort::new(AbortCode::OutOfFuel, "out of fuel in a host call").into())
+            }
+        }
+    }
+}
+
+/// The [`AbortCode::BadPointer`] of an instance without a memory.
+pub fn no_memory() -> HostError {
+    Abort::new(AbortCode::BadPointer, "the contract exports no memory").into()
+}
+
+/// `read_message(dst, len) -> i32`: copies up to `len` bytes of the action's data to `dst`;
+/// returns its full length.
+pub fn read_message(g: &mut impl Guest, dst: i32, len: i32) -> Result<i32, HostError> {
+    g.charge(READ_MESSAGE.before(0))?;
+    let len = length(len, u32::MAX >> 1, "message buffer")?;
+    let (data, ctx) = g.memory()?;
+    let dst = guest_range(data.len(), dst, len, "message buffer")?;
+    let msg = ctx.host()?.message();
+    let n = msg.len().min(dst.len());
+    data[dst.start..dst.start + n].copy_from_slice(&msg[..n]);
+    let full = msg.len() as i32;
+    ctx.state().dirty.wrote(dst.start..dst.start + n);
+    // The message is the action's own, already paid for by the transaction's bytes: only what
+    // is copied is charged.
+    g.charge(n as u64 * READ_MESSAGE.per_output_byte)?;
+    Ok(full)
+}
+
+/// `message_size() -> i32`: the full length of the action's data.
+pub fn message_size(g: &mut impl Guest) -> Result<i32, HostError> {
+    g.charge(MESSAGE_SIZE.before(0))?;
+    Ok(g.data().host()?.message().len() as i32)
+}
+
+/// `load(key, klen, dst, dlen) -> i32`: copies up to `dlen` bytes of the value under the key
+/// to `dst`; returns its full length, or -1 if absent.
+pub fn load(
+    g: &mut impl Guest,
+    key: i32,
+    klen: i32,
+    dst: i32,
+    dlen: i32,
+) -> Result<i32, HostError> {
+    let klen = length(klen, MAX_KEY_LEN, "key")?;
+    g.charge(LOAD.before(klen as u64))?;
+    let dlen = length(dlen, u32::MAX >> 1, "value buffer")?;
+    let (data, ctx) = g.memory()?;
+    let key = guest_range(data.len(), key, klen, "key")?;
+    let dst = guest_range(data.len(), dst, dlen, "value buffer")?;
+    let (full, n) = match ctx.host()?.load(&data[key])? {
+        None => (-1, 0),
+        Some(value) => {
+            let n = value.len().min(dst.len());
+            data[dst.start..dst.start + n].copy_from_slice(&value[..n]);
+            (value.len() as i32, n)
+        }
+    };
+    ctx.state().dirty.wrote(dst.start..dst.start + n);
+    // The whole value was read, whatever part of it was copied (`Charge::per_output_byte`).
+    let read = full.max(0) as u64;
+    g.charge(read * LOAD.per_output_byte)?;
+    Ok(full)
+}
+
+/// `store(key, klen, val, vlen)`: sets the key in the contract's namespace.
+pub fn store(
+    g: &mut impl Guest,
+    key: i32,
+    klen: i32,
+    val: i32,
+    vlen: i32,
+) -> Result<(), HostError> {
+    let klen = length(klen, MAX_KEY_LEN, "key")?;
+    let vlen = length(vlen, MAX_VALUE_LEN, "value")?;
+    g.charge(STORE.before(klen as u64 + vlen as u64))?;
+    let (data, ctx) = g.memory()?;
+    let key = guest_range(data.len(), key, klen, "key")?;
+    let val = guest_range(data.len(), val, vlen, "value")?;
+    match ctx.host()?.upsert(&data[key], &data[val])? {
+        Upsert::Inserted => g.charge(STORE.new_key),
+        Upsert::Updated => Ok(()),
+    }
+}
+
+/// `remove(key, klen)`: deletes the key from the contract's namespace.
+pub fn remove(g: &mut impl Guest, key: i32, klen: i32) -> Result<(), HostError> {
+    let klen = length(klen, MAX_KEY_LEN, "key")?;
+    g.charge(REMOVE.before(klen as u64))?;
+    let (data, ctx) = g.memory()?;
+    let key = guest_range(data.len(), key, klen, "key")?;
+    ctx.host()?.remove(&data[key])
+}
+
+/// `assert(cond, msg, mlen)`: aborts the action with the message when `cond` is zero.
+pub fn assert(g: &mut impl Guest, cond: i32, msg: i32, mlen: i32) -> Result<(), HostError> {
+    g.charge(ASSERT.before(0))?;
+    if cond != 0 {
+        return Ok(());
+    }
+    let mlen = length(mlen, MAX_ASSERT_MESSAGE_LEN, "assert message")?;
+    let (data, _) = g.memory()?;
+    let msg = guest_range(data.len(), msg, mlen, "assert message")?;
+    let text = String::from_utf8_lossy(&data[msg]).into_owned();
+    Err(Abort::new(AbortCode::AssertFailed, text).into())
+}
+
+/// `require_auth(account)`: aborts unless the transaction is signed by `account`'s key.
+pub fn require_auth(g: &mut impl Guest, account: i64) -> Result<(), HostError> {
+    g.charge(REQUIRE_AUTH.before(0))?;
+    let account = Name(account as u64);
+    if g.data().host()?.is_authorized(account) {
+        Ok(())
+    } else {
+        Err(Abort::new(
+            AbortCode::Unauthorized,
+            format!("missing authority of {account}"),
+        )
+        .into())
+    }
+}
+
+/// `print(msg, mlen)`: appends to the action's console (bounded) and shows it to the host.
+pub fn print(g: &mut impl Guest, msg: i32, mlen: i32) -> Result<(), HostError> {
+    let mlen = length(mlen, MAX_CONSOLE_LEN, "console text")?;
+    g.charge(PRINT.before(mlen as u64))?;
+    let (data, ctx) = g.memory()?;
+    let msg = guest_range(data.len(), msg, mlen, "console text")?;
+    ctx.state().console.push(&data[msg.clone()])?;
+    ctx.host()?.print(&data[msg])
+}
+
+/// `charge_chunks(chunks)`: a charge point of the instrumentation pays for the chunks wasm
+/// marked since the last one.
+pub fn charge_chunks(g: &mut impl Guest, chunks: i32) -> Result<(), HostError> {
+    g.charge(u64::from(chunks as u32) * FUEL_PER_DIRTY_CHUNK)
+}
+
+/// `mem_write(dst, len)`, before a bulk memory operation writes: the engine charges the
+/// operation per byte; this marks the chunks it writes in the map and pays for those not
+/// marked yet, before a byte is written.
+pub fn mem_write(g: &mut impl Guest, dst: i32, len: i32) -> Result<(), HostError> {
+    let Some((memory_len, map)) = g.dirty_map() else {
+        return Ok(());
+    };
+    let newly = mark_bulk_write(map, memory_len, dst, len);
+    g.charge(newly * FUEL_PER_DIRTY_CHUNK)
+}
+
+/// `grow(pages)`, before `memory.grow`: its flat price.
+pub fn grow(g: &mut impl Guest, pages: i32) -> Result<(), HostError> {
+    let _ = pages;
+    g.charge(FUEL_PER_MEMORY_GROW)
+}
+
+/// `stack_exhausted()`: the deterministic stack limit was reached.
+pub fn stack_exhausted(g: &mut impl Guest) -> Result<(), HostError> {
+    let _ = g;
+    Err(Abort::new(
+        AbortCode::StackOverflow,
+        format!("call stack exhausted: frames exceed {MAX_STACK_BYTES} bytes"),
+    )
+    .into())
+}
+
+/// Registers every ABI v1 import on `$linker` (a wasmtime or wasmi `Linker`), as module
+/// [`crate::abi::MODULE`], propagating the linker's error with `?`: each import a closure
+/// taking the engine's `$caller` type, wrapped into a [`Guest`] by the tuple struct `$guest`,
+/// whose [`HostError`] becomes the engine's error by `$trap`. The list of imports and their
+/// types is written here once, for every engine.
+///
+/// ```ignore
+/// register_imports!(linker, Caller<'_, T>, Wasmtime, into_trap);
+/// ```
+#[macro_export]
+macro_rules! register_imports {
+    ($linker:expr, $caller:ty, $guest:path, $trap:expr) => {
+        $crate::__register!($linker, $crate::abi::MODULE, $caller, $guest, $trap;
+            read_message(dst: i32, len: i32);
+            message_size();
+            load(key: i32, klen: i32, dst: i32, dlen: i32);
+            store(key: i32, klen: i32, val: i32, vlen: i32);
+            remove(key: i32, klen: i32);
+            assert(cond: i32, msg: i32, mlen: i32);
+            require_auth(account: i64);
+            print(msg: i32, mlen: i32);
+        )
+    };
+}
+
+/// Registers the metering imports the runtime's instrumentation calls on `$linker`, as module
+/// `$module`, like [`register_imports!`](crate::register_imports).
+#[macro_export]
+macro_rules! register_metering_imports {
+    ($linker:expr, $module:expr, $caller:ty, $guest:path, $trap:expr) => {
+        $crate::__register!($linker, $module, $caller, $guest, $trap;
+            charge_chunks(chunks: i32);
+            mem_write(dst: i32, len: i32);
+            grow(pages: i32);
+            stack_exhausted();
+        )
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __register {
+    ($linker:expr, $module:expr, $caller:ty, $guest:path, $trap:expr;
+        $($name:ident($($arg:ident: $ty:ty),*);)*) => {
+        $(
+            $linker.func_wrap(
+                $module,
+                stringify!($name),
+                |mut caller: $caller, $($arg: $ty),*| {
+                    $crate::imports::$name(&mut $guest(&mut caller), $($arg),*).map_err($trap)
+                },
+            )?;
+        )*
+    };
+}
+
+/// Implements [`Guest`] for `$guest`, a tuple struct around an engine's `&mut Caller` whose
+/// store data is `$data`, for engines whose callers and memories speak wasmtime's API
+/// (`get_fuel`, `set_fuel`, `data`, `data_mut`; `Memory::data`, `data_mut`,
+/// `data_and_store_mut`), as wasmtime and wasmi both do. `$memory` and `$dirty_map` read the
+/// handles of the contract's memory and of the instrumentation's map from the store data;
+/// `$fault` turns the engine's fuel error into a [`HostError`].
+///
+/// ```ignore
+/// impl_guest!([T: WasmHost] Wasmtime<'_, '_, T>, T, fuel_off,
+///     memory: |data: &T| data.memory(), dirty_map: |data: &T| data.dirty_map());
+/// ```
+#[macro_export]
+macro_rules! impl_guest {
+    ([$($generics:tt)*] $guest:ty, $data:ty, $fault:expr,
+        memory: $memory:expr, dirty_map: $map:expr) => {
+        impl<$($generics)*> $crate::imports::Guest for $guest {
+            type Data = $data;
+
+            fn fuel(&self) -> Result<u64, $crate::HostError> {
+                self.0.get_fuel().map_err($fault)
+            }
+
+            fn set_fuel(&mut self, fuel: u64) -> Result<(), $crate::HostError> {
+                self.0.set_fuel(fuel).map_err($fault)
+            }
+
+            fn data(&mut self) -> &mut $data {
+                self.0.data_mut()
+            }
+
+            fn memory(&mut self) -> Result<(&mut [u8], &mut $data), $crate::HostError> {
+                let memory = ($memory)(self.0.data()).ok_or_else($crate::imports::no_memory)?;
+                Ok(memory.data_and_store_mut(&mut *self.0))
+            }
+
+            fn dirty_map(&mut self) -> Option<(usize, &mut [u8])> {
+                let map = ($map)(self.0.data())?;
+                let memory = ($memory)(self.0.data());
+                let memory_len = memory.map_or(0, |m| m.data(&*self.0).len());
+                Some((memory_len, map.data_mut(&mut *self.0)))
+            }
+        }
+    };
+}
