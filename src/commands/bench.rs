@@ -20,7 +20,7 @@ use tally_bench::workload::{self, BenchConfig};
 use tally_chain::{Access, Chain, ChainConfig, Pipeline};
 use tally_runtime::{Runtime, RuntimeConfig};
 
-use super::store::{StoreKind, open_store};
+use crate::common::store::{StoreKind, open_store};
 
 /// Push signed transfers through the simplecoin contract and report transfers per second.
 #[derive(Debug, Args)]

@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tally_chain::{BlockHeader, BlockRecord, Commit, Durability, StateStore};
 
-use super::store::StoreKind;
 use super::storebench_workload::{Griffin, Iavl, Transfers, Workload};
+use crate::common::store::StoreKind;
 
 /// Run a storage workload against the log store, RocksDB and memory, and compare them.
 #[derive(Debug, Args)]

@@ -320,7 +320,10 @@ mod tests {
         let twice = pool.screen(&[a.clone(), a.clone()]).unwrap_err();
         assert_eq!(twice.code, code::DUPLICATE);
         pool.admit([1; 32], vec![a.clone()]).unwrap();
-        assert_eq!(pool.screen(std::slice::from_ref(&a)).unwrap_err().code, code::DUPLICATE);
+        assert_eq!(
+            pool.screen(std::slice::from_ref(&a)).unwrap_err().code,
+            code::DUPLICATE
+        );
         assert_eq!(
             pool.admit([2; 32], vec![a]).unwrap_err().code,
             code::DUPLICATE
