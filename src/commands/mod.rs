@@ -16,7 +16,6 @@ mod node;
 mod plot;
 mod push;
 mod storebench;
-mod storebench_workload;
 
 use clap::{Parser, Subcommand};
 
