@@ -1,6 +1,7 @@
 //! `tally`: build, deploy and benchmark WebAssembly smart contracts.
 
 mod commands;
+mod common;
 mod node;
 
 use clap::Parser;

@@ -737,3 +737,486 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         result.log
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Fault injection (issue 20): `kill -9` at random moments under load, in the spirit of Jepsen.
+// ---------------------------------------------------------------------------------------------
+
+/// How long the faults go on by default: short enough for CI (the whole test takes about two
+/// minutes with it); `TALLY_JEPSEN_SECONDS` sets a longer run.
+const JEPSEN_DEFAULT_SECONDS: u64 = 75;
+
+/// `tally devnet`'s consensus timeouts (src/node/devnet.rs, `CONSENSUS_TIMEOUTS`), in ms:
+/// propose, prevote and precommit at round 0, and what each grows by per round.
+const TIMEOUT_PROPOSE_MS: u64 = 1_000;
+const TIMEOUT_PROPOSE_DELTA_MS: u64 = 200;
+const TIMEOUT_VOTE_MS: u64 = 200;
+const TIMEOUT_VOTE_DELTA_MS: u64 = 100;
+
+/// The longest one round of a height can wait on timeouts at round `r`: no proposal
+/// (propose), then prevotes and precommits that are +2/3 but not for one block.
+const fn round_ms(r: u64) -> u64 {
+    TIMEOUT_PROPOSE_MS
+        + r * TIMEOUT_PROPOSE_DELTA_MS
+        + 2 * (TIMEOUT_VOTE_MS + r * TIMEOUT_VOTE_DELTA_MS)
+}
+
+/// Headroom for the block itself on this project's machines: two cores shared by four
+/// validators, the load generator and a restarting validator replaying the blocks it missed.
+/// In this test's runs heights came every 0.25 s (median) and 1.5 s at the 99th percentile,
+/// kills included; the longest wait was 3.9 s in a five-minute run of 32 kills.
+const LOADED_BLOCK_MS: u64 = 3_000;
+
+/// The longest the network may go without a new height. With one of four validators down the
+/// other three hold 75% of the votes (> 2/3), so only the rounds the dead validator would have
+/// proposed are lost: a height whose round-0 proposer is dead times out at round 0 and commits
+/// at round 1, whose proposer (the next in CometBFT's rotation) is alive. Two rounds of
+/// timeouts (1.4 s + 1.7 s) and one loaded block bound what one kill costs.
+const STALL_BOUND: Duration = Duration::from_millis(round_ms(0) + round_ms(1) + LOADED_BLOCK_MS);
+
+/// How long a killed validator may take to rejoin: CometBFT's start and handshake, then block
+/// sync of the blocks it missed (at most a few seconds' worth), on busy cores. Past it the
+/// validator "cannot restart", which is a failure.
+const REJOIN_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Accounts the load moves coins between.
+const JEPSEN_ACCOUNTS: u64 = 200;
+
+fn rpc_timeout(url: &str, method: &str, params: Value, timeout: Duration) -> Option<Value> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut resp = agent
+        .post(format!("http://{url}"))
+        .header("Content-Type", "application/json")
+        .send(serde_json::to_vec(&body).unwrap().as_slice())
+        .ok()?;
+    let v: Value = serde_json::from_str(&resp.body_mut().read_to_string().ok()?).ok()?;
+    v.get("result").cloned()
+}
+
+/// (height, catching up) of a validator, or `None` while it does not answer within a second.
+fn status(url: &str) -> Option<(u64, bool)> {
+    let s = rpc_timeout(url, "status", json!({}), Duration::from_secs(1))?;
+    let h = s["sync_info"]["latest_block_height"]
+        .as_str()?
+        .parse()
+        .ok()?;
+    Some((h, s["sync_info"]["catching_up"].as_bool().unwrap_or(true)))
+}
+
+/// The highest height any validator reports, and when each new one was first seen.
+#[derive(Default)]
+struct Heights {
+    top: std::sync::atomic::AtomicU64,
+    increases: std::sync::Mutex<Vec<(Instant, u64)>>,
+}
+
+/// Polls every validator until `stop`, recording each new network height.
+fn watch_heights(
+    rpcs: &[String],
+    heights: &std::sync::Arc<Heights>,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    use std::sync::atomic::Ordering;
+    rpcs.iter()
+        .map(|url| {
+            let (url, heights, stop) = (url.clone(), heights.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if let Some((h, _)) = status(&url) {
+                        let mut inc = heights.increases.lock().unwrap();
+                        if heights.top.fetch_max(h, Ordering::SeqCst) < h {
+                            inc.push((Instant::now(), h));
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+        })
+        .collect()
+}
+
+/// Rounds of `tally load` until `stop`, each through the validators in a rotated order (the
+/// first one watches the blocks). A round fails when its first validator is down: it is then
+/// tried again. Returns each finished round's report.
+fn load_rounds(
+    net_dir: PathBuf,
+    rpcs: Vec<String>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Vec<Value>> {
+    std::thread::spawn(move || {
+        let mut reports = Vec::new();
+        let mut round = 0usize;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut order = rpcs.clone();
+            order.rotate_left(round % rpcs.len());
+            round += 1;
+            let report = net_dir.join(format!("jepsen-load-{round}.json"));
+            let out = tally(&[
+                "load",
+                "--rpc",
+                &order.join(","),
+                "--transfers",
+                "3000",
+                "--accounts",
+                &JEPSEN_ACCOUNTS.to_string(),
+                "--bundle",
+                "100",
+                "--window",
+                "1000",
+                "--timeout",
+                "20",
+                "--json",
+                report.to_str().unwrap(),
+            ]);
+            match std::fs::read(&report) {
+                Ok(bytes) if out.status.success() => {
+                    reports.push(serde_json::from_slice(&bytes).unwrap());
+                }
+                _ => std::thread::sleep(Duration::from_millis(200)),
+            }
+        }
+        reports
+    })
+}
+
+/// One kill: which validator, whether only its `tally node` was killed, and the figures.
+struct Kill {
+    at_s: f64,
+    validator: usize,
+    tally_only: bool,
+    /// Only `tally node` was killed, and its CometBFT still ran when the restart began.
+    cometbft_outlived: bool,
+    down_ms: u64,
+    /// From the restart to the validator's height being back at the network's.
+    rejoin_ms: u128,
+}
+
+/// Kills validators at random moments until `deadline`, one at a time: the next kill waits
+/// until the last one's validator has rejoined, so at most one of four is ever down.
+fn inject_faults(net: &Net, rng: &mut tally_bench::sampler::Rng, deadline: Instant) -> Vec<Kill> {
+    let started = Instant::now();
+    let mut kills = Vec::new();
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200 + rng.below(3_000)));
+        let v = rng.below(4) as usize;
+        let tally_only = rng.below(2) == 0;
+        let (tally_pid, cometbft_pid) = net.pids(v);
+        let at_s = started.elapsed().as_secs_f64();
+        if tally_only {
+            kill9(tally_pid);
+        } else if rng.below(2) == 0 {
+            kill9(cometbft_pid);
+            kill9(tally_pid);
+        } else {
+            kill9(tally_pid);
+            kill9(cometbft_pid);
+        }
+        let down_ms = rng.below(2_000);
+        std::thread::sleep(Duration::from_millis(down_ms));
+        wait_for("the killed node to end", Duration::from_secs(10), || {
+            !alive(tally_pid)
+        });
+        // CometBFT stops by itself once its application's socket closes; what is left of the
+        // validator is restarted whole, as `tally devnet` does.
+        let cometbft_outlived = tally_only && alive(cometbft_pid);
+        net.restart(&[]);
+        let restarted = Instant::now();
+        let url = &net.rpcs[v];
+        let deadline = restarted + REJOIN_TIMEOUT;
+        loop {
+            let top = net.rpcs.iter().filter_map(|r| status(r)).map(|s| s.0).max();
+            if let (Some((h, false)), Some(top)) = (status(url), top)
+                && h + 1 >= top
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "validator {v} did not rejoin within {REJOIN_TIMEOUT:?} of its restart after kill \
+                 {} (tally_only: {tally_only}):\ntally log tail:\n{}\ncometbft log tail:\n{}",
+                kills.len() + 1,
+                tail(&net.log(v, "tally"), 30),
+                tail(&net.log(v, "cometbft"), 30),
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        kills.push(Kill {
+            at_s,
+            validator: v,
+            tally_only,
+            cometbft_outlived,
+            down_ms,
+            rejoin_ms: restarted.elapsed().as_millis(),
+        });
+    }
+    kills
+}
+
+fn tail(log: &str, lines: usize) -> String {
+    let all: Vec<&str> = log.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Block `h`'s results on validator `url`: its own app hash and each bundle's result data.
+fn results(url: &str, h: u64) -> (String, Vec<Vec<u8>>) {
+    let r = (0..50)
+        .find_map(|_| {
+            let r = rpc(url, "block_results", json!({"height": h.to_string()}));
+            if r.is_none() {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            r
+        })
+        .unwrap_or_else(|| panic!("{url} has no results at height {h}"));
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let data = r["txs_results"]
+        .as_array()
+        .map(|txs| {
+            txs.iter()
+                .map(|t| b64.decode(t["data"].as_str().unwrap_or("")).unwrap())
+                .collect()
+        })
+        .unwrap_or_default();
+    (r["app_hash"].as_str().unwrap().to_string(), data)
+}
+
+/// The transactions of block `h` (bundles), from validator `url`.
+fn block_txs(url: &str, h: u64) -> Vec<Vec<u8>> {
+    let r = rpc(url, "block", json!({"height": h.to_string()})).expect("block");
+    let b64 = base64::engine::general_purpose::STANDARD;
+    r["block"]["data"]["txs"]
+        .as_array()
+        .map(|txs| {
+            txs.iter()
+                .map(|t| b64.decode(t.as_str().unwrap()).unwrap())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Splits a bundle (node/bundle.rs) into its transactions.
+fn unbundle(bytes: &[u8]) -> Vec<&[u8]> {
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    let (count, mut at) = (u32_at(1), 5);
+    (0..count)
+        .map(|_| {
+            let len = u32_at(at);
+            at += 4 + len;
+            &bytes[at - len..at]
+        })
+        .collect()
+}
+
+/// simplecoin's balance of benchmark account `i` on validator `url`.
+fn balance(url: &str, i: u64) -> u64 {
+    let mut data = workload::SIMPLECOIN.0.to_le_bytes().to_vec();
+    data.extend_from_slice(&workload::account_name(i).0.to_le_bytes());
+    let r = rpc(
+        url,
+        "abci_query",
+        json!({"path": "get", "data": hex::encode(data)}),
+    )
+    .expect("abci_query answered");
+    let value = base64::engine::general_purpose::STANDARD
+        .decode(r["response"]["value"].as_str().unwrap_or(""))
+        .unwrap();
+    u64::from_le_bytes(value[..8].try_into().expect("a balance is 8 bytes"))
+}
+
+/// Every validator's app hash and results at heights `1..=last` agree; returns the balances
+/// that replaying the successful transfers of those blocks from genesis gives, and how many.
+fn check_history(rpcs: &[String], last: u64) -> (Vec<u64>, u64) {
+    let per_validator: Vec<Vec<(String, Vec<Vec<u8>>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = rpcs
+            .iter()
+            .map(|url| s.spawn(move || (1..=last).map(|h| results(url, h)).collect()))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut balances = vec![workload::INITIAL_BALANCE; JEPSEN_ACCOUNTS as usize];
+    let index = |n: tally_chain::Name| {
+        (0..JEPSEN_ACCOUNTS)
+            .find(|&i| workload::account_name(i) == n)
+            .unwrap() as usize
+    };
+    let mut seen = std::collections::HashSet::new();
+    let mut successes = 0u64;
+    for h in 1..=last {
+        let i = (h - 1) as usize;
+        let first = &per_validator[0][i];
+        for (v, other) in per_validator.iter().enumerate().skip(1) {
+            assert_eq!(
+                other[i].0, first.0,
+                "validators 0 and {v} computed different app hashes at height {h}"
+            );
+            assert_eq!(
+                other[i].1, first.1,
+                "validators 0 and {v} differ in results at height {h}"
+            );
+        }
+        if first.1.is_empty() {
+            continue;
+        }
+        let txs = block_txs(&rpcs[0], h);
+        assert_eq!(
+            txs.len(),
+            first.1.len(),
+            "height {h}: one result per bundle"
+        );
+        for (bundle, data) in txs.iter().zip(&first.1) {
+            for (tx, &outcome) in unbundle(bundle).iter().zip(&data[32..]) {
+                if outcome != 0 {
+                    continue;
+                }
+                let tx = SignedTransaction::decode(tx).unwrap();
+                let t: Transfer = borsh::from_slice(&tx.transaction.actions[0].data).unwrap();
+                assert!(
+                    seen.insert(tx.transaction.id()),
+                    "height {h}: transfer {t:?} succeeded twice"
+                );
+                balances[index(t.from)] -= t.amount;
+                balances[index(t.to)] += t.amount;
+                successes += 1;
+            }
+        }
+    }
+    (balances, successes)
+}
+
+/// Issue 20: four validators under load while a seeded scheduler `kill -9`s one at a time at
+/// random moments (both processes, or only `tally node`) and restarts it. Afterwards every
+/// validator has the same app hash and results at every height, the state is what the
+/// committed transfers make of genesis (no committed transfer lost, none applied twice, supply
+/// kept), and no stall outlasted what one kill costs (`STALL_BOUND`).
+#[test]
+fn issue_20_random_kill_9_under_load_keeps_one_history_every_transfer_and_bounded_stalls() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if cometbft().is_none() {
+        return;
+    }
+    let _one = one_network();
+    let seconds: u64 = std::env::var("TALLY_JEPSEN_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(JEPSEN_DEFAULT_SECONDS);
+    let seed: u64 = std::env::var("TALLY_JEPSEN_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("jepsen: seed {seed} (TALLY_JEPSEN_SEED={seed} repeats the schedule), {seconds} s");
+    let mut rng = tally_bench::sampler::Rng::new(seed);
+    let net = Net::start(4, 27_400, JEPSEN_ACCOUNTS);
+    let rpcs = net.rpcs.clone();
+
+    let heights = Arc::new(Heights::default());
+    let stop_watch = Arc::new(AtomicBool::new(false));
+    let watchers = watch_heights(&rpcs, &heights, &stop_watch);
+    let stop_load = Arc::new(AtomicBool::new(false));
+    let loader = load_rounds(net.path().to_path_buf(), rpcs.clone(), stop_load.clone());
+    let started = Instant::now();
+    let kills = inject_faults(&net, &mut rng, started + Duration::from_secs(seconds));
+    let faults_s = started.elapsed().as_secs_f64();
+    stop_load.store(true, Ordering::Relaxed);
+    let reports = loader.join().unwrap();
+    stop_watch.store(true, Ordering::Relaxed);
+    for w in watchers {
+        w.join().unwrap();
+    }
+
+    // The longest wait for a new height while faults and load went on.
+    let increases = heights.increases.lock().unwrap().clone();
+    let (stall, stall_at) = increases
+        .windows(2)
+        .map(|w| (w[1].0 - w[0].0, w[1].1))
+        .max()
+        .unwrap_or_default();
+    let mut gaps: Vec<Duration> = increases.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    gaps.sort();
+    let gap = |p: f64| gaps.get(((gaps.len() as f64 - 1.0) * p) as usize).copied();
+
+    // Quiesce: every bundle still in a mempool is committed or expires, then every validator
+    // reaches one height, so reading state account by account gives one state.
+    wait_for("empty mempools", Duration::from_secs(150), || {
+        rpcs.iter().all(|r| {
+            rpc(r, "num_unconfirmed_txs", json!({}))
+                .is_some_and(|u| u["n_txs"].as_str() == Some("0"))
+        })
+    });
+    let target = rpcs.iter().map(|r| height(r)).max().unwrap() + 2;
+    wait_for(
+        "every validator past the last block",
+        Duration::from_secs(60),
+        || rpcs.iter().all(|r| height(r) >= target),
+    );
+    let last = rpcs.iter().map(|r| height(r)).min().unwrap() - 1;
+    let (expected, successes) = check_history(&rpcs, last);
+    assert_eq!(
+        expected.iter().sum::<u64>(),
+        JEPSEN_ACCOUNTS * workload::INITIAL_BALANCE
+    );
+    for (v, url) in rpcs.iter().enumerate() {
+        let state: Vec<u64> = (0..JEPSEN_ACCOUNTS).map(|i| balance(url, i)).collect();
+        assert_eq!(
+            state, expected,
+            "validator {v}'s balances are not what the committed transfers make of genesis"
+        );
+    }
+    let loaded: u64 = reports
+        .iter()
+        .map(|r| r["committed"].as_u64().unwrap())
+        .sum();
+    assert!(
+        loaded <= successes,
+        "the load saw {loaded} transfers committed, the blocks hold {successes}"
+    );
+
+    let hashes: Vec<String> = rpcs.iter().map(|r| results(r, last).0).collect();
+    let finals: Vec<u64> = rpcs.iter().map(|r| height(r)).collect();
+    let tally_only = kills.iter().filter(|k| k.tally_only).count();
+    let rejoin_max = kills.iter().map(|k| k.rejoin_ms).max().unwrap_or(0);
+    eprintln!(
+        "jepsen: seed {seed}: {} kills survived in {faults_s:.0} s ({tally_only} of tally node \
+         only, {} of both processes); longest stall {stall:?} before height {stall_at} (bound \
+         {STALL_BOUND:?}; median gap {:?}, 99th percentile {:?}); longest rejoin {rejoin_max} \
+         ms; {} load rounds, {successes} transfers \
+         committed ({loaded} seen by the load); final heights {finals:?}; app hash at height \
+         {last}: {hashes:?}",
+        kills.len(),
+        kills.len() - tally_only,
+        gap(0.5).unwrap_or_default(),
+        gap(0.99).unwrap_or_default(),
+        reports.len(),
+    );
+    for k in &kills {
+        eprintln!(
+            "jepsen: at {:.1} s validator {} ({}) down {} ms, rejoined {} ms after its restart",
+            k.at_s,
+            k.validator,
+            match (k.tally_only, k.cometbft_outlived) {
+                (false, _) => "both",
+                (true, false) => "tally node; cometbft then stopped",
+                (true, true) => "tally node; cometbft still ran",
+            },
+            k.down_ms,
+            k.rejoin_ms
+        );
+    }
+    assert!(!kills.is_empty(), "no kill in {seconds} s");
+    assert!(successes > 0, "no transfer committed under faults");
+    assert!(
+        stall <= STALL_BOUND,
+        "the network made no block for {stall:?} (before height {stall_at}); one kill costs at \
+         most {STALL_BOUND:?}"
+    );
+}

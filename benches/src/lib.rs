@@ -8,11 +8,13 @@
 //! - [`baseline`]: the same transfer in plain Rust, and the same `.wasm` under wasmi;
 //! - [`hostile`]: the worst blocks a hostile sender can build, one per resource it attacks;
 //! - [`proc`]: what the process uses (resident memory), read from `/proc`;
-//! - [`report`]: the report of a `tally bench` run, as JSON and as a table.
+//! - [`report`]: the report of a `tally bench` run, as JSON and as a table;
+//! - [`storebench`]: `tally storebench`'s storage workloads and their measurement.
 
 pub mod baseline;
 pub mod hostile;
 pub mod proc;
 pub mod report;
 pub mod sampler;
+pub mod storebench;
 pub mod workload;

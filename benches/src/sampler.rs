@@ -1,5 +1,6 @@
 //! Deterministic randomness for workloads: SplitMix64 and the Zipf-Mandelbrot sampler of the
-//! Vryx test.
+//! Vryx test. `tally bench`'s workload and `tally storebench`'s share them; the tests below pin
+//! their streams, because a seed must keep meaning the same workload for both.
 
 /// SplitMix64: tiny, fast and fully specified, so a seed means the same workload on every
 /// platform and version.
@@ -29,6 +30,23 @@ impl Rng {
     /// Uniform in `[0, n)`.
     pub fn below(&mut self, n: u64) -> u64 {
         ((self.next_u64() as u128 * n as u128) >> 64) as u64
+    }
+
+    /// Normal with `mean` and `std` (Box-Muller), rounded and clipped to `[min, max]`.
+    pub fn normal(&mut self, mean: f64, std: f64, min: u64, max: u64) -> u64 {
+        let u1 = self.next_f64().max(f64::MIN_POSITIVE);
+        let u2 = self.next_f64();
+        let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+        (mean + std * z).round().clamp(min as f64, max as f64) as u64
+    }
+
+    /// Replaces `out` with `n` pseudo-random bytes.
+    pub fn fill(&mut self, out: &mut Vec<u8>, n: usize) {
+        out.clear();
+        while out.len() < n {
+            out.extend_from_slice(&self.next_u64().to_le_bytes());
+        }
+        out.truncate(n);
     }
 }
 
@@ -157,5 +175,36 @@ impl Sampler {
             Self::Uniform(n) => rng.below(*n),
             Self::Zipf(z) => z.sample(rng),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PINNED_WORDS: [u64; 3] = [
+        7958955049054603978,
+        16462000697783136304,
+        15847914186252977247,
+    ];
+    const PINNED_BYTES: [u8; 11] = [158, 248, 243, 38, 12, 235, 228, 125, 185, 202, 120];
+    const PINNED_NORMALS: [u64; 4] = [59, 58, 57, 54];
+    const PINNED_RANKS: [u64; 6] = [378, 26, 65, 1122, 797754, 110];
+
+    // The streams as they were when `tally storebench` kept its own copy of this code
+    // (src/commands/storebench_workload.rs): a change here changes both workloads.
+    #[test]
+    fn a_seed_gives_the_same_streams_as_before() {
+        let mut rng = Rng::new(4);
+        let words: Vec<u64> = (0..3).map(|_| rng.next_u64()).collect();
+        assert_eq!(words, PINNED_WORDS);
+        let mut bytes = Vec::new();
+        rng.fill(&mut bytes, 11);
+        assert_eq!(bytes, PINNED_BYTES);
+        let normals: Vec<u64> = (0..4).map(|_| rng.normal(56.0, 3.0, 4, 1024)).collect();
+        assert_eq!(normals, PINNED_NORMALS);
+        let zipf = ZipfMandelbrot::vryx(10_000_000);
+        let ranks: Vec<u64> = (0..6).map(|_| zipf.sample(&mut rng)).collect();
+        assert_eq!(ranks, PINNED_RANKS);
     }
 }

@@ -390,7 +390,20 @@ fn c_header(actions: &[Action], stem: &str, source: &Source) -> anyhow::Result<S
     }
     let guard = format!("{}_ABI_H", stem.to_ascii_uppercase());
     let mut h = String::new();
+    c_preamble(&mut h, stem, source, &guard);
+    for a in actions {
+        c_action_types(&mut h, a);
+        c_action_codecs(&mut h, a);
+    }
+    c_dispatch(&mut h, actions, stem);
     let w = &mut h;
+    writeln!(w).unwrap();
+    writeln!(w, "#endif /* {guard} */").unwrap();
+    Ok(h)
+}
+
+/// The header's comment, include guard and include.
+fn c_preamble(w: &mut String, stem: &str, source: &Source, guard: &str) {
     writeln!(w, "/* The actions of {}, for a C contract.", source.file).unwrap();
     writeln!(w, " *").unwrap();
     writeln!(
@@ -434,109 +447,120 @@ fn c_header(actions: &[Action], stem: &str, source: &Source) -> anyhow::Result<S
     writeln!(w, "#define {guard}").unwrap();
     writeln!(w).unwrap();
     writeln!(w, "#include \"tally.h\"").unwrap();
-    for a in actions {
-        let t = &a.type_name;
-        writeln!(w).unwrap();
-        writeln!(w, "/* ---- {} {} */", a.name, "-".repeat(68 - a.name.len())).unwrap();
-        writeln!(w).unwrap();
-        writeln!(w, "/** The name of action `{}`. */", a.name).unwrap();
+}
+
+/// An action's name constant, struct and `_unpack`.
+fn c_action_types(w: &mut String, a: &Action) {
+    let t = &a.type_name;
+    writeln!(w).unwrap();
+    writeln!(w, "/* ---- {} {} */", a.name, "-".repeat(68 - a.name.len())).unwrap();
+    writeln!(w).unwrap();
+    writeln!(w, "/** The name of action `{}`. */", a.name).unwrap();
+    writeln!(
+        w,
+        "#define ACTION_{} 0x{:016x}ULL",
+        a.snake.to_ascii_uppercase(),
+        a.value.0
+    )
+    .unwrap();
+    writeln!(w).unwrap();
+    writeln!(w, "/** The data of action `{}`. */", a.name).unwrap();
+    writeln!(w, "typedef struct {{").unwrap();
+    if a.fields.is_empty() {
         writeln!(
             w,
-            "#define ACTION_{} 0x{:016x}ULL",
-            a.snake.to_ascii_uppercase(),
-            a.value.0
+            "    char empty; /* no fields: C structs cannot be empty */"
         )
         .unwrap();
-        writeln!(w).unwrap();
-        writeln!(w, "/** The data of action `{}`. */", a.name).unwrap();
-        writeln!(w, "typedef struct {{").unwrap();
-        if a.fields.is_empty() {
-            writeln!(
-                w,
-                "    char empty; /* no fields: C structs cannot be empty */"
-            )
-            .unwrap();
-        }
-        for f in a.fields {
-            let ty = c_type(&f.ty);
-            let sep = if ty.ends_with('*') { "" } else { " " };
-            writeln!(w, "    {ty}{sep}{};", f.name).unwrap();
-        }
-        writeln!(w, "}} {t};").unwrap();
-        writeln!(w).unwrap();
-        writeln!(
-            w,
-            "/** \\brief Reads a {t} from `ds`; aborts if the data ends first. */"
-        )
-        .unwrap();
-        writeln!(
-            w,
-            "static inline void {t}_unpack(DataStream *ds, {t} *v) {{"
-        )
-        .unwrap();
-        if a.fields.is_empty() {
-            writeln!(w, "    (void)ds;").unwrap();
-            writeln!(w, "    v->empty = 0;").unwrap();
-        }
-        for f in a.fields {
-            // Strings are checked as UTF-8 where they are read, as Rust's String is.
-            let unpack = match f.ty.as_str() {
-                "string" => "String_unpack_utf8".to_string(),
-                other => format!("{}_unpack", c_codec(other)),
-            };
-            writeln!(w, "    {unpack}(ds, &v->{});", f.name).unwrap();
-        }
-        writeln!(w, "}}").unwrap();
-        writeln!(w).unwrap();
-        writeln!(
-            w,
-            "/** \\brief The number of bytes {t}_pack writes for `v`. */"
-        )
-        .unwrap();
-        writeln!(w, "static inline uint32_t {t}_packed_size(const {t} *v) {{").unwrap();
-        let fixed: u32 = a.fields.iter().filter_map(|f| c_fixed_size(&f.ty)).sum();
-        let var: Vec<String> = a
-            .fields
-            .iter()
-            .filter(|f| c_fixed_size(&f.ty).is_none())
-            .map(|f| format!(" + 4 + v->{}->len", f.name))
-            .collect();
-        if var.is_empty() {
-            writeln!(w, "    (void)v;").unwrap();
-        }
-        writeln!(w, "    return {fixed}{};", var.concat()).unwrap();
-        writeln!(w, "}}").unwrap();
-        writeln!(w).unwrap();
-        writeln!(
-            w,
-            "/** \\brief Writes `v` to `ws`, as borsh; aborts if it does not fit. */"
-        )
-        .unwrap();
-        writeln!(
-            w,
-            "static inline void {t}_pack(WriteStream *ws, const {t} *v) {{"
-        )
-        .unwrap();
-        if a.fields.is_empty() {
-            writeln!(w, "    (void)ws;").unwrap();
-            writeln!(w, "    (void)v;").unwrap();
-        }
-        for f in a.fields {
-            writeln!(w, "    {}_pack(ws, v->{});", c_codec(&f.ty), f.name).unwrap();
-        }
-        writeln!(w, "}}").unwrap();
-        writeln!(w).unwrap();
-        writeln!(
-            w,
-            "/** \\brief Reads the running action's data as exactly one {t} (see tally_message). */"
-        )
-        .unwrap();
-        writeln!(w, "static inline void {t}_read({t} *v) {{").unwrap();
-        writeln!(w, "    DataStream ds = tally_message();").unwrap();
-        writeln!(w, "    {t}_unpack(&ds, v);").unwrap();
-        writeln!(w, "    DataStream_end(&ds);").unwrap();
-        writeln!(w, "}}").unwrap();
     }
+    for f in a.fields {
+        let ty = c_type(&f.ty);
+        let sep = if ty.ends_with('*') { "" } else { " " };
+        writeln!(w, "    {ty}{sep}{};", f.name).unwrap();
+    }
+    writeln!(w, "}} {t};").unwrap();
+    writeln!(w).unwrap();
+    writeln!(
+        w,
+        "/** \\brief Reads a {t} from `ds`; aborts if the data ends first. */"
+    )
+    .unwrap();
+    writeln!(
+        w,
+        "static inline void {t}_unpack(DataStream *ds, {t} *v) {{"
+    )
+    .unwrap();
+    if a.fields.is_empty() {
+        writeln!(w, "    (void)ds;").unwrap();
+        writeln!(w, "    v->empty = 0;").unwrap();
+    }
+    for f in a.fields {
+        // Strings are checked as UTF-8 where they are read, as Rust's String is.
+        let unpack = match f.ty.as_str() {
+            "string" => "String_unpack_utf8".to_string(),
+            other => format!("{}_unpack", c_codec(other)),
+        };
+        writeln!(w, "    {unpack}(ds, &v->{});", f.name).unwrap();
+    }
+    writeln!(w, "}}").unwrap();
+    writeln!(w).unwrap();
+}
+
+/// An action's `_packed_size`, `_pack` and `_read`.
+fn c_action_codecs(w: &mut String, a: &Action) {
+    let t = &a.type_name;
+    writeln!(
+        w,
+        "/** \\brief The number of bytes {t}_pack writes for `v`. */"
+    )
+    .unwrap();
+    writeln!(w, "static inline uint32_t {t}_packed_size(const {t} *v) {{").unwrap();
+    let fixed: u32 = a.fields.iter().filter_map(|f| c_fixed_size(&f.ty)).sum();
+    let var: Vec<String> = a
+        .fields
+        .iter()
+        .filter(|f| c_fixed_size(&f.ty).is_none())
+        .map(|f| format!(" + 4 + v->{}->len", f.name))
+        .collect();
+    if var.is_empty() {
+        writeln!(w, "    (void)v;").unwrap();
+    }
+    writeln!(w, "    return {fixed}{};", var.concat()).unwrap();
+    writeln!(w, "}}").unwrap();
+    writeln!(w).unwrap();
+    writeln!(
+        w,
+        "/** \\brief Writes `v` to `ws`, as borsh; aborts if it does not fit. */"
+    )
+    .unwrap();
+    writeln!(
+        w,
+        "static inline void {t}_pack(WriteStream *ws, const {t} *v) {{"
+    )
+    .unwrap();
+    if a.fields.is_empty() {
+        writeln!(w, "    (void)ws;").unwrap();
+        writeln!(w, "    (void)v;").unwrap();
+    }
+    for f in a.fields {
+        writeln!(w, "    {}_pack(ws, v->{});", c_codec(&f.ty), f.name).unwrap();
+    }
+    writeln!(w, "}}").unwrap();
+    writeln!(w).unwrap();
+    writeln!(
+        w,
+        "/** \\brief Reads the running action's data as exactly one {t} (see tally_message). */"
+    )
+    .unwrap();
+    writeln!(w, "static inline void {t}_read({t} *v) {{").unwrap();
+    writeln!(w, "    DataStream ds = tally_message();").unwrap();
+    writeln!(w, "    {t}_unpack(&ds, v);").unwrap();
+    writeln!(w, "    DataStream_end(&ds);").unwrap();
+    writeln!(w, "}}").unwrap();
+}
+
+/// The handler declarations and `{stem}_dispatch`.
+fn c_dispatch(w: &mut String, actions: &[Action], stem: &str) {
     writeln!(w).unwrap();
     writeln!(w, "/* ---- dispatch {} */", "-".repeat(68 - 8)).unwrap();
     writeln!(w).unwrap();
@@ -600,9 +624,6 @@ fn c_header(actions: &[Action], stem: &str, source: &Source) -> anyhow::Result<S
     writeln!(w, "    assert(0, \"unknown action\");").unwrap();
     writeln!(w, "}}").unwrap();
     writeln!(w, "#endif /* TALLY_NO_DISPATCH */").unwrap();
-    writeln!(w).unwrap();
-    writeln!(w, "#endif /* {guard} */").unwrap();
-    Ok(h)
 }
 
 fn rust_type(ty: &str) -> &'static str {
@@ -634,7 +655,16 @@ fn rust_module(actions: &[Action], source: &Source) -> anyhow::Result<String> {
         .iter()
         .any(|a| a.fields.iter().any(|f| f.ty == "string"));
     let mut r = String::new();
-    let w = &mut r;
+    rust_preamble(&mut r, source, uses_string);
+    for a in actions {
+        rust_action(&mut r, a)?;
+    }
+    rust_action_enum(&mut r, actions);
+    Ok(r)
+}
+
+/// The module's comment and imports.
+fn rust_preamble(w: &mut String, source: &Source, uses_string: bool) {
     writeln!(w, "//! The actions of {}, as Rust types.", source.file).unwrap();
     writeln!(w, "//!").unwrap();
     writeln!(
@@ -677,53 +707,60 @@ fn rust_module(actions: &[Action], source: &Source) -> anyhow::Result<String> {
     } else {
         writeln!(w, "use tally_host_api::message::{{\n    {imports},\n}};").unwrap();
     }
-    for a in actions {
-        let t = &a.type_name;
-        writeln!(w).unwrap();
-        writeln!(w, "/// The data of action `{}`.", a.name).unwrap();
-        writeln!(
-            w,
-            "#[derive(Debug, Clone, PartialEq, Eq, borsh::BorshSerialize, borsh::BorshDeserialize)]"
-        )
-        .unwrap();
-        writeln!(w, "#[borsh(crate = \"tally_host_api::message::borsh\")]").unwrap();
-        if a.fields.is_empty() {
-            writeln!(w, "pub struct {t} {{}}").unwrap();
-        } else {
-            writeln!(w, "pub struct {t} {{").unwrap();
-            for f in a.fields {
-                writeln!(w, "    pub {}: {},", rust_ident(&f.name)?, rust_type(&f.ty)).unwrap();
-            }
-            writeln!(w, "}}").unwrap();
+}
+
+/// An action's struct and its `ActionData` and `From` impls.
+fn rust_action(w: &mut String, a: &Action) -> anyhow::Result<()> {
+    let t = &a.type_name;
+    writeln!(w).unwrap();
+    writeln!(w, "/// The data of action `{}`.", a.name).unwrap();
+    writeln!(
+        w,
+        "#[derive(Debug, Clone, PartialEq, Eq, borsh::BorshSerialize, borsh::BorshDeserialize)]"
+    )
+    .unwrap();
+    writeln!(w, "#[borsh(crate = \"tally_host_api::message::borsh\")]").unwrap();
+    if a.fields.is_empty() {
+        writeln!(w, "pub struct {t} {{}}").unwrap();
+    } else {
+        writeln!(w, "pub struct {t} {{").unwrap();
+        for f in a.fields {
+            writeln!(w, "    pub {}: {},", rust_ident(&f.name)?, rust_type(&f.ty)).unwrap();
         }
-        writeln!(w).unwrap();
-        writeln!(w, "impl ActionData for {t} {{").unwrap();
-        writeln!(w, "    const NAME: Name = name({:?});", a.name).unwrap();
-        writeln!(w).unwrap();
-        let r_param = if a.fields.is_empty() { "_r" } else { "r" };
-        writeln!(
-            w,
-            "    fn read({r_param}: &mut Reader<'_>) -> Result<Self, DecodeError> {{"
-        )
-        .unwrap();
-        if a.fields.is_empty() {
-            writeln!(w, "        Ok(Self {{}})").unwrap();
-        } else {
-            writeln!(w, "        Ok(Self {{").unwrap();
-            for f in a.fields {
-                writeln!(w, "            {}: r.read()?,", rust_ident(&f.name)?).unwrap();
-            }
-            writeln!(w, "        }})").unwrap();
-        }
-        writeln!(w, "    }}").unwrap();
-        writeln!(w, "}}").unwrap();
-        writeln!(w).unwrap();
-        writeln!(w, "impl From<{t}> for Action {{").unwrap();
-        writeln!(w, "    fn from(data: {t}) -> Self {{").unwrap();
-        writeln!(w, "        Action::{t}(data)").unwrap();
-        writeln!(w, "    }}").unwrap();
         writeln!(w, "}}").unwrap();
     }
+    writeln!(w).unwrap();
+    writeln!(w, "impl ActionData for {t} {{").unwrap();
+    writeln!(w, "    const NAME: Name = name({:?});", a.name).unwrap();
+    writeln!(w).unwrap();
+    let r_param = if a.fields.is_empty() { "_r" } else { "r" };
+    writeln!(
+        w,
+        "    fn read({r_param}: &mut Reader<'_>) -> Result<Self, DecodeError> {{"
+    )
+    .unwrap();
+    if a.fields.is_empty() {
+        writeln!(w, "        Ok(Self {{}})").unwrap();
+    } else {
+        writeln!(w, "        Ok(Self {{").unwrap();
+        for f in a.fields {
+            writeln!(w, "            {}: r.read()?,", rust_ident(&f.name)?).unwrap();
+        }
+        writeln!(w, "        }})").unwrap();
+    }
+    writeln!(w, "    }}").unwrap();
+    writeln!(w, "}}").unwrap();
+    writeln!(w).unwrap();
+    writeln!(w, "impl From<{t}> for Action {{").unwrap();
+    writeln!(w, "    fn from(data: {t}) -> Self {{").unwrap();
+    writeln!(w, "        Action::{t}(data)").unwrap();
+    writeln!(w, "    }}").unwrap();
+    writeln!(w, "}}").unwrap();
+    Ok(())
+}
+
+/// `Action`, every action with its data, and its `Actions` impl.
+fn rust_action_enum(w: &mut String, actions: &[Action]) {
     writeln!(w).unwrap();
     writeln!(w, "/// Every action of the contract, with its data.").unwrap();
     writeln!(w, "#[derive(Debug, Clone, PartialEq, Eq)]").unwrap();
@@ -783,7 +820,6 @@ fn rust_module(actions: &[Action], source: &Source) -> anyhow::Result<String> {
     writeln!(w, "        }}").unwrap();
     writeln!(w, "    }}").unwrap();
     writeln!(w, "}}").unwrap();
-    Ok(r)
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! `tally bench`: the experiment of the EOS post, done properly.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tally_chain::Durability;
 
 use anyhow::Context;
@@ -16,11 +16,11 @@ use tally_bench::report::{
     BaselineReport, BlockPoint, ConfigReport, MachineReport, ParallelReport, PipelineReport, Report,
 };
 use tally_bench::sampler::Distribution;
-use tally_bench::workload::{self, BenchConfig};
+use tally_bench::workload::{self, BenchConfig, BenchReport};
 use tally_chain::{Access, Chain, ChainConfig, Pipeline};
 use tally_runtime::{Runtime, RuntimeConfig};
 
-use super::store::{StoreKind, open_store};
+use crate::common::store::{StoreKind, open_store};
 
 /// Push signed transfers through the simplecoin contract and report transfers per second.
 #[derive(Debug, Args)]
@@ -181,20 +181,15 @@ fn bench_marker(config: &BenchConfig, store: StoreKind) -> serde_json::Value {
     })
 }
 
-pub fn run(args: BenchArgs) -> anyhow::Result<()> {
-    if let Some(threads) = args.threads {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads as usize)
-            .build_global()
-            .context("cannot start the worker threads")?;
-    }
+/// The workload `args` ask for, with the pipeline stages they leave on.
+fn bench_config(args: &BenchArgs) -> BenchConfig {
     let pipeline = Pipeline {
         batch_verify: !(args.sequential || args.no_batch_verify),
         batch_dedup: !(args.sequential || args.no_batch_dedup),
         early_encode: !(args.sequential || args.no_early_encode),
         parallel_execute: !(args.sequential || args.no_parallel_execute),
     };
-    let config = BenchConfig {
+    BenchConfig {
         transfers: args.transfers,
         accounts: args.accounts,
         dist: args.dist.into(),
@@ -208,40 +203,43 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             Durability::Background
         },
         contract: args.contract.into(),
-    };
-    let chain_config = ChainConfig {
-        check_signatures: config.signed,
-        ..ChainConfig::default()
-    };
-
-    let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
-    let data = args
-        .data
-        .clone()
-        .unwrap_or_else(|| temp.path().to_path_buf());
-    std::fs::create_dir_all(&data)
-        .with_context(|| format!("cannot create data directory {}", data.display()))?;
-    let marker_path = data.join("bench.json");
-    let marker = bench_marker(&config, args.store);
-    let resuming = marker_path.exists();
-    if resuming {
-        let found: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(&marker_path)
-                .with_context(|| format!("cannot read {}", marker_path.display()))?,
-        )
-        .with_context(|| format!("{} is not a bench marker", marker_path.display()))?;
-        anyhow::ensure!(
-            found == marker,
-            "{} holds a bench run with other settings ({found}); use another --data directory \
-             or the same flags",
-            data.display()
-        );
-    } else {
-        std::fs::write(&marker_path, serde_json::to_string_pretty(&marker)? + "\n")?;
     }
+}
 
-    // Measure both tiers of the module cache: a compile, then a fresh runtime that finds the
-    // module on disk. The chain then runs on the second runtime, as a restarted node would.
+/// Writes the marker of a new data directory, or checks an existing one's: whether the run
+/// resumes.
+fn check_marker(data: &Path, marker: &serde_json::Value) -> anyhow::Result<bool> {
+    let marker_path = data.join("bench.json");
+    if !marker_path.exists() {
+        std::fs::write(&marker_path, serde_json::to_string_pretty(marker)? + "\n")?;
+        return Ok(false);
+    }
+    let found: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(&marker_path)
+            .with_context(|| format!("cannot read {}", marker_path.display()))?,
+    )
+    .with_context(|| format!("{} is not a bench marker", marker_path.display()))?;
+    anyhow::ensure!(
+        found == *marker,
+        "{} holds a bench run with other settings ({found}); use another --data directory \
+         or the same flags",
+        data.display()
+    );
+    Ok(true)
+}
+
+/// A runtime whose module cache served the contract from disk, and what each tier cost.
+struct Warm {
+    runtime: Arc<Runtime>,
+    compile: Duration,
+    cache_load: Duration,
+    /// The cache directory, kept while the runtime runs.
+    _cache: tempfile::TempDir,
+}
+
+/// Measures both tiers of the module cache: a compile, then a fresh runtime that finds the
+/// module on disk. The chain then runs on the second runtime, as a restarted node would.
+fn warm_runtime(config: &BenchConfig) -> anyhow::Result<Warm> {
     let cache = tempfile::tempdir().context("cannot create a temporary cache directory")?;
     let runtime_config = RuntimeConfig {
         cache_dir: Some(cache.path().to_path_buf()),
@@ -259,51 +257,27 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         "the module cache did not serve simplecoin from disk: {:?}",
         runtime.cache_stats()
     );
+    Ok(Warm {
+        runtime,
+        compile,
+        cache_load,
+        _cache: cache,
+    })
+}
 
-    let store = open_store(
-        args.store,
-        &data.join("store"),
-        chain_config.retain_blocks,
-        Access::ReadWrite,
-    )?;
-    let start = Instant::now();
-    let mut chain = if store.head().is_some() {
-        Chain::open(runtime, store, chain_config.clone())?
-    } else {
-        workload::create(runtime, store, chain_config.clone(), &config)?.0
-    };
-    let setup = start.elapsed();
-    anyhow::ensure!(
-        args.baseline.is_empty() || !resuming,
-        "--baseline runs every engine from genesis alongside Tally, block by block, so it \
-         cannot resume {}: drop --data, or give a new directory",
-        data.display()
-    );
-    let bar = ProgressBar::new(config.transfers).with_style(
-        ProgressStyle::with_template("{spinner} {bar:40} {pos}/{len} transfers ({per_sec}, {eta})")
-            .expect("valid template"),
-    );
-
-    // Baselines: each engine on its own chain, from the same genesis on a fresh store of the
-    // same kind, over the same transactions, interleaved with Tally block by block.
+/// The baselines that run on a Tally chain: each engine on its own chain, from the same
+/// genesis on a fresh store of the same kind (in the returned directories).
+fn baseline_chains(
+    args: &BenchArgs,
+    chain_config: &ChainConfig,
+    config: &BenchConfig,
+) -> anyhow::Result<(Vec<baseline::Engine>, Vec<tempfile::TempDir>, Vec<Chain>)> {
     let mut engines: Vec<baseline::Engine> =
         args.baseline.iter().filter_map(|b| b.engine()).collect();
     engines.sort();
     engines.dedup();
-    let want_evm = args.baseline.contains(&Baseline::Evm);
-    #[cfg(not(feature = "evm"))]
-    anyhow::ensure!(
-        !want_evm,
-        "this tally was built without the EVM baseline; rebuild it with \
-         `cargo build --release --features evm` to use --baseline evm"
-    );
-    #[cfg(feature = "evm")]
-    let mut evm_run = match want_evm {
-        true => Some(baseline::evm::EvmRun::new(&config)?),
-        false => None,
-    };
-    let mut base_dirs = Vec::new();
-    let mut base_chains = Vec::new();
+    let mut dirs = Vec::new();
+    let mut chains = Vec::new();
     for &engine in &engines {
         let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
         let store = open_store(
@@ -312,16 +286,55 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             chain_config.retain_blocks,
             Access::ReadWrite,
         )?;
-        base_dirs.push(dir);
+        dirs.push(dir);
         let runtime = Arc::new(Runtime::new(RuntimeConfig::default())?);
-        let (mut base, _) = workload::create(runtime, store, chain_config.clone(), &config)?;
+        let (mut base, _) = workload::create(runtime, store, chain_config.clone(), config)?;
         base.set_native(workload::SIMPLECOIN, engine.executor(config.contract)?);
-        base_chains.push(base);
+        chains.push(base);
     }
-    let mut tally_run = workload::Run::new(&mut chain, &config)?;
+    Ok((engines, dirs, chains))
+}
+
+/// The EVM baseline, when asked for and built in.
+#[cfg(feature = "evm")]
+type EvmRun = Option<baseline::evm::EvmRun>;
+/// Without the `evm` feature there is none.
+#[cfg(not(feature = "evm"))]
+type EvmRun = Option<std::convert::Infallible>;
+
+fn evm_run(args: &BenchArgs, config: &BenchConfig) -> anyhow::Result<EvmRun> {
+    let want = args.baseline.contains(&Baseline::Evm);
+    #[cfg(not(feature = "evm"))]
+    {
+        let _ = config;
+        anyhow::ensure!(
+            !want,
+            "this tally was built without the EVM baseline; rebuild it with \
+             `cargo build --release --features evm` to use --baseline evm"
+        );
+        Ok(None)
+    }
+    #[cfg(feature = "evm")]
+    {
+        want.then(|| baseline::evm::EvmRun::new(config)).transpose()
+    }
+}
+
+/// Runs Tally and the baselines over the same transactions, interleaved block by block.
+fn run_interleaved(
+    chain: &mut Chain,
+    base_chains: &mut [Chain],
+    evm: &mut EvmRun,
+    config: &BenchConfig,
+) -> anyhow::Result<(BenchReport, Vec<BenchReport>)> {
+    let bar = ProgressBar::new(config.transfers).with_style(
+        ProgressStyle::with_template("{spinner} {bar:40} {pos}/{len} transfers ({per_sec}, {eta})")
+            .expect("valid template"),
+    );
+    let mut tally_run = workload::Run::new(chain, config)?;
     let mut base_runs = base_chains
         .iter_mut()
-        .map(|c| workload::Run::new(c, &config))
+        .map(|c| workload::Run::new(c, config))
         .collect::<Result<Vec<_>, _>>()?;
     {
         let mut steppers: Vec<&mut dyn baseline::Stepper> = vec![&mut tally_run];
@@ -331,32 +344,34 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 .map(|r| r as &mut dyn baseline::Stepper),
         );
         #[cfg(feature = "evm")]
-        if let Some(evm) = evm_run.as_mut() {
+        if let Some(evm) = evm.as_mut() {
             steppers.push(evm);
         }
+        #[cfg(not(feature = "evm"))]
+        let _ = evm;
         baseline::interleave(&mut steppers, &mut |done| bar.set_position(done))?;
     }
     let run = tally_run.finish();
-    let base_reports: Vec<_> = base_runs.into_iter().map(workload::Run::finish).collect();
+    let base_reports = base_runs.into_iter().map(workload::Run::finish).collect();
     bar.finish_and_clear();
+    Ok((run, base_reports))
+}
 
+/// Each chain baseline against Tally's run, once its accounts are checked to hold the
+/// genesis supply and its state to equal Tally's.
+fn baseline_reports(
+    run: &BenchReport,
+    engines: &[baseline::Engine],
+    base_reports: Vec<BenchReport>,
+    base_chains: &[Chain],
+    config: &BenchConfig,
+) -> anyhow::Result<BTreeMap<String, BaselineReport>> {
     let expected_supply = config.accounts * workload::INITIAL_BALANCE;
-    let accounts_supply = if args.baseline.is_empty() {
-        None
-    } else {
-        let supply = workload::accounts_supply(&chain, &config)?;
-        anyhow::ensure!(
-            supply == expected_supply,
-            "Tally's accounts hold {supply} coins at the end, not the {expected_supply} genesis \
-             gave them"
-        );
-        Some(supply)
-    };
     let mut baselines = BTreeMap::new();
-    for ((engine, base_report), base_chain) in engines.iter().zip(base_reports).zip(&base_chains) {
-        let compared = baseline::compare(&run, base_report);
+    for ((engine, base_report), base_chain) in engines.iter().zip(base_reports).zip(base_chains) {
+        let compared = baseline::compare(run, base_report);
         let base = &compared.report;
-        let supply = workload::accounts_supply(base_chain, &config)?;
+        let supply = workload::accounts_supply(base_chain, config)?;
         anyhow::ensure!(
             supply == expected_supply,
             "the {} baseline's accounts hold {supply} coins at the end, not the \
@@ -368,7 +383,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             "the {} baseline reached another state than the contract",
             engine.label()
         );
-        let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / base.transfers.max(1) as f64;
+        let per = |d: Duration| d.as_secs_f64() * 1e6 / base.transfers.max(1) as f64;
         baselines.insert(
             engine.label().to_string(),
             BaselineReport {
@@ -384,30 +399,51 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             },
         );
     }
-    #[cfg(feature = "evm")]
-    if let Some(mut evm) = evm_run {
-        let supply = evm.check_supply()?;
-        let compared = baseline::compare(&run, evm.report());
-        let base = &compared.report;
-        let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / base.transfers.max(1) as f64;
-        baselines.insert(
-            "evm".to_string(),
-            BaselineReport {
-                tps: base.tps(),
-                verify_us: 0.0,
-                execute_us: per(base.phases.execute),
-                commit_us: 0.0,
-                ratio: compared.spread,
-                per_block_ratio: compared.ratios.clone(),
-                state_checksum: None,
-                same_state: None,
-                accounts_supply: supply,
-            },
-        );
-    }
+    Ok(baselines)
+}
 
-    let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / run.transfers.max(1) as f64;
-    let report = Report {
+/// The EVM baseline against Tally's run (its state is its own, so only its supply is
+/// checked).
+#[cfg(feature = "evm")]
+fn evm_report(run: &BenchReport, mut evm: baseline::evm::EvmRun) -> anyhow::Result<BaselineReport> {
+    let supply = evm.check_supply()?;
+    let compared = baseline::compare(run, evm.report());
+    let base = &compared.report;
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / base.transfers.max(1) as f64;
+    Ok(BaselineReport {
+        tps: base.tps(),
+        verify_us: 0.0,
+        execute_us: per(base.phases.execute),
+        commit_us: 0.0,
+        ratio: compared.spread,
+        per_block_ratio: compared.ratios.clone(),
+        state_checksum: None,
+        same_state: None,
+        accounts_supply: supply,
+    })
+}
+
+/// What the run measured apart from Tally's own run: setup, caches and the store.
+struct Costs {
+    setup: Duration,
+    compile: Duration,
+    cache_load: Duration,
+    resumed: bool,
+    disk_bytes: u64,
+}
+
+/// The report of Tally's run.
+fn report(
+    args: &BenchArgs,
+    config: &BenchConfig,
+    run: &BenchReport,
+    baselines: BTreeMap<String, BaselineReport>,
+    accounts_supply: Option<u64>,
+    costs: Costs,
+) -> Report {
+    let pipeline = &config.pipeline;
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / run.transfers.max(1) as f64;
+    Report {
         transfers: run.transfers,
         failed: run.failed,
         seconds: run.elapsed.as_secs_f64(),
@@ -442,12 +478,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         state_checksum: hex::encode(run.state_checksum),
         store: args.store.label(),
         signed: config.signed,
-        resumed: resuming,
+        resumed: costs.resumed,
         peak_rss_bytes: peak_rss_bytes(),
-        disk_bytes: chain.store().disk_bytes(),
-        setup_seconds: setup.as_secs_f64(),
-        compile_ms: compile.as_secs_f64() * 1e3,
-        cache_load_us: cache_load.as_secs_f64() * 1e6,
+        disk_bytes: costs.disk_bytes,
+        setup_seconds: costs.setup.as_secs_f64(),
+        compile_ms: costs.compile.as_secs_f64() * 1e3,
+        cache_load_us: costs.cache_load.as_secs_f64() * 1e6,
         config: ConfigReport {
             transfers: config.transfers,
             accounts: config.accounts,
@@ -463,17 +499,26 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             cpu: cpu_model(),
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         },
-    };
+    }
+}
+
+/// Writes the plot (`--plot`), then the table and the JSON (`--json`).
+fn write_outputs(
+    args: &BenchArgs,
+    config: &BenchConfig,
+    run: &BenchReport,
+    report: &Report,
+) -> anyhow::Result<()> {
     let table = report.table();
-    let tps = report.tps;
     if let Some(path) = &args.plot {
         let title = format!(
-            "tally bench: {} transfers, {} accounts ({}), {} store, {}; {tps:.0} transfers/s",
+            "tally bench: {} transfers, {} accounts ({}), {} store, {}; {:.0} transfers/s",
             run.transfers,
             config.accounts,
             config.dist.label(),
             args.store.label(),
             if config.signed { "signed" } else { "unsigned" },
+            report.tps,
         );
         let svg = super::plot::svg(
             &title,
@@ -486,14 +531,86 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.json.as_deref() {
         Some(path) if path.as_os_str() == "-" => {
             eprint!("{table}");
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            println!("{}", serde_json::to_string_pretty(report)?);
         }
         Some(path) => {
             print!("{table}");
-            std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
+            std::fs::write(path, serde_json::to_string_pretty(report)? + "\n")
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }
         None => print!("{table}"),
     }
     Ok(())
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(threads) = args.threads {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads as usize)
+            .build_global()
+            .context("cannot start the worker threads")?;
+    }
+    let config = bench_config(&args);
+    let chain_config = ChainConfig {
+        check_signatures: config.signed,
+        ..ChainConfig::default()
+    };
+    let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
+    let data = args
+        .data
+        .clone()
+        .unwrap_or_else(|| temp.path().to_path_buf());
+    std::fs::create_dir_all(&data)
+        .with_context(|| format!("cannot create data directory {}", data.display()))?;
+    let resumed = check_marker(&data, &bench_marker(&config, args.store))?;
+    let warm = warm_runtime(&config)?;
+    let store = open_store(
+        args.store,
+        &data.join("store"),
+        chain_config.retain_blocks,
+        Access::ReadWrite,
+    )?;
+    let start = Instant::now();
+    let mut chain = if store.head().is_some() {
+        Chain::open(warm.runtime.clone(), store, chain_config.clone())?
+    } else {
+        workload::create(warm.runtime.clone(), store, chain_config.clone(), &config)?.0
+    };
+    let setup = start.elapsed();
+    anyhow::ensure!(
+        args.baseline.is_empty() || !resumed,
+        "--baseline runs every engine from genesis alongside Tally, block by block, so it \
+         cannot resume {}: drop --data, or give a new directory",
+        data.display()
+    );
+    let mut evm = evm_run(&args, &config)?;
+    let (engines, _base_dirs, mut base_chains) = baseline_chains(&args, &chain_config, &config)?;
+    let (run, base_reports) = run_interleaved(&mut chain, &mut base_chains, &mut evm, &config)?;
+    let expected_supply = config.accounts * workload::INITIAL_BALANCE;
+    let accounts_supply = if args.baseline.is_empty() {
+        None
+    } else {
+        let supply = workload::accounts_supply(&chain, &config)?;
+        anyhow::ensure!(
+            supply == expected_supply,
+            "Tally's accounts hold {supply} coins at the end, not the {expected_supply} genesis \
+             gave them"
+        );
+        Some(supply)
+    };
+    #[allow(unused_mut)]
+    let mut baselines = baseline_reports(&run, &engines, base_reports, &base_chains, &config)?;
+    #[cfg(feature = "evm")]
+    if let Some(evm) = evm {
+        baselines.insert("evm".to_string(), evm_report(&run, evm)?);
+    }
+    let costs = Costs {
+        setup,
+        compile: warm.compile,
+        cache_load: warm.cache_load,
+        resumed,
+        disk_bytes: chain.store().disk_bytes(),
+    };
+    let report = report(&args, &config, &run, baselines, accounts_supply, costs);
+    write_outputs(&args, &config, &run, &report)
 }

@@ -6,7 +6,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::local::{Local, output};
-use super::store::StoreKind;
+use crate::common::store::StoreKind;
 
 /// Create a local chain: genesis, the system account `tally` and its key.
 #[derive(Debug, Args)]

@@ -9,7 +9,6 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -22,7 +21,8 @@ use tally_chain::{
 };
 use tally_runtime::{Runtime, RuntimeConfig};
 
-use super::store::{StoreKind, open_store};
+use crate::common::fs::write_atomic;
+use crate::common::store::{StoreKind, open_store};
 
 /// Version of the data-directory layout.
 const LAYOUT_VERSION: u32 = 1;
@@ -89,23 +89,6 @@ impl Keystore {
         self.accounts
             .insert(account.to_string(), hex::encode(key.to_bytes()));
     }
-}
-
-/// Writes `bytes` to `path` atomically (temporary file, fsync, rename), with `mode`.
-pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(&tmp)
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
 }
 
 fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<T> {

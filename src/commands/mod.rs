@@ -10,14 +10,12 @@ mod devnet;
 mod get;
 mod init;
 mod load;
-pub(crate) mod local;
+mod local;
 mod new;
 mod node;
 mod plot;
 mod push;
-pub(crate) mod store;
 mod storebench;
-mod storebench_workload;
 
 use clap::{Parser, Subcommand};
 

@@ -115,6 +115,177 @@ fn toml_escape(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
+/// Files of a new project: path relative to its directory, and contents.
+type Files = Vec<(PathBuf, String)>;
+
+/// `template` with the contract's name filled in.
+fn fill(template: &str, name: &str) -> String {
+    template.replace("{{name}}", name)
+}
+
+/// Where a language's project keeps what the README names.
+struct Layout {
+    /// The file `tally abigen` writes.
+    generated: String,
+    /// The contract's source.
+    source: String,
+    /// The command that builds it.
+    build: String,
+    /// The language, for people.
+    lang_name: &'static str,
+}
+
+/// A C project's header and source.
+fn c_files(name: &str, abi: &Abi, abi_file: &str, files: &mut Files) -> anyhow::Result<Layout> {
+    let header = format!("{name}.abi.h");
+    let source = Source {
+        file: abi_file.to_string(),
+        path: abi_file.to_string(),
+    };
+    files.push((
+        PathBuf::from(&header),
+        abigen::generate(abi, Lang::C, name, &source)?,
+    ));
+    files.push((PathBuf::from(format!("{name}.c")), fill(C_SOURCE, name)));
+    Ok(Layout {
+        generated: header,
+        source: format!("{name}.c"),
+        build: format!("tally build {name}.c"),
+        lang_name: "C",
+    })
+}
+
+/// A Rust project's package, source, generated types and test package, on the Tally
+/// checkout whose host-api is `host_api`.
+fn rust_files(
+    name: &str,
+    abi: &Abi,
+    abi_file: &str,
+    host_api: &Path,
+    files: &mut Files,
+) -> anyhow::Result<Layout> {
+    let source = Source {
+        file: abi_file.to_string(),
+        path: format!("../{abi_file}"),
+    };
+    files.push((
+        PathBuf::from("src/abi.rs"),
+        abigen::generate(abi, Lang::Rust, name, &source)?,
+    ));
+    files.push((PathBuf::from("src/lib.rs"), fill(RUST_SOURCE, name)));
+    let chain = chain_dir(host_api)?;
+    let path = |dir: &Path| toml_escape(&dir.to_string_lossy());
+    files.push((
+        PathBuf::from("Cargo.toml"),
+        fill(CARGO_TOML, name).replace("{{host_api}}", &path(host_api)),
+    ));
+    files.push((
+        PathBuf::from("test/Cargo.toml"),
+        fill(TEST_CARGO_TOML, name)
+            .replace("{{host_api}}", &path(host_api))
+            .replace("{{chain}}", &path(&chain)),
+    ));
+    files.push((
+        PathBuf::from(format!("test/{name}.rs")),
+        fill(TEST_RS, name),
+    ));
+    // The versions the checkout was built and tested with, rather than whatever is
+    // newest today (the harness pulls in wasmtime, pinned, and its dependencies).
+    let checkout = host_api.parent().unwrap_or(host_api);
+    if let Ok(lock) = std::fs::read_to_string(checkout.join("Cargo.lock")) {
+        files.push((PathBuf::from("test/Cargo.lock"), lock));
+    }
+    Ok(Layout {
+        generated: "src/abi.rs".to_string(),
+        source: "src/lib.rs".to_string(),
+        build: format!("tally build . -o {name}.wasm"),
+        lang_name: "Rust",
+    })
+}
+
+/// `test.sh`: builds the contract and checks it on a throwaway local chain.
+fn test_sh(lang: Lang, name: &str, abi_file: &str, layout: &Layout) -> String {
+    let generated = &layout.generated;
+    let test_build = match lang {
+        Lang::C => format!(
+            "echo \"building {name}.c\"\n\"$tally\" abigen {abi_file} --lang c -o {generated} --check >/dev/null\n\"$tally\" build {name}.c >/dev/null"
+        ),
+        Lang::Rust => format!(
+            "echo \"building {name} (the first build of a Rust contract takes a minute or two)\"\n\"$tally\" abigen {abi_file} --lang rust -o {generated} --check >/dev/null\n\"$tally\" build . -o {name}.wasm >/dev/null"
+        ),
+    };
+    fill(TEST_SH, name).replace("{{build}}", &test_build)
+}
+
+/// The project's README: its files, how to build, test and regenerate.
+fn readme(lang: Lang, name: &str, abi_file: &str, layout: &Layout) -> String {
+    let lang_arg = match lang {
+        Lang::C => "c",
+        Lang::Rust => "rust",
+    };
+    let abigen_cmd = format!(
+        "tally abigen {abi_file} --lang {lang_arg} -o {}",
+        layout.generated
+    );
+    let test_files = match lang {
+        Lang::C => {
+            "| `test.sh` | builds the contract, deploys it on a throwaway local chain, pushes \
+                    actions and checks the state |"
+                .to_string()
+        }
+        Lang::Rust => format!(
+            "| `test/{name}.rs` | its tests, on an in-process chain (`tally_chain::testing`): \
+             deploy, push as named accounts, check receipts and state |\n\
+             | `test/Cargo.toml` | the test package (`cargo test --manifest-path test/Cargo.toml`; \
+             its first run compiles Tally's chain crate, a few minutes) |\n\
+             | `test.sh` | builds the contract, deploys it on a throwaway local chain, pushes \
+             actions and checks the state, in seconds |"
+        ),
+    };
+    let harness_test = match lang {
+        Lang::C => "",
+        Lang::Rust => {
+            "\nand the Rust tests on an in-process chain (deploy, push as named accounts, check \
+             receipts; build the contract first):\n\n```sh\ncargo test --manifest-path \
+             test/Cargo.toml\n```\n"
+        }
+    };
+    const GENERATED: &str = "its action types, generated from the ABI by `tally abigen`";
+    let table = match lang {
+        Lang::C => format!("| `{name}.c` | the contract |\n| `{name}.abi.h` | {GENERATED} |"),
+        Lang::Rust => format!(
+            "| `src/lib.rs` | the contract |\n| `src/abi.rs` | {GENERATED} |\n\
+             | `Cargo.toml` | the package (on `tally-host-api` with the `guest` feature) |"
+        ),
+    };
+    fill(README, name)
+        .replace("{{lang_name}}", layout.lang_name)
+        .replace("{{lang}}", lang_arg)
+        .replace("{{files}}", &table)
+        .replace("{{test_files}}", &test_files)
+        .replace("{{harness_test}}", harness_test)
+        .replace("{{source}}", &format!("`{}`", layout.source))
+        .replace("{{abigen}}", &abigen_cmd)
+        .replace("{{build}}", &layout.build)
+}
+
+/// Writes `files` under `dir`, and makes `test.sh` executable.
+fn write_files(dir: &Path, files: &Files) -> anyhow::Result<()> {
+    for (path, text) in files {
+        let path = dir.join(path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let test = dir.join("test.sh");
+    let mut perms = std::fs::metadata(&test)?.permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&test, perms)?;
+    Ok(())
+}
+
 pub fn run(args: NewArgs) -> anyhow::Result<()> {
     check_name(&args.name)?;
     let name = args.name.as_str();
@@ -134,145 +305,29 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
         Lang::Rust => Some(host_api(args.host_api.as_deref())?),
         Lang::C => None,
     };
-
-    let fill = |template: &str| template.replace("{{name}}", name);
-    let abi_text = fill(ABI);
+    let abi_text = fill(ABI, name);
     let abi: Abi = serde_json::from_str(&abi_text).expect("the template ABI is valid");
     let abi_file = format!("{name}.abi.json");
-    let mut files: Vec<(PathBuf, String)> = vec![(PathBuf::from(&abi_file), abi_text)];
-    let (generated_path, source_path, build, lang_name) = match args.lang {
-        Lang::C => {
-            let header = format!("{name}.abi.h");
-            let source = Source {
-                file: abi_file.clone(),
-                path: abi_file.clone(),
-            };
-            files.push((
-                PathBuf::from(&header),
-                abigen::generate(&abi, Lang::C, name, &source)?,
-            ));
-            files.push((PathBuf::from(format!("{name}.c")), fill(C_SOURCE)));
-            (
-                header,
-                format!("{name}.c"),
-                format!("tally build {name}.c"),
-                "C",
-            )
-        }
-        Lang::Rust => {
-            let source = Source {
-                file: abi_file.clone(),
-                path: format!("../{abi_file}"),
-            };
-            files.push((
-                PathBuf::from("src/abi.rs"),
-                abigen::generate(&abi, Lang::Rust, name, &source)?,
-            ));
-            files.push((PathBuf::from("src/lib.rs"), fill(RUST_SOURCE)));
-            let host_api = host_api.expect("resolved for Rust");
-            let chain = chain_dir(&host_api)?;
-            let path = |dir: &Path| toml_escape(&dir.to_string_lossy());
-            files.push((
-                PathBuf::from("Cargo.toml"),
-                fill(CARGO_TOML).replace("{{host_api}}", &path(&host_api)),
-            ));
-            files.push((
-                PathBuf::from("test/Cargo.toml"),
-                fill(TEST_CARGO_TOML)
-                    .replace("{{host_api}}", &path(&host_api))
-                    .replace("{{chain}}", &path(&chain)),
-            ));
-            files.push((PathBuf::from(format!("test/{name}.rs")), fill(TEST_RS)));
-            // The versions the checkout was built and tested with, rather than whatever is
-            // newest today (the harness pulls in wasmtime, pinned, and its dependencies).
-            let checkout = host_api.parent().unwrap_or(&host_api);
-            if let Ok(lock) = std::fs::read_to_string(checkout.join("Cargo.lock")) {
-                files.push((PathBuf::from("test/Cargo.lock"), lock));
-            }
-            (
-                "src/abi.rs".to_string(),
-                "src/lib.rs".to_string(),
-                format!("tally build . -o {name}.wasm"),
-                "Rust",
-            )
-        }
-    };
-    let lang = match args.lang {
-        Lang::C => "c",
-        Lang::Rust => "rust",
-    };
-    let abigen_cmd = format!("tally abigen {abi_file} --lang {lang} -o {generated_path}");
-    let test_build = match args.lang {
-        Lang::C => format!(
-            "echo \"building {name}.c\"\n\"$tally\" abigen {abi_file} --lang c -o {generated_path} --check >/dev/null\n\"$tally\" build {name}.c >/dev/null"
-        ),
-        Lang::Rust => format!(
-            "echo \"building {name} (the first build of a Rust contract takes a minute or two)\"\n\"$tally\" abigen {abi_file} --lang rust -o {generated_path} --check >/dev/null\n\"$tally\" build . -o {name}.wasm >/dev/null"
-        ),
+    let mut files: Files = vec![(PathBuf::from(&abi_file), abi_text)];
+    let layout = match &host_api {
+        None => c_files(name, &abi, &abi_file, &mut files)?,
+        Some(host_api) => rust_files(name, &abi, &abi_file, host_api, &mut files)?,
     };
     files.push((
         PathBuf::from("test.sh"),
-        fill(TEST_SH).replace("{{build}}", &test_build),
+        test_sh(args.lang, name, &abi_file, &layout),
     ));
-    let test_files = match args.lang {
-        Lang::C => {
-            "| `test.sh` | builds the contract, deploys it on a throwaway local chain, pushes \
-                    actions and checks the state |"
-                .to_string()
-        }
-        Lang::Rust => format!(
-            "| `test/{name}.rs` | its tests, on an in-process chain (`tally_chain::testing`): \
-             deploy, push as named accounts, check receipts and state |\n\
-             | `test/Cargo.toml` | the test package (`cargo test --manifest-path test/Cargo.toml`; \
-             its first run compiles Tally's chain crate, a few minutes) |\n\
-             | `test.sh` | builds the contract, deploys it on a throwaway local chain, pushes \
-             actions and checks the state, in seconds |"
-        ),
-    };
-    let harness_test = match args.lang {
-        Lang::C => "",
-        Lang::Rust => {
-            "\nand the Rust tests on an in-process chain (deploy, push as named accounts, check \
-             receipts; build the contract first):\n\n```sh\ncargo test --manifest-path \
-             test/Cargo.toml\n```\n"
-        }
-    };
-    const GENERATED: &str = "its action types, generated from the ABI by `tally abigen`";
-    let table = match args.lang {
-        Lang::C => format!("| `{name}.c` | the contract |\n| `{name}.abi.h` | {GENERATED} |"),
-        Lang::Rust => format!(
-            "| `src/lib.rs` | the contract |\n| `src/abi.rs` | {GENERATED} |\n\
-             | `Cargo.toml` | the package (on `tally-host-api` with the `guest` feature) |"
-        ),
-    };
     files.push((
         PathBuf::from("README.md"),
-        fill(README)
-            .replace("{{lang_name}}", lang_name)
-            .replace("{{lang}}", lang)
-            .replace("{{files}}", &table)
-            .replace("{{test_files}}", &test_files)
-            .replace("{{harness_test}}", harness_test)
-            .replace("{{source}}", &format!("`{source_path}`"))
-            .replace("{{abigen}}", &abigen_cmd)
-            .replace("{{build}}", &build),
+        readme(args.lang, name, &abi_file, &layout),
     ));
     files.push((PathBuf::from(".gitignore"), GITIGNORE.to_string()));
-
-    for (path, text) in &files {
-        let path = dir.join(path);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("cannot create {}", parent.display()))?;
-        }
-        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    let test = dir.join("test.sh");
-    let mut perms = std::fs::metadata(&test)?.permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
-    std::fs::set_permissions(&test, perms)?;
-
-    println!("created {} (a {lang_name} contract):", dir.display());
+    write_files(&dir, &files)?;
+    println!(
+        "created {} (a {} contract):",
+        dir.display(),
+        layout.lang_name
+    );
     for (path, _) in &files {
         println!("  {}", dir.join(path).display());
     }

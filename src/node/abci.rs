@@ -15,7 +15,16 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use prost::Message;
-use tendermint_proto::v0_38::abci::{Request, Response, ResponseFlush, request, response};
+use tendermint_proto::v0_38::abci::{
+    Request, RequestApplySnapshotChunk, RequestCheckTx, RequestExtendVote, RequestFinalizeBlock,
+    RequestInfo, RequestInitChain, RequestLoadSnapshotChunk, RequestOfferSnapshot,
+    RequestPrepareProposal, RequestProcessProposal, RequestQuery, RequestVerifyVoteExtension,
+    Response, ResponseApplySnapshotChunk, ResponseCheckTx, ResponseCommit, ResponseEcho,
+    ResponseExtendVote, ResponseFinalizeBlock, ResponseFlush, ResponseInfo, ResponseInitChain,
+    ResponseListSnapshots, ResponseLoadSnapshotChunk, ResponseOfferSnapshot,
+    ResponsePrepareProposal, ResponseProcessProposal, ResponseQuery, ResponseVerifyVoteExtension,
+    request, response, response_process_proposal, response_verify_vote_extension,
+};
 
 /// Largest ABCI message accepted. CometBFT's own limit is 2 GiB; a block is bounded by its
 /// consensus parameter `block.max_bytes` (devnet sets 16 MiB, CometBFT's ceiling is 100 MiB),
@@ -25,10 +34,119 @@ pub const MAX_MESSAGE_BYTES: u64 = 128 << 20;
 /// Read and write buffer per connection: a bundle of a thousand transfers is about 170 KB.
 const BUFFER_BYTES: usize = 1 << 20;
 
-/// Handles one request. Implementations are shared by the connection threads.
+/// An ABCI application: one method per request of CometBFT v0.38 (as tendermint-rs's
+/// `Application`), each with a default that a Tally-less application would give. The
+/// connection threads share one implementation; it owns its state and its locks.
 pub trait Application: Send + Sync + 'static {
-    /// Answers `request` (never `Flush` or `Echo`, which the server answers itself).
-    fn handle(&self, request: request::Value) -> response::Value;
+    /// Who the application is and the last block it committed (CometBFT's handshake).
+    fn info(&self, _request: RequestInfo) -> ResponseInfo {
+        ResponseInfo::default()
+    }
+
+    /// Genesis: called once, before the first block.
+    fn init_chain(&self, _request: RequestInitChain) -> ResponseInitChain {
+        ResponseInitChain::default()
+    }
+
+    /// A read of committed state.
+    fn query(&self, _request: RequestQuery) -> ResponseQuery {
+        ResponseQuery::default()
+    }
+
+    /// Whether a transaction may enter the mempool (and, on recheck, stay).
+    fn check_tx(&self, _request: RequestCheckTx) -> ResponseCheckTx {
+        ResponseCheckTx::default()
+    }
+
+    /// The proposer's block: by default the mempool's transactions as given.
+    fn prepare_proposal(&self, request: RequestPrepareProposal) -> ResponsePrepareProposal {
+        ResponsePrepareProposal { txs: request.txs }
+    }
+
+    /// Whether a proposed block may be voted for.
+    fn process_proposal(&self, _request: RequestProcessProposal) -> ResponseProcessProposal {
+        ResponseProcessProposal {
+            status: response_process_proposal::ProposalStatus::Accept as i32,
+        }
+    }
+
+    /// Executes a decided block.
+    fn finalize_block(&self, _request: RequestFinalizeBlock) -> ResponseFinalizeBlock {
+        ResponseFinalizeBlock::default()
+    }
+
+    /// Makes the last finalized block durable.
+    fn commit(&self) -> ResponseCommit {
+        ResponseCommit::default()
+    }
+
+    /// Data to attach to this validator's precommit (none by default).
+    fn extend_vote(&self, _request: RequestExtendVote) -> ResponseExtendVote {
+        ResponseExtendVote::default()
+    }
+
+    /// Whether another validator's vote extension is acceptable.
+    fn verify_vote_extension(
+        &self,
+        _request: RequestVerifyVoteExtension,
+    ) -> ResponseVerifyVoteExtension {
+        ResponseVerifyVoteExtension {
+            status: response_verify_vote_extension::VerifyStatus::Accept as i32,
+        }
+    }
+
+    /// State sync: the snapshots offered (none by default: state sync is off).
+    fn list_snapshots(&self) -> ResponseListSnapshots {
+        ResponseListSnapshots::default()
+    }
+
+    /// State sync: whether to restore a peer's snapshot.
+    fn offer_snapshot(&self, _request: RequestOfferSnapshot) -> ResponseOfferSnapshot {
+        ResponseOfferSnapshot::default()
+    }
+
+    /// State sync: a chunk of one of this node's snapshots.
+    fn load_snapshot_chunk(&self, _request: RequestLoadSnapshotChunk) -> ResponseLoadSnapshotChunk {
+        ResponseLoadSnapshotChunk::default()
+    }
+
+    /// State sync: restores a chunk of a peer's snapshot.
+    fn apply_snapshot_chunk(
+        &self,
+        _request: RequestApplySnapshotChunk,
+    ) -> ResponseApplySnapshotChunk {
+        ResponseApplySnapshotChunk::default()
+    }
+
+    /// Answers `request` (never `Flush` or `Echo`, which the server answers itself). An
+    /// implementation may wrap [`dispatch`], to time requests for example.
+    fn handle(&self, request: request::Value) -> response::Value {
+        dispatch(self, request)
+    }
+}
+
+/// Calls the method of `app` that answers `request`.
+pub fn dispatch<A: Application + ?Sized>(app: &A, request: request::Value) -> response::Value {
+    use request::Value as Q;
+    use response::Value as R;
+    match request {
+        Q::Echo(e) => R::Echo(ResponseEcho { message: e.message }),
+        Q::Flush(_) => R::Flush(ResponseFlush {}),
+        Q::Info(r) => R::Info(app.info(r)),
+        Q::InitChain(r) => R::InitChain(app.init_chain(r)),
+        Q::Query(r) => R::Query(app.query(r)),
+        Q::CheckTx(r) => R::CheckTx(app.check_tx(r)),
+        Q::PrepareProposal(r) => R::PrepareProposal(app.prepare_proposal(r)),
+        Q::ProcessProposal(r) => R::ProcessProposal(app.process_proposal(r)),
+        Q::FinalizeBlock(r) => R::FinalizeBlock(app.finalize_block(r)),
+        Q::Commit(_) => R::Commit(app.commit()),
+        Q::ExtendVote(r) => R::ExtendVote(app.extend_vote(r)),
+        Q::VerifyVoteExtension(r) => R::VerifyVoteExtension(app.verify_vote_extension(r)),
+        Q::ListSnapshots(_) => R::ListSnapshots(app.list_snapshots()),
+        Q::OfferSnapshot(r) => R::OfferSnapshot(app.offer_snapshot(r)),
+        Q::LoadSnapshotChunk(r) => R::LoadSnapshotChunk(app.load_snapshot_chunk(r)),
+        Q::ApplySnapshotChunk(r) => R::ApplySnapshotChunk(app.apply_snapshot_chunk(r)),
+    }
 }
 
 /// Where the server listens: `tcp://HOST:PORT` or `unix://PATH`.
@@ -151,7 +269,7 @@ pub fn connection(reader: impl Read, writer: impl Write, app: &dyn Application) 
         let (value, flush) = match request.value {
             Some(request::Value::Flush(_)) => (response::Value::Flush(ResponseFlush {}), true),
             Some(request::Value::Echo(echo)) => (
-                response::Value::Echo(tendermint_proto::v0_38::abci::ResponseEcho {
+                response::Value::Echo(ResponseEcho {
                     message: echo.message,
                 }),
                 false,
@@ -183,15 +301,10 @@ mod tests {
 
     struct Echoer;
     impl Application for Echoer {
-        fn handle(&self, request: request::Value) -> response::Value {
-            match request {
-                request::Value::Info(_) => {
-                    response::Value::Info(tendermint_proto::v0_38::abci::ResponseInfo {
-                        last_block_height: 7,
-                        ..Default::default()
-                    })
-                }
-                _ => response::Value::Exception(Default::default()),
+        fn info(&self, _: RequestInfo) -> ResponseInfo {
+            ResponseInfo {
+                last_block_height: 7,
+                ..Default::default()
             }
         }
     }

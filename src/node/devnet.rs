@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::rpc::Rpc;
-use crate::commands::local::write_atomic;
+use crate::common::fs::write_atomic;
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

@@ -13,8 +13,8 @@ use tally_chain::{Chain, ChainConfig, ChainError, Name, PreparedTx, TxError, TxR
 use tally_host_api::Abort;
 use tally_runtime::{Outcome, Runtime, RuntimeConfig};
 
-use crate::commands::local::write_atomic;
-use crate::commands::store::{StoreKind, open_store};
+use crate::common::fs::write_atomic;
+use crate::common::store::{StoreKind, open_store};
 
 /// Version of the node's data-directory layout.
 const LAYOUT_VERSION: u32 = 1;

@@ -17,7 +17,7 @@ use tally_chain::{Action, SignedTransaction, Transaction, Transfer};
 use super::app::outcome;
 use super::bundle;
 use super::ledger::Head;
-use super::rpc::Rpc;
+use super::rpc::{BlockResults, Rpc};
 
 /// How often the watcher asks for new blocks. Latency is measured to when a block is seen, so
 /// this bounds the error of each latency figure.
@@ -246,6 +246,232 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// Each bundle (index, bytes) in submission order, and the transfers each holds.
+fn bundles(config: &LoadConfig, signed: &[Vec<u8>]) -> (VecDeque<(usize, Vec<u8>)>, Vec<u64>) {
+    let chunks = signed.chunks(config.bundle.max(1));
+    let sizes = chunks.clone().map(|c| c.len() as u64).collect();
+    let bundles = chunks
+        .map(|c| bundle::join(c.iter().map(Vec::as_slice)))
+        .enumerate()
+        .collect();
+    (bundles, sizes)
+}
+
+/// One submitter: takes bundles off the queue while the window has room, and sends each to
+/// its validator in turn. A refused bundle frees its room at once.
+fn submit(shared: &Shared, rpcs: &[Rpc], sizes: &[u64], window: u64) {
+    loop {
+        let Some((k, tx)) = shared.queue.lock().expect("queue").pop_front() else {
+            return;
+        };
+        let n = sizes[k];
+        {
+            let mut f = shared.in_flight.lock().expect("window");
+            while *f + n > window && !shared.stop.load(Ordering::Relaxed) {
+                f = shared.room.wait_timeout(f, POLL).expect("window").0;
+            }
+            if shared.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            *f += n;
+        }
+        let hash = bundle::hash(&tx);
+        shared
+            .pending
+            .lock()
+            .expect("pending")
+            .insert(hash, (n, Instant::now()));
+        let refused = match rpcs[k % rpcs.len()].broadcast(&tx) {
+            Ok(b) if b.code == 0 => None,
+            Ok(b) => Some(format!("code {}: {}", b.code, b.log)),
+            Err(e) => Some(format!("{e:#}")),
+        };
+        if let Some(why) = refused {
+            shared.pending.lock().expect("pending").remove(&hash);
+            shared.rejected.fetch_add(n, Ordering::Relaxed);
+            let mut errors = shared.errors.lock().expect("errors");
+            if errors.len() < 5 {
+                errors.push(why);
+            }
+            *shared.in_flight.lock().expect("window") -= n;
+            shared.room.notify_all();
+        }
+    }
+}
+
+/// What the watcher saw of the submitted transfers.
+struct Seen {
+    committed: u64,
+    failed: u64,
+    rejected_in_block: u64,
+    /// Submission to commit of each committed transfer, ms.
+    latencies: Vec<f64>,
+    last_commit: Instant,
+    /// The first height not yet read.
+    next: u64,
+}
+
+impl Seen {
+    /// Matches one block's results to the submitted bundles by hash, and frees their room in
+    /// the window.
+    fn block(&mut self, results: &BlockResults, shared: &Shared) {
+        let seen = Instant::now();
+        let mut pending = shared.pending.lock().expect("pending");
+        let mut freed = 0;
+        for (_, data) in &results.txs {
+            let Some(hash) = data.get(..32).and_then(|h| <[u8; 32]>::try_from(h).ok()) else {
+                continue;
+            };
+            let Some((n, sent)) = pending.remove(&hash) else {
+                continue;
+            };
+            let ms = seen.duration_since(sent).as_secs_f64() * 1000.0;
+            for &b in &data[32..] {
+                match b {
+                    outcome::SUCCESS => {
+                        self.committed += 1;
+                        self.latencies.push(ms);
+                    }
+                    outcome::FAILED => self.failed += 1,
+                    _ => self.rejected_in_block += 1,
+                }
+            }
+            freed += n;
+            self.last_commit = seen;
+        }
+        drop(pending);
+        if freed > 0 {
+            *shared.in_flight.lock().expect("window") -= freed;
+            shared.room.notify_all();
+        }
+    }
+}
+
+/// Reads every new block's results until every transfer is accounted for or the timeout.
+fn watch(
+    config: &LoadConfig,
+    rpc: &Rpc,
+    shared: &Shared,
+    first_height: u64,
+    started: Instant,
+    progress: &dyn Fn(u64, u64),
+) -> Seen {
+    let mut seen = Seen {
+        committed: 0,
+        failed: 0,
+        rejected_in_block: 0,
+        latencies: Vec::with_capacity(config.transfers as usize),
+        last_commit: started,
+        next: first_height + 1,
+    };
+    let deadline = started + config.timeout;
+    loop {
+        let accounted = seen.committed
+            + seen.failed
+            + seen.rejected_in_block
+            + shared.rejected.load(Ordering::Relaxed);
+        progress(accounted, seen.committed);
+        if accounted >= config.transfers || Instant::now() > deadline {
+            return seen;
+        }
+        // The application's committed height, not CometBFT's /status: CometBFT stores a
+        // block before executing it and its results before the application commits it, so
+        // only this height says the transfers are durable state that queries see.
+        let tip = match head(rpc) {
+            Ok(h) => h.height,
+            Err(_) => {
+                std::thread::sleep(POLL);
+                continue;
+            }
+        };
+        if tip < seen.next {
+            std::thread::sleep(POLL);
+            continue;
+        }
+        while seen.next <= tip {
+            // The block store runs ahead of the results store by one block at most.
+            let Ok(results) = rpc.block_results(seen.next) else {
+                std::thread::sleep(POLL);
+                break;
+            };
+            seen.block(&results, shared);
+            seen.next += 1;
+        }
+    }
+}
+
+/// Blocks between `first` and `last` and their mean spacing (CometBFT header times), ms.
+fn block_time_ms(rpc: &Rpc, first: u64, last: u64) -> anyhow::Result<(u64, f64)> {
+    let mut times = Vec::new();
+    let mut h = first.max(1);
+    // 20 metas per call: CometBFT's page limit.
+    while h <= last {
+        let hi = (h + 19).min(last);
+        times.extend(rpc.block_metas(h, hi)?.into_iter().map(|(_, t, _)| t));
+        h = hi + 1;
+    }
+    let mean = if times.len() >= 2 {
+        (times[times.len() - 1] - times[0]) as f64 / (times.len() - 1) as f64
+    } else {
+        0.0
+    };
+    Ok((last.saturating_sub(first), mean))
+}
+
+/// Each validator's end state, and its app hash at the highest height all have.
+fn validator_ends(rpcs: &[Rpc], stats_before: &[serde_json::Value]) -> Vec<ValidatorEnd> {
+    let heights: Vec<u64> = rpcs.iter().map(|r| r.height().unwrap_or(0)).collect();
+    // CometBFT stores a block before its results: the block below the lowest tip has both.
+    let common = heights.iter().copied().min().unwrap_or(1).saturating_sub(1);
+    rpcs.iter()
+        .zip(&heights)
+        .zip(stats_before)
+        .map(|((rpc, height), before)| {
+            let status = rpc
+                .call("status", serde_json::json!({}))
+                .unwrap_or_default();
+            ValidatorEnd {
+                rpc: rpc.url().to_string(),
+                height: *height,
+                app_hash: status["sync_info"]["latest_app_hash"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_lowercase(),
+                app_hash_at_common_height: (0..50)
+                    .find_map(|_| {
+                        let r = rpc.block_results(common).ok();
+                        if r.is_none() {
+                            std::thread::sleep(POLL);
+                        }
+                        r
+                    })
+                    .map(|r| r.app_hash)
+                    .unwrap_or_default(),
+                abci_seconds: stats_delta(before, &stats(rpc)),
+            }
+        })
+        .collect()
+}
+
+/// CPU seconds by process kind over the run, rounded to 10 ms.
+fn cpu_report(
+    config: &LoadConfig,
+    before: (f64, f64),
+    after: (f64, f64),
+    load: f64,
+) -> serde_json::Value {
+    let round = |s: f64| (s * 100.0).round() / 100.0;
+    if config.devnet.is_some() {
+        serde_json::json!({
+            "tally_node": round(after.0 - before.0),
+            "cometbft": round(after.1 - before.1),
+            "load": round(load),
+        })
+    } else {
+        serde_json::json!({ "load": round(load) })
+    }
+}
+
 /// Runs the load and reports. `progress` gets (transfers accounted for, committed).
 pub fn run(config: &LoadConfig, progress: &dyn Fn(u64, u64)) -> anyhow::Result<LoadReport> {
     if config.rpcs.is_empty() {
@@ -256,18 +482,10 @@ pub fn run(config: &LoadConfig, progress: &dyn Fn(u64, u64)) -> anyhow::Result<L
     let t = Instant::now();
     let signed = sign_all(config, &start_head);
     let signing_s = t.elapsed().as_secs_f64();
-    let bundles: VecDeque<(usize, Vec<u8>)> = signed
-        .chunks(config.bundle.max(1))
-        .map(|c| bundle::join(c.iter().map(Vec::as_slice)))
-        .enumerate()
-        .collect();
-    let sizes: Vec<u64> = signed
-        .chunks(config.bundle.max(1))
-        .map(|c| c.len() as u64)
-        .collect();
+    let (queue, sizes) = bundles(config, &signed);
     drop(signed);
     let shared = Arc::new(Shared {
-        queue: Mutex::new(bundles),
+        queue: Mutex::new(queue),
         in_flight: Mutex::new(0),
         room: Condvar::new(),
         pending: Mutex::new(HashMap::new()),
@@ -281,204 +499,53 @@ pub fn run(config: &LoadConfig, progress: &dyn Fn(u64, u64)) -> anyhow::Result<L
     let first_height = head(&rpcs[0])?.height;
     let started = Instant::now();
     let sizes = Arc::new(sizes);
+    let window = config.window.max(config.bundle as u64);
     let submitters: Vec<_> = (0..config.submitters.max(1))
         .map(|_| {
-            let shared = shared.clone();
-            let rpcs = rpcs.clone();
-            let sizes = sizes.clone();
-            let window = config.window.max(config.bundle as u64);
-            std::thread::spawn(move || {
-                loop {
-                    let Some((k, tx)) = shared.queue.lock().expect("queue").pop_front() else {
-                        return;
-                    };
-                    let n = sizes[k];
-                    {
-                        let mut f = shared.in_flight.lock().expect("window");
-                        while *f + n > window && !shared.stop.load(Ordering::Relaxed) {
-                            f = shared.room.wait_timeout(f, POLL).expect("window").0;
-                        }
-                        if shared.stop.load(Ordering::Relaxed) {
-                            return;
-                        }
-                        *f += n;
-                    }
-                    let hash = bundle::hash(&tx);
-                    shared
-                        .pending
-                        .lock()
-                        .expect("pending")
-                        .insert(hash, (n, Instant::now()));
-                    let refused = match rpcs[k % rpcs.len()].broadcast(&tx) {
-                        Ok(b) if b.code == 0 => None,
-                        Ok(b) => Some(format!("code {}: {}", b.code, b.log)),
-                        Err(e) => Some(format!("{e:#}")),
-                    };
-                    if let Some(why) = refused {
-                        shared.pending.lock().expect("pending").remove(&hash);
-                        shared.rejected.fetch_add(n, Ordering::Relaxed);
-                        let mut errors = shared.errors.lock().expect("errors");
-                        if errors.len() < 5 {
-                            errors.push(why);
-                        }
-                        *shared.in_flight.lock().expect("window") -= n;
-                        shared.room.notify_all();
-                    }
-                }
-            })
+            let (shared, rpcs, sizes) = (shared.clone(), rpcs.clone(), sizes.clone());
+            std::thread::spawn(move || submit(&shared, &rpcs, &sizes, window))
         })
         .collect();
-    // The watcher: every new block's results, matched to submitted bundles by hash.
-    let watch = &rpcs[0];
-    let mut next = first_height + 1;
-    let (mut committed, mut failed, mut rejected_in_block) = (0u64, 0u64, 0u64);
-    let mut latencies: Vec<f64> = Vec::with_capacity(config.transfers as usize);
-    let mut last_commit = started;
-    let deadline = started + config.timeout;
-    loop {
-        let accounted =
-            committed + failed + rejected_in_block + shared.rejected.load(Ordering::Relaxed);
-        progress(accounted, committed);
-        if accounted >= config.transfers || Instant::now() > deadline {
-            break;
-        }
-        // The application's committed height, not CometBFT's /status: CometBFT stores a
-        // block before executing it and its results before the application commits it, so
-        // only this height says the transfers are durable state that queries see.
-        let tip = match head(watch) {
-            Ok(h) => h.height,
-            Err(_) => {
-                std::thread::sleep(POLL);
-                continue;
-            }
-        };
-        if tip < next {
-            std::thread::sleep(POLL);
-            continue;
-        }
-        while next <= tip {
-            // The block store runs ahead of the results store by one block at most.
-            let Ok(results) = watch.block_results(next) else {
-                std::thread::sleep(POLL);
-                break;
-            };
-            let seen = Instant::now();
-            let mut pending = shared.pending.lock().expect("pending");
-            let mut freed = 0;
-            for (_, data) in &results.txs {
-                let Some(hash) = data.get(..32).and_then(|h| <[u8; 32]>::try_from(h).ok()) else {
-                    continue;
-                };
-                let Some((n, sent)) = pending.remove(&hash) else {
-                    continue;
-                };
-                let ms = seen.duration_since(sent).as_secs_f64() * 1000.0;
-                for &b in &data[32..] {
-                    match b {
-                        outcome::SUCCESS => {
-                            committed += 1;
-                            latencies.push(ms);
-                        }
-                        outcome::FAILED => failed += 1,
-                        _ => rejected_in_block += 1,
-                    }
-                }
-                freed += n;
-                last_commit = seen;
-            }
-            drop(pending);
-            if freed > 0 {
-                *shared.in_flight.lock().expect("window") -= freed;
-                shared.room.notify_all();
-            }
-            next += 1;
-        }
-    }
+    let mut seen = watch(config, &rpcs[0], &shared, first_height, started, progress);
     shared.stop.store(true, Ordering::Relaxed);
     shared.queue.lock().expect("queue").clear();
     for s in submitters {
         let _ = s.join();
     }
-    let elapsed = last_commit.duration_since(started).as_secs_f64().max(1e-9);
+    let elapsed = seen
+        .last_commit
+        .duration_since(started)
+        .as_secs_f64()
+        .max(1e-9);
     let self_cpu = cpu_seconds(std::process::id()) - self_before;
     let cpu_after = devnet_cpu(&config.devnet);
-    let last_height = next - 1;
-    // Block times over the run, from header times (20 metas per call).
-    let mut times = Vec::new();
-    let mut h = first_height.max(1);
-    while h <= last_height {
-        let hi = (h + 19).min(last_height);
-        times.extend(watch.block_metas(h, hi)?.into_iter().map(|(_, t, _)| t));
-        h = hi + 1;
-    }
-    let blocks = last_height.saturating_sub(first_height);
-    let block_time_ms = if times.len() >= 2 {
-        (times[times.len() - 1] - times[0]) as f64 / (times.len() - 1) as f64
-    } else {
-        0.0
-    };
-    // Each validator's end state, and its app hash at the highest height all have.
-    let mut ends = Vec::new();
-    let heights: Vec<u64> = rpcs.iter().map(|r| r.height().unwrap_or(0)).collect();
-    // CometBFT stores a block before its results: the block below the lowest tip has both.
-    let common = heights.iter().copied().min().unwrap_or(1).saturating_sub(1);
-    for ((rpc, height), before) in rpcs.iter().zip(&heights).zip(&stats_before) {
-        let status = rpc
-            .call("status", serde_json::json!({}))
-            .unwrap_or_default();
-        ends.push(ValidatorEnd {
-            rpc: rpc.url().to_string(),
-            height: *height,
-            app_hash: status["sync_info"]["latest_app_hash"]
-                .as_str()
-                .unwrap_or("")
-                .to_lowercase(),
-            app_hash_at_common_height: (0..50)
-                .find_map(|_| {
-                    let r = rpc.block_results(common).ok();
-                    if r.is_none() {
-                        std::thread::sleep(POLL);
-                    }
-                    r
-                })
-                .map(|r| r.app_hash)
-                .unwrap_or_default(),
-            abci_seconds: stats_delta(before, &stats(rpc)),
-        });
-    }
-    let agree = ends
+    let (blocks, block_time_ms) = block_time_ms(&rpcs[0], first_height, seen.next - 1)?;
+    let validators = validator_ends(&rpcs, &stats_before);
+    let agree = validators
         .windows(2)
         .all(|w| w[0].app_hash_at_common_height == w[1].app_hash_at_common_height);
-    latencies.sort_unstable_by(f64::total_cmp);
+    seen.latencies.sort_unstable_by(f64::total_cmp);
     let rejected = shared.rejected.load(Ordering::Relaxed);
     let errors = shared.errors.lock().expect("errors").clone();
     Ok(LoadReport {
         transfers: config.transfers,
         bundle: config.bundle,
-        committed,
-        failed,
+        committed: seen.committed,
+        failed: seen.failed,
         rejected_check_tx: rejected,
-        rejected_in_block,
-        lost: config.transfers - committed - failed - rejected - rejected_in_block,
+        rejected_in_block: seen.rejected_in_block,
+        lost: config.transfers - seen.committed - seen.failed - rejected - seen.rejected_in_block,
         check_tx_errors: errors,
         elapsed_s: elapsed,
-        tps: committed as f64 / elapsed,
-        latency_p50_ms: percentile(&latencies, 0.50),
-        latency_p99_ms: percentile(&latencies, 0.99),
-        latency_max_ms: latencies.last().copied().unwrap_or(0.0),
+        tps: seen.committed as f64 / elapsed,
+        latency_p50_ms: percentile(&seen.latencies, 0.50),
+        latency_p99_ms: percentile(&seen.latencies, 0.99),
+        latency_max_ms: seen.latencies.last().copied().unwrap_or(0.0),
         blocks,
         block_time_ms,
         signing_s,
-        cpu_s: if config.devnet.is_some() {
-            serde_json::json!({
-                "tally_node": ((cpu_after.0 - cpu_before.0) * 100.0).round() / 100.0,
-                "cometbft": ((cpu_after.1 - cpu_before.1) * 100.0).round() / 100.0,
-                "load": (self_cpu * 100.0).round() / 100.0,
-            })
-        } else {
-            serde_json::json!({ "load": (self_cpu * 100.0).round() / 100.0 })
-        },
-        validators: ends,
+        cpu_s: cpu_report(config, cpu_before, cpu_after, self_cpu),
+        validators,
         app_hashes_agree: agree,
     })
 }

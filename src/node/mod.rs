@@ -7,4 +7,5 @@ pub mod bundle;
 pub mod devnet;
 pub mod ledger;
 pub mod load;
+pub mod mempool;
 pub mod rpc;

@@ -11,127 +11,12 @@
 //!   both balances, write both balances; accounts drawn from Zipf-Mandelbrot
 //!   (s = 1.0001, v = 2.7) as in the Vryx test.
 //!
-//! The RNG (SplitMix64) and the Zipf-Mandelbrot sampler are copied from the chain's bench
-//! workload on purpose: the storage workloads must not change when that one does.
+//! Randomness comes from [`crate::sampler`], shared with `tally bench`'s workload; its tests
+//! pin the streams, so a change there that would alter these workloads is noticed.
 
 use std::collections::HashMap as FxHashMap;
 
-/// SplitMix64: tiny, fast and fully specified, so a seed means the same workload everywhere.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-
-    /// Uniform in `[0, n)`.
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((self.next_u64() as u128 * n as u128) >> 64) as u64
-    }
-
-    /// Normal with `mean` and `std` (Box-Muller), rounded and clipped to `[min, max]`.
-    pub fn normal(&mut self, mean: f64, std: f64, min: u64, max: u64) -> u64 {
-        let u1 = self.next_f64().max(f64::MIN_POSITIVE);
-        let u2 = self.next_f64();
-        let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-        (mean + std * z).round().clamp(min as f64, max as f64) as u64
-    }
-
-    /// `n` pseudo-random bytes.
-    pub fn fill(&mut self, out: &mut Vec<u8>, n: usize) {
-        out.clear();
-        while out.len() < n {
-            out.extend_from_slice(&self.next_u64().to_le_bytes());
-        }
-        out.truncate(n);
-    }
-}
-
-/// Zipf-Mandelbrot over ranks `0..n`, P(k) ∝ (k + v)^-s, by rejection-inversion (Hörmann &
-/// Derflinger 1996): O(1) memory and time per sample.
-#[derive(Debug, Clone)]
-pub struct ZipfMandelbrot {
-    n: f64,
-    s: f64,
-    v: f64,
-    h_x1: f64,
-    h_n: f64,
-    threshold: f64,
-}
-
-impl ZipfMandelbrot {
-    /// The Vryx parameters: s = 1.0001, v = 2.7.
-    pub fn vryx(n: u64) -> Self {
-        let mut z = Self {
-            n: n as f64,
-            s: 1.0001,
-            v: 2.7,
-            h_x1: 0.0,
-            h_n: 0.0,
-            threshold: 0.0,
-        };
-        z.h_x1 = z.big_h(1.5) - z.h(1.0);
-        z.h_n = z.big_h(z.n + 0.5);
-        z.threshold = 2.0 - z.big_h_inv(z.big_h(2.5) - z.h(2.0));
-        z
-    }
-
-    fn h(&self, x: f64) -> f64 {
-        (-self.s * (x + self.v).ln()).exp()
-    }
-
-    fn big_h(&self, x: f64) -> f64 {
-        let log_x = (x + self.v).ln();
-        helper2((1.0 - self.s) * log_x) * log_x
-    }
-
-    fn big_h_inv(&self, y: f64) -> f64 {
-        let t = (y * (1.0 - self.s)).max(-1.0);
-        (helper1(t) * y).exp() - self.v
-    }
-
-    /// A rank in `0..n` (0 is the hottest).
-    pub fn sample(&self, rng: &mut Rng) -> u64 {
-        loop {
-            let u = self.h_n + rng.next_f64() * (self.h_x1 - self.h_n);
-            let x = self.big_h_inv(u);
-            let k = x.round().clamp(1.0, self.n);
-            if k - x <= self.threshold || u >= self.big_h(k + 0.5) - self.h(k) {
-                return k as u64 - 1;
-            }
-        }
-    }
-}
-
-fn helper1(x: f64) -> f64 {
-    if x.abs() > 1e-8 {
-        x.ln_1p() / x
-    } else {
-        1.0 - x * (0.5 - x * (1.0 / 3.0 - 0.25 * x))
-    }
-}
-
-fn helper2(x: f64) -> f64 {
-    if x.abs() > 1e-8 {
-        x.exp_m1() / x
-    } else {
-        1.0 + x * 0.5 * (1.0 + x * (1.0 / 3.0) * (1.0 + 0.25 * x))
-    }
-}
+use crate::sampler::{Rng, ZipfMandelbrot};
 
 /// One step of a workload: reads, then (maybe) one block of writes.
 #[derive(Debug, Default)]
@@ -277,14 +162,23 @@ impl Workload for Griffin {
 /// One store of the IAVL notebook's changesets.
 #[derive(Debug, Clone)]
 pub struct IavlStore {
+    /// Its name in the notebook.
     pub name: &'static str,
+    /// Mean key size, bytes.
     pub key_mean: f64,
+    /// Standard deviation of the key size.
     pub key_std: f64,
+    /// Mean value size, bytes.
     pub value_mean: f64,
+    /// Standard deviation of the value size.
     pub value_std: f64,
+    /// Keys before the first version.
     pub initial_size: u64,
+    /// Keys after the last version.
     pub final_size: u64,
+    /// Changes per version.
     pub change_per_version: u64,
+    /// Share of the changes that delete a key.
     pub delete_fraction: f64,
 }
 
