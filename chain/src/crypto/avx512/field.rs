@@ -258,167 +258,35 @@ impl F8 {
     #[inline(always)]
     #[allow(unsafe_op_in_unsafe_fn)] // every statement is an intrinsic; see `mul_inline`
     unsafe fn mul_body(&self, g: &F8) -> F8 {
-        let [f0, f1, f2, f3, f4, f5, f6, f7, f8, f9] = self.0;
-        let [g0, g1, g2, g3, g4, g5, g6, g7, g8, g9] = g.0;
+        let (f, g) = (self.0, g.0);
+        let [_, f1, _, f3, _, f5, _, f7, _, f9] = f;
+        let [_, g1, g2, g3, g4, g5, g6, g7, g8, g9] = g;
         // Only the low 32 bits of a lane take part in `vpmuludq`, so `g` may carry garbage in
         // its high halves (the gathered table points do).
         let n19 = splat(19);
-        let g1_19 = opaque(_mm512_mul_epu32(g1, n19));
-        let g2_19 = opaque(_mm512_mul_epu32(g2, n19));
-        let g3_19 = opaque(_mm512_mul_epu32(g3, n19));
-        let g4_19 = opaque(_mm512_mul_epu32(g4, n19));
-        let g5_19 = opaque(_mm512_mul_epu32(g5, n19));
-        let g6_19 = opaque(_mm512_mul_epu32(g6, n19));
-        let g7_19 = opaque(_mm512_mul_epu32(g7, n19));
-        let g8_19 = opaque(_mm512_mul_epu32(g8, n19));
-        let g9_19 = opaque(_mm512_mul_epu32(g9, n19));
+        let g_19 = [
+            opaque(_mm512_mul_epu32(g1, n19)),
+            opaque(_mm512_mul_epu32(g2, n19)),
+            opaque(_mm512_mul_epu32(g3, n19)),
+            opaque(_mm512_mul_epu32(g4, n19)),
+            opaque(_mm512_mul_epu32(g5, n19)),
+            opaque(_mm512_mul_epu32(g6, n19)),
+            opaque(_mm512_mul_epu32(g7, n19)),
+            opaque(_mm512_mul_epu32(g8, n19)),
+            opaque(_mm512_mul_epu32(g9, n19)),
+        ];
         // Two odd limbs' weights add up to one more bit than their product's limb holds.
-        let f1_2 = _mm512_add_epi64(f1, f1);
-        let f3_2 = _mm512_add_epi64(f3, f3);
-        let f5_2 = _mm512_add_epi64(f5, f5);
-        let f7_2 = _mm512_add_epi64(f7, f7);
-        let f9_2 = _mm512_add_epi64(f9, f9);
-        macro_rules! m {
-            ($a:expr, $b:expr $(,)?) => {
-                _mm512_mul_epu32($a, $b)
-            };
-        }
-        macro_rules! s {
-            ([$a:expr, $b:expr, $c:expr, $d:expr, $e:expr, $f:expr, $g:expr, $h:expr, $i:expr, $j:expr $(,)?]) => {{
-                let ab = _mm512_add_epi64($a, $b);
-                let cd = _mm512_add_epi64($c, $d);
-                let ef = _mm512_add_epi64($e, $f);
-                let gh = _mm512_add_epi64($g, $h);
-                let ij = _mm512_add_epi64($i, $j);
-                _mm512_add_epi64(
-                    _mm512_add_epi64(_mm512_add_epi64(ab, cd), _mm512_add_epi64(ef, gh)),
-                    ij,
-                )
-            }};
-        }
+        let f_2 = [
+            _mm512_add_epi64(f1, f1),
+            _mm512_add_epi64(f3, f3),
+            _mm512_add_epi64(f5, f5),
+            _mm512_add_epi64(f7, f7),
+            _mm512_add_epi64(f9, f9),
+        ];
         // ref10's fe_mul: limb i + j ≥ 10 weighs 2²⁵⁵ times more, and 2²⁵⁵ ≡ 19.
-        carry([
-            s!([
-                m!(f0, g0),
-                m!(f1_2, g9_19),
-                m!(f2, g8_19),
-                m!(f3_2, g7_19),
-                m!(f4, g6_19),
-                m!(f5_2, g5_19),
-                m!(f6, g4_19),
-                m!(f7_2, g3_19),
-                m!(f8, g2_19),
-                m!(f9_2, g1_19),
-            ]),
-            s!([
-                m!(f0, g1),
-                m!(f1, g0),
-                m!(f2, g9_19),
-                m!(f3, g8_19),
-                m!(f4, g7_19),
-                m!(f5, g6_19),
-                m!(f6, g5_19),
-                m!(f7, g4_19),
-                m!(f8, g3_19),
-                m!(f9, g2_19),
-            ]),
-            s!([
-                m!(f0, g2),
-                m!(f1_2, g1),
-                m!(f2, g0),
-                m!(f3_2, g9_19),
-                m!(f4, g8_19),
-                m!(f5_2, g7_19),
-                m!(f6, g6_19),
-                m!(f7_2, g5_19),
-                m!(f8, g4_19),
-                m!(f9_2, g3_19),
-            ]),
-            s!([
-                m!(f0, g3),
-                m!(f1, g2),
-                m!(f2, g1),
-                m!(f3, g0),
-                m!(f4, g9_19),
-                m!(f5, g8_19),
-                m!(f6, g7_19),
-                m!(f7, g6_19),
-                m!(f8, g5_19),
-                m!(f9, g4_19),
-            ]),
-            s!([
-                m!(f0, g4),
-                m!(f1_2, g3),
-                m!(f2, g2),
-                m!(f3_2, g1),
-                m!(f4, g0),
-                m!(f5_2, g9_19),
-                m!(f6, g8_19),
-                m!(f7_2, g7_19),
-                m!(f8, g6_19),
-                m!(f9_2, g5_19),
-            ]),
-            s!([
-                m!(f0, g5),
-                m!(f1, g4),
-                m!(f2, g3),
-                m!(f3, g2),
-                m!(f4, g1),
-                m!(f5, g0),
-                m!(f6, g9_19),
-                m!(f7, g8_19),
-                m!(f8, g7_19),
-                m!(f9, g6_19),
-            ]),
-            s!([
-                m!(f0, g6),
-                m!(f1_2, g5),
-                m!(f2, g4),
-                m!(f3_2, g3),
-                m!(f4, g2),
-                m!(f5_2, g1),
-                m!(f6, g0),
-                m!(f7_2, g9_19),
-                m!(f8, g8_19),
-                m!(f9_2, g7_19),
-            ]),
-            s!([
-                m!(f0, g7),
-                m!(f1, g6),
-                m!(f2, g5),
-                m!(f3, g4),
-                m!(f4, g3),
-                m!(f5, g2),
-                m!(f6, g1),
-                m!(f7, g0),
-                m!(f8, g9_19),
-                m!(f9, g8_19),
-            ]),
-            s!([
-                m!(f0, g8),
-                m!(f1_2, g7),
-                m!(f2, g6),
-                m!(f3_2, g5),
-                m!(f4, g4),
-                m!(f5_2, g3),
-                m!(f6, g2),
-                m!(f7_2, g1),
-                m!(f8, g0),
-                m!(f9_2, g9_19),
-            ]),
-            s!([
-                m!(f0, g9),
-                m!(f1, g8),
-                m!(f2, g7),
-                m!(f3, g6),
-                m!(f4, g5),
-                m!(f5, g4),
-                m!(f6, g3),
-                m!(f7, g2),
-                m!(f8, g1),
-                m!(f9, g0),
-            ]),
-        ])
+        let [h0, h1, h2, h3, h4] = mul_limbs_0_to_4(f, f_2, g, g_19);
+        let [h5, h6, h7, h8, h9] = mul_limbs_5_to_9(f, f_2, g, g_19);
+        carry([h0, h1, h2, h3, h4, h5, h6, h7, h8, h9])
     }
 
     /// The square, reduced: 55 products instead of 100 (ref10's `fe_sq`).
@@ -443,102 +311,27 @@ impl F8 {
     #[allow(unsafe_op_in_unsafe_fn)] // every statement is an intrinsic; see `mul_inline`
     unsafe fn square_body(&self) -> F8 {
         let [f0, f1, f2, f3, f4, f5, f6, f7, f8, f9] = self.0;
-        let f0_2 = _mm512_add_epi64(f0, f0);
-        let f1_2 = _mm512_add_epi64(f1, f1);
-        let f2_2 = _mm512_add_epi64(f2, f2);
-        let f3_2 = _mm512_add_epi64(f3, f3);
-        let f4_2 = _mm512_add_epi64(f4, f4);
-        let f5_2 = _mm512_add_epi64(f5, f5);
-        let f6_2 = _mm512_add_epi64(f6, f6);
-        let f7_2 = _mm512_add_epi64(f7, f7);
+        let f_2 = [
+            _mm512_add_epi64(f0, f0),
+            _mm512_add_epi64(f1, f1),
+            _mm512_add_epi64(f2, f2),
+            _mm512_add_epi64(f3, f3),
+            _mm512_add_epi64(f4, f4),
+            _mm512_add_epi64(f5, f5),
+            _mm512_add_epi64(f6, f6),
+            _mm512_add_epi64(f7, f7),
+        ];
         let (n19, n38) = (splat(19), splat(38));
-        let f5_38 = opaque(_mm512_mul_epu32(f5, n38));
-        let f6_19 = opaque(_mm512_mul_epu32(f6, n19));
-        let f7_38 = opaque(_mm512_mul_epu32(f7, n38));
-        let f8_19 = opaque(_mm512_mul_epu32(f8, n19));
-        let f9_38 = opaque(_mm512_mul_epu32(f9, n38));
-        macro_rules! m {
-            ($a:expr, $b:expr $(,)?) => {
-                _mm512_mul_epu32($a, $b)
-            };
-        }
-        macro_rules! a {
-            ($a:expr, $b:expr $(,)?) => {
-                _mm512_add_epi64($a, $b)
-            };
-        }
-        carry([
-            a!(
-                a!(
-                    a!(m!(f0, f0), m!(f1_2, f9_38)),
-                    a!(m!(f2_2, f8_19), m!(f3_2, f7_38))
-                ),
-                a!(m!(f4_2, f6_19), m!(f5, f5_38)),
-            ),
-            a!(
-                a!(
-                    a!(m!(f0_2, f1), m!(f2, f9_38)),
-                    a!(m!(f3_2, f8_19), m!(f4, f7_38))
-                ),
-                m!(f5_2, f6_19),
-            ),
-            a!(
-                a!(
-                    a!(m!(f0_2, f2), m!(f1_2, f1)),
-                    a!(m!(f3_2, f9_38), m!(f4_2, f8_19))
-                ),
-                a!(m!(f5_2, f7_38), m!(f6, f6_19)),
-            ),
-            a!(
-                a!(
-                    a!(m!(f0_2, f3), m!(f1_2, f2)),
-                    a!(m!(f4, f9_38), m!(f5_2, f8_19))
-                ),
-                m!(f6, f7_38),
-            ),
-            a!(
-                a!(
-                    a!(m!(f0_2, f4), m!(f1_2, f3_2)),
-                    a!(m!(f2, f2), m!(f5_2, f9_38))
-                ),
-                a!(m!(f6_2, f8_19), m!(f7, f7_38)),
-            ),
-            a!(
-                a!(
-                    a!(m!(f0_2, f5), m!(f1_2, f4)),
-                    a!(m!(f2_2, f3), m!(f6, f9_38))
-                ),
-                m!(f7_2, f8_19),
-            ),
-            a!(
-                a!(
-                    a!(m!(f0_2, f6), m!(f1_2, f5_2)),
-                    a!(m!(f2_2, f4), m!(f3_2, f3))
-                ),
-                a!(m!(f7_2, f9_38), m!(f8, f8_19)),
-            ),
-            a!(
-                a!(
-                    a!(m!(f0_2, f7), m!(f1_2, f6)),
-                    a!(m!(f2_2, f5), m!(f3_2, f4))
-                ),
-                m!(f8, f9_38),
-            ),
-            a!(
-                a!(
-                    a!(m!(f0_2, f8), m!(f1_2, f7_2)),
-                    a!(m!(f2_2, f6), m!(f3_2, f5_2))
-                ),
-                a!(m!(f4, f4), m!(f9, f9_38)),
-            ),
-            a!(
-                a!(
-                    a!(m!(f0_2, f9), m!(f1_2, f8)),
-                    a!(m!(f2_2, f7), m!(f3_2, f6))
-                ),
-                m!(f4_2, f5),
-            ),
-        ])
+        let f_19 = [
+            opaque(_mm512_mul_epu32(f5, n38)),
+            opaque(_mm512_mul_epu32(f6, n19)),
+            opaque(_mm512_mul_epu32(f7, n38)),
+            opaque(_mm512_mul_epu32(f8, n19)),
+            opaque(_mm512_mul_epu32(f9, n38)),
+        ];
+        let [h0, h1, h2, h3, h4] = square_limbs_0_to_4(self.0, f_2, f_19);
+        let [h5, h6, h7, h8, h9] = square_limbs_5_to_9(self.0, f_2, f_19);
+        carry([h0, h1, h2, h3, h4, h5, h6, h7, h8, h9])
     }
 
     /// `self^(p − 2)`: the inverse of a non-zero element, 0 for 0.
@@ -635,6 +428,321 @@ impl F8 {
             out
         })
     }
+}
+
+/// `vpmuludq`: the 64-bit product of the low 32 bits of each lane.
+macro_rules! mul32 {
+    ($a:expr, $b:expr $(,)?) => {
+        _mm512_mul_epu32($a, $b)
+    };
+}
+
+/// Lane-wise 64-bit sum.
+macro_rules! add64 {
+    ($a:expr, $b:expr $(,)?) => {
+        _mm512_add_epi64($a, $b)
+    };
+}
+
+/// The sum of ten products, added pairwise rather than in one chain of nine dependent additions.
+macro_rules! sum10 {
+    ([$a:expr, $b:expr, $c:expr, $d:expr, $e:expr, $f:expr, $g:expr, $h:expr, $i:expr, $j:expr $(,)?]) => {{
+        let ab = _mm512_add_epi64($a, $b);
+        let cd = _mm512_add_epi64($c, $d);
+        let ef = _mm512_add_epi64($e, $f);
+        let gh = _mm512_add_epi64($g, $h);
+        let ij = _mm512_add_epi64($i, $j);
+        _mm512_add_epi64(
+            _mm512_add_epi64(_mm512_add_epi64(ab, cd), _mm512_add_epi64(ef, gh)),
+            ij,
+        )
+    }};
+}
+
+/// Limbs 0 to 4 of the product in `F8::mul_body`, not carried: each the sum of the ten
+/// `f_i·g_j` with `i + j` equal to its index mod 10, taking 19·g_j (`g_19[j − 1]`) where
+/// `i + j ≥ 10` and 2·f_i (`f_2[i / 2]`) where `i` and `j` are both odd.
+///
+/// # Safety
+/// As for [`F8::mul_inline`].
+#[inline(always)]
+#[allow(unsafe_op_in_unsafe_fn)] // every statement is an intrinsic; see `F8::mul_inline`
+unsafe fn mul_limbs_0_to_4(
+    f: [__m512i; 10],
+    f_2: [__m512i; 5],
+    g: [__m512i; 10],
+    g_19: [__m512i; 9],
+) -> [__m512i; 5] {
+    let [f0, f1, f2, f3, f4, f5, f6, f7, f8, f9] = f;
+    let [f1_2, f3_2, f5_2, f7_2, f9_2] = f_2;
+    let [g0, g1, g2, g3, g4, _, _, _, _, _] = g;
+    let [
+        g1_19,
+        g2_19,
+        g3_19,
+        g4_19,
+        g5_19,
+        g6_19,
+        g7_19,
+        g8_19,
+        g9_19,
+    ] = g_19;
+    [
+        sum10!([
+            mul32!(f0, g0),
+            mul32!(f1_2, g9_19),
+            mul32!(f2, g8_19),
+            mul32!(f3_2, g7_19),
+            mul32!(f4, g6_19),
+            mul32!(f5_2, g5_19),
+            mul32!(f6, g4_19),
+            mul32!(f7_2, g3_19),
+            mul32!(f8, g2_19),
+            mul32!(f9_2, g1_19),
+        ]),
+        sum10!([
+            mul32!(f0, g1),
+            mul32!(f1, g0),
+            mul32!(f2, g9_19),
+            mul32!(f3, g8_19),
+            mul32!(f4, g7_19),
+            mul32!(f5, g6_19),
+            mul32!(f6, g5_19),
+            mul32!(f7, g4_19),
+            mul32!(f8, g3_19),
+            mul32!(f9, g2_19),
+        ]),
+        sum10!([
+            mul32!(f0, g2),
+            mul32!(f1_2, g1),
+            mul32!(f2, g0),
+            mul32!(f3_2, g9_19),
+            mul32!(f4, g8_19),
+            mul32!(f5_2, g7_19),
+            mul32!(f6, g6_19),
+            mul32!(f7_2, g5_19),
+            mul32!(f8, g4_19),
+            mul32!(f9_2, g3_19),
+        ]),
+        sum10!([
+            mul32!(f0, g3),
+            mul32!(f1, g2),
+            mul32!(f2, g1),
+            mul32!(f3, g0),
+            mul32!(f4, g9_19),
+            mul32!(f5, g8_19),
+            mul32!(f6, g7_19),
+            mul32!(f7, g6_19),
+            mul32!(f8, g5_19),
+            mul32!(f9, g4_19),
+        ]),
+        sum10!([
+            mul32!(f0, g4),
+            mul32!(f1_2, g3),
+            mul32!(f2, g2),
+            mul32!(f3_2, g1),
+            mul32!(f4, g0),
+            mul32!(f5_2, g9_19),
+            mul32!(f6, g8_19),
+            mul32!(f7_2, g7_19),
+            mul32!(f8, g6_19),
+            mul32!(f9_2, g5_19),
+        ]),
+    ]
+}
+
+/// Limbs 5 to 9 of the product in `F8::mul_body`, not carried: each the sum of the ten
+/// `f_i·g_j` with `i + j` equal to its index mod 10, taking 19·g_j (`g_19[j − 1]`) where
+/// `i + j ≥ 10` and 2·f_i (`f_2[i / 2]`) where `i` and `j` are both odd.
+///
+/// # Safety
+/// As for [`F8::mul_inline`].
+#[inline(always)]
+#[allow(unsafe_op_in_unsafe_fn)] // every statement is an intrinsic; see `F8::mul_inline`
+unsafe fn mul_limbs_5_to_9(
+    f: [__m512i; 10],
+    f_2: [__m512i; 5],
+    g: [__m512i; 10],
+    g_19: [__m512i; 9],
+) -> [__m512i; 5] {
+    let [f0, f1, f2, f3, f4, f5, f6, f7, f8, f9] = f;
+    let [f1_2, f3_2, f5_2, f7_2, f9_2] = f_2;
+    let [g0, g1, g2, g3, g4, g5, g6, g7, g8, g9] = g;
+    let [_, _, _, _, _, g6_19, g7_19, g8_19, g9_19] = g_19;
+    [
+        sum10!([
+            mul32!(f0, g5),
+            mul32!(f1, g4),
+            mul32!(f2, g3),
+            mul32!(f3, g2),
+            mul32!(f4, g1),
+            mul32!(f5, g0),
+            mul32!(f6, g9_19),
+            mul32!(f7, g8_19),
+            mul32!(f8, g7_19),
+            mul32!(f9, g6_19),
+        ]),
+        sum10!([
+            mul32!(f0, g6),
+            mul32!(f1_2, g5),
+            mul32!(f2, g4),
+            mul32!(f3_2, g3),
+            mul32!(f4, g2),
+            mul32!(f5_2, g1),
+            mul32!(f6, g0),
+            mul32!(f7_2, g9_19),
+            mul32!(f8, g8_19),
+            mul32!(f9_2, g7_19),
+        ]),
+        sum10!([
+            mul32!(f0, g7),
+            mul32!(f1, g6),
+            mul32!(f2, g5),
+            mul32!(f3, g4),
+            mul32!(f4, g3),
+            mul32!(f5, g2),
+            mul32!(f6, g1),
+            mul32!(f7, g0),
+            mul32!(f8, g9_19),
+            mul32!(f9, g8_19),
+        ]),
+        sum10!([
+            mul32!(f0, g8),
+            mul32!(f1_2, g7),
+            mul32!(f2, g6),
+            mul32!(f3_2, g5),
+            mul32!(f4, g4),
+            mul32!(f5_2, g3),
+            mul32!(f6, g2),
+            mul32!(f7_2, g1),
+            mul32!(f8, g0),
+            mul32!(f9_2, g9_19),
+        ]),
+        sum10!([
+            mul32!(f0, g9),
+            mul32!(f1, g8),
+            mul32!(f2, g7),
+            mul32!(f3, g6),
+            mul32!(f4, g5),
+            mul32!(f5, g4),
+            mul32!(f6, g3),
+            mul32!(f7, g2),
+            mul32!(f8, g1),
+            mul32!(f9, g0),
+        ]),
+    ]
+}
+
+/// Limbs 0 to 4 of ref10's `fe_sq` square of `f`, not carried: `f_2[i]` is 2·f_i (a cross
+/// product appears twice, and two odd limbs' weights add up to one more bit than their
+/// product's limb holds), and `f_19` holds 38·f5, 19·f6, 38·f7, 19·f8 and 38·f9 (limb
+/// `i + j ≥ 10` weighs 2²⁵⁵ ≡ 19 times more).
+///
+/// # Safety
+/// As for [`F8::mul_inline`].
+#[inline(always)]
+#[allow(unsafe_op_in_unsafe_fn)] // every statement is an intrinsic; see `F8::mul_inline`
+unsafe fn square_limbs_0_to_4(
+    f: [__m512i; 10],
+    f_2: [__m512i; 8],
+    f_19: [__m512i; 5],
+) -> [__m512i; 5] {
+    let [f0, f1, f2, f3, f4, f5, f6, f7, _, _] = f;
+    let [f0_2, f1_2, f2_2, f3_2, f4_2, f5_2, f6_2, _] = f_2;
+    let [f5_38, f6_19, f7_38, f8_19, f9_38] = f_19;
+    [
+        add64!(
+            add64!(
+                add64!(mul32!(f0, f0), mul32!(f1_2, f9_38)),
+                add64!(mul32!(f2_2, f8_19), mul32!(f3_2, f7_38))
+            ),
+            add64!(mul32!(f4_2, f6_19), mul32!(f5, f5_38)),
+        ),
+        add64!(
+            add64!(
+                add64!(mul32!(f0_2, f1), mul32!(f2, f9_38)),
+                add64!(mul32!(f3_2, f8_19), mul32!(f4, f7_38))
+            ),
+            mul32!(f5_2, f6_19),
+        ),
+        add64!(
+            add64!(
+                add64!(mul32!(f0_2, f2), mul32!(f1_2, f1)),
+                add64!(mul32!(f3_2, f9_38), mul32!(f4_2, f8_19))
+            ),
+            add64!(mul32!(f5_2, f7_38), mul32!(f6, f6_19)),
+        ),
+        add64!(
+            add64!(
+                add64!(mul32!(f0_2, f3), mul32!(f1_2, f2)),
+                add64!(mul32!(f4, f9_38), mul32!(f5_2, f8_19))
+            ),
+            mul32!(f6, f7_38),
+        ),
+        add64!(
+            add64!(
+                add64!(mul32!(f0_2, f4), mul32!(f1_2, f3_2)),
+                add64!(mul32!(f2, f2), mul32!(f5_2, f9_38))
+            ),
+            add64!(mul32!(f6_2, f8_19), mul32!(f7, f7_38)),
+        ),
+    ]
+}
+
+/// Limbs 5 to 9 of ref10's `fe_sq` square of `f`, not carried: `f_2[i]` is 2·f_i (a cross
+/// product appears twice, and two odd limbs' weights add up to one more bit than their
+/// product's limb holds), and `f_19` holds 38·f5, 19·f6, 38·f7, 19·f8 and 38·f9 (limb
+/// `i + j ≥ 10` weighs 2²⁵⁵ ≡ 19 times more).
+///
+/// # Safety
+/// As for [`F8::mul_inline`].
+#[inline(always)]
+#[allow(unsafe_op_in_unsafe_fn)] // every statement is an intrinsic; see `F8::mul_inline`
+unsafe fn square_limbs_5_to_9(
+    f: [__m512i; 10],
+    f_2: [__m512i; 8],
+    f_19: [__m512i; 5],
+) -> [__m512i; 5] {
+    let [_, _, _, f3, f4, f5, f6, f7, f8, f9] = f;
+    let [f0_2, f1_2, f2_2, f3_2, f4_2, f5_2, _, f7_2] = f_2;
+    let [_, _, _, f8_19, f9_38] = f_19;
+    [
+        add64!(
+            add64!(
+                add64!(mul32!(f0_2, f5), mul32!(f1_2, f4)),
+                add64!(mul32!(f2_2, f3), mul32!(f6, f9_38))
+            ),
+            mul32!(f7_2, f8_19),
+        ),
+        add64!(
+            add64!(
+                add64!(mul32!(f0_2, f6), mul32!(f1_2, f5_2)),
+                add64!(mul32!(f2_2, f4), mul32!(f3_2, f3))
+            ),
+            add64!(mul32!(f7_2, f9_38), mul32!(f8, f8_19)),
+        ),
+        add64!(
+            add64!(
+                add64!(mul32!(f0_2, f7), mul32!(f1_2, f6)),
+                add64!(mul32!(f2_2, f5), mul32!(f3_2, f4))
+            ),
+            mul32!(f8, f9_38),
+        ),
+        add64!(
+            add64!(
+                add64!(mul32!(f0_2, f8), mul32!(f1_2, f7_2)),
+                add64!(mul32!(f2_2, f6), mul32!(f3_2, f5_2))
+            ),
+            add64!(mul32!(f4, f4), mul32!(f9, f9_38)),
+        ),
+        add64!(
+            add64!(
+                add64!(mul32!(f0_2, f9), mul32!(f1_2, f8)),
+                add64!(mul32!(f2_2, f7), mul32!(f3_2, f6))
+            ),
+            mul32!(f4_2, f5),
+        ),
+    ]
 }
 
 /// Each element squared `k` times. The squarings of different elements are independent, so

@@ -149,76 +149,9 @@ impl Batch {
 
 #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn decode(items: &[SigItem], keys: &Keys) -> Batch {
-    // Each distinct key once, however many times it signs.
-    // Keyed by bytes a signer chooses: std's randomly seeded hasher, so that no one can send
-    // keys that collide in it (FxHash has no such defence).
-    let mut key_slot: HashMap<&[u8; 32], u32> = HashMap::with_capacity(items.len());
-    let mut distinct: Vec<&[u8; 32]> = Vec::new();
-    for item in items {
-        key_slot.entry(item.public_key).or_insert_with(|| {
-            distinct.push(item.public_key);
-            distinct.len() as u32 - 1
-        });
-    }
-    // Their rows: cached, or decompressed eight at a time and cached.
-    let key_rows: Vec<Option<Row>> = distinct
-        .par_chunks(TASK)
-        .flat_map_iter(|chunk| {
-            let mut rows: Vec<Option<Row>> = chunk.iter().map(|k| keys.rows.get(k)).collect();
-            let missing: Vec<usize> = (0..chunk.len()).filter(|&i| rows[i].is_none()).collect();
-            for group in missing.chunks(8) {
-                let (is_point, decoded) = decompress_rows(group.iter().map(|&i| chunk[i]));
-                for (lane, &i) in group.iter().enumerate() {
-                    if is_point >> lane & 1 == 1 {
-                        keys.rows.insert(chunk[i], decoded[lane]);
-                        rows[i] = Some(decoded[lane]);
-                    }
-                }
-            }
-            rows
-        })
-        .collect();
-    // Each signature: `s` canonical, its key a point, its `R` a point (eight at a time),
-    // and its challenge (eight at a time). Anything that does not decode settles its
-    // signature as invalid here, outside the equation, so it cannot spoil the batch.
-    let decoded: Vec<Option<Decoded>> = items
-        .par_chunks(TASK)
-        .flat_map_iter(|chunk| {
-            let mut out: Vec<Option<Decoded>> = (0..chunk.len()).map(|_| None).collect();
-            let mut pending = Vec::with_capacity(chunk.len());
-            for (i, item) in chunk.iter().enumerate() {
-                let s_bytes: [u8; 32] = item.signature[32..].try_into().expect("32 bytes");
-                let s = Option::<Scalar>::from(Scalar::from_canonical_bytes(s_bytes));
-                let key = key_slot[item.public_key];
-                if let (Some(s), Some(_)) = (s, key_rows[key as usize]) {
-                    pending.push((i, key, s));
-                }
-            }
-            // Sixteen at a time: two sets of eight, their square roots interleaved.
-            for pair in pending.chunks(16) {
-                let decoded = decompress_rows_16(pair.iter().map(|&(i, _, _)| {
-                    <&[u8; 32]>::try_from(&chunk[i].signature[..32]).expect("32 bytes")
-                }));
-                for (group, (is_point, rows)) in pair.chunks(8).zip(decoded) {
-                    let valid: Vec<(usize, usize)> = (0..group.len())
-                        .filter(|lane| is_point >> lane & 1 == 1)
-                        .map(|lane| (lane, group[lane].0))
-                        .collect();
-                    let k = challenges(chunk, valid.iter().map(|&(_, i)| i));
-                    for (&(lane, i), k) in valid.iter().zip(k) {
-                        let (_, key, s) = group[lane];
-                        out[i] = Some(Decoded {
-                            key,
-                            r: rows[lane],
-                            s,
-                            k,
-                        });
-                    }
-                }
-            }
-            out
-        })
-        .collect();
+    let (key_slot, distinct) = distinct_keys(items);
+    let key_rows = key_rows_of(&distinct, keys);
+    let decoded = decode_signatures(items, &key_slot, &key_rows);
 
     // The table: the identity, the base point, the keys, then each signature's `R`.
     let mut table: Vec<Row> = Vec::with_capacity(2 + distinct.len() + items.len());
@@ -256,6 +189,95 @@ fn decode(items: &[SigItem], keys: &Keys) -> Batch {
         key_rows: key_table_rows,
         table,
     }
+}
+
+/// Each distinct key of `items` once, however many times it signs: its slot by its bytes,
+/// and the keys in slot order.
+fn distinct_keys<'a>(items: &[SigItem<'a>]) -> (HashMap<&'a [u8; 32], u32>, Vec<&'a [u8; 32]>) {
+    // Keyed by bytes a signer chooses: std's randomly seeded hasher, so that no one can send
+    // keys that collide in it (FxHash has no such defence).
+    let mut key_slot: HashMap<&[u8; 32], u32> = HashMap::with_capacity(items.len());
+    let mut distinct: Vec<&[u8; 32]> = Vec::new();
+    for item in items {
+        key_slot.entry(item.public_key).or_insert_with(|| {
+            distinct.push(item.public_key);
+            distinct.len() as u32 - 1
+        });
+    }
+    (key_slot, distinct)
+}
+
+/// The rows of the `distinct` keys, on every core: cached, or decompressed eight at a time and
+/// cached; `None` for a key that is no point.
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
+fn key_rows_of(distinct: &[&[u8; 32]], keys: &Keys) -> Vec<Option<Row>> {
+    distinct
+        .par_chunks(TASK)
+        .flat_map_iter(|chunk| {
+            let mut rows: Vec<Option<Row>> = chunk.iter().map(|k| keys.rows.get(k)).collect();
+            let missing: Vec<usize> = (0..chunk.len()).filter(|&i| rows[i].is_none()).collect();
+            for group in missing.chunks(8) {
+                let (is_point, decoded) = decompress_rows(group.iter().map(|&i| chunk[i]));
+                for (lane, &i) in group.iter().enumerate() {
+                    if is_point >> lane & 1 == 1 {
+                        keys.rows.insert(chunk[i], decoded[lane]);
+                        rows[i] = Some(decoded[lane]);
+                    }
+                }
+            }
+            rows
+        })
+        .collect()
+}
+
+/// Each signature of `items`, on every core: `s` canonical, its key a point, its `R` a point
+/// (eight at a time), and its challenge (eight at a time). Anything that does not decode
+/// settles its signature as invalid here (`None`), outside the equation, so it cannot spoil
+/// the batch.
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
+fn decode_signatures(
+    items: &[SigItem],
+    key_slot: &HashMap<&[u8; 32], u32>,
+    key_rows: &[Option<Row>],
+) -> Vec<Option<Decoded>> {
+    items
+        .par_chunks(TASK)
+        .flat_map_iter(move |chunk| {
+            let mut out: Vec<Option<Decoded>> = (0..chunk.len()).map(|_| None).collect();
+            let mut pending = Vec::with_capacity(chunk.len());
+            for (i, item) in chunk.iter().enumerate() {
+                let s_bytes: [u8; 32] = item.signature[32..].try_into().expect("32 bytes");
+                let s = Option::<Scalar>::from(Scalar::from_canonical_bytes(s_bytes));
+                let key = key_slot[item.public_key];
+                if let (Some(s), Some(_)) = (s, key_rows[key as usize]) {
+                    pending.push((i, key, s));
+                }
+            }
+            // Sixteen at a time: two sets of eight, their square roots interleaved.
+            for pair in pending.chunks(16) {
+                let decoded = decompress_rows_16(pair.iter().map(|&(i, _, _)| {
+                    <&[u8; 32]>::try_from(&chunk[i].signature[..32]).expect("32 bytes")
+                }));
+                for (group, (is_point, rows)) in pair.chunks(8).zip(decoded) {
+                    let valid: Vec<(usize, usize)> = (0..group.len())
+                        .filter(|lane| is_point >> lane & 1 == 1)
+                        .map(|lane| (lane, group[lane].0))
+                        .collect();
+                    let k = challenges(chunk, valid.iter().map(|&(_, i)| i));
+                    for (&(lane, i), k) in valid.iter().zip(k) {
+                        let (_, key, s) = group[lane];
+                        out[i] = Some(Decoded {
+                            key,
+                            r: rows[lane],
+                            s,
+                            k,
+                        });
+                    }
+                }
+            }
+            out
+        })
+        .collect()
 }
 
 /// The batch equation over `candidates`:

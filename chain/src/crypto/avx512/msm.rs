@@ -214,16 +214,17 @@ fn window_buckets(
     buckets
 }
 
+/// Where a lane of [`fill_buckets`] is: its bucket (0 for none) and the entries it has left.
+#[derive(Clone, Copy)]
+struct Lane {
+    bucket: usize,
+    pos: u32,
+    end: u32,
+}
+
 /// Sums each bucket's entries, eight buckets at a time (one per lane).
 #[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
 fn fill_buckets(start: &[u32], entries: &[u32], table: &[Row], buckets: &mut [Limbs]) {
-    /// Where a lane is: its bucket (0 for none) and the entries it has left.
-    #[derive(Clone, Copy)]
-    struct Lane {
-        bucket: usize,
-        pos: u32,
-        end: u32,
-    }
     let mut lanes = [Lane {
         bucket: 0,
         pos: 0,
@@ -271,23 +272,7 @@ fn fill_buckets(start: &[u32], entries: &[u32], table: &[Row], buckets: &mut [Li
             return;
         }
         let mut index = [0i32; 8]; // row 0, the identity, for idle lanes
-        let mut negate: __mmask8 = 0;
-        for (l, lane) in lanes.iter_mut().enumerate() {
-            if lane.bucket == 0 {
-                continue;
-            }
-            let e = entries[lane.pos as usize];
-            lane.pos += 1;
-            index[l] = (e >> 1) as i32;
-            negate |= ((e & 1) as u8) << l;
-            if lane.pos + PREFETCH < lane.end {
-                let row = (entries[(lane.pos + PREFETCH) as usize] >> 1) as usize;
-                let p = table[row].0.as_ptr().cast::<i8>();
-                // Both lines of the row (a row is 128 bytes, aligned to 64).
-                _mm_prefetch::<_MM_HINT_T0>(p);
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
-            }
-        }
+        let negate = next_entries(&mut lanes, entries, table, &mut index);
         let q = gather(table, &index);
         let sum = acc.add_affine(&q, negate);
         acc = if starting == 0 {
@@ -296,6 +281,38 @@ fn fill_buckets(start: &[u32], entries: &[u32], table: &[Row], buckets: &mut [Li
             sum.select(starting, &q.to_extended(negate))
         };
     }
+}
+
+/// Takes each busy lane's next entry: its row into `index` (left as it is for idle lanes), and
+/// in the mask returned, whether it subtracts the row. Prefetches the row each lane reaches
+/// [`PREFETCH`] entries later. `index` is the caller's, filled in place: returned, it costs a
+/// copy per step.
+#[inline]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
+fn next_entries(
+    lanes: &mut [Lane; 8],
+    entries: &[u32],
+    table: &[Row],
+    index: &mut [i32; 8],
+) -> __mmask8 {
+    let mut negate: __mmask8 = 0;
+    for (l, lane) in lanes.iter_mut().enumerate() {
+        if lane.bucket == 0 {
+            continue;
+        }
+        let e = entries[lane.pos as usize];
+        lane.pos += 1;
+        index[l] = (e >> 1) as i32;
+        negate |= ((e & 1) as u8) << l;
+        if lane.pos + PREFETCH < lane.end {
+            let row = (entries[(lane.pos + PREFETCH) as usize] >> 1) as usize;
+            let p = table[row].0.as_ptr().cast::<i8>();
+            // Both lines of the row (a row is 128 bytes, aligned to 64).
+            _mm_prefetch::<_MM_HINT_T0>(p);
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
+        }
+    }
+    negate
 }
 
 /// Lane `l` of the result from row `index[l]` of `table`.

@@ -129,16 +129,7 @@ pub fn sha512_96(messages: &[[u8; 96]; 8]) -> [[u8; 64]; 8] {
             // σ1(w[t−2]) + w[t−7] + σ0(w[t−15]) + w[t−16], in a ring of 16.
             let w2 = w[(t - 2) % 16];
             let w15 = w[(t - 15) % 16];
-            let sigma1 = _mm512_ternarylogic_epi64::<0x96>(
-                _mm512_ror_epi64::<19>(w2),
-                _mm512_ror_epi64::<61>(w2),
-                _mm512_srli_epi64::<6>(w2),
-            );
-            let sigma0 = _mm512_ternarylogic_epi64::<0x96>(
-                _mm512_ror_epi64::<1>(w15),
-                _mm512_ror_epi64::<8>(w15),
-                _mm512_srli_epi64::<7>(w15),
-            );
+            let (sigma1, sigma0) = (small_sigma1(w2), small_sigma0(w15));
             let next = _mm512_add_epi64(
                 _mm512_add_epi64(sigma1, w[(t - 7) % 16]),
                 _mm512_add_epi64(sigma0, w[t % 16]),
@@ -146,25 +137,17 @@ pub fn sha512_96(messages: &[[u8; 96]; 8]) -> [[u8; 64]; 8] {
             w[t % 16] = next;
             next
         };
-        let big_sigma1 = _mm512_ternarylogic_epi64::<0x96>(
-            _mm512_ror_epi64::<14>(e),
-            _mm512_ror_epi64::<18>(e),
-            _mm512_ror_epi64::<41>(e),
-        );
+        let sigma1_e = big_sigma1(e);
         // Ch(e, f, g) = (e ∧ f) ⊕ (¬e ∧ g): truth table 0xCA.
         let ch = _mm512_ternarylogic_epi64::<0xCA>(e, f, g);
         let t1 = _mm512_add_epi64(
-            _mm512_add_epi64(h, big_sigma1),
+            _mm512_add_epi64(h, sigma1_e),
             _mm512_add_epi64(_mm512_add_epi64(ch, _mm512_set1_epi64(K[t] as i64)), wt),
         );
-        let big_sigma0 = _mm512_ternarylogic_epi64::<0x96>(
-            _mm512_ror_epi64::<28>(a),
-            _mm512_ror_epi64::<34>(a),
-            _mm512_ror_epi64::<39>(a),
-        );
+        let sigma0_a = big_sigma0(a);
         // Maj(a, b, c): truth table 0xE8.
         let maj = _mm512_ternarylogic_epi64::<0xE8>(a, b, c);
-        let t2 = _mm512_add_epi64(big_sigma0, maj);
+        let t2 = _mm512_add_epi64(sigma0_a, maj);
         h = g;
         g = f;
         f = e;
@@ -188,4 +171,51 @@ pub fn sha512_96(messages: &[[u8; 96]; 8]) -> [[u8; 64]; 8] {
         }
         digest
     })
+}
+
+// The four functions of FIPS 180-4, 4.1.3, on eight words at once: each the XOR of three
+// rotations or shifts (`vpternlogq` truth table 0x96 is a ⊕ b ⊕ c).
+
+/// Σ0(x) = ROTR²⁸(x) ⊕ ROTR³⁴(x) ⊕ ROTR³⁹(x), of the round's `a`.
+#[inline]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
+fn big_sigma0(x: __m512i) -> __m512i {
+    _mm512_ternarylogic_epi64::<0x96>(
+        _mm512_ror_epi64::<28>(x),
+        _mm512_ror_epi64::<34>(x),
+        _mm512_ror_epi64::<39>(x),
+    )
+}
+
+/// Σ1(x) = ROTR¹⁴(x) ⊕ ROTR¹⁸(x) ⊕ ROTR⁴¹(x), of the round's `e`.
+#[inline]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
+fn big_sigma1(x: __m512i) -> __m512i {
+    _mm512_ternarylogic_epi64::<0x96>(
+        _mm512_ror_epi64::<14>(x),
+        _mm512_ror_epi64::<18>(x),
+        _mm512_ror_epi64::<41>(x),
+    )
+}
+
+/// σ0(x) = ROTR¹(x) ⊕ ROTR⁸(x) ⊕ SHR⁷(x), of the message schedule's w[t − 15].
+#[inline]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
+fn small_sigma0(x: __m512i) -> __m512i {
+    _mm512_ternarylogic_epi64::<0x96>(
+        _mm512_ror_epi64::<1>(x),
+        _mm512_ror_epi64::<8>(x),
+        _mm512_srli_epi64::<7>(x),
+    )
+}
+
+/// σ1(x) = ROTR¹⁹(x) ⊕ ROTR⁶¹(x) ⊕ SHR⁶(x), of the message schedule's w[t − 2].
+#[inline]
+#[cfg_attr(not(feature = "emulated-avx512"), target_feature(enable = "avx512f"))]
+fn small_sigma1(x: __m512i) -> __m512i {
+    _mm512_ternarylogic_epi64::<0x96>(
+        _mm512_ror_epi64::<19>(x),
+        _mm512_ror_epi64::<61>(x),
+        _mm512_srli_epi64::<6>(x),
+    )
 }
