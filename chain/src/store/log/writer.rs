@@ -274,8 +274,8 @@ impl LogStore {
             Durability::Background => {
                 let worker = Worker::get(&mut self.sync_worker, "tally-sync")
                     .at("starting the sync worker for", &path)?;
-                let handle = worker
-                    .run(move || crash::io_point("block-sync").and_then(|()| file.sync()));
+                let handle =
+                    worker.run(move || crash::io_point("block-sync").and_then(|()| file.sync()));
                 self.syncing = Some(Syncing {
                     handle,
                     seq,
