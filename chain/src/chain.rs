@@ -193,6 +193,13 @@ impl Chain {
             .and_then(|k| k.try_into().ok()))
     }
 
+    /// The sha256 of the code `account` runs, if it has a contract.
+    pub fn code_hash(&self, account: Name) -> Result<Option<[u8; 32]>, ChainError> {
+        Ok(self
+            .get_raw(&keys::code_hash(account))?
+            .and_then(|h| h.try_into().ok()))
+    }
+
     /// Runs `account`'s actions with `native` instead of its wasm contract (which must still
     /// be deployed: it owns the storage). For baselines only.
     pub fn set_native(&mut self, account: Name, native: NativeContract) {
@@ -229,7 +236,7 @@ impl Chain {
                 head_ms: self.head.timestamp_ms,
             });
         }
-        let mut block = Block::new(time_ms, txs.len());
+        let mut block = Block::new(self.head.height + 1, time_ms, txs.len());
         let run = self.run_transactions(&mut block, txs);
         if let Err(e) = run {
             // The one abort path: nothing of the block stays.
@@ -250,7 +257,7 @@ impl Chain {
             self.window.contains_many(&ids)
         });
         self.block_ids.clear();
-        let mut speculations = self.speculate(txs)?;
+        let mut speculations = self.speculate(txs, block.info())?;
         for (i, tx) in txs.iter().enumerate() {
             let known = in_window.as_ref().map(|w| w[i]);
             let spec = speculations.as_mut().and_then(|s| s[i].take());
@@ -284,7 +291,7 @@ impl Chain {
                 block.confirmed += 1;
                 self.adopt(spec)
             }
-            None => self.execute(tx, fuel)?,
+            None => self.execute(tx, fuel, block.info())?,
         };
         Ok(TxResult::Included(self.finalize(block, tx, run)))
     }

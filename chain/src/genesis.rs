@@ -118,13 +118,18 @@ impl GenesisBuilder {
     pub fn deploy(&mut self, account: Name, code: &[u8]) -> Result<Receipt, ChainError> {
         let chain = &mut self.chain;
         chain.journal.checkpoint();
-        let mut exec = Exec {
-            runtime: &chain.runtime,
-            store: chain.store.as_ref(),
-            journal: &mut chain.journal,
-            code: Code::Load(&mut chain.code),
-            key: &mut chain.key,
+        let block = tally_host_api::BlockInfo {
+            time_ms: chain.config.genesis_time_ms,
+            height: 0,
         };
+        let mut exec = Exec::new(
+            &chain.runtime,
+            chain.store.as_ref(),
+            &mut chain.journal,
+            Code::Load(&mut chain.code),
+            &mut chain.key,
+            block,
+        );
         let result = chain
             .runtime
             .prepare(code)

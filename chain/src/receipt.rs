@@ -1,7 +1,8 @@
 //! What a block did with each transaction: receipts for included ones, the rejection of the
 //! others, per-action traces for authors, and the executed block they come in.
 
-use tally_host_api::Abort;
+use borsh::{BorshDeserialize, BorshSerialize};
+use tally_host_api::{Abort, Name};
 use tally_runtime::{Outcome, TrapTrace};
 
 use crate::block::BlockHeader;
@@ -19,12 +20,27 @@ pub struct TxReceipt {
     pub failed_action: Option<usize>,
     /// Fuel it used: its intrinsic charge and all its actions'.
     pub fuel_used: u64,
+    /// The events its actions emitted, in order (none if it failed). The block body commits
+    /// to them, so the transactions root covers them.
+    pub events: Vec<Event>,
     /// What its actions printed, in order (for authors; never part of consensus data).
     pub console: Vec<u8>,
     /// Each action's fuel, console and trap location, when the chain's runtime traces
     /// ([`RuntimeConfig::trace`](tally_runtime::RuntimeConfig::trace)); `None` otherwise.
     /// Like the console, a diagnostic for authors: never hashed, stored or replicated.
     pub trace: Option<TxTrace>,
+}
+
+/// An event a contract emitted (docs/CONTRACTS.md): its name and borsh data, as declared in
+/// the contract's ABI, and the contract that emitted it.
+#[derive(Debug, Clone, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
+pub struct Event {
+    /// The contract that emitted it.
+    pub contract: Name,
+    /// The event's name.
+    pub name: Name,
+    /// Its data (at most `MAX_EVENT_LEN` bytes).
+    pub data: Vec<u8>,
 }
 
 /// What each action of a transaction did, for authors (see [`TxReceipt::trace`]).

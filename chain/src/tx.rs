@@ -245,11 +245,14 @@ pub struct BlockBody {
     pub transactions: Vec<SignedTransaction>,
     /// Whether each one succeeded (a failed one changed nothing).
     pub success: Vec<bool>,
+    /// The events each one emitted, in order (none for a failed one): the block commits to
+    /// them, so an indexer can trust them.
+    pub events: Vec<Vec<crate::receipt::Event>>,
 }
 
 impl BlockBody {
     /// The transactions root of a body's encoding: its BLAKE3 hash. The encoding holds each
-    /// transaction's exact signed bytes and its outcome, so the root commits to the signatures
+    /// transaction's exact signed bytes and its outcome (success and events), so the root commits to the signatures
     /// too, and a stored block whose signatures were swapped or altered no longer matches its
     /// header.
     pub fn transactions_root(encoded_body: &[u8]) -> [u8; 32] {

@@ -19,6 +19,14 @@ pub const APPLY_EXPORT: &str = "apply";
 /// The 2017 constructor, run once when the contract is deployed: `onInit()`.
 pub const INIT_EXPORT: &str = "onInit";
 
+/// The read-only entry point: `query(receiver: i64, method: i64)`, run by `tally query` and by
+/// another contract's `query` import, in static mode (docs/CONTRACTS.md).
+pub const QUERY_EXPORT: &str = "query";
+
+/// The upgrade entry point: `migrate()`, run once when `setcode` replaces existing code, in the
+/// same transaction, against the old state.
+pub const MIGRATE_EXPORT: &str = "migrate";
+
 /// The 2017 handler prefix: `onApply_<Action>_<code>()` handles action `<Action>` sent to
 /// contract `<code>`. `<Action>` is lower-cased before it is read as a [`crate::Name`], since
 /// 64-bit names have no capital letters; `<code>` is read as is.
@@ -84,8 +92,8 @@ impl Charge {
 }
 
 use crate::limits::{
-    FUEL_PER_BYTE, FUEL_PER_HOST_CALL, FUEL_PER_KEY_READ, FUEL_PER_KEY_WRITE, FUEL_PER_NEW_KEY,
-    FUEL_PER_STORED_BYTE,
+    FUEL_PER_BYTE, FUEL_PER_CALL, FUEL_PER_EVENT, FUEL_PER_EVENT_BYTE, FUEL_PER_HOST_CALL,
+    FUEL_PER_KEY_READ, FUEL_PER_KEY_WRITE, FUEL_PER_NEW_KEY, FUEL_PER_STORED_BYTE,
 };
 use ValType::{I32, I64};
 
@@ -163,6 +171,100 @@ pub const IMPORTS: &[Import] = &[
             per_input_byte: FUEL_PER_BYTE,
             ..Charge::flat(0)
         },
+    },
+    Import {
+        name: "call",
+        params: &[I64, I64, I32, I32, I64],
+        results: &[I32],
+        doc: "run account's action with data, giving it at most fuel (0: all left); 0 on success, else its abort code",
+        charge: Charge {
+            per_input_byte: FUEL_PER_BYTE,
+            per_output_byte: FUEL_PER_BYTE,
+            ..Charge::flat(FUEL_PER_CALL)
+        },
+    },
+    Import {
+        name: "query",
+        params: &[I64, I64, I32, I32, I64],
+        results: &[I32],
+        doc: "run account's read-only query method with data, like call; 0 on success, else its abort code",
+        charge: Charge {
+            per_input_byte: FUEL_PER_BYTE,
+            per_output_byte: FUEL_PER_BYTE,
+            ..Charge::flat(FUEL_PER_CALL)
+        },
+    },
+    Import {
+        name: "set_return",
+        params: &[I32, I32],
+        results: &[],
+        doc: "set this action's return data (what its caller or a query reads)",
+        charge: Charge {
+            per_input_byte: FUEL_PER_BYTE,
+            ..Charge::flat(0)
+        },
+    },
+    Import {
+        name: "return_size",
+        params: &[],
+        results: &[I32],
+        doc: "the length of the return data of the last call or query",
+        charge: Charge::flat(0),
+    },
+    Import {
+        name: "read_return",
+        params: &[I32, I32],
+        results: &[I32],
+        doc: "copy up to len bytes of the last call's return data to dst; returns its full length",
+        charge: Charge {
+            per_output_byte: FUEL_PER_BYTE,
+            ..Charge::flat(0)
+        },
+    },
+    Import {
+        name: "caller",
+        params: &[],
+        results: &[I64],
+        doc: "the contract that called this action, or 0 for a top-level action",
+        charge: Charge::flat(0),
+    },
+    Import {
+        name: "emit",
+        params: &[I64, I32, I32],
+        results: &[],
+        doc: "emit event name with borsh data, kept in the receipt in order",
+        charge: Charge {
+            per_input_byte: FUEL_PER_EVENT_BYTE,
+            ..Charge::flat(FUEL_PER_EVENT)
+        },
+    },
+    Import {
+        name: "block_time",
+        params: &[],
+        results: &[I64],
+        doc: "the block's time, ms since the Unix epoch (the header's, the same on every node)",
+        charge: Charge::flat(0),
+    },
+    Import {
+        name: "block_height",
+        params: &[],
+        results: &[I64],
+        doc: "the block's height",
+        charge: Charge::flat(0),
+    },
+    Import {
+        name: "has_auth",
+        params: &[I64],
+        results: &[I32],
+        doc: "1 if account authorizes this action (require_auth without aborting), else 0",
+        charge: Charge::flat(0),
+    },
+    Import {
+        name: "is_account",
+        params: &[I64],
+        results: &[I32],
+        doc: "1 if the account exists, else 0",
+        charge: Charge::flat(FUEL_PER_KEY_READ),
     },
 ];
 

@@ -33,6 +33,13 @@ pub enum AbortCode {
     ResourceLimit = 9,
     /// A native (system) action was given invalid data or could not apply it.
     InvalidAction = 10,
+    /// A call named a contract that is already on the call stack: contracts are never
+    /// re-entered mid-action.
+    Reentry = 11,
+    /// A call would make the call stack deeper than [`crate::limits::MAX_CALL_DEPTH`].
+    CallDepth = 12,
+    /// A query (a static call) tried to write, emit an event or make a non-static call.
+    ReadOnly = 13,
 }
 
 impl AbortCode {
@@ -54,6 +61,9 @@ impl AbortCode {
             Self::NoHandler => "no handler",
             Self::ResourceLimit => "resource limit",
             Self::InvalidAction => "invalid action",
+            Self::Reentry => "reentry",
+            Self::CallDepth => "call depth",
+            Self::ReadOnly => "read only",
         }
     }
 }

@@ -21,10 +21,10 @@ use crate::abi::{Charge, charge as charge_of};
 use crate::error::{Abort, AbortCode, HostError};
 use crate::limits::{
     FUEL_PER_DIRTY_CHUNK, FUEL_PER_MEMORY_GROW, MAX_ASSERT_MESSAGE_LEN, MAX_CONSOLE_LEN,
-    MAX_KEY_LEN, MAX_STACK_BYTES, MAX_VALUE_LEN,
+    MAX_EVENT_LEN, MAX_KEY_LEN, MAX_MESSAGE_LEN, MAX_RETURN_LEN, MAX_STACK_BYTES, MAX_VALUE_LEN,
 };
 use crate::memory::{DirtyChunks, guest_range, length, mark_bulk_write};
-use crate::{Host, Name, Upsert};
+use crate::{Call, CallKind, Host, Name, Upsert};
 
 // The prices of abi::IMPORTS, resolved at compile time (so they cost what literals would).
 const READ_MESSAGE: Charge = charge_of("read_message");
@@ -35,6 +35,17 @@ const REMOVE: Charge = charge_of("remove");
 const ASSERT: Charge = charge_of("assert");
 const REQUIRE_AUTH: Charge = charge_of("require_auth");
 const PRINT: Charge = charge_of("print");
+const CALL: Charge = charge_of("call");
+const QUERY: Charge = charge_of("query");
+const SET_RETURN: Charge = charge_of("set_return");
+const RETURN_SIZE: Charge = charge_of("return_size");
+const READ_RETURN: Charge = charge_of("read_return");
+const CALLER: Charge = charge_of("caller");
+const EMIT: Charge = charge_of("emit");
+const BLOCK_TIME: Charge = charge_of("block_time");
+const BLOCK_HEIGHT: Charge = charge_of("block_height");
+const HAS_AUTH: Charge = charge_of("has_auth");
+const IS_ACCOUNT: Charge = charge_of("is_account");
 
 /// An action's console output, bounded by [`MAX_CONSOLE_LEN`].
 #[derive(Debug, Default)]
@@ -78,6 +89,20 @@ pub struct CallState {
     /// runtime that restores instances restores those bytes too and charges for them with the
     /// chunks wasm wrote ([`DirtyChunks::collect`]).
     pub dirty: DirtyChunks,
+    /// The return data of the action's last call or query, for `read_return`.
+    pub returned: Vec<u8>,
+    /// The action's own return data, set by `set_return`.
+    pub output: Vec<u8>,
+}
+
+impl CallState {
+    /// Forgets a finished action's console, return data and calls' return data, keeping the
+    /// allocations (the dirty chunks are collected separately).
+    pub fn clear(&mut self) {
+        self.console.clear();
+        self.returned.clear();
+        self.output.clear();
+    }
 }
 
 /// The store data of a running action, as the host functions see it.
@@ -121,6 +146,10 @@ pub trait Guest {
     /// The length of the contract's memory and the instrumentation's dirty-chunk map
     /// ([`crate::memory`]); `None` for an instance without one.
     fn dirty_map(&mut self) -> Option<(usize, &mut [u8])>;
+
+    /// The action's deterministic stack height (the instrumentation's frame counter), where a
+    /// call's callee starts; 0 for an engine without it.
+    fn stack_height(&mut self) -> u32;
 
     /// Takes `amount` fuel from the running action, or aborts it when there is not enough.
     ///
@@ -264,6 +293,155 @@ pub fn print(g: &mut impl Guest, msg: i32, mlen: i32) -> Result<(), HostError> {
     ctx.host()?.print(&data[msg])
 }
 
+/// `call(account, action, data, len, fuel) -> i32`: runs `account`'s `action` with `data`,
+/// giving it at most `fuel` (0: all the caller has left); 0 on success, else the callee's
+/// abort code. The callee's fuel comes out of the caller's, and its return data is kept for
+/// `read_return`.
+pub fn call(
+    g: &mut impl Guest,
+    account: i64,
+    action: i64,
+    data: i32,
+    len: i32,
+    fuel: i64,
+) -> Result<i32, HostError> {
+    call_with(g, CALL, CallKind::Action, account, action, data, len, fuel)
+}
+
+/// `query(account, method, data, len, fuel) -> i32`: runs `account`'s read-only `method` with
+/// `data`, like [`call`].
+pub fn query(
+    g: &mut impl Guest,
+    account: i64,
+    method: i64,
+    data: i32,
+    len: i32,
+    fuel: i64,
+) -> Result<i32, HostError> {
+    call_with(g, QUERY, CallKind::Query, account, method, data, len, fuel)
+}
+
+/// What `call` and `query` share: charge for the call and its input, give the callee what
+/// fuel the caller allows, run it through the host, take back the fuel it used and charge for
+/// its output.
+#[allow(clippy::too_many_arguments)] // the import's own arguments, and how to price and run it
+fn call_with(
+    g: &mut impl Guest,
+    charge: Charge,
+    kind: CallKind,
+    account: i64,
+    entry: i64,
+    data: i32,
+    len: i32,
+    fuel: i64,
+) -> Result<i32, HostError> {
+    let len = length(len, MAX_MESSAGE_LEN, "call data")?;
+    g.charge(charge.before(len as u64))?;
+    let stack_height = g.stack_height();
+    let left = g.fuel()?;
+    let cap = match fuel as u64 {
+        0 => left,
+        cap => cap.min(left),
+    };
+    let (memory, ctx) = g.memory()?;
+    let data = guest_range(memory.len(), data, len, "call data")?;
+    let result = ctx.host()?.call(Call {
+        account: Name(account as u64),
+        entry: Name(entry as u64),
+        data: &memory[data],
+        fuel: cap,
+        kind,
+        stack_height,
+    })?;
+    let status = match &result.status {
+        Ok(()) => 0,
+        Err(abort) => i32::from(abort.code.code()),
+    };
+    let output = result.output.len() as u64;
+    ctx.state().returned = result.output;
+    g.set_fuel(left - result.fuel_used.min(cap))?;
+    g.charge(output * charge.per_output_byte)?;
+    Ok(status)
+}
+
+/// `set_return(ptr, len)`: sets the action's return data, replacing any set before.
+pub fn set_return(g: &mut impl Guest, ptr: i32, len: i32) -> Result<(), HostError> {
+    let len = length(len, MAX_RETURN_LEN, "return data")?;
+    g.charge(SET_RETURN.before(len as u64))?;
+    let (memory, ctx) = g.memory()?;
+    let range = guest_range(memory.len(), ptr, len, "return data")?;
+    let output = &mut ctx.state().output;
+    output.clear();
+    output.extend_from_slice(&memory[range]);
+    Ok(())
+}
+
+/// `return_size() -> i32`: the length of the last call's return data.
+pub fn return_size(g: &mut impl Guest) -> Result<i32, HostError> {
+    g.charge(RETURN_SIZE.before(0))?;
+    Ok(g.data().state().returned.len() as i32)
+}
+
+/// `read_return(dst, len) -> i32`: copies up to `len` bytes of the last call's return data to
+/// `dst`; returns its full length.
+pub fn read_return(g: &mut impl Guest, dst: i32, len: i32) -> Result<i32, HostError> {
+    g.charge(READ_RETURN.before(0))?;
+    let len = length(len, u32::MAX >> 1, "return buffer")?;
+    let (memory, ctx) = g.memory()?;
+    let dst = guest_range(memory.len(), dst, len, "return buffer")?;
+    let state = ctx.state();
+    let n = state.returned.len().min(dst.len());
+    memory[dst.start..dst.start + n].copy_from_slice(&state.returned[..n]);
+    let full = state.returned.len() as i32;
+    state.dirty.wrote(dst.start..dst.start + n);
+    // The callee's output was charged when it was handed back: only the copy is charged.
+    g.charge(n as u64 * READ_RETURN.per_output_byte)?;
+    Ok(full)
+}
+
+/// `caller() -> i64`: the contract that called this action, or 0.
+pub fn caller(g: &mut impl Guest) -> Result<i64, HostError> {
+    g.charge(CALLER.before(0))?;
+    Ok(g.data().host()?.caller().0 as i64)
+}
+
+/// `emit(name, data, len)`: records event `name` with `data` in the transaction's receipt.
+pub fn emit(g: &mut impl Guest, name: i64, data: i32, len: i32) -> Result<(), HostError> {
+    let len = length(len, MAX_EVENT_LEN, "event data")?;
+    g.charge(EMIT.before(len as u64))?;
+    let (memory, ctx) = g.memory()?;
+    let data = guest_range(memory.len(), data, len, "event data")?;
+    ctx.host()?.emit(Name(name as u64), &memory[data])
+}
+
+/// `block_time() -> i64`: the block's time in ms since the Unix epoch.
+pub fn block_time(g: &mut impl Guest) -> Result<i64, HostError> {
+    g.charge(BLOCK_TIME.before(0))?;
+    Ok(g.data().host()?.block().time_ms as i64)
+}
+
+/// `block_height() -> i64`: the block's height.
+pub fn block_height(g: &mut impl Guest) -> Result<i64, HostError> {
+    g.charge(BLOCK_HEIGHT.before(0))?;
+    Ok(g.data().host()?.block().height as i64)
+}
+
+/// `has_auth(account) -> i32`: 1 if `account` authorizes this action, else 0.
+pub fn has_auth(g: &mut impl Guest, account: i64) -> Result<i32, HostError> {
+    g.charge(HAS_AUTH.before(0))?;
+    Ok(i32::from(
+        g.data().host()?.is_authorized(Name(account as u64)),
+    ))
+}
+
+/// `is_account(account) -> i32`: 1 if the account exists, else 0.
+pub fn is_account(g: &mut impl Guest, account: i64) -> Result<i32, HostError> {
+    g.charge(IS_ACCOUNT.before(0))?;
+    Ok(i32::from(
+        g.data().host()?.is_account(Name(account as u64))?,
+    ))
+}
+
 /// `charge_chunks(chunks)`: a charge point of the instrumentation pays for the chunks wasm
 /// marked since the last one.
 pub fn charge_chunks(g: &mut impl Guest, chunks: i32) -> Result<(), HostError> {
@@ -318,6 +496,17 @@ macro_rules! register_imports {
             assert(cond: i32, msg: i32, mlen: i32);
             require_auth(account: i64);
             print(msg: i32, mlen: i32);
+            call(account: i64, action: i64, data: i32, len: i32, fuel: i64);
+            query(account: i64, method: i64, data: i32, len: i32, fuel: i64);
+            set_return(ptr: i32, len: i32);
+            return_size();
+            read_return(dst: i32, len: i32);
+            caller();
+            emit(name: i64, data: i32, len: i32);
+            block_time();
+            block_height();
+            has_auth(account: i64);
+            is_account(account: i64);
         )
     };
 }
@@ -362,12 +551,13 @@ macro_rules! __register {
 ///
 /// ```ignore
 /// impl_guest!([T: WasmHost] Wasmtime<'_, '_, T>, T, fuel_off,
-///     memory: |data: &T| data.memory(), dirty_map: |data: &T| data.dirty_map());
+///     memory: |data: &T| data.memory(), dirty_map: |data: &T| data.dirty_map(),
+///     stack_height: |caller: &mut Caller<'_, T>| stack_height(caller));
 /// ```
 #[macro_export]
 macro_rules! impl_guest {
     ([$($generics:tt)*] $guest:ty, $data:ty, $fault:expr,
-        memory: $memory:expr, dirty_map: $map:expr) => {
+        memory: $memory:expr, dirty_map: $map:expr, stack_height: $stack:expr) => {
         impl<$($generics)*> $crate::imports::Guest for $guest {
             type Data = $data;
 
@@ -393,6 +583,10 @@ macro_rules! impl_guest {
                 let memory = ($memory)(self.0.data());
                 let memory_len = memory.map_or(0, |m| m.data(&*self.0).len());
                 Some((memory_len, map.data_mut(&mut *self.0)))
+            }
+
+            fn stack_height(&mut self) -> u32 {
+                ($stack)(&mut *self.0)
             }
         }
     };

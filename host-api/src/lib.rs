@@ -67,6 +67,54 @@ pub enum Upsert {
     Updated,
 }
 
+/// Whether a call runs an action or a read-only query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallKind {
+    /// The callee's action, through its `apply` entry: it may write and emit.
+    Action,
+    /// The callee's query method, through its `query` entry, in static mode: any write, event
+    /// or further non-static call fails with [`AbortCode::ReadOnly`].
+    Query,
+}
+
+/// A call the running contract makes to another contract (docs/CONTRACTS.md).
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    /// The contract called.
+    pub account: Name,
+    /// The action (or, for a query, the method) called.
+    pub entry: Name,
+    /// Its data.
+    pub data: &'a [u8],
+    /// The most fuel the callee may use: what the caller had left, or less if it capped it.
+    pub fuel: u64,
+    /// An action or a query.
+    pub kind: CallKind,
+    /// The caller's deterministic stack height: the callee starts there, so one
+    /// [`limits::MAX_STACK_BYTES`] budget bounds the whole call stack.
+    pub stack_height: u32,
+}
+
+/// What a call did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallResult {
+    /// Success, or why the callee failed (its writes and events were then rolled back).
+    pub status: Result<(), Abort>,
+    /// Fuel the callee used, which the caller pays.
+    pub fuel_used: u64,
+    /// The callee's return data (none if it failed).
+    pub output: alloc::vec::Vec<u8>,
+}
+
+/// The block an action runs in: the header's, the same on every node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BlockInfo {
+    /// Its time, ms since the Unix epoch.
+    pub time_ms: u64,
+    /// Its height.
+    pub height: u64,
+}
+
 /// What a node provides to one running action.
 ///
 /// Keys are relative to the running contract: the implementation namespaces them by the
@@ -103,8 +151,40 @@ pub trait Host {
     /// Deletes `key` from this contract's namespace (a no-op if absent).
     fn remove(&mut self, key: &[u8]) -> Result<(), HostError>;
 
-    /// Whether the transaction carrying this action is authorized by `account`.
+    /// Whether this action is authorized by `account`: a signer of the transaction for a
+    /// top-level action, only the calling contract for a call.
     fn is_authorized(&self, account: Name) -> bool;
+
+    /// Runs `call` and returns what it did. The default runs none: the caller aborts.
+    fn call(&mut self, call: Call<'_>) -> Result<CallResult, HostError> {
+        Err(Abort::new(
+            AbortCode::NoHandler,
+            alloc::format!("this host runs no calls (to {})", call.account),
+        )
+        .into())
+    }
+
+    /// Records event `name` with `data`, emitted by this contract. The default keeps nothing.
+    fn emit(&mut self, name: Name, data: &[u8]) -> Result<(), HostError> {
+        let _ = (name, data);
+        Ok(())
+    }
+
+    /// The contract that called this action, or `Name(0)` for a top-level action.
+    fn caller(&self) -> Name {
+        Name(0)
+    }
+
+    /// The block this action runs in.
+    fn block(&self) -> BlockInfo {
+        BlockInfo::default()
+    }
+
+    /// Whether `account` exists.
+    fn is_account(&mut self, account: Name) -> Result<bool, HostError> {
+        let _ = account;
+        Ok(false)
+    }
 
     /// Sees what the action prints. The runtime already collects (and bounds) the console
     /// into the receipt; override this to also stream it somewhere.

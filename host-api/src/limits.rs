@@ -254,6 +254,37 @@ pub const MAX_ASSERT_MESSAGE_LEN: u32 = 1024;
 /// is a debugging aid, so 4 KiB is plenty and bounds receipts.
 pub const MAX_CONSOLE_LEN: u32 = 4 * 1024;
 
+// Calls between contracts, queries and events (docs/CONTRACTS.md).
+
+/// Fuel a `call` or `query` pays before the callee runs, besides the bytes it passes: taking
+/// and restoring a warm instance of the callee and a journal checkpoint cost about 1 µs, a
+/// little more than 3,000 fuel of contract code at ~0.3 ns a fuel.
+pub const FUEL_PER_CALL: u64 = 5_000;
+
+/// Longest return data a call or query may hand back, in bytes: a message's size, since a
+/// caller's return data is as large a thing as a callee's input.
+pub const MAX_RETURN_LEN: u32 = MAX_MESSAGE_LEN;
+
+/// Fuel an event pays besides its bytes: it is kept in its receipt, which the block commits to
+/// and the node hands to CometBFT's indexer, like a small write.
+pub const FUEL_PER_EVENT: u64 = FUEL_PER_KEY_WRITE;
+
+/// Fuel per byte of an event's data: stored with the block and hashed into its receipts root,
+/// as a transaction's own bytes are ([`FUEL_PER_TX_BYTE`]).
+pub const FUEL_PER_EVENT_BYTE: u64 = FUEL_PER_TX_BYTE;
+
+/// Longest event data, in bytes. Events tell indexers what happened (NEP-297 events are a few
+/// hundred bytes of JSON); 4 KiB holds any typed record a contract would emit.
+pub const MAX_EVENT_LEN: u32 = 4 * 1024;
+
+/// Most events one transaction may emit: 256 transfers' worth, and at most
+/// 256 x [`MAX_EVENT_LEN`] = 1 MiB of receipt per transaction, the size of the largest
+/// transaction ([`MAX_TX_BYTES`]).
+pub const MAX_EVENTS_PER_TX: u32 = 256;
+
+/// Fuel a query made from outside the chain (`tally query`, ABCI Query) may use: an action's.
+pub const FUEL_PER_QUERY: u64 = FUEL_PER_ACTION;
+
 // Transactions and blocks. A node checks these when it decodes and admits a transaction, before
 // it can be included, so nothing over them ever reaches a block.
 

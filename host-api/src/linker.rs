@@ -8,7 +8,7 @@
 use std::format;
 use std::string::String;
 
-use wasmtime::{Caller, Linker, Memory};
+use wasmtime::{Caller, Global, Linker, Memory};
 
 use crate::error::{HostError, NodeFault};
 use crate::imports::ActionData;
@@ -24,6 +24,20 @@ pub trait WasmHost: ActionData + 'static {
     /// `None` for an instance without one.
     fn dirty_map(&self) -> Option<Memory> {
         None
+    }
+
+    /// The instrumentation's stack-height global, which a call's callee starts from; `None`
+    /// for an instance without one.
+    fn stack(&self) -> Option<Global> {
+        None
+    }
+}
+
+/// The deterministic stack height of the running action: the instrumentation's counter.
+fn stack_height<T: WasmHost>(caller: &mut Caller<'_, T>) -> u32 {
+    match caller.data().stack() {
+        Some(global) => global.get(&mut *caller).i32().map_or(0, |h| h as u32),
+        None => 0,
     }
 }
 
@@ -47,7 +61,8 @@ fn fuel_off(e: wasmtime::Error) -> HostError {
 }
 
 crate::impl_guest!([T: WasmHost] Wasmtime<'_, '_, T>, T, fuel_off,
-    memory: |data: &T| data.memory(), dirty_map: |data: &T| data.dirty_map());
+    memory: |data: &T| data.memory(), dirty_map: |data: &T| data.dirty_map(),
+    stack_height: |caller: &mut Caller<'_, T>| stack_height(caller));
 
 /// A host function's error as the call's error: an [`crate::Abort`] fails the action, a
 /// [`NodeFault`] reaches the runtime unchanged, which fails the block instead.

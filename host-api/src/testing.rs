@@ -14,7 +14,7 @@
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
-use crate::{Host, HostError, Name, Upsert};
+use crate::{BlockInfo, Host, HostError, Name, Upsert};
 
 /// An action's view of state as a sorted map, so two runs can be compared by their final
 /// state; it records what the action printed.
@@ -30,6 +30,10 @@ pub struct MapHost {
     pub all_signed: bool,
     /// What the contract printed, as the host saw it.
     pub printed: Vec<u8>,
+    /// The events it emitted, in order.
+    pub events: Vec<(Name, Vec<u8>)>,
+    /// The block it runs in.
+    pub block: BlockInfo,
 }
 
 impl MapHost {
@@ -75,5 +79,14 @@ impl Host for MapHost {
     fn print(&mut self, text: &[u8]) -> Result<(), HostError> {
         self.printed.extend_from_slice(text);
         Ok(())
+    }
+
+    fn emit(&mut self, name: Name, data: &[u8]) -> Result<(), HostError> {
+        self.events.push((name, data.to_vec()));
+        Ok(())
+    }
+
+    fn block(&self) -> BlockInfo {
+        self.block
     }
 }

@@ -2,11 +2,11 @@
 //! point it enters, and how its end becomes a receipt.
 
 use tally_host_api::{Abort, AbortCode, Name, NodeFault};
-use wasmtime::{Store, Trap, TypedFunc};
+use wasmtime::{Global, Store, Trap, Val};
 
 use crate::error::RuntimeError;
 use crate::execute::{ActionCtx, collect_dirty};
-use crate::instance::TypedEntryPoints;
+use crate::instance::{EntryFns, TypedEntryPoints};
 use crate::receipt::{Outcome, Receipt};
 use crate::trace;
 
@@ -24,27 +24,58 @@ pub enum Entry {
         /// The action's name.
         action: Name,
     },
+    /// A read-only query of contract `receiver`: its `query(receiver, method)` export, in
+    /// static mode (the host refuses writes). A contract without one fails with `NoHandler`.
+    Query {
+        /// The account whose contract runs.
+        receiver: Name,
+        /// The method asked.
+        method: Name,
+    },
+    /// `migrate()`, when `setcode` replaced the account's code (a no-op success if the new
+    /// code has none).
+    Migrate,
 }
 
-/// Calls `entry` in `store`'s instance with `fuel`, of which `up_front` is charged before any
-/// code runs. With `debug` (a traced runtime), a failure inside wasm gets its trace.
+/// How one call into a contract runs: its entry, its fuel, and where its stack starts.
+#[derive(Clone, Copy)]
+pub(crate) struct Request<'a> {
+    pub entry: Entry,
+    /// The most fuel it may use, `up_front` of which is charged before any code runs.
+    pub fuel: u64,
+    pub up_front: u64,
+    /// The deterministic stack height it starts at: 0 for a top-level action, its caller's
+    /// for a call, so that one `MAX_STACK_BYTES` budget bounds the whole call stack.
+    pub stack_base: u32,
+    /// With a traced runtime, what a failure inside wasm is traced with.
+    pub debug: Option<&'a trace::DebugInfo>,
+}
+
+/// Runs `request` in `store`'s instance. With a traced runtime, a failure inside wasm gets its
+/// trace.
 pub(crate) fn run(
     store: &mut Store<ActionCtx>,
-    init: &Option<TypedFunc<(), ()>>,
-    entry_points: &TypedEntryPoints,
-    entry: Entry,
-    fuel: u64,
-    up_front: u64,
-    debug: Option<&trace::DebugInfo>,
+    entries: &EntryFns,
+    stack: Global,
+    request: Request<'_>,
 ) -> Result<Receipt, RuntimeError> {
-    store.data_mut().state.console.clear();
+    let Request {
+        entry,
+        fuel,
+        up_front,
+        stack_base,
+        debug,
+    } = request;
+    store.data_mut().state.clear();
     let Some(fuel_left) = fuel.checked_sub(up_front) else {
         return Ok(Receipt::failed(Abort::out_of_fuel(fuel), fuel));
     };
-    store
-        .set_fuel(fuel_left)
-        .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
-    let (outcome, trace) = match enter(store, init, entry_points, entry) {
+    let engine = |e: wasmtime::Error| RuntimeError::Engine(format!("{e:#}"));
+    store.set_fuel(fuel_left).map_err(engine)?;
+    stack
+        .set(&mut *store, Val::I32(stack_base as i32))
+        .map_err(engine)?;
+    let (outcome, trace) = match enter(store, entries, entry) {
         Ok(()) => (Outcome::Success, None),
         Err(e) => {
             // Read after the fact, from what wasmtime captured; the outcome never sees it.
@@ -62,16 +93,22 @@ pub(crate) fn run(
 }
 
 /// Calls the entry point `entry` asks for.
-fn enter(
-    store: &mut Store<ActionCtx>,
-    init: &Option<TypedFunc<(), ()>>,
-    entry_points: &TypedEntryPoints,
-    entry: Entry,
-) -> wasmtime::Result<()> {
-    match (entry, entry_points) {
-        (Entry::Init, _) => match init {
+fn enter(store: &mut Store<ActionCtx>, entries: &EntryFns, entry: Entry) -> wasmtime::Result<()> {
+    match (entry, &entries.actions) {
+        (Entry::Init, _) => match &entries.init {
             None => Ok(()),
             Some(init) => init.call(&mut *store, ()),
+        },
+        (Entry::Migrate, _) => match &entries.migrate {
+            None => Ok(()),
+            Some(migrate) => migrate.call(&mut *store, ()),
+        },
+        (Entry::Query { receiver, method }, _) => match &entries.query {
+            None => Err(wasmtime::Error::new(Abort::new(
+                AbortCode::NoHandler,
+                format!("contract {receiver} answers no queries (it exports no `query`)"),
+            ))),
+            Some(query) => query.call(&mut *store, (receiver.0 as i64, method.0 as i64)),
         },
         (
             Entry::Action {
@@ -117,10 +154,17 @@ fn settle(
             outcome = Outcome::Failure(Abort::out_of_fuel(fuel));
         }
     }
+    let state = &mut store.data_mut().state;
+    // A failed call hands back no return data.
+    let output = match outcome {
+        Outcome::Success => std::mem::take(&mut state.output),
+        Outcome::Failure(_) => Vec::new(),
+    };
     Receipt {
         outcome,
         fuel_used,
-        console: store.data_mut().state.console.take(),
+        console: state.console.take(),
+        output,
         trace,
     }
 }

@@ -1,7 +1,7 @@
 //! A prepared contract: its module linked once, every export it is driven through resolved
 //! to an index, and the pristine state its instances are restored to.
 
-use tally_host_api::abi::{INIT_EXPORT, MEMORY_EXPORT};
+use tally_host_api::abi::{INIT_EXPORT, MEMORY_EXPORT, MIGRATE_EXPORT, QUERY_EXPORT};
 use tally_host_api::limits::{FUEL_PER_BYTE, FUEL_PER_FRESH_INSTANCE};
 use wasmtime::{InstancePre, Module, ModuleExport};
 
@@ -74,7 +74,12 @@ pub(crate) struct Exports {
     pub dirty_map: ModuleExport,
     /// The instrumentation's count of chunks marked since the last charge point.
     pub new_chunks: ModuleExport,
+    /// The instrumentation's stack-height global: reset after an action, and where a call's
+    /// callee starts (its caller's height, so one budget bounds the whole call stack).
+    pub stack: ModuleExport,
     pub init: Option<ModuleExport>,
+    pub query: Option<ModuleExport>,
+    pub migrate: Option<ModuleExport>,
     pub entry: EntryPoints<ModuleExport>,
     /// `None` for modules whose instances cannot be restored.
     pub restore: Option<RestoreExports>,
@@ -82,7 +87,6 @@ pub(crate) struct Exports {
 
 /// The exports restoring an instance needs.
 pub(crate) struct RestoreExports {
-    pub stack: ModuleExport,
     /// The module's mutable globals.
     pub globals: Vec<ModuleExport>,
 }
@@ -104,7 +108,6 @@ impl Exports {
         let restore = match instrumented.reusable {
             false => None,
             true => Some(RestoreExports {
-                stack: export(instrument::STACK_EXPORT)?,
                 globals: instrumented
                     .mutable_globals
                     .iter()
@@ -116,7 +119,13 @@ impl Exports {
             memory: export(MEMORY_EXPORT)?,
             dirty_map: export(instrument::DIRTY_MAP_EXPORT)?,
             new_chunks: export(instrument::NEW_CHUNKS_EXPORT)?,
+            stack: export(instrument::STACK_EXPORT)?,
             init: info.has_init.then(|| export(INIT_EXPORT)).transpose()?,
+            query: info.has_query.then(|| export(QUERY_EXPORT)).transpose()?,
+            migrate: info
+                .has_migrate
+                .then(|| export(MIGRATE_EXPORT))
+                .transpose()?,
             entry: info
                 .entry
                 .try_map(&mut (), |(), name| export(name), |(), name| export(name))?,

@@ -25,6 +25,8 @@ pub(crate) struct ActionCtx {
     pub(crate) dirty_map: Option<Memory>,
     /// The instrumentation's count of chunks marked since the last charge point.
     pub(crate) new_chunks: Option<Global>,
+    /// The instrumentation's stack-height global, which a call's callee starts from.
+    pub(crate) stack: Option<Global>,
     /// The console, and the chunks the host wrote (and, once the action ended, every chunk
     /// it dirtied).
     pub(crate) state: CallState,
@@ -46,6 +48,7 @@ impl ActionCtx {
             memory: None,
             dirty_map: None,
             new_chunks: None,
+            stack: None,
             state: CallState::default(),
         }
     }
@@ -96,6 +99,10 @@ impl WasmHost for ActionCtx {
 
     fn dirty_map(&self) -> Option<Memory> {
         self.dirty_map
+    }
+
+    fn stack(&self) -> Option<Global> {
+        self.stack
     }
 }
 

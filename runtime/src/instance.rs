@@ -42,8 +42,15 @@ pub(crate) type TypedEntryPoints = EntryPoints<TypedFunc<(i64, i64, i64), ()>, T
 /// Handles of what restoring resets, bound once per instance.
 struct Bound {
     dirty_map: Memory,
-    stack: Global,
     globals: Vec<Global>,
+}
+
+/// The entry points of one instance, type-checked once.
+pub(crate) struct EntryFns {
+    pub init: Option<TypedFunc<(), ()>>,
+    pub query: Option<TypedFunc<(i64, i64), ()>>,
+    pub migrate: Option<TypedFunc<(), ()>>,
+    pub actions: TypedEntryPoints,
 }
 
 /// One live instance with its store.
@@ -51,8 +58,9 @@ pub(crate) struct Slot {
     pub code_hash: CodeHash,
     pub store: Store<ActionCtx>,
     pub memory: Memory,
-    pub init: Option<TypedFunc<(), ()>>,
-    pub entry: TypedEntryPoints,
+    pub entries: EntryFns,
+    /// The instrumentation's stack-height global.
+    pub stack: Global,
     bound: Option<Bound>,
     /// Chunks this instance has dirtied since it was created, one bit each; they stay
     /// resident.
@@ -86,11 +94,11 @@ impl Slot {
         let memory = get(&exports.memory).and_then(Extern::into_memory)?;
         let dirty_map = get(&exports.dirty_map).and_then(Extern::into_memory)?;
         let new_chunks = get(&exports.new_chunks).and_then(Extern::into_global)?;
+        let stack = get(&exports.stack).and_then(Extern::into_global)?;
         let bound = match &exports.restore {
             None => None,
             Some(restore) => Some(Bound {
                 dirty_map,
-                stack: get(&restore.stack).and_then(Extern::into_global)?,
                 globals: (restore.globals.iter())
                     .map(|export| get(export).and_then(Extern::into_global))
                     .collect::<Option<Vec<_>>>()?,
@@ -100,7 +108,16 @@ impl Slot {
         ctx.memory = Some(memory);
         ctx.dirty_map = Some(dirty_map);
         ctx.new_chunks = Some(new_chunks);
+        ctx.stack = Some(stack);
         let init = match &exports.init {
+            Some(export) => Some(typed(&mut store, &instance, export)?),
+            None => None,
+        };
+        let query = match &exports.query {
+            Some(export) => Some(typed(&mut store, &instance, export)?),
+            None => None,
+        };
+        let migrate = match &exports.migrate {
             Some(export) => Some(typed(&mut store, &instance, export)?),
             None => None,
         };
@@ -113,8 +130,13 @@ impl Slot {
             code_hash,
             store,
             memory,
-            init,
-            entry: entry.ok()?,
+            entries: EntryFns {
+                init,
+                query,
+                migrate,
+                actions: entry.ok()?,
+            },
+            stack,
             bound,
             resident: Vec::new(),
             resident_chunks: 0,
@@ -161,7 +183,7 @@ impl Slot {
         if !fits || self.resident_chunks * DIRTY_CHUNK_BYTES > WARM_RESIDENT_BYTES {
             return false;
         }
-        if bound.stack.set(&mut *store, Val::I32(0)).is_err() {
+        if self.stack.set(&mut *store, Val::I32(0)).is_err() {
             return false;
         }
         for (global, value) in bound.globals.iter().zip(&pristine.globals) {

@@ -242,24 +242,38 @@ impl Runtime {
         host: &mut dyn Host,
         fuel: u64,
     ) -> Result<Receipt, RuntimeError> {
+        self.execute_call(contract, entry, host, fuel, 0)
+    }
+
+    /// [`Runtime::execute_metered`] for a call from another contract: the callee's
+    /// deterministic stack starts at `stack_base`, its caller's height
+    /// ([`tally_host_api::Call::stack_height`]), so one `MAX_STACK_BYTES` budget bounds the
+    /// whole call stack, and the native stack it needs with it.
+    pub fn execute_call(
+        &self,
+        contract: &Contract,
+        entry: Entry,
+        host: &mut dyn Host,
+        fuel: u64,
+        stack_base: u32,
+    ) -> Result<Receipt, RuntimeError> {
         let fuel = fuel.min(self.config.fuel_per_action);
         let (mut slot, up_front) = self.acquire(contract)?;
         let instance::Slot {
             store,
-            init,
-            entry: entry_points,
+            entries,
+            stack,
             ..
         } = &mut slot;
+        let request = call::Request {
+            entry,
+            fuel,
+            up_front,
+            stack_base,
+            debug: contract.debug.as_deref(),
+        };
         let receipt = with_host(store, host, |store| {
-            call::run(
-                store,
-                init,
-                entry_points,
-                entry,
-                fuel,
-                up_front,
-                contract.debug.as_deref(),
-            )
+            call::run(store, entries, *stack, request)
         })?;
         self.release(contract, slot);
         Ok(receipt)

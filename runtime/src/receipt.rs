@@ -23,6 +23,8 @@ pub struct Receipt {
     pub fuel_used: u64,
     /// What it printed (at most `limits::MAX_CONSOLE_LEN` bytes).
     pub console: Vec<u8>,
+    /// Its return data (`set_return`): what a caller or a query reads. Empty when it failed.
+    pub output: Vec<u8>,
     /// Where the contract stopped, when it failed inside wasm and the runtime traces
     /// ([`RuntimeConfig::trace`](crate::RuntimeConfig::trace)); `None` otherwise. Not
     /// consensus data: it depends on the node's settings.
@@ -36,6 +38,7 @@ impl Receipt {
             outcome: Outcome::Success,
             fuel_used,
             console: Vec::new(),
+            output: Vec::new(),
             trace: None,
         }
     }
@@ -46,6 +49,7 @@ impl Receipt {
             outcome: Outcome::Failure(abort),
             fuel_used,
             console: Vec::new(),
+            output: Vec::new(),
             trace: None,
         }
     }

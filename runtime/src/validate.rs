@@ -84,6 +84,10 @@ pub struct ModuleInfo {
     pub entry: EntryPoints,
     /// Whether it exports `onInit`, run once at deploy.
     pub has_init: bool,
+    /// Whether it exports `query(receiver, method)`, its read-only entry point.
+    pub has_query: bool,
+    /// Whether it exports `migrate()`, run when `setcode` replaces the account's code.
+    pub has_migrate: bool,
 }
 
 /// What the runtime needs beyond [`ModuleInfo`] to instrument and price a module.
@@ -387,6 +391,8 @@ struct Checked {
     imported: Vec<&'static str>,
     entry_apply: bool,
     has_init: bool,
+    has_query: bool,
+    has_migrate: bool,
     has_memory: bool,
     handlers: Vec<LegacyHandler>,
 }
@@ -546,6 +552,14 @@ impl Checked {
                 entry_signature(&[], "() -> ()")?;
                 self.has_init = true;
             }
+            (ExternalKind::Func, abi::QUERY_EXPORT) => {
+                entry_signature(&[ValType::I64; 2], "(i64, i64) -> ()")?;
+                self.has_query = true;
+            }
+            (ExternalKind::Func, abi::MIGRATE_EXPORT) => {
+                entry_signature(&[], "() -> ()")?;
+                self.has_migrate = true;
+            }
             (ExternalKind::Func, name) => {
                 if let Some(handler) = legacy_handler(name) {
                     entry_signature(&[], "() -> ()")?;
@@ -591,6 +605,8 @@ impl Checked {
             info: ModuleInfo {
                 entry,
                 has_init: self.has_init,
+                has_query: self.has_query,
+                has_migrate: self.has_migrate,
             },
             frame_bytes: self.frame_bytes,
             data_bytes: self.data_bytes,

@@ -52,6 +52,47 @@ TALLY_IMPORT("require_auth") void require_auth(uint64_t account);
 /** \brief Append `mlen` bytes of `msg` to the action's console (bounded; for debugging). */
 TALLY_IMPORT("print") void tally_print(const char *msg, uint32_t mlen);
 
+/* Calls between contracts, queries, events and what a contract can know (docs/CONTRACTS.md). */
+
+/**
+ * \brief Run `account`'s action `action` with `len` bytes of `data`, giving it at most `fuel`
+ * (0: all this action has left). Returns 0 when it succeeded, else its abort code (a failed
+ * callee's writes and events are rolled back; this action goes on). Its return data is then
+ * read with tally_return_size and tally_read_return. In the callee, require_auth passes only
+ * for this contract: the transaction's signers' authority does not flow into a call.
+ */
+TALLY_IMPORT("call") int32_t tally_call(uint64_t account, uint64_t action, const void *data, uint32_t len, uint64_t fuel);
+
+/** \brief Run `account`'s read-only query `method` (its `query` export), like tally_call. */
+TALLY_IMPORT("query") int32_t tally_query(uint64_t account, uint64_t method, const void *data, uint32_t len, uint64_t fuel);
+
+/** \brief Set this action's (or query's) return data, what its caller reads. */
+TALLY_IMPORT("set_return") void tally_set_return(const void *data, uint32_t len);
+
+/** \brief The length of the last call's or query's return data. */
+TALLY_IMPORT("return_size") int32_t tally_return_size(void);
+
+/** \brief Copy up to `len` bytes of the last call's return data to `dst`; returns its full length. */
+TALLY_IMPORT("read_return") int32_t tally_read_return(void *dst, uint32_t len);
+
+/** \brief The contract that called this action, or 0 for a top-level action. */
+TALLY_IMPORT("caller") uint64_t tally_caller(void);
+
+/** \brief Emit event `name` with `len` bytes of borsh `data`, kept in the receipt in order. */
+TALLY_IMPORT("emit") void tally_emit(uint64_t name, const void *data, uint32_t len);
+
+/** \brief The block's time, ms since the Unix epoch (the header's, the same on every node). */
+TALLY_IMPORT("block_time") uint64_t tally_block_time(void);
+
+/** \brief The block's height. */
+TALLY_IMPORT("block_height") uint64_t tally_block_height(void);
+
+/** \brief 1 if `account` authorizes this action (require_auth without aborting), else 0. */
+TALLY_IMPORT("has_auth") int32_t has_auth(uint64_t account);
+
+/** \brief 1 if account `account` exists, else 0. */
+TALLY_IMPORT("is_account") int32_t is_account(uint64_t account);
+
 /* ---- The EOS 2017 API ------------------------------------------------------------------- */
 
 /** An EOS-style 64-bit account name (up to 12 characters of a-z, 1-5 and '.'). */

@@ -99,8 +99,10 @@ impl ActionData for Ctx {
 /// are the runtime's own.
 struct Wasmi<'a, 'c>(&'a mut Caller<'c, Ctx>);
 
+// The baseline runs no calls between contracts, so no callee needs the stack height.
 tally_host_api::impl_guest!([] Wasmi<'_, '_>, Ctx, wasmi_fault,
-    memory: |ctx: &Ctx| ctx.memory, dirty_map: |ctx: &Ctx| ctx.dirty_map);
+    memory: |ctx: &Ctx| ctx.memory, dirty_map: |ctx: &Ctx| ctx.dirty_map,
+    stack_height: |_: &mut Caller<'_, Ctx>| 0);
 
 /// A linker with every import of [`IMPORTS`] and of the instrumentation, each checked
 /// against its table.

@@ -1,48 +1,147 @@
-//! The [`Host`] an action sees: its contract's namespace of the journal. The one
-//! implementation in the chain: in-order and speculative runs differ only in the journal it
-//! is given.
+//! The [`Host`] an action sees: its contract's namespace of the journal, the calls it makes to
+//! other contracts, the events it emits and the block it runs in. The one implementation in
+//! the chain: in-order and speculative runs differ only in the journal it is given, and a call
+//! from one contract to another runs through the same executor as a top-level action
+//! (docs/CONTRACTS.md).
 
-use tally_host_api::{Host, HostError, Name, NodeFault, Upsert};
+use tally_host_api::limits::MAX_CALL_DEPTH;
+use tally_host_api::{
+    Abort, AbortCode, BlockInfo, Call, CallKind, CallResult, Host, HostError, Name, NodeFault,
+    Upsert,
+};
+use tally_runtime::{Entry, Outcome};
 
-use super::journal::Journal;
+use super::Exec;
+use super::system::SYSTEM;
+use crate::receipt::Event;
 use crate::state::keys;
-use crate::store::StateStore;
-use crate::tx::Action;
 
-/// One action's view of state: keys are prefixed with the running contract's account, so a
-/// contract reaches only its own namespace.
-pub(crate) struct ActionHost<'a> {
-    pub(crate) contract: Name,
-    pub(crate) action: &'a Action,
-    pub(crate) journal: &'a mut Journal,
-    pub(crate) store: &'a dyn StateStore,
-    /// Scratch space for the full state key, reused across calls.
-    pub(crate) key: &'a mut Vec<u8>,
+/// Who authorizes a running contract.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Authority<'a> {
+    /// A top-level action: the accounts in its authorization, each of which signed.
+    Signers(&'a [Name]),
+    /// A call: only the calling contract. The signers' authority does not flow into a call
+    /// (the confused-deputy rule, SECURITY.md).
+    Caller(Name),
 }
 
-impl Host for ActionHost<'_> {
+/// What one running contract is: the account whose code runs, what it was sent, who called it
+/// and what it may do.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Frame<'a> {
+    /// The account whose contract runs, and whose namespace it reads and writes.
+    pub(crate) contract: Name,
+    /// The action's (or call's, or query's) data.
+    pub(crate) message: &'a [u8],
+    pub(crate) authority: Authority<'a>,
+    /// The calling contract, or `Name(0)` at the top level.
+    pub(crate) caller: Name,
+    /// A query, or anything a query called: writes, events and non-static calls fail with
+    /// [`AbortCode::ReadOnly`].
+    pub(crate) read_only: bool,
+}
+
+impl<'a> Frame<'a> {
+    /// The frame of a top-level action of `contract`, authorized by `signers`.
+    pub(crate) fn top(contract: Name, message: &'a [u8], signers: &'a [Name]) -> Self {
+        Self {
+            contract,
+            message,
+            authority: Authority::Signers(signers),
+            caller: Name(0),
+            read_only: false,
+        }
+    }
+}
+
+/// The contracts on the call stack, outermost first: at most [`MAX_CALL_DEPTH`], and each at
+/// most once (no contract is re-entered mid-action). A fixed array, so a transaction without
+/// calls allocates nothing for it.
+#[derive(Debug, Default)]
+pub(crate) struct CallStack {
+    accounts: [Name; MAX_CALL_DEPTH as usize],
+    len: usize,
+}
+
+impl CallStack {
+    /// Why `account` may not be called now, if it may not.
+    fn refuse(&self, account: Name) -> Option<Abort> {
+        let on_stack = &self.accounts[..self.len];
+        if on_stack.contains(&account) {
+            return Some(Abort::new(
+                AbortCode::Reentry,
+                format!("contract {account} is already on the call stack and cannot be re-entered"),
+            ));
+        }
+        if self.len >= MAX_CALL_DEPTH as usize {
+            return Some(Abort::new(
+                AbortCode::CallDepth,
+                format!("calls may nest at most {MAX_CALL_DEPTH} contracts deep"),
+            ));
+        }
+        None
+    }
+
+    /// Enters `account` (the caller checked [`CallStack::refuse`] or it is the top level).
+    pub(crate) fn push(&mut self, account: Name) {
+        self.accounts[self.len] = account;
+        self.len += 1;
+    }
+
+    pub(crate) fn pop(&mut self) {
+        self.len -= 1;
+    }
+}
+
+/// One running contract's view of the chain.
+pub(crate) struct ActionHost<'a, 'e> {
+    pub(crate) exec: &'a mut Exec<'e>,
+    pub(crate) frame: Frame<'a>,
+}
+
+impl ActionHost<'_, '_> {
+    /// Fails the running contract if it is read-only.
+    fn writable(&self, what: &str) -> Result<(), HostError> {
+        match self.frame.read_only {
+            false => Ok(()),
+            true => Err(Abort::new(
+                AbortCode::ReadOnly,
+                format!("a query cannot {what} (contract {})", self.frame.contract),
+            )
+            .into()),
+        }
+    }
+}
+
+impl Host for ActionHost<'_, '_> {
     fn message(&self) -> &[u8] {
-        &self.action.data
+        self.frame.message
     }
 
     fn load(&mut self, key: &[u8]) -> Result<Option<&[u8]>, HostError> {
-        keys::contract_into(self.key, self.contract, key);
+        let exec = &mut *self.exec;
+        keys::contract_into(exec.key, self.frame.contract, key);
         // A store that fails is the node's fault, never the contract's: the block stops.
-        self.journal
-            .get(self.store, self.key)
+        exec.journal
+            .get(exec.store, exec.key)
             .map_err(|e| NodeFault::new(e).into())
     }
 
     fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), HostError> {
-        keys::contract_into(self.key, self.contract, key);
-        Ok(self.journal.set(self.key, Some(value))?)
+        self.writable("write")?;
+        let exec = &mut *self.exec;
+        keys::contract_into(exec.key, self.frame.contract, key);
+        Ok(exec.journal.set(exec.key, Some(value))?)
     }
 
     fn upsert(&mut self, key: &[u8], value: &[u8]) -> Result<Upsert, HostError> {
-        keys::contract_into(self.key, self.contract, key);
-        let existed = self
+        self.writable("write")?;
+        let exec = &mut *self.exec;
+        keys::contract_into(exec.key, self.frame.contract, key);
+        let existed = exec
             .journal
-            .upsert(self.store, self.key, value)
+            .upsert(exec.store, exec.key, value)
             .map_err(NodeFault::new)??;
         Ok(if existed {
             Upsert::Updated
@@ -52,11 +151,108 @@ impl Host for ActionHost<'_> {
     }
 
     fn remove(&mut self, key: &[u8]) -> Result<(), HostError> {
-        keys::contract_into(self.key, self.contract, key);
-        Ok(self.journal.set(self.key, None)?)
+        self.writable("remove a key")?;
+        let exec = &mut *self.exec;
+        keys::contract_into(exec.key, self.frame.contract, key);
+        Ok(exec.journal.set(exec.key, None)?)
     }
 
     fn is_authorized(&self, account: Name) -> bool {
-        self.action.authorization.contains(&account)
+        match self.frame.authority {
+            Authority::Signers(signers) => signers.contains(&account),
+            Authority::Caller(caller) => caller == account,
+        }
+    }
+
+    fn call(&mut self, call: Call<'_>) -> Result<CallResult, HostError> {
+        if call.kind == CallKind::Action {
+            self.writable("call an action")?;
+        }
+        let refused = |abort: Abort| CallResult {
+            status: Err(abort),
+            fuel_used: 0,
+            output: Vec::new(),
+        };
+        if call.account == SYSTEM {
+            return Ok(refused(Abort::new(
+                AbortCode::NoHandler,
+                "the system contract takes no calls from contracts: send it an action",
+            )));
+        }
+        if let Some(abort) = self.exec.stack.refuse(call.account) {
+            return Ok(refused(abort));
+        }
+        let executor = self.exec.executor(call.account).map_err(NodeFault::new)?;
+        let Some(executor) = executor else {
+            return Ok(refused(Abort::new(
+                AbortCode::NoHandler,
+                format!("account {} has no contract", call.account),
+            )));
+        };
+        let frame = Frame {
+            contract: call.account,
+            message: call.data,
+            authority: Authority::Caller(self.frame.contract),
+            caller: self.frame.contract,
+            read_only: self.frame.read_only || call.kind == CallKind::Query,
+        };
+        let entry = match call.kind {
+            CallKind::Action => Entry::Action {
+                receiver: call.account,
+                code: call.account,
+                action: call.entry,
+            },
+            CallKind::Query => Entry::Query {
+                receiver: call.account,
+                method: call.entry,
+            },
+        };
+        // A call is a journal checkpoint: a callee that fails leaves nothing behind, its own
+        // callees' changes and events included, and its caller goes on.
+        let mark = self.exec.journal.mark();
+        self.exec.stack.push(call.account);
+        let receipt = self
+            .exec
+            .run_frame(&executor, frame, entry, call.fuel, call.stack_height);
+        self.exec.stack.pop();
+        let receipt = receipt.map_err(NodeFault::new)?;
+        let status = match receipt.outcome {
+            Outcome::Success => Ok(()),
+            Outcome::Failure(abort) => {
+                self.exec.journal.revert_to(mark);
+                Err(abort)
+            }
+        };
+        Ok(CallResult {
+            status,
+            fuel_used: receipt.fuel_used,
+            output: receipt.output,
+        })
+    }
+
+    fn emit(&mut self, name: Name, data: &[u8]) -> Result<(), HostError> {
+        self.writable("emit an event")?;
+        Ok(self.exec.journal.emit(Event {
+            contract: self.frame.contract,
+            name,
+            data: data.to_vec(),
+        })?)
+    }
+
+    fn caller(&self) -> Name {
+        self.frame.caller
+    }
+
+    fn block(&self) -> BlockInfo {
+        self.exec.block
+    }
+
+    fn is_account(&mut self, account: Name) -> Result<bool, HostError> {
+        let exec = &mut *self.exec;
+        let found = exec
+            .journal
+            .get(exec.store, &keys::account(account))
+            .map_err(NodeFault::new)?;
+        Ok(found.is_some())
     }
 }

@@ -21,10 +21,11 @@
 use std::borrow::Cow;
 
 use indexmap::IndexMap;
-use tally_host_api::limits::{MAX_TX_WRITE_BYTES, MAX_TX_WRITES};
+use tally_host_api::limits::{MAX_EVENTS_PER_TX, MAX_TX_WRITE_BYTES, MAX_TX_WRITES};
 use tally_host_api::{Abort, AbortCode, Name};
 
 use super::code::Executor;
+use crate::receipt::Event;
 use crate::store::{Change, StateStore, StoreResult, sort_prefix};
 use crate::{KeyedHasher, KeyedMap};
 
@@ -40,6 +41,8 @@ enum Undo {
     Write(usize, Option<Slot>),
     /// A deployment: the account and the contract it had deployed earlier in the block, if any.
     Code(Name, Option<Executor>),
+    /// An event: the running transaction's last.
+    Event,
 }
 
 /// Counts one write of `key` = `value` against a transaction's limits (`writes` made and
@@ -90,6 +93,8 @@ pub struct Journal {
     read_cache: KeyedMap<Vec<u8>, Vec<u8>>,
     /// The running transaction's undo log, newest last.
     undo: Vec<Undo>,
+    /// The running transaction's events, in the order they were emitted.
+    events: Vec<Event>,
     /// Writes and bytes written by the running transaction, against the limits.
     tx_writes: u32,
     tx_bytes: u64,
@@ -206,6 +211,56 @@ impl Journal {
         self.undo.push(Undo::Code(account, previous));
     }
 
+    /// Records an event of the running transaction, within [`MAX_EVENTS_PER_TX`]; a call
+    /// rolled back drops it with its writes.
+    pub(crate) fn emit(&mut self, event: Event) -> Result<(), Abort> {
+        if self.events.len() >= MAX_EVENTS_PER_TX as usize {
+            return Err(Abort::new(
+                AbortCode::LimitExceeded,
+                format!("a transaction may emit at most {MAX_EVENTS_PER_TX} events"),
+            ));
+        }
+        self.events.push(event);
+        self.undo.push(Undo::Event);
+        Ok(())
+    }
+
+    /// The running transaction's events so far, in order.
+    pub(crate) fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// A point inside the running transaction that [`Journal::revert_to`] can return to: where
+    /// a call to another contract starts.
+    pub(crate) fn mark(&self) -> usize {
+        self.undo.len()
+    }
+
+    /// Undoes every change made since `mark` (a failed call's writes, deployments and events),
+    /// newest first; the transaction goes on from there.
+    pub(crate) fn revert_to(&mut self, mark: usize) {
+        while self.undo.len() > mark {
+            let Some(undo) = self.undo.pop() else { break };
+            match undo {
+                Undo::Write(index, Some(slot)) => self.overlay[index] = slot,
+                Undo::Write(index, None) => {
+                    // Undone newest first, so every entry added after this one is gone.
+                    debug_assert_eq!(index + 1, self.overlay.len());
+                    self.overlay.pop();
+                }
+                Undo::Code(account, Some(executor)) => {
+                    self.code.insert(account, executor);
+                }
+                Undo::Code(account, None) => {
+                    self.code.remove(&account);
+                }
+                Undo::Event => {
+                    self.events.pop();
+                }
+            }
+        }
+    }
+
     /// Whether the pending block wrote `key` (a transaction's included).
     pub fn contains(&self, key: &[u8]) -> bool {
         self.overlay.contains_key(key)
@@ -223,33 +278,22 @@ impl Journal {
     pub fn checkpoint(&mut self) {
         debug_assert!(self.undo.is_empty(), "a transaction is already running");
         self.undo.clear();
+        self.events.clear();
         self.tx_writes = 0;
         self.tx_bytes = 0;
     }
 
-    /// Keeps the running transaction's changes in the pending block.
+    /// Keeps the running transaction's changes in the pending block (its events are taken
+    /// with [`Journal::take_events`]).
     pub fn commit_tx(&mut self) {
         self.undo.clear();
     }
 
-    /// Drops the running transaction's changes, leaving the journal as at the checkpoint.
+    /// Drops the running transaction's changes and events, leaving the journal as at the
+    /// checkpoint.
     pub fn discard_tx(&mut self) {
-        while let Some(undo) = self.undo.pop() {
-            match undo {
-                Undo::Write(index, Some(slot)) => self.overlay[index] = slot,
-                Undo::Write(index, None) => {
-                    // Undone newest first, so every entry added after this one is gone.
-                    debug_assert_eq!(index + 1, self.overlay.len());
-                    self.overlay.pop();
-                }
-                Undo::Code(account, Some(executor)) => {
-                    self.code.insert(account, executor);
-                }
-                Undo::Code(account, None) => {
-                    self.code.remove(&account);
-                }
-            }
-        }
+        self.revert_to(0);
+        self.events.clear();
     }
 
     /// The pending block's changes, leaving an empty journal for the next block.
@@ -286,6 +330,7 @@ impl Journal {
         self.code.clear();
         self.read_cache.clear();
         self.undo.clear();
+        self.events.clear();
         if let Some(reads) = &mut self.reads {
             reads.clear();
         }

@@ -9,16 +9,16 @@ pub mod journal;
 pub(crate) mod speculate;
 pub mod system;
 
-use tally_host_api::{Abort, AbortCode, HostError, Name};
+use tally_host_api::{Abort, AbortCode, BlockInfo, HostError, Name};
 use tally_runtime::{Contract, Entry, Outcome, Receipt, Runtime};
 
 use crate::error::ChainError;
-use crate::receipt::ActionTrace;
+use crate::receipt::{ActionTrace, Event};
 use crate::state::keys;
 use crate::store::StateStore;
 use crate::tx::Action;
 use code::{CodeMap, Executor, NativeContract};
-use host::ActionHost;
+use host::{ActionHost, CallStack, Frame};
 use journal::Journal;
 use system::SYSTEM;
 
@@ -49,6 +49,32 @@ pub(crate) struct Exec<'a> {
     pub(crate) code: Code<'a>,
     /// Scratch space for state keys.
     pub(crate) key: &'a mut Vec<u8>,
+    /// The block the actions run in, which contracts may read.
+    pub(crate) block: BlockInfo,
+    /// The contracts on the running action's call stack.
+    pub(crate) stack: CallStack,
+}
+
+impl<'a> Exec<'a> {
+    /// An executor over `journal`, for actions of the block `block`.
+    pub(crate) fn new(
+        runtime: &'a Runtime,
+        store: &'a dyn StateStore,
+        journal: &'a mut Journal,
+        code: Code<'a>,
+        key: &'a mut Vec<u8>,
+        block: BlockInfo,
+    ) -> Self {
+        Self {
+            runtime,
+            store,
+            journal,
+            code,
+            key,
+            block,
+            stack: CallStack::default(),
+        }
+    }
 }
 
 /// What a transaction's actions did.
@@ -62,6 +88,8 @@ pub(crate) struct TxRun {
     pub(crate) fuel_used: u64,
     /// Fuel the last action that ran used: with `fuel_used`, what each action had left.
     pub(crate) last_action_fuel: u64,
+    /// The events its actions emitted, in order (none if it failed).
+    pub(crate) events: Vec<Event>,
     /// What its actions printed, in order.
     pub(crate) console: Vec<u8>,
     /// Each action's fuel, console and trap, when the runtime traces.
@@ -75,6 +103,7 @@ impl TxRun {
             failed_action: None,
             fuel_used: 0,
             last_action_fuel: 0,
+            events: Vec::new(),
             console: Vec::new(),
             actions: traced.then(Vec::new),
         }
@@ -124,7 +153,10 @@ impl Exec<'_> {
             }
         }
         match run.failed_action {
-            None => self.journal.commit_tx(),
+            None => {
+                run.events = self.journal.take_events();
+                self.journal.commit_tx();
+            }
             Some(_) => self.journal.discard_tx(),
         }
         Ok(run)
@@ -136,23 +168,44 @@ impl Exec<'_> {
         if action.account == SYSTEM {
             return system::apply(self, action, fuel);
         }
-        match self.executor(action.account)? {
-            None => Ok(Receipt::failed(
+        let Some(executor) = self.executor(action.account)? else {
+            return Ok(Receipt::failed(
                 Abort::new(
                     AbortCode::NoHandler,
                     format!("account {} has no contract", action.account),
                 ),
                 0,
-            )),
-            Some(Executor::Wasm(contract)) => {
-                let entry = Entry::Action {
-                    receiver: action.account,
-                    code: action.account,
-                    action: action.name,
-                };
-                self.run_wasm(&contract, action.account, action, entry, fuel)
+            ));
+        };
+        let entry = Entry::Action {
+            receiver: action.account,
+            code: action.account,
+            action: action.name,
+        };
+        let frame = Frame::top(action.account, &action.data, &action.authorization);
+        self.stack.push(action.account);
+        let receipt = self.run_frame(&executor, frame, entry, fuel, 0);
+        self.stack.pop();
+        receipt
+    }
+
+    /// Runs `entry` of `executor` in `frame`, with at most `fuel`, its deterministic stack
+    /// starting at `stack_base`: a top-level action and a call alike.
+    pub(crate) fn run_frame(
+        &mut self,
+        executor: &Executor,
+        frame: Frame<'_>,
+        entry: Entry,
+        fuel: u64,
+        stack_base: u32,
+    ) -> Result<Receipt, ChainError> {
+        match executor {
+            Executor::Wasm(contract) => {
+                let runtime = self.runtime;
+                let mut host = ActionHost { exec: self, frame };
+                Ok(runtime.execute_call(contract, entry, &mut host, fuel, stack_base)?)
             }
-            Some(Executor::Native(native)) => self.run_native(&native, action),
+            Executor::Native(native) => self.run_native(native, frame),
         }
     }
 
@@ -170,39 +223,31 @@ impl Exec<'_> {
         }
     }
 
-    /// Runs `entry` of `contract` as `receiver`, against this action's view of state.
+    /// Runs `entry` of `contract` as a top-level run of `account`'s code authorized by
+    /// `account` itself: its `onInit` or `migrate` when `setcode` installs it.
     pub(crate) fn run_wasm(
         &mut self,
         contract: &Contract,
-        receiver: Name,
-        action: &Action,
+        account: Name,
         entry: Entry,
         fuel: u64,
     ) -> Result<Receipt, ChainError> {
-        let mut host = ActionHost {
-            contract: receiver,
-            action,
-            journal: self.journal,
-            store: self.store,
-            key: self.key,
-        };
-        Ok(self
-            .runtime
-            .execute_metered(contract, entry, &mut host, fuel)?)
+        let authorization = [account];
+        let frame = Frame::top(account, &[], &authorization);
+        let runtime = self.runtime;
+        self.stack.push(account);
+        let mut host = ActionHost { exec: self, frame };
+        let receipt = runtime.execute_call(contract, entry, &mut host, fuel, 0);
+        self.stack.pop();
+        Ok(receipt?)
     }
 
     fn run_native(
         &mut self,
         native: &NativeContract,
-        action: &Action,
+        frame: Frame<'_>,
     ) -> Result<Receipt, ChainError> {
-        let mut host = ActionHost {
-            contract: action.account,
-            action,
-            journal: self.journal,
-            store: self.store,
-            key: self.key,
-        };
+        let mut host = ActionHost { exec: self, frame };
         match native(&mut host) {
             Ok(()) => Ok(Receipt::success(0)),
             Err(HostError::Abort(abort)) => Ok(Receipt::failed(abort, 0)),

@@ -12,6 +12,7 @@
 //! fuel earlier transactions used (checked when it is finalized).
 
 use rayon::prelude::*;
+use tally_host_api::BlockInfo;
 use tally_runtime::Runtime;
 
 use tally_host_api::limits::FUEL_PER_ACTION;
@@ -59,6 +60,7 @@ pub(crate) fn speculate(
     store: &dyn StateStore,
     code: &CodeMap,
     txs: &[PreparedTx],
+    block: BlockInfo,
 ) -> Vec<Option<Speculation>> {
     txs.par_iter()
         .map_init(
@@ -67,13 +69,7 @@ pub(crate) fn speculate(
                 if !speculable(tx) {
                     return None;
                 }
-                let mut exec = Exec {
-                    runtime,
-                    store,
-                    journal,
-                    code: Code::Cached(code),
-                    key,
-                };
+                let mut exec = Exec::new(runtime, store, journal, Code::Cached(code), key, block);
                 // Each action gets the runtime's fuel per action, as it would with the whole
                 // block's budget left; finalizing checks that it would have.
                 let run = exec.run_tx(&tx.tx.transaction.actions, u64::MAX);
@@ -94,6 +90,7 @@ impl Chain {
     pub(crate) fn speculate(
         &mut self,
         txs: &[PreparedTx],
+        block: BlockInfo,
     ) -> Result<Option<Vec<Option<Speculation>>>, ChainError> {
         // A traced chain runs sequentially: speculative runs keep no per-action traces, and
         // whether a block speculates never changes its result.
@@ -127,7 +124,7 @@ impl Chain {
                 }
             }
         }
-        let runs = speculate(&self.runtime, self.store.as_ref(), &self.code, txs);
+        let runs = speculate(&self.runtime, self.store.as_ref(), &self.code, txs, block);
         drop(held);
         Ok(Some(runs))
     }

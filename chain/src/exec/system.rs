@@ -149,8 +149,8 @@ pub(crate) fn set_code(
     Ok(receipt)
 }
 
-/// Records compiled `contract` (of `code`) as `account`'s code and runs its `onInit` with at
-/// most `fuel`.
+/// Records compiled `contract` (of `code`) as `account`'s code and runs its `onInit` (or, when
+/// it replaces code, its `migrate`) with at most `fuel`.
 pub(crate) fn install(
     env: &mut Exec<'_>,
     account: Name,
@@ -159,6 +159,13 @@ pub(crate) fn install(
     fuel: u64,
 ) -> Result<Receipt, ChainError> {
     let hash = *contract.code_hash();
+    // Code replacing code is an upgrade: the new code's `migrate` runs against the old state
+    // instead of `onInit` (docs/CONTRACTS.md), and if it fails the transaction fails with it,
+    // so the old code and state stay.
+    let upgrade = env
+        .journal
+        .get(env.store, &keys::code_hash(account))?
+        .is_some();
     for (key, value) in [
         (keys::code_hash(account), &hash[..]),
         (keys::code(&hash), code),
@@ -169,11 +176,9 @@ pub(crate) fn install(
     }
     let executor = env.code.map().deployed(account, contract.clone());
     env.journal.set_code(account, executor);
-    let init = Action {
-        account,
-        name: Name(0),
-        authorization: vec![account],
-        data: Vec::new(),
+    let entry = match upgrade {
+        true => Entry::Migrate,
+        false => Entry::Init,
     };
-    env.run_wasm(&contract, account, &init, Entry::Init, fuel)
+    env.run_wasm(&contract, account, entry, fuel)
 }

@@ -2,17 +2,20 @@
 //! in order and for one whose speculative run stands: its fuel is charged to the block, its
 //! id recorded, its signed bytes appended to the body and its receipt built.
 
+use tally_host_api::BlockInfo;
 use tally_host_api::limits::{FUEL_PER_ACTION, FUEL_PER_TX, FUEL_PER_TX_BYTE, MAX_BLOCK_FUEL};
 
 use crate::chain::Chain;
 use crate::error::ChainError;
 use crate::exec::{Code, Exec, TxRun};
 use crate::pipeline::PreparedTx;
-use crate::receipt::{TxReceipt, TxResult, TxTrace};
+use crate::receipt::{Event, TxReceipt, TxResult, TxTrace};
 use crate::tx::{BlockBody, TxId};
 
 /// The block being executed.
 pub(crate) struct Block {
+    /// Its height.
+    pub(crate) height: u64,
     /// Its time.
     pub(crate) time_ms: u64,
     /// What is left of its fuel budget.
@@ -27,15 +30,24 @@ pub(crate) struct Block {
 }
 
 impl Block {
-    /// An empty block at `time_ms`, for `txs` transactions.
-    pub(crate) fn new(time_ms: u64, txs: usize) -> Self {
+    /// An empty block `height` at `time_ms`, for `txs` transactions.
+    pub(crate) fn new(height: u64, time_ms: u64, txs: usize) -> Self {
         Self {
+            height,
             time_ms,
             fuel_left: MAX_BLOCK_FUEL,
             body: BodyBuilder::default(),
             results: Vec::with_capacity(txs),
             speculated: 0,
             confirmed: 0,
+        }
+    }
+
+    /// What its contracts may know of it: the header's height and time, the same on every node.
+    pub(crate) fn info(&self) -> BlockInfo {
+        BlockInfo {
+            time_ms: self.time_ms,
+            height: self.height,
         }
     }
 
@@ -59,24 +71,31 @@ pub(crate) struct BodyBuilder {
     count: u32,
     transactions: Vec<u8>,
     success: Vec<bool>,
+    /// borsh of each transaction's events, appended.
+    events: Vec<u8>,
     ids: Vec<TxId>,
 }
 
 impl BodyBuilder {
-    fn push(&mut self, tx: &PreparedTx, success: bool) {
+    fn push(&mut self, tx: &PreparedTx, success: bool, events: &[Event]) {
         self.transactions.extend_from_slice(&tx.bytes);
         self.count += 1;
         self.success.push(success);
+        borsh::to_writer(&mut self.events, events).expect("encoding into a Vec cannot fail");
         self.ids.push(tx.id);
     }
 
     /// borsh of the [`BlockBody`], the transactions root and the ids.
     pub(crate) fn finish(self) -> (Vec<u8>, [u8; 32], Vec<TxId>) {
-        let mut body = Vec::with_capacity(self.transactions.len() + self.success.len() + 8);
+        let mut body = Vec::with_capacity(
+            self.transactions.len() + self.success.len() + self.events.len() + 12,
+        );
         body.extend_from_slice(&self.count.to_le_bytes());
         body.extend_from_slice(&self.transactions);
         body.extend_from_slice(&(self.success.len() as u32).to_le_bytes());
         body.extend(self.success.iter().map(|&s| s as u8));
+        body.extend_from_slice(&self.count.to_le_bytes());
+        body.extend_from_slice(&self.events);
         let root = BlockBody::transactions_root(&body);
         (body, root, self.ids)
     }
@@ -84,14 +103,20 @@ impl BodyBuilder {
 
 impl Chain {
     /// Runs `tx`'s actions in order against the block's journal, with at most `fuel`.
-    pub(crate) fn execute(&mut self, tx: &PreparedTx, fuel: u64) -> Result<TxRun, ChainError> {
-        Exec {
-            runtime: &self.runtime,
-            store: self.store.as_ref(),
-            journal: &mut self.journal,
-            code: Code::Load(&mut self.code),
-            key: &mut self.key,
-        }
+    pub(crate) fn execute(
+        &mut self,
+        tx: &PreparedTx,
+        fuel: u64,
+        block: BlockInfo,
+    ) -> Result<TxRun, ChainError> {
+        Exec::new(
+            &self.runtime,
+            self.store.as_ref(),
+            &mut self.journal,
+            Code::Load(&mut self.code),
+            &mut self.key,
+            block,
+        )
         .run_tx(&tx.tx.transaction.actions, fuel)
     }
 
@@ -101,12 +126,15 @@ impl Chain {
         let fuel_used = intrinsic + run.fuel_used;
         block.fuel_left -= fuel_used.min(block.fuel_left);
         self.block_ids.insert(tx.id);
-        block.body.push(tx, run.failed_action.is_none());
+        block
+            .body
+            .push(tx, run.failed_action.is_none(), &run.events);
         TxReceipt {
             id: tx.id,
             outcome: run.outcome,
             failed_action: run.failed_action,
             fuel_used,
+            events: run.events,
             console: run.console,
             trace: run.actions.map(|actions| TxTrace {
                 intrinsic_fuel: intrinsic,

@@ -4,6 +4,7 @@
 
 mod common;
 
+mod calls;
 mod chain;
 mod fuzz;
 mod hostile;

@@ -1,0 +1,626 @@
+//! Contracts that compose (docs/CONTRACTS.md): calls with results and atomic rollback at every
+//! depth, the caller's authority and no more, re-entry and depth refused, fuel from the
+//! caller's, read-only queries, events dropped with what rolled back, what a contract can know
+//! of its block, and `migrate` on upgrade; the same head on every thread count.
+
+use crate::common::*;
+use tally_chain::system::{SETCODE, SYSTEM, SetCode};
+use tally_chain::{
+    BlockBody, Chain, Event, Name, Pipeline, SignedTransaction, TxReceipt, TxResult,
+};
+use tally_host_api::AbortCode;
+
+/// A contract that runs a script: its message is a list of 40-byte ops `[op, a, b, c, d]`
+/// (u64 little-endian each). A call's (or query's) script follows its op, `d` bytes long.
+/// `query` runs the same interpreter; `migrate` stores 1 under key `MIGRATED` and then, in
+/// the `failing` variant, traps.
+fn script_contract(migrate_fails: bool) -> Vec<u8> {
+    let fail = if migrate_fails { "unreachable" } else { "" };
+    wat::parse_str(format!(
+        r#"(module
+  (import "env" "read_message" (func $read (param i32 i32) (result i32)))
+  (import "env" "store" (func $store (param i32 i32 i32 i32)))
+  (import "env" "require_auth" (func $require_auth (param i64)))
+  (import "env" "call" (func $call (param i64 i64 i32 i32 i64) (result i32)))
+  (import "env" "query" (func $query (param i64 i64 i32 i32 i64) (result i32)))
+  (import "env" "set_return" (func $set_return (param i32 i32)))
+  (import "env" "return_size" (func $return_size (result i32)))
+  (import "env" "read_return" (func $read_return (param i32 i32) (result i32)))
+  (import "env" "caller" (func $caller (result i64)))
+  (import "env" "emit" (func $emit (param i64 i32 i32)))
+  (import "env" "block_time" (func $block_time (result i64)))
+  (import "env" "block_height" (func $block_height (result i64)))
+  (import "env" "has_auth" (func $has_auth (param i64) (result i32)))
+  (import "env" "is_account" (func $is_account (param i64) (result i32)))
+  (memory (export "memory") 2)
+  (global $status (mut i32) (i32.const 0))
+  ;; 0..16: a key and a value; 16..24: scratch; the message from 1024.
+  (func $put (param $k i64) (param $v i64)
+    (i64.store (i32.const 0) (local.get $k))
+    (i64.store (i32.const 8) (local.get $v))
+    (call $store (i32.const 0) (i32.const 8) (i32.const 8) (i32.const 8)))
+  (func $run
+    (local $p i32) (local $end i32) (local $op i64)
+    (local $a i64) (local $b i64) (local $c i64) (local $d i64)
+    (local.set $p (i32.const 1024))
+    (local.set $end (i32.add (i32.const 1024) (call $read (i32.const 1024) (i32.const 60000))))
+    (block $done (loop $next
+      (br_if $done (i32.ge_u (local.get $p) (local.get $end)))
+      (local.set $op (i64.load (local.get $p)))
+      (local.set $a (i64.load offset=8 (local.get $p)))
+      (local.set $b (i64.load offset=16 (local.get $p)))
+      (local.set $c (i64.load offset=24 (local.get $p)))
+      (local.set $d (i64.load offset=32 (local.get $p)))
+      (local.set $p (i32.add (local.get $p) (i32.const 40)))
+      (if (i64.eq (local.get $op) (i64.const 1)) (then (call $put (local.get $a) (local.get $b))))
+      (if (i64.eq (local.get $op) (i64.const 2)) (then
+        (global.set $status (call $call (local.get $a) (local.get $b) (local.get $p)
+          (i32.wrap_i64 (local.get $d)) (local.get $c)))
+        (local.set $p (i32.add (local.get $p) (i32.wrap_i64 (local.get $d))))
+        (call $put (i64.const {STATUS}) (i64.extend_i32_u (global.get $status)))))
+      (if (i64.eq (local.get $op) (i64.const 3)) (then
+        (i64.store (i32.const 16) (local.get $b))
+        (call $emit (local.get $a) (i32.const 16) (i32.const 8))))
+      (if (i64.eq (local.get $op) (i64.const 4)) (then
+        (i64.store (i32.const 16) (local.get $a))
+        (call $set_return (i32.const 16) (i32.const 8))))
+      (if (i64.eq (local.get $op) (i64.const 5)) (then unreachable))
+      (if (i64.eq (local.get $op) (i64.const 6)) (then (call $require_auth (local.get $a))))
+      (if (i64.eq (local.get $op) (i64.const 7)) (then (call $put (local.get $a) (call $caller))))
+      (if (i64.eq (local.get $op) (i64.const 8)) (then (loop $spin (br $spin))))
+      (if (i64.eq (local.get $op) (i64.const 9)) (then
+        (call $put (local.get $a) (call $block_height))
+        (call $put (local.get $b) (call $block_time))))
+      (if (i64.eq (local.get $op) (i64.const 10)) (then
+        (call $put (local.get $b) (i64.extend_i32_u (call $has_auth (local.get $a))))))
+      (if (i64.eq (local.get $op) (i64.const 11)) (then
+        (i64.store (i32.const 16) (i64.const 0))
+        (drop (call $read_return (i32.const 16) (i32.const 8)))
+        (call $put (local.get $a) (i64.load (i32.const 16)))
+        (call $put (local.get $b) (i64.extend_i32_u (call $return_size)))))
+      (if (i64.eq (local.get $op) (i64.const 12)) (then
+        (global.set $status (call $query (local.get $a) (local.get $b) (local.get $p)
+          (i32.wrap_i64 (local.get $d)) (local.get $c)))
+        (local.set $p (i32.add (local.get $p) (i32.wrap_i64 (local.get $d))))))
+      (if (i64.eq (local.get $op) (i64.const 13)) (then
+        (call $put (local.get $b) (i64.extend_i32_u (call $is_account (local.get $a))))))
+      (if (i64.eq (local.get $op) (i64.const 14)) (then
+        (call $set_return (i32.const 0) (i32.wrap_i64 (local.get $a)))))
+      (if (i64.eq (local.get $op) (i64.const 15)) (then
+        (if (i32.ne (global.get $status) (i32.wrap_i64 (local.get $a))) (then unreachable))))
+      (br $next))))
+  (func (export "apply") (param i64 i64 i64) (call $run))
+  (func (export "query") (param i64 i64) (call $run))
+  (func (export "migrate") (call $put (i64.const {MIGRATED}) (i64.const 1)) {fail}))"#
+    ))
+    .unwrap()
+}
+
+/// Where a script stores the status of its last call.
+const STATUS: u64 = 0xFFFF_0001;
+/// Where `migrate` marks that it ran.
+const MIGRATED: u64 = 0x4D;
+
+/// One op of a script.
+#[derive(Debug, Clone)]
+enum Op {
+    Store(u64, u64),
+    /// Call the account's action `go` with at most this fuel (0: all), running this script.
+    Call(&'static str, u64, Vec<Op>),
+    Emit(u64, u64),
+    Return(u64),
+    Fail,
+    Auth(Name),
+    /// Store the caller under this key.
+    Caller(u64),
+    Spin,
+    /// Store the block's height and time under these keys.
+    Block(u64, u64),
+    /// Store `has_auth(account)` under this key.
+    HasAuth(Name, u64),
+    /// Store the last call's first 8 bytes of return data, and its length, under these keys.
+    ReturnData(u64, u64),
+    /// Query the account's `go` with at most this fuel, running this script.
+    Query(&'static str, u64, Vec<Op>),
+    /// Store `is_account(account)` under this key.
+    IsAccount(Name, u64),
+    /// Return this many bytes of memory.
+    BigReturn(u64),
+    /// Trap unless the last call's status is this.
+    Expect(AbortCode),
+    /// Expect the last call to have succeeded.
+    ExpectOk,
+}
+
+fn encode(ops: &[Op]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut op = |code: u64, a: u64, b: u64, c: u64, tail: &[u8]| {
+        for word in [code, a, b, c, tail.len() as u64] {
+            out.extend_from_slice(&word.to_le_bytes());
+        }
+        out.extend_from_slice(tail);
+    };
+    for o in ops {
+        match o {
+            Op::Store(k, v) => op(1, *k, *v, 0, &[]),
+            Op::Call(to, fuel, script) => op(2, name(to).0, name("go").0, *fuel, &encode(script)),
+            Op::Emit(n, v) => op(3, *n, *v, 0, &[]),
+            Op::Return(v) => op(4, *v, 0, 0, &[]),
+            Op::Fail => op(5, 0, 0, 0, &[]),
+            Op::Auth(a) => op(6, a.0, 0, 0, &[]),
+            Op::Caller(k) => op(7, *k, 0, 0, &[]),
+            Op::Spin => op(8, 0, 0, 0, &[]),
+            Op::Block(h, t) => op(9, *h, *t, 0, &[]),
+            Op::HasAuth(a, k) => op(10, a.0, *k, 0, &[]),
+            Op::ReturnData(k, len) => op(11, *k, *len, 0, &[]),
+            Op::Query(to, fuel, script) => op(12, name(to).0, name("go").0, *fuel, &encode(script)),
+            Op::IsAccount(a, k) => op(13, a.0, *k, 0, &[]),
+            Op::BigReturn(len) => op(14, *len, 0, 0, &[]),
+            Op::Expect(code) => op(15, u64::from(code.code()), 0, 0, &[]),
+            Op::ExpectOk => op(15, 0, 0, 0, &[]),
+        }
+    }
+    out
+}
+
+const CONTRACTS: [&str; 10] = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"];
+
+/// An unsigned chain with the script contract at each of [`CONTRACTS`], and an account `alice`.
+fn chain() -> Chain {
+    let code = script_contract(false);
+    let contracts: Vec<(Name, &[u8])> = CONTRACTS.iter().map(|c| (name(c), &code[..])).collect();
+    let genesis = tally_chain::Genesis {
+        accounts: vec![tally_chain::genesis::GenesisAccount {
+            name: name("alice"),
+            key: [7; 32],
+        }],
+        ..Default::default()
+    };
+    let config = tally_chain::ChainConfig {
+        check_signatures: false,
+        ..Default::default()
+    };
+    chain_with(config, &genesis, &contracts)
+}
+
+/// A transaction running `script` in contract `to`, authorized by `auth`.
+fn tx(chain: &Chain, to: &str, auth: &[Name], script: &[Op]) -> SignedTransaction {
+    let go = action(name(to), name("go"), auth, encode(script));
+    SignedTransaction::unsigned(envelope(chain, vec![go]))
+}
+
+/// Runs `script` in `to` in its own block; its receipt.
+fn run(chain: &mut Chain, to: &str, script: &[Op]) -> TxReceipt {
+    match push(chain, tx(chain, to, &[], script)) {
+        TxResult::Included(receipt) => receipt,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The u64 contract `at` stored under `key`.
+fn get(chain: &Chain, at: &str, key: u64) -> Option<u64> {
+    let value = chain.get(name(at), &key.to_le_bytes()).unwrap()?;
+    Some(u64::from_le_bytes(value.try_into().unwrap()))
+}
+
+fn status(chain: &Chain, at: &str) -> Option<u64> {
+    get(chain, at, STATUS)
+}
+
+fn code(code: AbortCode) -> Option<u64> {
+    Some(u64::from(code.code()))
+}
+
+#[test]
+fn a_call_runs_the_callee_in_its_namespace_and_hands_back_its_return_data() {
+    let mut chain = chain();
+    let receipt = run(
+        &mut chain,
+        "a",
+        &[
+            Op::Call("b", 0, vec![Op::Store(1, 7), Op::Caller(3), Op::Return(42)]),
+            Op::ReturnData(2, 4),
+        ],
+    );
+    assert!(receipt.is_success(), "{}", receipt.report());
+    assert_eq!(
+        get(&chain, "b", 1),
+        Some(7),
+        "the callee writes its own namespace"
+    );
+    assert_eq!(get(&chain, "a", 1), None);
+    assert_eq!(
+        get(&chain, "b", 3),
+        Some(name("a").0),
+        "the callee sees its caller"
+    );
+    assert_eq!(status(&chain, "a"), Some(0));
+    assert_eq!(
+        get(&chain, "a", 2),
+        Some(42),
+        "the caller reads the return data"
+    );
+    assert_eq!(get(&chain, "a", 4), Some(8));
+}
+
+#[test]
+fn a_failed_callee_is_rolled_back_at_every_depth_and_its_caller_goes_on() {
+    let mut chain = chain();
+    // a → b → c: c writes, then fails; b saw it fail and goes on; a goes on.
+    let receipt = run(
+        &mut chain,
+        "a",
+        &[
+            Op::Store(1, 1),
+            Op::Call(
+                "b",
+                0,
+                vec![
+                    Op::Store(1, 2),
+                    Op::Call("c", 0, vec![Op::Store(1, 3), Op::Emit(9, 3), Op::Fail]),
+                    Op::Expect(AbortCode::Trap),
+                    Op::Store(5, 5),
+                ],
+            ),
+            Op::ExpectOk,
+        ],
+    );
+    assert!(receipt.is_success(), "{}", receipt.report());
+    assert_eq!(
+        get(&chain, "c", 1),
+        None,
+        "the failed callee's write is gone"
+    );
+    assert_eq!(get(&chain, "b", 1), Some(2), "its caller's writes stand");
+    assert_eq!(get(&chain, "b", 5), Some(5));
+    assert_eq!(status(&chain, "b"), code(AbortCode::Trap));
+    assert!(
+        receipt.events.is_empty(),
+        "the failed callee's event is gone"
+    );
+
+    // a → b → c: c succeeds, then b fails: c's writes go with b's.
+    let receipt = run(
+        &mut chain,
+        "a",
+        &[
+            Op::Call(
+                "b",
+                0,
+                vec![
+                    Op::Store(6, 6),
+                    Op::Call("c", 0, vec![Op::Store(6, 6), Op::Emit(9, 1)]),
+                    Op::Fail,
+                ],
+            ),
+            Op::Store(6, 6),
+        ],
+    );
+    assert!(receipt.is_success(), "{}", receipt.report());
+    assert_eq!(get(&chain, "a", 6), Some(6));
+    assert_eq!(get(&chain, "b", 6), None);
+    assert_eq!(
+        get(&chain, "c", 6),
+        None,
+        "a succeeded callee of a failed call is gone too"
+    );
+    assert!(receipt.events.is_empty());
+
+    // A top-level failure rolls back the whole transaction, callees included.
+    let receipt = run(
+        &mut chain,
+        "a",
+        &[Op::Call("b", 0, vec![Op::Store(7, 7)]), Op::Fail],
+    );
+    assert!(!receipt.is_success());
+    assert_eq!(get(&chain, "b", 7), None);
+}
+
+#[test]
+fn a_callee_has_its_callers_authority_and_not_the_signers() {
+    let mut chain = chain();
+    let alice = name("a");
+    let signed = |chain: &Chain, script: &[Op]| tx(chain, "b", &[alice], script);
+    // b, authorized by a (the signer), calls c: in c only b authorizes.
+    let script = [
+        Op::HasAuth(alice, 1),
+        Op::Call(
+            "c",
+            0,
+            vec![
+                Op::HasAuth(alice, 2),
+                Op::HasAuth(name("b"), 3),
+                Op::Auth(name("b")),
+            ],
+        ),
+        Op::ExpectOk,
+        Op::Call("c", 0, vec![Op::Auth(alice)]),
+        Op::Expect(AbortCode::Unauthorized),
+    ];
+    let signed = signed(&chain, &script);
+    let result = push(&mut chain, signed);
+    assert!(result.is_success(), "{result:?}");
+    assert_eq!(
+        get(&chain, "b", 1),
+        Some(1),
+        "the signer authorizes the action"
+    );
+    assert_eq!(get(&chain, "c", 2), Some(0), "but not the call");
+    assert_eq!(get(&chain, "c", 3), Some(1), "the caller does");
+}
+
+#[test]
+fn a_contract_on_the_call_stack_cannot_be_called_again_and_depth_is_bounded() {
+    let mut chain = chain();
+    // a → b → a
+    let receipt = run(
+        &mut chain,
+        "a",
+        &[Op::Call(
+            "b",
+            0,
+            vec![Op::Call("a", 0, vec![Op::Store(1, 1)])],
+        )],
+    );
+    assert!(receipt.is_success(), "{}", receipt.report());
+    assert_eq!(status(&chain, "b"), code(AbortCode::Reentry));
+    assert_eq!(get(&chain, "a", 1), None);
+    // a → a
+    run(&mut chain, "a", &[Op::Call("a", 0, vec![])]);
+    assert_eq!(status(&chain, "a"), code(AbortCode::Reentry));
+
+    // a → b → … → j: ten contracts; the ninth call is one too deep.
+    let mut script = vec![Op::Store(1, 1)];
+    for callee in CONTRACTS[1..].iter().rev() {
+        script = vec![Op::Call(callee, 0, script)];
+    }
+    let receipt = run(&mut chain, "a", &script);
+    assert!(receipt.is_success(), "{}", receipt.report());
+    assert_eq!(
+        status(&chain, "h"),
+        code(AbortCode::CallDepth),
+        "the eighth contract is the last"
+    );
+    assert_eq!(get(&chain, "i", 1), None);
+}
+
+#[test]
+fn a_callee_spends_the_callers_fuel_up_to_its_cap_and_the_rest_returns() {
+    let mut chain = chain();
+    let capped = run(
+        &mut chain,
+        "a",
+        &[Op::Call("b", 200_000, vec![Op::Spin]), Op::Store(1, 1)],
+    );
+    assert!(capped.is_success(), "{}", capped.report());
+    assert_eq!(status(&chain, "a"), code(AbortCode::OutOfFuel));
+    assert_eq!(
+        get(&chain, "a", 1),
+        Some(1),
+        "the caller goes on with what is left"
+    );
+    assert!(
+        (200_000..300_000).contains(&capped.fuel_used),
+        "the cap bounds what the callee spends: {}",
+        capped.fuel_used
+    );
+    // Uncapped, a spinning callee takes all the caller has: the transaction fails.
+    let all = run(
+        &mut chain,
+        "a",
+        &[Op::Call("b", 0, vec![Op::Spin]), Op::Store(2, 2)],
+    );
+    assert_eq!(
+        all.failure().unwrap().code,
+        AbortCode::OutOfFuel,
+        "{}",
+        all.report()
+    );
+    assert_eq!(get(&chain, "a", 2), None);
+}
+
+#[test]
+fn events_come_in_order_with_their_contract_and_the_block_commits_to_them() {
+    let mut chain = chain();
+    let receipt = run(
+        &mut chain,
+        "a",
+        &[
+            Op::Emit(1, 10),
+            Op::Call("b", 0, vec![Op::Emit(2, 20)]),
+            Op::Call("c", 0, vec![Op::Emit(3, 30), Op::Fail]),
+            Op::Emit(4, 40),
+        ],
+    );
+    assert!(receipt.is_success(), "{}", receipt.report());
+    let event = |contract: &str, n: u64, v: u64| Event {
+        contract: name(contract),
+        name: Name(n),
+        data: v.to_le_bytes().to_vec(),
+    };
+    let expected = vec![event("a", 1, 10), event("b", 2, 20), event("a", 4, 40)];
+    assert_eq!(receipt.events, expected);
+    // The stored block's body holds them, under its header's transactions root.
+    let height = chain.head().height;
+    let record = chain.store().block(height).unwrap().unwrap();
+    let body: BlockBody = borsh::from_slice(&record.body).unwrap();
+    assert_eq!(body.events, vec![expected]);
+    assert_eq!(body.root(), chain.head().transactions_root);
+    // A failed transaction has none.
+    let failed = run(&mut chain, "a", &[Op::Emit(1, 1), Op::Fail]);
+    assert!(failed.events.is_empty());
+}
+
+#[test]
+fn a_query_reads_and_answers_but_cannot_write_emit_or_call() {
+    let mut chain = chain();
+    run(&mut chain, "b", &[Op::Store(1, 77)]);
+    let receipt = run(
+        &mut chain,
+        "a",
+        &[
+            Op::Query("b", 0, vec![Op::Return(5)]),
+            Op::ExpectOk,
+            Op::ReturnData(2, 3),
+            Op::Query("b", 0, vec![Op::Store(1, 0)]),
+            Op::Expect(AbortCode::ReadOnly),
+            Op::Query("b", 0, vec![Op::Emit(1, 1)]),
+            Op::Expect(AbortCode::ReadOnly),
+            Op::Query("b", 0, vec![Op::Call("c", 0, vec![])]),
+            Op::Expect(AbortCode::ReadOnly),
+            // A query may query.
+            Op::Query(
+                "b",
+                0,
+                vec![Op::Query("c", 0, vec![Op::Return(9)]), Op::ExpectOk],
+            ),
+            Op::ExpectOk,
+        ],
+    );
+    assert!(receipt.is_success(), "{}", receipt.report());
+    assert_eq!(get(&chain, "a", 2), Some(5));
+    assert_eq!(get(&chain, "b", 1), Some(77), "the query wrote nothing");
+    assert!(receipt.events.is_empty());
+}
+
+#[test]
+fn a_contract_knows_its_block_and_which_accounts_exist() {
+    let mut chain = chain();
+    let time = chain.next_block_time_ms();
+    let receipt = run(
+        &mut chain,
+        "a",
+        &[
+            Op::Block(1, 2),
+            Op::IsAccount(name("alice"), 3),
+            Op::IsAccount(name("nobody"), 4),
+        ],
+    );
+    assert!(receipt.is_success(), "{}", receipt.report());
+    assert_eq!(get(&chain, "a", 1), Some(chain.head().height));
+    assert_eq!(get(&chain, "a", 2), Some(time));
+    assert_eq!(get(&chain, "a", 3), Some(1));
+    assert_eq!(get(&chain, "a", 4), Some(0));
+}
+
+#[test]
+fn hostile_callees_fail_alone_and_cost_what_they_use() {
+    use tally_host_api::limits::MAX_RETURN_LEN;
+    let mut chain = chain();
+    // Return data past the limit fails the callee, not the caller.
+    let receipt = run(
+        &mut chain,
+        "a",
+        &[
+            Op::Call("b", 0, vec![Op::BigReturn(u64::from(MAX_RETURN_LEN) + 1)]),
+            Op::Expect(AbortCode::LimitExceeded),
+            Op::Call("b", 0, vec![Op::BigReturn(60_000)]),
+            Op::ExpectOk,
+            Op::ReturnData(1, 2),
+        ],
+    );
+    assert!(receipt.is_success(), "{}", receipt.report());
+    assert_eq!(get(&chain, "a", 2), Some(60_000));
+    // Events up to the transaction's limit, then the emitter fails.
+    let many: Vec<Op> = (0..tally_host_api::limits::MAX_EVENTS_PER_TX as u64 + 1)
+        .map(|i| Op::Emit(i, i))
+        .collect();
+    let receipt = run(&mut chain, "a", &[Op::Call("b", 0, many), Op::Emit(1, 1)]);
+    assert!(receipt.is_success(), "{}", receipt.report());
+    assert_eq!(status(&chain, "a"), code(AbortCode::LimitExceeded));
+    assert_eq!(
+        receipt.events.len(),
+        1,
+        "the failed emitter's events are dropped"
+    );
+}
+
+#[test]
+fn setcode_over_code_runs_migrate_and_a_failing_migrate_keeps_the_old_code() {
+    let mut chain = chain();
+    let setcode = |chain: &Chain, code: Vec<u8>| {
+        let set = SetCode {
+            account: name("a"),
+            code,
+        };
+        let act = action(SYSTEM, SETCODE, &[name("a")], borsh::to_vec(&set).unwrap());
+        SignedTransaction::unsigned(envelope(chain, vec![act]))
+    };
+    assert_eq!(
+        get(&chain, "a", MIGRATED),
+        None,
+        "a first deployment runs onInit, not migrate"
+    );
+    let hash = chain.code_hash(name("a")).unwrap();
+
+    let failing = script_contract(true);
+    let set = setcode(&chain, failing);
+    let result = push(&mut chain, set);
+    assert_eq!(
+        result.receipt().unwrap().failure().unwrap().code,
+        AbortCode::Trap
+    );
+    assert_eq!(
+        chain.code_hash(name("a")).unwrap(),
+        hash,
+        "the old code stays"
+    );
+    assert_eq!(get(&chain, "a", MIGRATED), None);
+
+    let mut upgraded = script_contract(false);
+    upgraded.extend_from_slice(&[0, 3, 2, b'v', b'2']); // a custom section "v2": new code
+    let set = setcode(&chain, upgraded);
+    let result = push(&mut chain, set);
+    assert!(result.is_success(), "{result:?}");
+    assert_ne!(chain.code_hash(name("a")).unwrap(), hash);
+    assert_eq!(
+        get(&chain, "a", MIGRATED),
+        Some(1),
+        "migrate ran against the old state"
+    );
+}
+
+/// Blocks of calls that fail, roll back, re-enter and spin, over every thread count and
+/// pipeline: one head.
+#[test]
+fn blocks_with_calls_give_one_head_on_every_thread_count_and_pipeline() {
+    let heads = |pipeline: Pipeline, threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let mut chain = chain();
+            chain.set_pipeline(pipeline);
+            let mut ids = Vec::new();
+            let mut confirmed = 0;
+            for round in 0..3u64 {
+                let txs: Vec<_> = (0..60u64)
+                    .map(|i| {
+                        let from = CONTRACTS[((i + round) % 10) as usize];
+                        let to = CONTRACTS[((i * 3 + 1) % 10) as usize];
+                        let script = match i % 5 {
+                            0 => vec![Op::Call(to, 0, vec![Op::Store(i, round)]), Op::Emit(i, i)],
+                            1 => vec![Op::Store(i, i), Op::Call(to, 0, vec![Op::Fail])],
+                            2 => vec![Op::Call(to, 100_000, vec![Op::Spin]), Op::Store(i, 1)],
+                            3 => vec![Op::Call(to, 0, vec![Op::Call(from, 0, vec![])])],
+                            _ => vec![Op::Query(to, 0, vec![Op::Return(i)]), Op::ReturnData(i, 1)],
+                        };
+                        tx(&chain, from, &[], &script)
+                    })
+                    .collect();
+                confirmed += chain.run_block(txs).unwrap().confirmed;
+                ids.push(chain.head_id());
+            }
+            (ids, confirmed)
+        })
+    };
+    let (reference, _) = heads(Pipeline::NONE, 1);
+    for threads in [1, 2, 4] {
+        let (ids, confirmed) = heads(Pipeline::ALL, threads);
+        assert_eq!(ids, reference, "{threads} threads");
+        if threads > 1 {
+            assert!(confirmed > 0, "no speculative run with calls stood");
+        }
+    }
+}
