@@ -530,6 +530,18 @@ mod local_chain {
             ok(&["get", "simplecoin", "name:alice", "--data", d])["u64"],
             250
         );
+        assert_eq!(pushed["events"], serde_json::json!([]));
+        // Issue 22: the code hash of every contract, and queries, which simplecoin answers none.
+        let code = ok(&["code", "simplecoin", "--data", d]);
+        assert_eq!(code["code_hash"].as_str().map(str::len), Some(64));
+        assert_eq!(
+            ok(&["code", "alice", "--data", d])["code_hash"],
+            serde_json::Value::Null
+        );
+        fails(
+            &["query", "simplecoin", "price", "--data", d],
+            "answers no queries",
+        );
 
         // A failing transfer: a receipt with the contract's reason, and a non-zero exit.
         fails(

@@ -63,6 +63,17 @@ mod sys {
         pub fn assert(cond: i32, msg: *const u8, mlen: u32);
         pub fn require_auth(account: i64);
         pub fn print(msg: *const u8, mlen: u32);
+        pub fn call(account: i64, action: i64, data: *const u8, len: u32, fuel: i64) -> i32;
+        pub fn query(account: i64, method: i64, data: *const u8, len: u32, fuel: i64) -> i32;
+        pub fn set_return(data: *const u8, len: u32);
+        pub fn return_size() -> i32;
+        pub fn read_return(dst: *mut u8, len: u32) -> i32;
+        pub fn caller() -> i64;
+        pub fn emit(name: i64, data: *const u8, len: u32);
+        pub fn block_time() -> i64;
+        pub fn block_height() -> i64;
+        pub fn has_auth(account: i64) -> i32;
+        pub fn is_account(account: i64) -> i32;
     }
 }
 
@@ -102,6 +113,108 @@ pub fn require_auth(account: Name) {
 pub fn print(text: &str) {
     // SAFETY: the pointer and length describe `text`.
     unsafe { sys::print(text.as_ptr(), text.len() as u32) }
+}
+
+/// Why a call or query failed: the callee's abort code (`AbortCode` as a number). Its writes
+/// and events were rolled back; the caller decides whether to go on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallFailed(pub i32);
+
+/// The return data of the last call or query.
+fn returned() -> Vec<u8> {
+    // SAFETY: no arguments.
+    let len = unsafe { sys::return_size() }.max(0) as usize;
+    let mut buf = Vec::with_capacity(len);
+    // SAFETY: `buf` has room for `len` bytes; the host writes at most that many.
+    unsafe {
+        let n = sys::read_return(buf.as_mut_ptr(), len as u32);
+        buf.set_len((n.max(0) as usize).min(len));
+    }
+    buf
+}
+
+/// Calls `account`'s action `action` with `data` (borsh), giving it at most `fuel` (0: all this
+/// action has left), and returns its return data. In the callee only this contract
+/// authorizes: the transaction's signers' authority does not flow into a call.
+pub fn call(account: Name, action: Name, data: &[u8], fuel: u64) -> Result<Vec<u8>, CallFailed> {
+    // SAFETY: the pointer and length describe `data`.
+    let status = unsafe {
+        sys::call(
+            account.0 as i64,
+            action.0 as i64,
+            data.as_ptr(),
+            data.len() as u32,
+            fuel as i64,
+        )
+    };
+    match status {
+        0 => Ok(returned()),
+        code => Err(CallFailed(code)),
+    }
+}
+
+/// Runs `account`'s read-only query `method` with `data`, like [`call`]: it can write, emit
+/// or call nothing.
+pub fn query(account: Name, method: Name, data: &[u8], fuel: u64) -> Result<Vec<u8>, CallFailed> {
+    // SAFETY: the pointer and length describe `data`.
+    let status = unsafe {
+        sys::query(
+            account.0 as i64,
+            method.0 as i64,
+            data.as_ptr(),
+            data.len() as u32,
+            fuel as i64,
+        )
+    };
+    match status {
+        0 => Ok(returned()),
+        code => Err(CallFailed(code)),
+    }
+}
+
+/// Sets this action's (or query's) return data, what its caller reads.
+pub fn set_return(data: &[u8]) {
+    // SAFETY: the pointer and length describe `data`.
+    unsafe { sys::set_return(data.as_ptr(), data.len() as u32) }
+}
+
+/// The contract that called this action, or `None` for a top-level action.
+pub fn caller() -> Option<Name> {
+    // SAFETY: no arguments.
+    match unsafe { sys::caller() } {
+        0 => None,
+        account => Some(Name(account as u64)),
+    }
+}
+
+/// Emits event `name` with `data` (borsh, as declared in the ABI), kept in the receipt.
+pub fn emit(name: Name, data: &[u8]) {
+    // SAFETY: the pointer and length describe `data`.
+    unsafe { sys::emit(name.0 as i64, data.as_ptr(), data.len() as u32) }
+}
+
+/// The block's time, ms since the Unix epoch: the header's, the same on every node.
+pub fn block_time() -> u64 {
+    // SAFETY: no arguments.
+    unsafe { sys::block_time() as u64 }
+}
+
+/// The block's height.
+pub fn block_height() -> u64 {
+    // SAFETY: no arguments.
+    unsafe { sys::block_height() as u64 }
+}
+
+/// Whether `account` authorizes this action ([`require_auth`] without aborting).
+pub fn has_auth(account: Name) -> bool {
+    // SAFETY: a plain integer argument.
+    unsafe { sys::has_auth(account.0 as i64) != 0 }
+}
+
+/// Whether account `account` exists.
+pub fn is_account(account: Name) -> bool {
+    // SAFETY: a plain integer argument.
+    unsafe { sys::is_account(account.0 as i64) != 0 }
 }
 
 /// The action's raw data.

@@ -15,6 +15,7 @@ mod new;
 mod node;
 mod plot;
 mod push;
+mod query;
 mod storebench;
 
 use clap::{Parser, Subcommand};
@@ -50,6 +51,10 @@ pub enum Command {
     Get(get::GetArgs),
     /// Show a simplecoin balance.
     Balance(get::BalanceArgs),
+    /// Run a contract's read-only query against the committed state.
+    Query(query::QueryArgs),
+    /// Show the sha256 of the code an account runs.
+    Code(query::CodeArgs),
     /// List the stored blocks.
     Blocks(blocks::BlocksArgs),
     /// Verify every stored block and the state.
@@ -87,6 +92,8 @@ impl Command {
             Command::Push(args) => push::run(args),
             Command::Get(args) => get::run(args),
             Command::Balance(args) => get::run_balance(args),
+            Command::Query(args) => query::run(args),
+            Command::Code(args) => query::run_code(args),
             Command::Blocks(args) => blocks::run(args),
             Command::Verify(args) => blocks::run_verify(args),
             Command::Node(args) => node::run(args),

@@ -234,6 +234,11 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         "failed_action": receipt.failed_action,
         "fuel_used": receipt.fuel_used,
         "console": receipt.console_text(),
+        "events": receipt.events.iter().map(|e| json!({
+            "contract": e.contract.to_string(),
+            "name": e.name.to_string(),
+            "data": hex::encode(&e.data),
+        })).collect::<Vec<_>>(),
     });
     if let Some(trace) = &receipt.trace {
         value["trace"] = trace_json(trace);
@@ -242,10 +247,20 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         args.json,
         value,
         format!(
-            "pushed {contract}::{action_name} in block {} (transaction {}, {} fuel)\n",
+            "pushed {contract}::{action_name} in block {} (transaction {}, {} fuel)\n{}",
             header.height,
             hex::encode(receipt.id),
-            receipt.fuel_used
+            receipt.fuel_used,
+            receipt
+                .events
+                .iter()
+                .map(|e| format!(
+                    "  event {} from {}: {}\n",
+                    e.name,
+                    e.contract,
+                    hex::encode(&e.data)
+                ))
+                .collect::<String>()
         ),
     )?;
     if failure.is_some() {

@@ -63,6 +63,8 @@ pub mod code {
     pub const NOT_FOUND: u32 = 6;
     /// Query: unknown path or malformed data.
     pub const BAD_QUERY: u32 = 7;
+    /// Query `query`: the contract's query failed (the log says why).
+    pub const QUERY_FAILED: u32 = 8;
 }
 
 /// Outcome bytes of a FinalizeBlock result's data, one per transaction after the bundle hash.
@@ -321,6 +323,66 @@ impl App {
         }
     }
 
+    /// `query`: data is the contract's and the method's 8-byte names (little-endian), then the
+    /// query's data; the value is the contract's answer, its return data.
+    fn query_contract(ledger: &Ledger, data: &[u8], height: i64) -> ResponseQuery {
+        if data.len() < 16 {
+            return ResponseQuery {
+                code: code::BAD_QUERY,
+                log: "query: data is the contract's and the method's 8-byte names \
+                      (little-endian), then the query's data"
+                    .into(),
+                ..Default::default()
+            };
+        }
+        let name = |at: usize| Name(u64::from_le_bytes(data[at..at + 8].try_into().expect("8")));
+        let receipt = match ledger.query(name(0), name(8), &data[16..]) {
+            Ok(receipt) => receipt,
+            Err(e) => fatal("answering a query", e),
+        };
+        match receipt.failure() {
+            None => ResponseQuery {
+                value: receipt.output.into(),
+                info: format!("{} fuel", receipt.fuel_used),
+                height,
+                ..Default::default()
+            },
+            Some(abort) => ResponseQuery {
+                code: code::QUERY_FAILED,
+                log: abort.to_string(),
+                info: format!("{} fuel", receipt.fuel_used),
+                height,
+                ..Default::default()
+            },
+        }
+    }
+
+    /// `code`: data is an account's 8-byte name; the value is the sha256 of its code.
+    fn query_code(ledger: &Ledger, data: &[u8], height: i64) -> ResponseQuery {
+        let Ok(account) = <[u8; 8]>::try_from(data) else {
+            return ResponseQuery {
+                code: code::BAD_QUERY,
+                log: "code: data is the account's 8-byte name (little-endian)".into(),
+                ..Default::default()
+            };
+        };
+        let account = Name(u64::from_le_bytes(account));
+        match ledger.code_hash(account) {
+            Ok(Some(hash)) => ResponseQuery {
+                value: hash.to_vec().into(),
+                height,
+                ..Default::default()
+            },
+            Ok(None) => ResponseQuery {
+                code: code::NOT_FOUND,
+                log: format!("{account} has no contract"),
+                height,
+                ..Default::default()
+            },
+            Err(e) => fatal("reading state", e),
+        }
+    }
+
     fn stats(&self) -> Vec<u8> {
         let mut m = serde_json::Map::new();
         for (name, ns) in CALLS.iter().zip(&self.busy_ns) {
@@ -342,6 +404,7 @@ fn bundle_result(
     data.extend_from_slice(hash);
     let (mut ok, mut failed, mut rejected, mut fuel) = (0usize, 0usize, 0usize, 0u64);
     let mut notes = Vec::new();
+    let mut events = Vec::new();
     for (i, t) in txs.iter().enumerate() {
         let (byte, note) = match t {
             Err(e) => (
@@ -349,8 +412,9 @@ fn bundle_result(
                 Some(format!("transaction {i}: rejected: {e}")),
             ),
             Ok(at) => match &outcomes[*at] {
-                TxOutcome::Success { fuel: f } => {
+                TxOutcome::Success { fuel: f, events: e } => {
                     fuel += f;
+                    events.extend(e.iter().map(|e| abci_event(i, e)));
                     (outcome::SUCCESS, None)
                 }
                 TxOutcome::Failed { fuel: f, abort } => {
@@ -395,7 +459,29 @@ fn bundle_result(
         data: data.into(),
         log,
         gas_used: fuel.min(i64::MAX as u64) as i64,
+        events,
         ..Default::default()
+    }
+}
+
+/// A contract's event as an ABCI event of type `tally`, every attribute indexed, so CometBFT's
+/// indexer answers `tx_search` for it (`tally.contract='swap' AND tally.event='swapped'`).
+/// `tx` is the transaction's index in its bundle; `data` is the event's borsh data, hex.
+fn abci_event(tx: usize, event: &tally_chain::Event) -> tendermint_proto::v0_38::abci::Event {
+    use tendermint_proto::v0_38::abci::{Event, EventAttribute};
+    let attribute = |key: &str, value: String| EventAttribute {
+        key: key.into(),
+        value,
+        index: true,
+    };
+    Event {
+        r#type: "tally".into(),
+        attributes: vec![
+            attribute("contract", event.contract.to_string()),
+            attribute("event", event.name.to_string()),
+            attribute("data", hex::encode(&event.data)),
+            attribute("tx", tx.to_string()),
+        ],
     }
 }
 
@@ -517,7 +603,7 @@ impl Application for App {
             .execute(time_ms(req.time), &mut prepared)
             .unwrap_or_else(|e| fatal("executing a block", e));
         let (included, fuel) = outcomes.iter().fold((0u64, 0u64), |(n, f), o| match o {
-            TxOutcome::Success { fuel } | TxOutcome::Failed { fuel, .. } => (n + 1, f + fuel),
+            TxOutcome::Success { fuel, .. } | TxOutcome::Failed { fuel, .. } => (n + 1, f + fuel),
             TxOutcome::Rejected(_) => (n, f),
         });
         if included > 0 {
@@ -584,11 +670,13 @@ impl Application for App {
             "stats" => self.stats(),
             "head" => serde_json::to_vec(&head).expect("serialisable"),
             "get" => return Self::query_get(l, &req.data, height),
+            "query" => return Self::query_contract(l, &req.data, height),
+            "code" => return Self::query_code(l, &req.data, height),
             other => {
                 return ResponseQuery {
                     code: code::BAD_QUERY,
                     log: format!(
-                        "unknown query path {other:?}: Tally answers \"head\", \"get\" and \"stats\""
+                        "unknown query path {other:?}: Tally answers \"head\", \"get\", \"query\", \"code\" and \"stats\""
                     ),
                     ..Default::default()
                 };

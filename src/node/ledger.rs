@@ -36,6 +36,8 @@ pub enum TxOutcome {
     Success {
         /// Fuel used.
         fuel: u64,
+        /// The events its contracts emitted, in order.
+        events: Vec<tally_chain::Event>,
     },
     /// Included; an action failed, so it changed nothing.
     Failed {
@@ -203,6 +205,7 @@ impl Ledger {
                 TxResult::Included(receipt) => match receipt.outcome {
                     Outcome::Success => TxOutcome::Success {
                         fuel: receipt.fuel_used,
+                        events: receipt.events,
                     },
                     Outcome::Failure(abort) => TxOutcome::Failed {
                         fuel: receipt.fuel_used,
@@ -224,5 +227,21 @@ impl Ledger {
     /// The committed value of `contract`'s storage key `key`.
     pub fn get(&self, contract: Name, key: &[u8]) -> Result<Option<Vec<u8>>, ChainError> {
         self.chain.get(contract, key)
+    }
+
+    /// Runs `contract`'s read-only query `method` against the committed state
+    /// ([`Chain::query`]).
+    pub fn query(
+        &self,
+        contract: Name,
+        method: Name,
+        data: &[u8],
+    ) -> Result<tally_runtime::Receipt, ChainError> {
+        self.chain.query(contract, method, data)
+    }
+
+    /// The sha256 of the code `account` runs, if any.
+    pub fn code_hash(&self, account: Name) -> Result<Option<[u8; 32]>, ChainError> {
+        self.chain.code_hash(account)
     }
 }

@@ -624,3 +624,32 @@ fn blocks_with_calls_give_one_head_on_every_thread_count_and_pipeline() {
         }
     }
 }
+
+#[test]
+fn chain_query_answers_from_committed_state_and_commits_nothing() {
+    let chain = chain();
+    let answer = chain
+        .query(name("a"), name("price"), &encode(&[Op::Return(99)]))
+        .unwrap();
+    assert!(answer.is_success(), "{answer:?}");
+    assert_eq!(answer.output, 99u64.to_le_bytes());
+    assert!(answer.fuel_used > 0);
+
+    let before = user_state(&chain);
+    let write = chain
+        .query(name("a"), name("price"), &encode(&[Op::Store(1, 1)]))
+        .unwrap();
+    assert_eq!(write.failure().unwrap().code, AbortCode::ReadOnly);
+    let spin = chain
+        .query(name("a"), name("price"), &encode(&[Op::Spin]))
+        .unwrap();
+    assert_eq!(spin.failure().unwrap().code, AbortCode::OutOfFuel);
+    assert_eq!(user_state(&chain), before);
+
+    let nobody = chain.query(name("nobody"), name("price"), &[]).unwrap();
+    assert_eq!(nobody.failure().unwrap().code, AbortCode::NoHandler);
+    // A contract without a `query` export answers none.
+    let coin = simplecoin_chain();
+    let none = coin.query(simplecoin(), name("price"), &[]).unwrap();
+    assert_eq!(none.failure().unwrap().code, AbortCode::NoHandler);
+}

@@ -1,0 +1,199 @@
+//! `tally query` and `tally code`: ask a contract a read-only question, and show what code an
+//! account runs, from a data directory or a running node.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use serde_json::json;
+use tally_chain::Name;
+
+use super::local::{Local, output, parse_name};
+use crate::node::app::code;
+use crate::node::rpc::Rpc;
+
+/// Run a contract's read-only query against the committed state.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  tally query swap price --data-hex 0100000000000000 --data ./chain
+  tally query registry lookup home --data ./chain      # arguments in the method's ABI order
+  tally query swap price --rpc 127.0.0.1:26601         # ask a running node (tally devnet)
+
+The contract's `query(receiver, method)` export runs in static mode with at most an action's
+fuel: it may read its state and query other contracts, never write, emit or call. Nothing is
+committed and no transaction is signed. The answer is the return data it set (set_return),
+shown as hex, and as a u64 when it is 8 bytes.")]
+pub struct QueryArgs {
+    /// The contract account.
+    pub contract: String,
+    /// The query method.
+    pub method: String,
+    /// The method's arguments, in the order of its fields in the contract's ABI.
+    pub args: Vec<String>,
+    /// Raw query data instead of ABI arguments.
+    #[arg(long, value_name = "HEX", conflicts_with = "args")]
+    pub data_hex: Option<String>,
+    /// The data directory.
+    #[arg(
+        long,
+        value_name = "DIR",
+        required_unless_present = "rpc",
+        conflicts_with = "rpc"
+    )]
+    pub data: Option<PathBuf>,
+    /// Ask a running node's CometBFT RPC instead (its committed state).
+    #[arg(long, value_name = "URL")]
+    pub rpc: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What a query answered.
+struct Answer {
+    /// The return data, or why the query failed.
+    result: Result<Vec<u8>, String>,
+    /// Fuel it used, when known (a node's answer does not carry it).
+    fuel: Option<String>,
+    console: String,
+}
+
+fn ask(args: &QueryArgs, contract: Name, method: Name) -> anyhow::Result<Answer> {
+    let local = match &args.rpc {
+        Some(_) => None,
+        None => Some(Local::open_read_only(
+            args.data.as_ref().context("give --data DIR or --rpc URL")?,
+        )?),
+    };
+    let data = match (&args.data_hex, &local) {
+        (Some(h), _) => hex::decode(h).context("--data-hex is not hex")?,
+        (None, _) if args.args.is_empty() => Vec::new(),
+        (None, Some(local)) => {
+            let path = local.abi_path(contract);
+            anyhow::ensure!(
+                path.exists(),
+                "no ABI for {contract}: deploy it with --abi, or pass --data-hex"
+            );
+            super::push::Abi::read(&path)?.encode(&args.method, &args.args)?
+        }
+        (None, None) => anyhow::bail!("with --rpc, pass the query's data with --data-hex"),
+    };
+    if let Some(url) = &args.rpc {
+        let mut query = contract.0.to_le_bytes().to_vec();
+        query.extend_from_slice(&method.0.to_le_bytes());
+        query.extend_from_slice(&data);
+        let (status, value, log) = Rpc::new(url).query("query", &query)?;
+        return Ok(Answer {
+            result: match status {
+                code::OK => Ok(value),
+                code::QUERY_FAILED => Err(log),
+                other => anyhow::bail!("the node refused the query (code {other}): {log}"),
+            },
+            fuel: None,
+            console: String::new(),
+        });
+    }
+    let local = local.expect("opened above");
+    let receipt = local.chain.query(contract, method, &data)?;
+    Ok(Answer {
+        result: match receipt.failure() {
+            None => Ok(receipt.output.clone()),
+            Some(abort) => Err(abort.to_string()),
+        },
+        fuel: Some(format!("{} fuel", receipt.fuel_used)),
+        console: String::from_utf8_lossy(&receipt.console).into_owned(),
+    })
+}
+
+pub fn run(args: QueryArgs) -> anyhow::Result<()> {
+    let (contract, method) = (parse_name(&args.contract)?, parse_name(&args.method)?);
+    let answer = ask(&args, contract, method)?;
+    let as_u64 = |v: &[u8]| <[u8; 8]>::try_from(v).ok().map(u64::from_le_bytes);
+    let fuel = answer.fuel.unwrap_or_else(|| "fuel not reported".into());
+    match &answer.result {
+        Ok(value) => {
+            let mut text = hex::encode(value);
+            if let Some(n) = as_u64(value) {
+                text.push_str(&format!("  (u64 {n})"));
+            }
+            if value.is_empty() {
+                text = "(no return data)".into();
+            }
+            if !answer.console.is_empty() && !args.json {
+                println!("console:\n{}", answer.console);
+            }
+            output(
+                args.json,
+                json!({ "contract": contract.to_string(), "method": method.to_string(),
+                        "success": true, "output": hex::encode(value), "u64": as_u64(value),
+                        "fuel": fuel, "console": answer.console }),
+                format!("{text}\n{contract}::{method} answered ({fuel})\n"),
+            )
+        }
+        Err(why) => {
+            if args.json {
+                output(
+                    true,
+                    json!({ "contract": contract.to_string(), "method": method.to_string(),
+                            "success": false, "failure": why, "fuel": fuel,
+                            "console": answer.console }),
+                    String::new(),
+                )?;
+                std::process::exit(1);
+            }
+            anyhow::bail!("{contract}::{method} failed: {why} ({fuel})")
+        }
+    }
+}
+
+/// Show the sha256 of the code an account runs.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  tally code simplecoin --data ./chain
+  tally code simplecoin --rpc 127.0.0.1:26601")]
+pub struct CodeArgs {
+    /// The account.
+    pub account: String,
+    /// The data directory.
+    #[arg(
+        long,
+        value_name = "DIR",
+        required_unless_present = "rpc",
+        conflicts_with = "rpc"
+    )]
+    pub data: Option<PathBuf>,
+    /// Ask a running node's CometBFT RPC instead (its committed state).
+    #[arg(long, value_name = "URL")]
+    pub rpc: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run_code(args: CodeArgs) -> anyhow::Result<()> {
+    let account = parse_name(&args.account)?;
+    let hash = match &args.rpc {
+        Some(url) => {
+            let (status, value, log) = Rpc::new(url).query("code", &account.0.to_le_bytes())?;
+            match status {
+                code::OK => Some(value),
+                code::NOT_FOUND => None,
+                other => anyhow::bail!("the node refused the query (code {other}): {log}"),
+            }
+        }
+        None => {
+            let data = args.data.as_ref().context("give --data DIR or --rpc URL")?;
+            let local = Local::open_read_only(data)?;
+            local.chain.code_hash(account)?.map(|h| h.to_vec())
+        }
+    };
+    let hex = hash.as_ref().map(hex::encode);
+    output(
+        args.json,
+        json!({ "account": account.to_string(), "code_hash": hex }),
+        match &hex {
+            Some(h) => format!("{h}\n"),
+            None => format!("{account} has no contract\n"),
+        },
+    )
+}
