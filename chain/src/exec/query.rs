@@ -16,8 +16,10 @@ use crate::error::ChainError;
 impl Chain {
     /// Runs `contract`'s query `method` with `data` against the committed state, with at most
     /// [`FUEL_PER_QUERY`] fuel, committing nothing: its receipt carries the answer (the
-    /// contract's return data) or why it failed. Nothing the chain holds changes, so a node
-    /// answers queries beside the block it executes. `Err` is the node's own fault.
+    /// contract's return data) or why it failed. Nothing the chain holds changes. A query holds
+    /// up to `MAX_CALL_DEPTH` instances of the runtime's pool while it runs, so a node runs
+    /// queries between blocks (the node's ABCI Query takes the same lock as FinalizeBlock),
+    /// never beside one. `Err` is the node's own fault.
     pub fn query(&self, contract: Name, method: Name, data: &[u8]) -> Result<Receipt, ChainError> {
         if data.len() > MAX_MESSAGE_LEN as usize {
             return Ok(Receipt::failed(
