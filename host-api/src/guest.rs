@@ -147,6 +147,11 @@ pub fn call(account: Name, action: Name, data: &[u8], fuel: u64) -> Result<Vec<u
             fuel as i64,
         )
     };
+    answer(status)
+}
+
+/// A call's or query's status as its return data or its failure.
+fn answer(status: i32) -> Result<Vec<u8>, CallFailed> {
     match status {
         0 => Ok(returned()),
         code => Err(CallFailed(code)),
@@ -166,10 +171,7 @@ pub fn query(account: Name, method: Name, data: &[u8], fuel: u64) -> Result<Vec<
             fuel as i64,
         )
     };
-    match status {
-        0 => Ok(returned()),
-        code => Err(CallFailed(code)),
-    }
+    answer(status)
 }
 
 /// Sets this action's (or query's) return data, what its caller reads.
