@@ -22,6 +22,14 @@ fn main() -> std::process::ExitCode {
         // SAFETY: restoring the default disposition of one signal, before any thread starts.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
+    // A verification backend named in the environment that is unknown, or that this CPU
+    // cannot run, stops every command here with what to do, rather than verifying some other
+    // way or failing mid-run.
+    use tally_chain::crypto::{BACKEND_ENV, BackendChoice, set_backend};
+    if let Err(err) = BackendChoice::from_env().and_then(set_backend) {
+        eprintln!("error: {BACKEND_ENV}: {err}");
+        return std::process::ExitCode::FAILURE;
+    }
     match cli.command.run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {

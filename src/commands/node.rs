@@ -30,12 +30,8 @@ pub struct NodeArgs {
 
 pub fn run(args: NodeArgs) -> anyhow::Result<()> {
     let address: Address = args.abci.parse()?;
-    // A verification backend named in the environment that is unknown, or that this CPU
-    // cannot run, stops the node here rather than letting it verify some other way.
-    use tally_chain::crypto::{BACKEND_ENV, BackendChoice, set_backend};
-    let backend = BackendChoice::from_env()
-        .and_then(set_backend)
-        .with_context(|| format!("{BACKEND_ENV}: unset it, or name a backend this CPU runs"))?;
+    // main() checked TALLY_VERIFY_BACKEND before any command ran.
+    let backend = tally_chain::crypto::Backend::best();
     std::fs::create_dir_all(&args.data)
         .with_context(|| format!("cannot create {}", args.data.display()))?;
     let app = App::open(args.data.clone())?;
