@@ -66,15 +66,12 @@ pub struct ActionTrace {
 impl TxReceipt {
     /// Whether all its actions succeeded.
     pub fn is_success(&self) -> bool {
-        matches!(self.outcome, Outcome::Success)
+        self.outcome.is_success()
     }
 
     /// Why it failed, if it did.
     pub fn failure(&self) -> Option<&Abort> {
-        match &self.outcome {
-            Outcome::Success => None,
-            Outcome::Failure(abort) => Some(abort),
-        }
+        self.outcome.failure()
     }
 
     /// Fuel each action used, in order, when traced (see [`TxReceipt::trace`]).

@@ -72,9 +72,13 @@ pub(crate) fn run(
     };
     let engine = |e: wasmtime::Error| RuntimeError::Engine(format!("{e:#}"));
     store.set_fuel(fuel_left).map_err(engine)?;
-    stack
-        .set(&mut *store, Val::I32(stack_base as i32))
-        .map_err(engine)?;
+    // Every instance starts an action at height 0 (fresh, or reset when it was restored), so
+    // only a call's callee, which starts at its caller's height, needs the global set.
+    if stack_base != 0 {
+        stack
+            .set(&mut *store, Val::I32(stack_base as i32))
+            .map_err(engine)?;
+    }
     let (outcome, trace) = match enter(store, entries, entry) {
         Ok(()) => (Outcome::Success, None),
         Err(e) => {

@@ -13,6 +13,21 @@ pub enum Outcome {
     Failure(Abort),
 }
 
+impl Outcome {
+    /// Whether it succeeded.
+    pub fn is_success(&self) -> bool {
+        matches!(self, Outcome::Success)
+    }
+
+    /// Why it failed, if it did.
+    pub fn failure(&self) -> Option<&Abort> {
+        match self {
+            Outcome::Success => None,
+            Outcome::Failure(abort) => Some(abort),
+        }
+    }
+}
+
 /// The result of one action. Its outcome and fuel are deterministic; its console and trace
 /// are diagnostics for authors, which nothing hashed or stored may include.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -56,14 +71,11 @@ impl Receipt {
 
     /// Whether the action succeeded.
     pub fn is_success(&self) -> bool {
-        matches!(self.outcome, Outcome::Success)
+        self.outcome.is_success()
     }
 
     /// Why the action failed, if it did.
     pub fn failure(&self) -> Option<&Abort> {
-        match &self.outcome {
-            Outcome::Success => None,
-            Outcome::Failure(abort) => Some(abort),
-        }
+        self.outcome.failure()
     }
 }

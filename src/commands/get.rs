@@ -1,12 +1,10 @@
 //! `tally get` and `tally balance`: read contract state.
 
-use std::path::PathBuf;
-
 use anyhow::Context;
 use clap::Args;
 use serde_json::json;
 
-use super::local::{Local, output, parse_name};
+use super::local::{Opened, Source, output, parse_name};
 
 /// Read one key of a contract's storage.
 #[derive(Debug, Args)]
@@ -20,17 +18,9 @@ pub struct GetArgs {
     pub contract: String,
     /// The key: name:ACCOUNT, str:TEXT or hex:BYTES.
     pub key: String,
-    /// The data directory.
-    #[arg(
-        long,
-        value_name = "DIR",
-        required_unless_present = "rpc",
-        conflicts_with = "rpc"
-    )]
-    pub data: Option<PathBuf>,
-    /// Ask a running node's CometBFT RPC instead (its committed state).
-    #[arg(long, value_name = "URL")]
-    pub rpc: Option<String>,
+    /// A data directory or a node.
+    #[command(flatten)]
+    pub source: Source,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -38,23 +28,23 @@ pub struct GetArgs {
 
 /// The committed value of `contract`'s `key`, from a data directory or a node.
 fn read(
-    data: Option<&PathBuf>,
-    rpc: Option<&str>,
+    source: &Source,
     contract: tally_chain::Name,
     key: &[u8],
 ) -> anyhow::Result<Option<Vec<u8>>> {
-    if let Some(url) = rpc {
-        let mut query = contract.0.to_le_bytes().to_vec();
-        query.extend_from_slice(key);
-        let (code, value, log) = crate::node::rpc::Rpc::new(url).query("get", &query)?;
-        return match code {
-            crate::node::app::code::OK => Ok(Some(value)),
-            crate::node::app::code::NOT_FOUND => Ok(None),
-            _ => anyhow::bail!("the node refused the query (code {code}): {log}"),
-        };
+    match source.open()? {
+        Opened::Node(rpc) => {
+            let mut query = contract.0.to_le_bytes().to_vec();
+            query.extend_from_slice(key);
+            let (code, value, log) = rpc.query("get", &query)?;
+            match code {
+                crate::node::app::code::OK => Ok(Some(value)),
+                crate::node::app::code::NOT_FOUND => Ok(None),
+                _ => anyhow::bail!("the node refused the query (code {code}): {log}"),
+            }
+        }
+        Opened::Local(local) => Ok(local.chain.get(contract, key)?),
     }
-    let data = data.context("give --data DIR or --rpc URL")?;
-    Ok(Local::open_read_only(data)?.chain.get(contract, key)?)
 }
 
 fn parse_key(key: &str) -> anyhow::Result<Vec<u8>> {
@@ -72,7 +62,7 @@ fn parse_key(key: &str) -> anyhow::Result<Vec<u8>> {
 pub fn run(args: GetArgs) -> anyhow::Result<()> {
     let contract = parse_name(&args.contract)?;
     let key = parse_key(&args.key)?;
-    let value = read(args.data.as_ref(), args.rpc.as_deref(), contract, &key)?;
+    let value = read(&args.source, contract, &key)?;
     let as_u64 = value
         .as_ref()
         .filter(|v| v.len() == 8)
@@ -104,17 +94,9 @@ pub struct BalanceArgs {
     /// The simplecoin-style contract.
     #[arg(long, default_value = "simplecoin")]
     pub contract: String,
-    /// The data directory.
-    #[arg(
-        long,
-        value_name = "DIR",
-        required_unless_present = "rpc",
-        conflicts_with = "rpc"
-    )]
-    pub data: Option<PathBuf>,
-    /// Ask a running node's CometBFT RPC instead (its committed state).
-    #[arg(long, value_name = "URL")]
-    pub rpc: Option<String>,
+    /// A data directory or a node.
+    #[command(flatten)]
+    pub source: Source,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -122,12 +104,7 @@ pub struct BalanceArgs {
 
 pub fn run_balance(args: BalanceArgs) -> anyhow::Result<()> {
     let (account, contract) = (parse_name(&args.account)?, parse_name(&args.contract)?);
-    let value = read(
-        args.data.as_ref(),
-        args.rpc.as_deref(),
-        contract,
-        &account.0.to_le_bytes(),
-    )?;
+    let value = read(&args.source, contract, &account.0.to_le_bytes())?;
     let balance = value
         .and_then(|v| Some(u64::from_le_bytes(v.get(..8)?.try_into().ok()?)))
         .unwrap_or(0);

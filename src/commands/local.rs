@@ -309,6 +309,41 @@ pub fn open_chain(dir: &Path) -> anyhow::Result<Chain> {
     Ok(Local::open_read_only(dir)?.chain)
 }
 
+/// Where a read-only command reads committed state: a data directory, or a running node.
+#[derive(Debug, clap::Args)]
+pub struct Source {
+    /// The data directory.
+    #[arg(
+        long,
+        value_name = "DIR",
+        required_unless_present = "rpc",
+        conflicts_with = "rpc"
+    )]
+    pub data: Option<PathBuf>,
+    /// Ask a running node's CometBFT RPC instead (its committed state).
+    #[arg(long, value_name = "URL")]
+    pub rpc: Option<String>,
+}
+
+/// A [`Source`], opened.
+pub enum Opened {
+    /// A data directory, read only.
+    Local(Box<Local>),
+    /// A node, through its CometBFT RPC.
+    Node(crate::node::rpc::Rpc),
+}
+
+impl Source {
+    /// Opens the data directory read only, or names the node.
+    pub fn open(&self) -> anyhow::Result<Opened> {
+        match (&self.rpc, &self.data) {
+            (Some(url), _) => Ok(Opened::Node(crate::node::rpc::Rpc::new(url))),
+            (None, Some(dir)) => Ok(Opened::Local(Box::new(Local::open_read_only(dir)?))),
+            (None, None) => bail!("give --data DIR or --rpc URL"),
+        }
+    }
+}
+
 /// Parses a name argument with a readable error.
 pub fn parse_name(s: &str) -> anyhow::Result<Name> {
     s.parse::<Name>()

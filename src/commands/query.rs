@@ -1,16 +1,13 @@
 //! `tally query` and `tally code`: ask a contract a read-only question, and show what code an
 //! account runs, from a data directory or a running node.
 
-use std::path::PathBuf;
-
 use anyhow::Context;
 use clap::Args;
 use serde_json::json;
 use tally_chain::Name;
 
-use super::local::{Local, output, parse_name};
+use super::local::{Opened, Source, output, parse_name};
 use crate::node::app::code;
-use crate::node::rpc::Rpc;
 
 /// Run a contract's read-only query against the committed state.
 #[derive(Debug, Args)]
@@ -33,17 +30,9 @@ pub struct QueryArgs {
     /// Raw query data instead of ABI arguments.
     #[arg(long, value_name = "HEX", conflicts_with = "args")]
     pub data_hex: Option<String>,
-    /// The data directory.
-    #[arg(
-        long,
-        value_name = "DIR",
-        required_unless_present = "rpc",
-        conflicts_with = "rpc"
-    )]
-    pub data: Option<PathBuf>,
-    /// Ask a running node's CometBFT RPC instead (its committed state).
-    #[arg(long, value_name = "URL")]
-    pub rpc: Option<String>,
+    /// A data directory or a node.
+    #[command(flatten)]
+    pub source: Source,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -59,16 +48,11 @@ struct Answer {
 }
 
 fn ask(args: &QueryArgs, contract: Name, method: Name) -> anyhow::Result<Answer> {
-    let local = match &args.rpc {
-        Some(_) => None,
-        None => Some(Local::open_read_only(
-            args.data.as_ref().context("give --data DIR or --rpc URL")?,
-        )?),
-    };
-    let data = match (&args.data_hex, &local) {
+    let opened = args.source.open()?;
+    let data = match (&args.data_hex, &opened) {
         (Some(h), _) => hex::decode(h).context("--data-hex is not hex")?,
         (None, _) if args.args.is_empty() => Vec::new(),
-        (None, Some(local)) => {
+        (None, Opened::Local(local)) => {
             let path = local.abi_path(contract);
             anyhow::ensure!(
                 path.exists(),
@@ -76,24 +60,28 @@ fn ask(args: &QueryArgs, contract: Name, method: Name) -> anyhow::Result<Answer>
             );
             super::push::Abi::read(&path)?.encode(&args.method, &args.args)?
         }
-        (None, None) => anyhow::bail!("with --rpc, pass the query's data with --data-hex"),
+        (None, Opened::Node(_)) => {
+            anyhow::bail!("with --rpc, pass the query's data with --data-hex")
+        }
     };
-    if let Some(url) = &args.rpc {
-        let mut query = contract.0.to_le_bytes().to_vec();
-        query.extend_from_slice(&method.0.to_le_bytes());
-        query.extend_from_slice(&data);
-        let (status, value, log) = Rpc::new(url).query("query", &query)?;
-        return Ok(Answer {
-            result: match status {
-                code::OK => Ok(value),
-                code::QUERY_FAILED => Err(log),
-                other => anyhow::bail!("the node refused the query (code {other}): {log}"),
-            },
-            fuel: None,
-            console: String::new(),
-        });
-    }
-    let local = local.expect("opened above");
+    let local = match opened {
+        Opened::Local(local) => local,
+        Opened::Node(rpc) => {
+            let mut query = contract.0.to_le_bytes().to_vec();
+            query.extend_from_slice(&method.0.to_le_bytes());
+            query.extend_from_slice(&data);
+            let (status, value, log) = rpc.query("query", &query)?;
+            return Ok(Answer {
+                result: match status {
+                    code::OK => Ok(value),
+                    code::QUERY_FAILED => Err(log),
+                    other => anyhow::bail!("the node refused the query (code {other}): {log}"),
+                },
+                fuel: None,
+                console: String::new(),
+            });
+        }
+    };
     let receipt = local.chain.query(contract, method, &data)?;
     Ok(Answer {
         result: match receipt.failure() {
@@ -154,17 +142,9 @@ pub fn run(args: QueryArgs) -> anyhow::Result<()> {
 pub struct CodeArgs {
     /// The account.
     pub account: String,
-    /// The data directory.
-    #[arg(
-        long,
-        value_name = "DIR",
-        required_unless_present = "rpc",
-        conflicts_with = "rpc"
-    )]
-    pub data: Option<PathBuf>,
-    /// Ask a running node's CometBFT RPC instead (its committed state).
-    #[arg(long, value_name = "URL")]
-    pub rpc: Option<String>,
+    /// A data directory or a node.
+    #[command(flatten)]
+    pub source: Source,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -172,20 +152,16 @@ pub struct CodeArgs {
 
 pub fn run_code(args: CodeArgs) -> anyhow::Result<()> {
     let account = parse_name(&args.account)?;
-    let hash = match &args.rpc {
-        Some(url) => {
-            let (status, value, log) = Rpc::new(url).query("code", &account.0.to_le_bytes())?;
+    let hash = match args.source.open()? {
+        Opened::Node(rpc) => {
+            let (status, value, log) = rpc.query("code", &account.0.to_le_bytes())?;
             match status {
                 code::OK => Some(value),
                 code::NOT_FOUND => None,
                 other => anyhow::bail!("the node refused the query (code {other}): {log}"),
             }
         }
-        None => {
-            let data = args.data.as_ref().context("give --data DIR or --rpc URL")?;
-            let local = Local::open_read_only(data)?;
-            local.chain.code_hash(account)?.map(|h| h.to_vec())
-        }
+        Opened::Local(local) => local.chain.code_hash(account)?.map(|h| h.to_vec()),
     };
     let hex = hash.as_ref().map(hex::encode);
     output(

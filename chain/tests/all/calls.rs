@@ -165,10 +165,20 @@ fn encode(ops: &[Op]) -> Vec<u8> {
 
 const CONTRACTS: [&str; 10] = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"];
 
-/// An unsigned chain with the script contract at each of [`CONTRACTS`], and an account `alice`.
+/// A contract whose action recurses without end.
+const DEEP: &str = r#"(module
+  (memory (export "memory") 1)
+  (func $r (call $r))
+  (func (export "apply") (param i64 i64 i64) (call $r)))"#;
+
+/// An unsigned chain with the script contract at each of [`CONTRACTS`], [`DEEP`] at `deep`, and
+/// an account `alice`.
 fn chain() -> Chain {
     let code = script_contract(false);
-    let contracts: Vec<(Name, &[u8])> = CONTRACTS.iter().map(|c| (name(c), &code[..])).collect();
+    let deep = wat::parse_str(DEEP).unwrap();
+    let mut contracts: Vec<(Name, &[u8])> =
+        CONTRACTS.iter().map(|c| (name(c), &code[..])).collect();
+    contracts.push((name("deep"), &deep));
     let genesis = tally_chain::Genesis {
         accounts: vec![tally_chain::genesis::GenesisAccount {
             name: name("alice"),
@@ -533,6 +543,20 @@ fn hostile_callees_fail_alone_and_cost_what_they_use() {
         1,
         "the failed emitter's events are dropped"
     );
+}
+
+#[test]
+fn a_callee_that_recurses_without_end_overflows_the_shared_stack_budget_alone() {
+    let mut chain = chain();
+    // Eight levels deep, the last one recursing: the deterministic limit stops it (never the
+    // native stack), and every caller goes on.
+    let mut script = vec![Op::Call("deep", 0, vec![]), Op::Expect(AbortCode::StackOverflow)];
+    for callee in CONTRACTS[1..7].iter().rev() {
+        script = vec![Op::Call(callee, 0, script), Op::ExpectOk];
+    }
+    let receipt = run(&mut chain, "a", &script);
+    assert!(receipt.is_success(), "{}", receipt.report());
+    assert_eq!(status(&chain, "g"), code(AbortCode::StackOverflow));
 }
 
 #[test]
