@@ -550,7 +550,10 @@ fn a_callee_that_recurses_without_end_overflows_the_shared_stack_budget_alone() 
     let mut chain = chain();
     // Eight levels deep, the last one recursing: the deterministic limit stops it (never the
     // native stack), and every caller goes on.
-    let mut script = vec![Op::Call("deep", 0, vec![]), Op::Expect(AbortCode::StackOverflow)];
+    let mut script = vec![
+        Op::Call("deep", 0, vec![]),
+        Op::Expect(AbortCode::StackOverflow),
+    ];
     for callee in CONTRACTS[1..7].iter().rev() {
         script = vec![Op::Call(callee, 0, script), Op::ExpectOk];
     }

@@ -236,18 +236,8 @@ impl LogStore {
             size: FILE_HEADER_LEN,
             max_height: None,
         };
-        let mut magic = [0u8; FILE_HEADER_LEN as usize];
-        let whole = file_len >= FILE_HEADER_LEN && file.read_exact_at(&mut magic, 0).is_ok();
-        if !whole || &magic[..8] != LOG_MAGIC {
-            // Its header was synced before any record went in, so this is damage, unless the
-            // file is no longer than a header: a crash while creating it.
-            if !(last && file_len <= FILE_HEADER_LEN) {
-                return Err(StoreError::corrupted(
-                    path,
-                    Some(0),
-                    "not a Tally log segment (bad or missing header)",
-                ));
-            }
+        if !segment_header_valid(&path, &*file, file_len, last)? {
+            // A crash while creating it: start it again.
             if !self.read_only {
                 file.set_len(0)?;
                 file.append(&Self::segment_header())?;
@@ -256,68 +246,55 @@ impl LogStore {
             self.segments.push_back(segment);
             return Ok(());
         }
-        let version = u32::from_le_bytes(magic[8..].try_into().expect("4 bytes"));
-        if version != FORMAT_VERSION {
-            return Err(StoreError::Version {
-                path,
-                found: version,
-                expected: FORMAT_VERSION,
-            });
-        }
         // In the list before its records replay: the index confirms keys by reading them back.
         self.segments.push_back(segment);
+        self.replay_records(&path, &file, seq, file_len, last)
+    }
+
+    /// Replays the records of segment `seq` (the last segment if `last`), whose header was
+    /// checked; cuts a torn tail off the last one.
+    fn replay_records(
+        &mut self,
+        path: &Path,
+        file: &Arc<dyn VFile>,
+        seq: u64,
+        file_len: u64,
+        last: bool,
+    ) -> StoreResult<()> {
         loop {
             let offset = self.segments.back().expect("pushed").size;
-            let torn = match scan_record(&*file, offset, file_len)? {
-                Scan::End => break,
+            let torn = match scan_record(&**file, offset, file_len)? {
+                Scan::End => return Ok(()),
                 Scan::Record(len, retain_from, header) => {
-                    self.replay_record(&path, &file, seq, offset, len, retain_from, header)?;
+                    self.replay_record(path, file, seq, offset, len, retain_from, header)?;
                     let segment = self.segments.back_mut().expect("pushed");
                     segment.max_height = self.blocks.back().map(|b| b.height);
                     segment.size += RECORD_HEADER_LEN + len;
                     continue;
                 }
-                Scan::Corrupt(why) => return Err(StoreError::corrupted(path, Some(offset), why)),
+                Scan::Corrupt(why) => {
+                    return Err(StoreError::corrupted(path.to_path_buf(), Some(offset), why));
+                }
                 Scan::Torn(why) if !last => {
                     return Err(StoreError::corrupted(
-                        path,
+                        path.to_path_buf(),
                         Some(offset),
                         format!("{why}, in a sealed segment (not the last one)"),
                     ));
                 }
                 Scan::Torn(why) => why,
-                Scan::BadHeader => {
-                    let why = if !last {
-                        Some(
-                            "record header checksum mismatch, in a sealed segment (not the last \
-                             one)"
-                                .to_string(),
-                        )
-                    } else {
-                        match good_record_after(&*file, offset + 1, file_len)? {
-                            After::Good(at) => Some(format!(
-                                "record header checksum mismatch, with a good record after it at \
-                                 byte {at}"
-                            )),
-                            After::TooMany => Some(
-                                "record header checksum mismatch, followed by more record-like \
-                                 headers than can be checked"
-                                    .to_string(),
-                            ),
-                            After::Nothing => None,
-                        }
-                    };
-                    if let Some(why) = why {
-                        return Err(StoreError::corrupted(path, Some(offset), why));
+                Scan::BadHeader => match bad_header_damage(&**file, offset, file_len, last)? {
+                    Some(why) => {
+                        return Err(StoreError::corrupted(path.to_path_buf(), Some(offset), why));
                     }
-                    "the last record's header is damaged and no record follows it"
-                }
+                    None => "the last record's header is damaged and no record follows it",
+                },
             };
             // A record that never finished: a crash before its sync returned, so its block
             // never counted as committed. Reported, since damage to the last block looks
             // the same.
             self.dropped_tail = Some(DroppedTail {
-                file: path.clone(),
+                file: path.into(),
                 offset,
                 bytes: file_len - offset,
                 why: torn,
@@ -327,9 +304,8 @@ impl LogStore {
                 file.set_len(offset)?;
                 file.sync()?;
             }
-            break;
+            return Ok(());
         }
-        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -391,4 +367,64 @@ impl LogStore {
         self.head = Some(header);
         Ok(())
     }
+}
+
+/// Whether segment `path` starts with a log header of this format version. `Ok(false)` for the
+/// last segment when it is no longer than a header (a crash while creating it); damage or
+/// another version is an error.
+fn segment_header_valid(
+    path: &Path,
+    file: &(dyn VFile + 'static),
+    file_len: u64,
+    last: bool,
+) -> StoreResult<bool> {
+    let mut magic = [0u8; FILE_HEADER_LEN as usize];
+    let whole = file_len >= FILE_HEADER_LEN && file.read_exact_at(&mut magic, 0).is_ok();
+    if !whole || &magic[..8] != LOG_MAGIC {
+        // Its header was synced before any record went in, so this is damage, unless the file
+        // is no longer than a header.
+        if !(last && file_len <= FILE_HEADER_LEN) {
+            return Err(StoreError::corrupted(
+                path.to_path_buf(),
+                Some(0),
+                "not a Tally log segment (bad or missing header)",
+            ));
+        }
+        return Ok(false);
+    }
+    let version = u32::from_le_bytes(magic[8..].try_into().expect("4 bytes"));
+    if version != FORMAT_VERSION {
+        return Err(StoreError::Version {
+            path: path.into(),
+            found: version,
+            expected: FORMAT_VERSION,
+        });
+    }
+    Ok(true)
+}
+
+/// Why a record header at `offset` whose checksum fails is damage, or `None` when it is the
+/// torn tail of the last segment: nothing record-like follows it.
+fn bad_header_damage(
+    file: &(dyn VFile + 'static),
+    offset: u64,
+    file_len: u64,
+    last: bool,
+) -> StoreResult<Option<String>> {
+    if !last {
+        return Ok(Some(
+            "record header checksum mismatch, in a sealed segment (not the last one)".into(),
+        ));
+    }
+    Ok(match good_record_after(file, offset + 1, file_len)? {
+        After::Good(at) => Some(format!(
+            "record header checksum mismatch, with a good record after it at byte {at}"
+        )),
+        After::TooMany => Some(
+            "record header checksum mismatch, followed by more record-like headers than can be \
+             checked"
+                .to_string(),
+        ),
+        After::Nothing => None,
+    })
 }

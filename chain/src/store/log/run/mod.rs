@@ -86,92 +86,17 @@ const HEADER_LEN: u64 = 12 + 112;
 impl Run {
     /// Opens the run at `path`. Any failed check is corruption of `path`.
     pub fn open(vfs: &dyn Vfs, path: &Path) -> StoreResult<Self> {
-        let corrupt = |offset: Option<u64>, why: &str| StoreError::corrupted(path, offset, why);
         let file = vfs.open_read(path)?;
         let size = file.len()?;
-        let mut head_bytes = vec![0u8; HEADER_LEN.min(size) as usize];
-        file.read_exact_at(&mut head_bytes, 0)
-            .map_err(|_| corrupt(Some(0), "the run is shorter than its header"))?;
-        if head_bytes.len() < HEADER_LEN as usize || &head_bytes[..8] != MAGIC {
-            return Err(corrupt(Some(0), "not a Tally run (bad magic)"));
-        }
-        let version = le_u32(&head_bytes, 8);
-        if !(OLDEST_VERSION..=VERSION).contains(&version) {
-            return Err(StoreError::Version {
-                path: path.to_path_buf(),
-                found: version,
-                expected: VERSION,
-            });
-        }
+        let (head_bytes, version) = read_header(&*file, path, size)?;
         let head: BlockHeader = borsh::from_slice(&head_bytes[12..])
-            .map_err(|_| corrupt(Some(12), "the run's block header does not decode"))?;
-        if size < HEADER_LEN + FOOTER_LEN {
-            return Err(corrupt(None, "the run has no footer"));
-        }
-        let mut footer = [0u8; FOOTER_LEN as usize];
-        file.read_exact_at(&mut footer, size - FOOTER_LEN)?;
-        if &footer[28..] != END_MAGIC {
-            return Err(corrupt(
-                Some(size - FOOTER_LEN),
-                "the run's footer is damaged",
-            ));
-        }
-        let (meta_offset, meta_len, entries) =
-            (le_u64(&footer, 0), le_u64(&footer, 8), le_u64(&footer, 16));
-        if meta_offset.checked_add(meta_len) != Some(size - FOOTER_LEN) {
-            return Err(corrupt(
-                Some(size - FOOTER_LEN),
-                "the run's footer is damaged",
-            ));
-        }
-        let mut meta = vec![0u8; meta_len as usize];
-        file.read_exact_at(&mut meta, meta_offset)?;
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&head_bytes);
-        crc.update(&meta);
-        if crc.finalize() != le_u32(&footer, 24) {
-            return Err(corrupt(
-                Some(meta_offset),
-                "the run's header or index fails its checksum",
-            ));
-        }
-        let bad = || corrupt(Some(meta_offset), "the run's index does not decode");
-        let mut at = 0usize;
-        let count = le_u32(meta.get(..4).ok_or_else(bad)?, 0) as usize;
-        at += 4;
-        // Every index entry takes at least 16 bytes, so a count the index cannot hold is damage,
-        // not an allocation to attempt. (The checksum is no defence: a hostile file has a
-        // matching one.)
-        if count > meta.len() / 16 {
-            return Err(bad());
-        }
-        let mut first_keys = Vec::new();
-        let mut blocks = Vec::with_capacity(count);
-        // Blocks lie in order between the header and the index, each at least its own 8-byte
-        // frame: reading one then never leaves the file's data nor allocates more than it.
-        let mut data_end = HEADER_LEN;
-        for _ in 0..count {
-            let klen = le_u32(meta.get(at..at + 4).ok_or_else(bad)?, 0) as usize;
-            at += 4;
-            first_keys.extend_from_slice(meta.get(at..at + klen).ok_or_else(bad)?);
-            at += klen;
-            let rest = meta.get(at..at + 12).ok_or_else(bad)?;
-            let (offset, len) = (le_u64(rest, 0), le_u32(rest, 8));
-            let end = offset.checked_add(u64::from(len)).ok_or_else(bad)?;
-            if offset < data_end || len < 8 || end > meta_offset {
-                return Err(corrupt(
-                    Some(meta_offset),
-                    "the run's index points outside its data",
-                ));
-            }
-            data_end = end;
-            blocks.push((first_keys.len() as u32, offset, len));
-            at += 12;
-        }
+            .map_err(|_| corrupt(path, Some(12), "the run's block header does not decode"))?;
+        let (meta_offset, meta, entries) = read_index(&*file, path, size, &head_bytes)?;
+        let bad = || corrupt(path, Some(meta_offset), "the run's index does not decode");
+        let (first_keys, blocks, at) = parse_blocks(&meta, path, meta_offset)?;
         let rest = meta.get(at..at + 12).ok_or_else(bad)?;
         let (hashes, nbits) = (le_u32(rest, 0), le_u64(rest, 4));
-        at += 12;
-        let bits = meta.get(at..).ok_or_else(bad)?.to_vec();
+        let bits = meta.get(at + 12..).ok_or_else(bad)?.to_vec();
         let whole_blocks = version < 4 || nbits.is_multiple_of(BLOOM_BLOCK_BITS);
         if bits.len() as u64 != nbits.div_ceil(8)
             || nbits == 0
@@ -351,6 +276,115 @@ impl RunIter {
         self.at = next;
         Ok(true)
     }
+}
+
+/// `path`'s corruption at `offset`.
+fn corrupt(path: &Path, offset: Option<u64>, why: &str) -> StoreError {
+    StoreError::corrupted(path, offset, why)
+}
+
+/// A run's header bytes (magic, version, block header) and its format version.
+fn read_header(file: &dyn VFile, path: &Path, size: u64) -> StoreResult<(Vec<u8>, u32)> {
+    let mut head_bytes = vec![0u8; HEADER_LEN.min(size) as usize];
+    file.read_exact_at(&mut head_bytes, 0)
+        .map_err(|_| corrupt(path, Some(0), "the run is shorter than its header"))?;
+    if head_bytes.len() < HEADER_LEN as usize || &head_bytes[..8] != MAGIC {
+        return Err(corrupt(path, Some(0), "not a Tally run (bad magic)"));
+    }
+    let version = le_u32(&head_bytes, 8);
+    if !(OLDEST_VERSION..=VERSION).contains(&version) {
+        return Err(StoreError::Version {
+            path: path.to_path_buf(),
+            found: version,
+            expected: VERSION,
+        });
+    }
+    Ok((head_bytes, version))
+}
+
+/// A run's index (the block table and bloom filter) as its footer locates it, checked
+/// against the checksum the footer holds over the header and the index: its offset, its
+/// bytes and the run's entry count.
+fn read_index(
+    file: &dyn VFile,
+    path: &Path,
+    size: u64,
+    head_bytes: &[u8],
+) -> StoreResult<(u64, Vec<u8>, u64)> {
+    if size < HEADER_LEN + FOOTER_LEN {
+        return Err(corrupt(path, None, "the run has no footer"));
+    }
+    let damaged = || corrupt(path, Some(size - FOOTER_LEN), "the run's footer is damaged");
+    let mut footer = [0u8; FOOTER_LEN as usize];
+    file.read_exact_at(&mut footer, size - FOOTER_LEN)?;
+    if &footer[28..] != END_MAGIC {
+        return Err(damaged());
+    }
+    let (meta_offset, meta_len, entries) =
+        (le_u64(&footer, 0), le_u64(&footer, 8), le_u64(&footer, 16));
+    if meta_offset.checked_add(meta_len) != Some(size - FOOTER_LEN) {
+        return Err(damaged());
+    }
+    let mut meta = vec![0u8; meta_len as usize];
+    file.read_exact_at(&mut meta, meta_offset)?;
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(head_bytes);
+    crc.update(&meta);
+    if crc.finalize() != le_u32(&footer, 24) {
+        return Err(corrupt(
+            path,
+            Some(meta_offset),
+            "the run's header or index fails its checksum",
+        ));
+    }
+    Ok((meta_offset, meta, entries))
+}
+
+/// A block of a run in its index: the end of its first key in the run's first keys, its
+/// offset and its length.
+type BlockEntry = (u32, u64, u32);
+
+/// The block table at the start of a run's index `meta`: the blocks' first keys back to back,
+/// each block's (end of its first key, offset, length), and where the table ends in `meta`.
+fn parse_blocks(
+    meta: &[u8],
+    path: &Path,
+    meta_offset: u64,
+) -> StoreResult<(Vec<u8>, Vec<BlockEntry>, usize)> {
+    let bad = || corrupt(path, Some(meta_offset), "the run's index does not decode");
+    let count = le_u32(meta.get(..4).ok_or_else(bad)?, 0) as usize;
+    let mut at = 4usize;
+    // Every index entry takes at least 16 bytes, so a count the index cannot hold is damage,
+    // not an allocation to attempt. (The checksum is no defence: a hostile file has a
+    // matching one.)
+    if count > meta.len() / 16 {
+        return Err(bad());
+    }
+    let mut first_keys = Vec::new();
+    let mut blocks = Vec::with_capacity(count);
+    // Blocks lie in order between the header and the index, each at least its own 8-byte
+    // frame: reading one then never leaves the file's data nor allocates more than it.
+    let mut data_end = HEADER_LEN;
+    for _ in 0..count {
+        let klen = le_u32(meta.get(at..at + 4).ok_or_else(bad)?, 0) as usize;
+        at += 4;
+        first_keys.extend_from_slice(meta.get(at..at + klen).ok_or_else(bad)?);
+        at += klen;
+        let rest = meta.get(at..at + 12).ok_or_else(bad)?;
+        let (offset, len) = (le_u64(rest, 0), le_u32(rest, 8));
+        let end = offset.checked_add(u64::from(len)).ok_or_else(bad)?;
+        if offset < data_end || len < 8 || end > meta_offset {
+            return Err(corrupt(
+                path,
+                Some(meta_offset),
+                "the run's index points outside its data",
+            ));
+        }
+        data_end = end;
+        blocks.push((first_keys.len() as u32, offset, len));
+        at += 12;
+    }
+    Ok((first_keys, blocks, at))
 }
 
 #[cfg(test)]
