@@ -21,6 +21,7 @@ const IMPORTS: &str = r#"
   (import "env" "load" (func $load (param i32 i32 i32 i32) (result i32)))
   (import "env" "store" (func $store (param i32 i32 i32 i32)))
   (import "env" "print" (func $print (param i32 i32)))
+  (import "env" "call" (func $call (param i64 i64 i32 i32 i64) (result i32)))
 "#;
 
 /// One hostile contract: its name and what its `apply` does.
@@ -32,7 +33,31 @@ pub struct Hostile {
     /// Pages of memory it declares.
     pub pages: u32,
     /// The body of `apply(receiver, code, action)`; `$i` and `$x` are i32/i64 locals.
+    /// `$CALLS` stands for one call to each of [`CALLEES`] callees, in turn.
     pub body: &'static str,
+}
+
+/// Callees the call-rotating hostile contracts call: one more than a transaction may enter
+/// with its caller, so the last calls are refused.
+pub const CALLEES: usize = tally_host_api::limits::MAX_CONTRACTS_PER_TX as usize + 1;
+
+/// Data each callee's instantiation copies: 256 KiB at an extended-constant offset, which
+/// keeps wasmtime from mapping a copy-on-write image, so every fresh instance copies it.
+const CALLEE_DATA_BYTES: usize = 256 * 1024;
+
+/// Callee `i` of the call-rotating contracts: an empty action, behind its own data.
+pub fn callee(i: usize) -> (Name, Vec<u8>) {
+    let data: String = (0..CALLEE_DATA_BYTES)
+        .map(|j| format!("\\{:02x}", (i + j) as u8))
+        .collect();
+    let wasm = wat::parse_str(format!(
+        r#"(module (memory (export "memory") 8)
+             (data (i32.add (i32.const 0) (i32.const 0)) "{data}")
+             (func (export "apply") (param i64 i64 i64)))"#
+    ))
+    .expect("valid callee");
+    let name = format!("callee{}", (b'a' + i as u8) as char);
+    (name.parse().expect("a valid name"), wasm)
 }
 
 /// The hostile contracts, each aimed at a different resource.
@@ -99,6 +124,20 @@ pub const HOSTILE: &[Hostile] = &[
         body: "(loop $l (call $print (i32.const 0) (i32.const 1000)) (br $l))",
     },
     Hostile {
+        name: "call-rotate",
+        what: "calls 17 contracts in turn, each behind 256 KiB of data that every fresh \
+               instance copies, until the fuel runs out",
+        pages: 1,
+        body: "(loop $l $CALLS (br $l))",
+    },
+    Hostile {
+        name: "call-spin",
+        what: "calls a contract that spins, giving it all the fuel",
+        pages: 1,
+        body: "(drop (call $call (i64.const CALLEE0) (i64.const 0) (i32.const 0) (i32.const 0) \
+               (i64.const 0))) (loop $l (br $l))",
+    },
+    Hostile {
         name: "grow",
         what: "grows memory by a page (so the instance cannot be reused), then spins",
         pages: 1,
@@ -109,13 +148,24 @@ pub const HOSTILE: &[Hostile] = &[
 impl Hostile {
     /// The module.
     pub fn wasm(&self) -> Vec<u8> {
+        let call = |i: usize| {
+            format!(
+                "(drop (call $call (i64.const {}) (i64.const 0) (i32.const 0) (i32.const 0) \
+                 (i64.const 0)))",
+                callee(i).0.0 as i64
+            )
+        };
+        let calls: String = (0..CALLEES).map(call).collect();
+        let body = self
+            .body
+            .replace("$CALLS", &calls)
+            .replace("CALLEE0", &(SPIN_CALLEE.0 as i64).to_string());
         wat::parse_str(format!(
             r#"(module {IMPORTS}
               (memory (export "memory") {pages})
               (func (export "apply") (param i64 i64 i64) (local $i i32) (local $x i64)
                 {body}))"#,
             pages = self.pages,
-            body = self.body
         ))
         .expect("valid hostile module")
     }
@@ -126,6 +176,12 @@ impl Hostile {
         short.parse().expect("a valid name")
     }
 }
+
+/// The spinning contract `call-spin` calls.
+const SPIN_CALLEE: Name = match Name::from_str_const("spincallee") {
+    Ok(n) => n,
+    Err(_) => panic!("valid name"),
+};
 
 /// What running one hostile block measured.
 #[derive(Debug, Clone)]
@@ -150,6 +206,12 @@ pub fn chain() -> Result<Chain, ChainError> {
     for h in HOSTILE {
         genesis.deploy(h.account(), &h.wasm())?;
     }
+    for i in 0..CALLEES {
+        let (account, wasm) = callee(i);
+        genesis.deploy(account, &wasm)?;
+    }
+    let spin = HOSTILE.iter().find(|h| h.name == "spin").expect("spin");
+    genesis.deploy(SPIN_CALLEE, &spin.wasm())?;
     let mut chain = genesis.finish()?;
     // One thread, in order: the worst case for a node is not sharing the work.
     chain.set_pipeline(Pipeline {

@@ -256,6 +256,14 @@ pub const MAX_CONSOLE_LEN: u32 = 4 * 1024;
 
 // Calls between contracts, queries and events (docs/CONTRACTS.md).
 
+/// Most distinct contracts (by code) one transaction may enter, by actions and calls
+/// together. A transaction pays a fresh instance for each contract it enters after its first
+/// (`Contract::fresh_instance_fuel`), and the runtime keeps twice this many instances warm, so
+/// one transaction cannot make the node instantiate more often than it pays for. Solana lets
+/// a transaction lock 64 accounts; 16 contracts is a router, two pools and four tokens, twice
+/// over, and matches [`MAX_ACTIONS_PER_TX`].
+pub const MAX_CONTRACTS_PER_TX: u32 = 16;
+
 /// Fuel a `call` or `query` pays before the callee runs, besides the bytes it passes: taking
 /// and restoring a warm instance of the callee and a journal checkpoint cost about 1 µs, a
 /// little more than 3,000 fuel of contract code at ~0.3 ns a fuel.

@@ -45,6 +45,20 @@ impl Contract {
         &self.info
     }
 
+    /// What a fresh instance of it costs in fuel: [`FUEL_PER_FRESH_INSTANCE`], its data
+    /// segments by the byte and its initialisers. Deterministic, computed at deploy.
+    ///
+    /// [`FUEL_PER_FRESH_INSTANCE`]: tally_host_api::limits::FUEL_PER_FRESH_INSTANCE
+    pub fn fresh_instance_fuel(&self) -> u64 {
+        self.fresh_instance_fuel
+    }
+
+    /// Whether its instances are restored and reused between actions; if not, every action
+    /// pays [`Contract::fresh_instance_fuel`] itself.
+    pub fn reuses_instances(&self) -> bool {
+        self.pristine.is_some()
+    }
+
     /// Bytes it holds in memory: its compiled code, its snapshot and bookkeeping.
     pub fn weight(&self) -> usize {
         self.weight

@@ -28,7 +28,7 @@ pub const WASMTIME_VERSION: &str = "48.0.8";
 const PREPARE_INSTANCES: u32 = 8;
 
 /// Most threads a runtime sizes its pool for. Each pool slot reserves ~8 GiB of address space
-/// ([`pool_reservation_bytes`]), so 256 threads (2,072 instances, ~16 TiB) take an eighth of
+/// ([`pool_reservation_bytes`]), so 256 threads (2,088 instances, ~16.4 TiB) take an eighth of
 /// the 128 TiB a process has on x86-64; a larger figure would leave too little for a second
 /// runtime in the same process.
 pub const MAX_CONCURRENCY: usize = 256;
@@ -56,7 +56,7 @@ pub fn pool_instances(concurrency: usize) -> u32 {
 /// guard region (32 MiB), all in one `PROT_NONE` mapping: neither memory nor commit charge
 /// until a slot is used, and then only the pages an instance touches (at most
 /// [`KEEP_RESIDENT_BYTES`] of each memory stay mapped after it is freed). A 2-thread node
-/// reserves 40 instances, ~320 GiB; a 128-thread node 1,040 instances, ~8.2 TiB.
+/// reserves 56 instances, ~450 GiB; a 128-thread node 1,064 instances, ~8.4 TiB.
 pub fn pool_reservation_bytes(instances: u32) -> u64 {
     const MEMORY_RESERVATION: u64 = 4 << 30;
     const MEMORY_GUARD: u64 = 32 << 20;

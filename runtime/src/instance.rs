@@ -17,10 +17,10 @@ use crate::{CodeHash, Runtime};
 /// Bytes of memory a warm instance may keep resident beyond its snapshot. Restored chunks stay
 /// mapped, so an instance that once dirtied many would hold them for as long as it stays
 /// warm; past this it is dropped instead, and the instance pool returns its memory to the OS.
-/// With [`WARM_INSTANCES`] slots, warm instances hold at most 8 x 4 MiB.
+/// With [`WARM_INSTANCES`] slots, warm instances hold at most 32 x 4 MiB.
 const WARM_RESIDENT_BYTES: u64 = 4 * 1024 * 1024;
 
-const _: () = assert!(WARM_INSTANCES as u64 * WARM_RESIDENT_BYTES <= 32 * 1024 * 1024);
+const _: () = assert!(WARM_INSTANCES as u64 * WARM_RESIDENT_BYTES <= 128 * 1024 * 1024);
 
 /// The contract's state right after instantiation: its memory, kept sparse, and the values
 /// of its mutable globals.

@@ -97,6 +97,20 @@ use counters::{Counters, bump};
 use execute::{ActionCtx, with_host};
 use pool::WarmPool;
 
+/// What one entry into a contract may spend, and where it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// The most fuel it may use (never more than the configured fuel per action).
+    pub fuel: u64,
+    /// Fuel charged up front, out of `fuel`, before any code runs: what the embedder prices
+    /// the entry at (the chain's charge for a contract a transaction enters after its first).
+    pub entry_fee: u64,
+    /// The deterministic stack height it starts at: 0 for a top-level action, its caller's
+    /// ([`tally_host_api::Call::stack_height`]) for a call, so one `MAX_STACK_BYTES` budget
+    /// bounds the whole call stack, and the native stack it needs with it.
+    pub stack_base: u32,
+}
+
 /// A sha256 digest of a contract's WebAssembly code.
 pub type CodeHash = [u8; 32];
 
@@ -242,23 +256,35 @@ impl Runtime {
         host: &mut dyn Host,
         fuel: u64,
     ) -> Result<Receipt, RuntimeError> {
-        self.execute_call(contract, entry, host, fuel, 0)
+        self.execute_call(
+            contract,
+            entry,
+            host,
+            Budget {
+                fuel,
+                entry_fee: 0,
+                stack_base: 0,
+            },
+        )
     }
 
-    /// [`Runtime::execute_metered`] for a call from another contract: the callee's
-    /// deterministic stack starts at `stack_base`, its caller's height
-    /// ([`tally_host_api::Call::stack_height`]), so one `MAX_STACK_BYTES` budget bounds the
-    /// whole call stack, and the native stack it needs with it.
+    /// [`Runtime::execute_metered`] within `budget`: for a call from another contract, and
+    /// for an entry the embedder charges for (see [`Budget`]).
     pub fn execute_call(
         &self,
         contract: &Contract,
         entry: Entry,
         host: &mut dyn Host,
-        fuel: u64,
-        stack_base: u32,
+        budget: Budget,
     ) -> Result<Receipt, RuntimeError> {
+        let Budget {
+            fuel,
+            entry_fee,
+            stack_base,
+        } = budget;
         let fuel = fuel.min(self.config.fuel_per_action);
-        let (mut slot, up_front) = self.acquire(contract)?;
+        let (mut slot, instance_fuel) = self.acquire(contract)?;
+        let up_front = instance_fuel.saturating_add(entry_fee);
         let instance::Slot {
             store,
             entries,

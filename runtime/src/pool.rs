@@ -3,15 +3,20 @@
 
 use std::sync::Mutex;
 
+use tally_host_api::limits::MAX_CONTRACTS_PER_TX;
+
 use crate::CodeHash;
 use crate::instance::Slot;
 
 /// Warm instances kept across actions, over all contracts; the least recently used one is
 /// dropped beyond this. Each holds a slot of the engine's instance pool, which has room for
-/// them besides those of running actions ([`crate::engine::pool_instances`]). Eight covers
-/// the contracts a block usually calls (a token and a few others) without keeping much
-/// memory resident (`instance::WARM_RESIDENT_BYTES` each).
-pub(crate) const WARM_INSTANCES: usize = 8;
+/// them besides those of running actions ([`crate::engine::pool_instances`]). Twice
+/// [`MAX_CONTRACTS_PER_TX`]: a transaction, run in order, never evicts a contract it entered,
+/// so each contract costs it at most one fresh instance, which the chain charges
+/// (`Contract::fresh_instance_fuel`); calls rotating over more contracts than the pool held
+/// missed it on every call (8 slots: 1,400 calls over 9 contracts, each a fresh instance).
+/// Resident memory stays bounded (`instance::WARM_RESIDENT_BYTES` each).
+pub(crate) const WARM_INSTANCES: usize = 2 * MAX_CONTRACTS_PER_TX as usize;
 
 /// Warm slots, most recently used last.
 #[derive(Default)]

@@ -1889,8 +1889,8 @@ fn issue_20_warm_instances_make_room_when_they_fill_the_pool() {
         ..RuntimeConfig::default()
     })
     .unwrap();
-    // More contracts than stay warm: the first ones prepared are no longer warm.
-    let others: Vec<_> = (0..16)
+    // More contracts than stay warm (32): the first ones prepared are no longer warm.
+    let others: Vec<_> = (0..40)
         .map(|i| {
             rt.prepare(&contract(&format!("(call $ret (i32.const {i}))")))
                 .unwrap()

@@ -10,8 +10,9 @@ mod query;
 pub(crate) mod speculate;
 pub mod system;
 
+use tally_host_api::limits::MAX_CONTRACTS_PER_TX;
 use tally_host_api::{Abort, AbortCode, BlockInfo, HostError, Name};
-use tally_runtime::{Contract, Entry, Outcome, Receipt, Runtime};
+use tally_runtime::{Budget, CodeHash, Contract, Entry, Outcome, Receipt, Runtime};
 
 use crate::error::ChainError;
 use crate::receipt::{ActionTrace, Event};
@@ -54,6 +55,43 @@ pub(crate) struct Exec<'a> {
     pub(crate) block: BlockInfo,
     /// The contracts on the running action's call stack.
     pub(crate) stack: CallStack,
+    /// The contracts the running transaction has entered.
+    entered: Entered,
+}
+
+/// The code of each contract a transaction entered, in order: at most
+/// [`MAX_CONTRACTS_PER_TX`]. A fixed array, so a transaction allocates nothing for it.
+#[derive(Debug, Default)]
+struct Entered {
+    hashes: [CodeHash; MAX_CONTRACTS_PER_TX as usize],
+    len: usize,
+}
+
+impl Entered {
+    /// What entering `contract` costs the transaction up front: nothing for code it entered
+    /// already, or for the first code it enters; a fresh instance of it for any other (the
+    /// runtime keeps twice [`MAX_CONTRACTS_PER_TX`] instances warm, so a transaction never
+    /// needs more fresh instances than it pays for). Entering more than
+    /// [`MAX_CONTRACTS_PER_TX`] contracts fails.
+    fn enter(&mut self, contract: &Contract) -> Result<u64, Abort> {
+        let hash = contract.code_hash();
+        if self.hashes[..self.len].contains(hash) {
+            return Ok(0);
+        }
+        if self.len == self.hashes.len() {
+            return Err(Abort::new(
+                AbortCode::LimitExceeded,
+                format!("a transaction may enter at most {MAX_CONTRACTS_PER_TX} contracts"),
+            ));
+        }
+        self.hashes[self.len] = *hash;
+        self.len += 1;
+        // A module that cannot reuse instances pays for a fresh one on every entry already.
+        Ok(match self.len > 1 && contract.reuses_instances() {
+            true => contract.fresh_instance_fuel(),
+            false => 0,
+        })
+    }
 }
 
 impl<'a> Exec<'a> {
@@ -74,6 +112,7 @@ impl<'a> Exec<'a> {
             key,
             block,
             stack: CallStack::default(),
+            entered: Entered::default(),
         }
     }
 }
@@ -140,6 +179,7 @@ impl Exec<'_> {
     /// and the transaction's writes are then discarded too.
     pub(crate) fn run_tx(&mut self, actions: &[Action], fuel: u64) -> Result<TxRun, ChainError> {
         self.journal.checkpoint();
+        self.entered = Entered::default();
         let mut run = TxRun::new(self.runtime.traces());
         for (index, action) in actions.iter().enumerate() {
             let receipt = match self.run_action(action, fuel - run.fuel_used) {
@@ -202,9 +242,18 @@ impl Exec<'_> {
     ) -> Result<Receipt, ChainError> {
         match executor {
             Executor::Wasm(contract) => {
+                let entry_fee = match self.entered.enter(contract) {
+                    Ok(fee) => fee,
+                    Err(abort) => return Ok(Receipt::failed(abort, 0)),
+                };
+                let budget = Budget {
+                    fuel,
+                    entry_fee,
+                    stack_base,
+                };
                 let runtime = self.runtime;
                 let mut host = ActionHost { exec: self, frame };
-                Ok(runtime.execute_call(contract, entry, &mut host, fuel, stack_base)?)
+                Ok(runtime.execute_call(contract, entry, &mut host, budget)?)
             }
             Executor::Native(native) => self.run_native(native, frame),
         }
@@ -238,7 +287,12 @@ impl Exec<'_> {
         let runtime = self.runtime;
         self.stack.push(account);
         let mut host = ActionHost { exec: self, frame };
-        let receipt = runtime.execute_call(contract, entry, &mut host, fuel, 0);
+        let budget = Budget {
+            fuel,
+            entry_fee: 0,
+            stack_base: 0,
+        };
+        let receipt = runtime.execute_call(contract, entry, &mut host, budget);
         self.stack.pop();
         Ok(receipt?)
     }

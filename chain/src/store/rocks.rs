@@ -129,52 +129,11 @@ impl RocksStore {
 
     fn open_with(dir: &Path, retain: u64, read_only: bool, tuning: Tuning) -> StoreResult<Self> {
         let dir = dir.to_path_buf();
-        let cache_mib = match tuning {
-            Tuning::Griffin => 512,
-            _ => 256,
-        };
-        let cache = Cache::new_lru_cache(cache_mib << 20);
-        let mut table = BlockBasedOptions::default();
-        table.set_block_cache(&cache);
-        table.set_bloom_filter(10.0, false);
-        table.set_cache_index_and_filter_blocks(true);
-        table.set_pin_l0_filter_and_index_blocks_in_cache(true);
-        if tuning == Tuning::Transfers {
-            table.set_data_block_index_type(DataBlockIndexType::BinaryAndHash);
-        }
-        let mut state = Options::default();
-        state.set_block_based_table_factory(&table);
-        state.set_write_buffer_size(64 << 20);
-        state.set_max_write_buffer_number(3);
-        state.set_level_compaction_dynamic_level_bytes(true);
-        state.set_compression_type(match tuning {
-            Tuning::Chain => DBCompressionType::Lz4,
-            _ => DBCompressionType::None,
-        });
-        match tuning {
-            Tuning::Transfers => {
-                state.set_memtable_prefix_bloom_ratio(0.1);
-                state.set_memtable_whole_key_filtering(true);
-            }
-            Tuning::Griffin => state.set_optimize_filters_for_hits(true),
-            Tuning::Iavl => {
-                state.set_enable_blob_files(true);
-                state.set_min_blob_size(4096);
-                state.set_enable_blob_gc(true);
-            }
-            Tuning::Chain => {}
-        }
         let mut other = Options::default();
         other.set_compression_type(DBCompressionType::Lz4);
-        let mut db_opts = Options::default();
-        db_opts.create_if_missing(!read_only);
-        db_opts.create_missing_column_families(!read_only);
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as i32;
-        db_opts.increase_parallelism(cores);
-        db_opts.set_max_background_jobs(cores);
-        db_opts.enable_statistics();
+        let db_opts = db_options(read_only);
         let cfs = vec![
-            ColumnFamilyDescriptor::new(STATE, state),
+            ColumnFamilyDescriptor::new(STATE, state_options(tuning)),
             ColumnFamilyDescriptor::new(BLOCKS, other.clone()),
             ColumnFamilyDescriptor::new(META, other),
         ];
@@ -193,22 +152,10 @@ impl RocksStore {
             })?),
             None => None,
         };
-        let first_retained = db
-            .iterator_cf(
-                db.cf_handle(BLOCKS).expect("blocks cf"),
-                IteratorMode::Start,
-            )
-            .next()
-            .transpose()
-            .map_err(err)?
-            .map(|(k, _)| {
-                k.get(..8)
-                    .and_then(|k| k.try_into().ok())
-                    .map(u64::from_be_bytes)
-                    .ok_or_else(|| StoreError::corrupted(&dir, None, "a block key is not 8 bytes"))
-            })
-            .transpose()?
-            .unwrap_or(0);
+        let first_retained = first_block(&db, &dir).map_err(|e| match e {
+            FirstBlock::Db(e) => err(e),
+            FirstBlock::Corrupt(e) => e,
+        })?;
         Ok(Self {
             db,
             options: db_opts,
@@ -348,6 +295,91 @@ impl StateStore for RocksStore {
             ..StoreStats::default()
         }
     }
+}
+
+/// The state column family's options for `tuning`: its block cache, bloom filters and
+/// compression.
+fn state_options(tuning: Tuning) -> Options {
+    let cache_mib = match tuning {
+        Tuning::Griffin => 512,
+        _ => 256,
+    };
+    let cache = Cache::new_lru_cache(cache_mib << 20);
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(&cache);
+    table.set_bloom_filter(10.0, false);
+    table.set_cache_index_and_filter_blocks(true);
+    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    if tuning == Tuning::Transfers {
+        table.set_data_block_index_type(DataBlockIndexType::BinaryAndHash);
+    }
+    let mut state = Options::default();
+    state.set_block_based_table_factory(&table);
+    state.set_write_buffer_size(64 << 20);
+    state.set_max_write_buffer_number(3);
+    state.set_level_compaction_dynamic_level_bytes(true);
+    state.set_compression_type(match tuning {
+        Tuning::Chain => DBCompressionType::Lz4,
+        _ => DBCompressionType::None,
+    });
+    match tuning {
+        Tuning::Transfers => {
+            state.set_memtable_prefix_bloom_ratio(0.1);
+            state.set_memtable_whole_key_filtering(true);
+        }
+        Tuning::Griffin => state.set_optimize_filters_for_hits(true),
+        Tuning::Iavl => {
+            state.set_enable_blob_files(true);
+            state.set_min_blob_size(4096);
+            state.set_enable_blob_gc(true);
+        }
+        Tuning::Chain => {}
+    }
+    state
+}
+
+/// The database's options: created if missing unless `read_only`, background work on every
+/// core, statistics on (for [`StateStore::stats`]).
+fn db_options(read_only: bool) -> Options {
+    let mut db_opts = Options::default();
+    db_opts.create_if_missing(!read_only);
+    db_opts.create_missing_column_families(!read_only);
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as i32;
+    db_opts.increase_parallelism(cores);
+    db_opts.set_max_background_jobs(cores);
+    db_opts.enable_statistics();
+    db_opts
+}
+
+/// Why the first retained block could not be found.
+enum FirstBlock {
+    Db(rocksdb::Error),
+    Corrupt(StoreError),
+}
+
+/// The height of the first block `db` holds, or 0 for none.
+fn first_block(db: &DB, dir: &Path) -> Result<u64, FirstBlock> {
+    let Some((key, _)) = db
+        .iterator_cf(
+            db.cf_handle(BLOCKS).expect("blocks cf"),
+            IteratorMode::Start,
+        )
+        .next()
+        .transpose()
+        .map_err(FirstBlock::Db)?
+    else {
+        return Ok(0);
+    };
+    key.get(..8)
+        .and_then(|k| k.try_into().ok())
+        .map(u64::from_be_bytes)
+        .ok_or_else(|| {
+            FirstBlock::Corrupt(StoreError::corrupted(
+                dir,
+                None,
+                "a block key is not 8 bytes",
+            ))
+        })
 }
 
 fn fs_size(dir: &Path) -> u64 {

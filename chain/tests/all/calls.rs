@@ -680,3 +680,70 @@ fn chain_query_answers_from_committed_state_and_commits_nothing() {
     let none = coin.query(simplecoin(), name("price"), &[]).unwrap();
     assert_eq!(none.failure().unwrap().code, AbortCode::NoHandler);
 }
+
+/// The script contract with a custom section `v{i}`: the same behaviour, another code hash.
+fn variant(i: u8) -> Vec<u8> {
+    let mut code = script_contract(false);
+    code.extend_from_slice(&[0, 4, 3, b'v', b'0' + i / 10, b'0' + i % 10]);
+    code
+}
+
+#[test]
+fn a_transaction_pays_for_each_contract_it_enters_after_its_first_and_enters_at_most_sixteen() {
+    use tally_host_api::limits::MAX_CONTRACTS_PER_TX;
+    let variants: Vec<(String, Vec<u8>)> = (0..MAX_CONTRACTS_PER_TX as u8)
+        .map(|i| (format!("k{}", (b'a' + i) as char), variant(i)))
+        .collect();
+    let mut contracts: Vec<(Name, &[u8])> = variants
+        .iter()
+        .map(|(account, code)| (name(account), &code[..]))
+        .collect();
+    let script = script_contract(false);
+    contracts.push((name("a"), &script));
+    contracts.push((name("b"), &script));
+    let mut chain = unsigned_chain(&contracts);
+    let fresh = chain
+        .runtime()
+        .prepare(&variants[0].1)
+        .unwrap()
+        .fresh_instance_fuel();
+    assert!(fresh > 0);
+
+    // Calling code the transaction already entered (a's own) costs no instance; new code
+    // costs one, once.
+    // (The first call creates a's status key, which costs a new key once.)
+    run(&mut chain, "a", &[Op::Call("b", 0, vec![])]);
+    let same = run(&mut chain, "a", &[Op::Call("b", 0, vec![])]);
+    let new = run(&mut chain, "a", &[Op::Call("ka", 0, vec![])]);
+    let twice = run(
+        &mut chain,
+        "a",
+        &[Op::Call("ka", 0, vec![]), Op::Call("ka", 0, vec![])],
+    );
+    let again = run(
+        &mut chain,
+        "a",
+        &[Op::Call("b", 0, vec![]), Op::Call("b", 0, vec![])],
+    );
+    for r in [&same, &new, &twice, &again] {
+        assert!(r.is_success(), "{}", r.report());
+    }
+    // The callee's own work is the same in each: the difference is the instance (and the
+    // bytes of the longer scripts, alike in both pairs).
+    assert_eq!(new.fuel_used - same.fuel_used, fresh);
+    assert_eq!(twice.fuel_used - again.fuel_used, fresh);
+
+    // a and fifteen other codes: sixteen contracts; the sixteenth new one is one too many.
+    let names: Vec<&'static str> = variants
+        .iter()
+        .map(|(n, _)| &*Box::leak(n.clone().into_boxed_str()))
+        .collect();
+    let mut script: Vec<Op> = names[..15]
+        .iter()
+        .flat_map(|n| [Op::Call(n, 0, vec![]), Op::ExpectOk])
+        .collect();
+    script.push(Op::Call(names[15], 0, vec![]));
+    script.push(Op::Expect(AbortCode::LimitExceeded));
+    let receipt = run(&mut chain, "a", &script);
+    assert!(receipt.is_success(), "{}", receipt.report());
+}
