@@ -97,6 +97,107 @@ fn runtime(c: &mut Criterion) {
     group.finish();
 }
 
+/// A host whose `call` runs `callee` through the runtime, as the chain's does (without the
+/// chain's journal mark and call-stack check, a few tens of ns).
+struct Caller<'a> {
+    rt: &'a Runtime,
+    callee: &'a tally_runtime::Contract,
+    message: Vec<u8>,
+}
+
+impl Host for Caller<'_> {
+    fn message(&self) -> &[u8] {
+        &self.message
+    }
+    fn load(&mut self, _key: &[u8]) -> Result<Option<&[u8]>, HostError> {
+        Ok(None)
+    }
+    fn store(&mut self, _key: &[u8], _value: &[u8]) -> Result<(), HostError> {
+        Ok(())
+    }
+    fn remove(&mut self, _key: &[u8]) -> Result<(), HostError> {
+        Ok(())
+    }
+    fn is_authorized(&self, _account: Name) -> bool {
+        true
+    }
+    fn call(
+        &mut self,
+        call: tally_host_api::Call<'_>,
+    ) -> Result<tally_host_api::CallResult, HostError> {
+        let mut inner = OneBalance {
+            message: call.data.to_vec(),
+            value: [0; 8],
+        };
+        let entry = Entry::Action {
+            receiver: call.account,
+            code: call.account,
+            action: call.entry,
+        };
+        let budget = tally_runtime::Budget {
+            fuel: call.fuel,
+            entry_fee: 0,
+            stack_base: call.stack_height,
+        };
+        let receipt = self
+            .rt
+            .execute_call(self.callee, entry, &mut inner, budget)
+            .map_err(tally_host_api::NodeFault::new)?;
+        Ok(tally_host_api::CallResult {
+            status: receipt.outcome.failure().cloned().map_or(Ok(()), Err),
+            fuel_used: receipt.fuel_used,
+            output: receipt.output,
+        })
+    }
+}
+
+/// What a call to another contract's empty action costs beyond running that action at the
+/// top level (issue 22's goal: at most 0.5 µs), on warm instances: `call` minus `no call`
+/// (the same caller, told not to call) minus `empty action`.
+fn calls(c: &mut Criterion) {
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let empty = wat::parse_str(
+        r#"(module (memory (export "memory") 1)
+            (func (export "apply") (param i64 i64 i64)))"#,
+    )
+    .unwrap();
+    let empty = rt.prepare(&empty).unwrap();
+    // Calls the empty contract when its message is not empty.
+    let caller = wat::parse_str(
+        r#"(module
+            (import "env" "message_size" (func $size (result i32)))
+            (import "env" "call" (func $call (param i64 i64 i32 i32 i64) (result i32)))
+            (memory (export "memory") 1)
+            (func (export "apply") (param i64 i64 i64)
+              (if (call $size) (then (drop (call $call (i64.const 7) (i64.const 8)
+                (i32.const 0) (i32.const 0) (i64.const 0)))))))"#,
+    )
+    .unwrap();
+    let caller = rt.prepare(&caller).unwrap();
+    let mut group = c.benchmark_group("calls");
+    let mut host = OneBalance {
+        message: Vec::new(),
+        value: [0; 8],
+    };
+    group.bench_function("empty action (warm instance)", |b| {
+        b.iter(|| rt.execute(&empty, transfer_entry(), &mut host).unwrap())
+    });
+    for (name, message) in [
+        ("no call", Vec::new()),
+        ("call to an empty action", vec![1]),
+    ] {
+        let mut host = Caller {
+            rt: &rt,
+            callee: &empty,
+            message,
+        };
+        group.bench_function(name, |b| {
+            b.iter(|| rt.execute(&caller, transfer_entry(), &mut host).unwrap())
+        });
+    }
+    group.finish();
+}
+
 fn signed_block(n: u64) -> (Vec<SignedTransaction>, Vec<TxId>) {
     let config = BenchConfig {
         transfers: n,
@@ -161,5 +262,5 @@ fn chain(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, runtime, verify, chain);
+criterion_group!(benches, runtime, calls, verify, chain);
 criterion_main!(benches);

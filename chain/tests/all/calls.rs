@@ -747,3 +747,90 @@ fn a_transaction_pays_for_each_contract_it_enters_after_its_first_and_enters_at_
     let receipt = run(&mut chain, "a", &script);
     assert!(receipt.is_success(), "{}", receipt.report());
 }
+
+/// A random script of at most `budget` ops, nesting calls and queries up to `depth`.
+fn random_script(rng: &mut u64, depth: u32, budget: &mut u32) -> Vec<Op> {
+    fn next(rng: &mut u64) -> u64 {
+        *rng ^= *rng << 13;
+        *rng ^= *rng >> 7;
+        *rng ^= *rng << 17;
+        *rng
+    }
+    let mut ops = Vec::new();
+    while *budget > 0 && next(rng) % 5 != 0 {
+        *budget -= 1;
+        let r = next(rng);
+        let to = CONTRACTS[(r >> 8) as usize % CONTRACTS.len()];
+        let (k, v) = ((r >> 16) % 8, r >> 40);
+        ops.push(match r % 12 {
+            0 | 1 => Op::Store(k, v),
+            2 | 3 if depth > 0 => {
+                let fuel = [0, 50_000, 400_000][(r >> 20) as usize % 3];
+                Op::Call(to, fuel, random_script(rng, depth - 1, budget))
+            }
+            4 if depth > 0 => Op::Query(to, 0, random_script(rng, depth - 1, budget)),
+            5 => Op::Emit(k, v),
+            6 => Op::Return(v),
+            7 if r % 97 == 0 => Op::Fail,
+            8 => Op::ReturnData(k, (k + 1) % 8),
+            9 if r % 53 == 0 => Op::Spin,
+            10 => Op::Caller(k),
+            _ => Op::Block(k, (k + 3) % 8),
+        });
+    }
+    ops
+}
+
+/// Random blocks of nested calls, queries, failures, spins and events: the same receipts and
+/// head in order on one thread, speculatively on 2 and 4, and after a restart mid-way.
+#[test]
+fn random_call_trees_give_one_history_on_every_path() {
+    let run = |pipeline: Pipeline, threads: usize, restart_after: Option<u64>| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let mut chain = chain();
+            chain.set_pipeline(pipeline);
+            let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+            let mut history = Vec::new();
+            for round in 0..4u64 {
+                if restart_after == Some(round) {
+                    let store = chain.into_store();
+                    chain = tally_chain::Chain::open(
+                        runtime(),
+                        store,
+                        tally_chain::ChainConfig {
+                            check_signatures: false,
+                            ..Default::default()
+                        },
+                    )
+                    .unwrap();
+                    chain.set_pipeline(pipeline);
+                }
+                let txs: Vec<_> = (0..40)
+                    .map(|i| {
+                        let mut budget = 24;
+                        let script = random_script(&mut rng, 3, &mut budget);
+                        tx(&chain, CONTRACTS[i % CONTRACTS.len()], &[], &script)
+                    })
+                    .collect();
+                let block = chain.run_block(txs).unwrap();
+                history.push((chain.head_id(), block.results));
+            }
+            history
+        })
+    };
+    let reference = run(Pipeline::NONE, 1, None);
+    let events: usize = reference
+        .iter()
+        .flat_map(|(_, results)| results.iter().filter_map(TxResult::receipt))
+        .map(|r| r.events.len())
+        .sum();
+    assert!(events > 0, "the scripts emitted nothing: a weak test");
+    for (threads, restart) in [(2, None), (4, None), (2, Some(2))] {
+        let got = run(Pipeline::ALL, threads, restart);
+        assert_eq!(got, reference, "{threads} threads, restart {restart:?}");
+    }
+}
