@@ -757,7 +757,7 @@ fn random_script(rng: &mut u64, depth: u32, budget: &mut u32) -> Vec<Op> {
         *rng
     }
     let mut ops = Vec::new();
-    while *budget > 0 && next(rng) % 5 != 0 {
+    while *budget > 0 && !next(rng).is_multiple_of(5) {
         *budget -= 1;
         let r = next(rng);
         let to = CONTRACTS[(r >> 8) as usize % CONTRACTS.len()];
@@ -771,9 +771,9 @@ fn random_script(rng: &mut u64, depth: u32, budget: &mut u32) -> Vec<Op> {
             4 if depth > 0 => Op::Query(to, 0, random_script(rng, depth - 1, budget)),
             5 => Op::Emit(k, v),
             6 => Op::Return(v),
-            7 if r % 97 == 0 => Op::Fail,
+            7 if r.is_multiple_of(97) => Op::Fail,
             8 => Op::ReturnData(k, (k + 1) % 8),
-            9 if r % 53 == 0 => Op::Spin,
+            9 if r.is_multiple_of(53) => Op::Spin,
             10 => Op::Caller(k),
             _ => Op::Block(k, (k + 3) % 8),
         });
