@@ -512,3 +512,28 @@ macro_rules! contract {
         };
     };
 }
+
+/// Exports `query(receiver, method)`, the contract's read-only entry point
+/// (docs/CONTRACTS.md): `handler(receiver, method)` reads the question with [`message`] and
+/// answers with [`set_return`]. In it, every write, event and non-static call fails.
+///
+/// ```ignore
+/// tally_host_api::query!(answer);
+///
+/// fn answer(_receiver: Name, method: Name) {
+///     guest::check(method == guest::name("balance"), "unknown query");
+///     let owner: Name = guest::message();
+///     guest::set_return(&guest::load::<u64>(&owner).unwrap_or(0).to_le_bytes());
+/// }
+/// ```
+#[macro_export]
+macro_rules! query {
+    ($handler:expr) => {
+        const _: () = {
+            #[unsafe(export_name = "query")]
+            extern "C" fn __tally_query(receiver: u64, method: u64) {
+                $handler($crate::Name(receiver), $crate::Name(method));
+            }
+        };
+    };
+}

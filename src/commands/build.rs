@@ -296,6 +296,12 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
     if contract.info().has_init {
         println!("  onInit: runs once at deploy");
     }
+    if contract.info().has_query {
+        println!("  query(receiver, method): answers read-only queries (tally query)");
+    }
+    if contract.info().has_migrate {
+        println!("  migrate: runs when setcode replaces this account's code");
+    }
     println!("  sha256: {}", hex::encode(contract.code_hash()));
     Ok(())
 }

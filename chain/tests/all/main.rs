@@ -11,3 +11,4 @@ mod hostile;
 mod parallel;
 mod registry;
 mod store;
+mod swap;

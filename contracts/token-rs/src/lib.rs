@@ -5,6 +5,10 @@
 //! - `issue {to, amount, memo}`: the issuer mints up to the maximum supply;
 //! - `transfer {from, to, amount, memo}`: needs `from`'s authority.
 //!
+//! Query `balance` (data: the owner's name, borsh): the owner's balance, 8 bytes little-endian
+//! (`tally query token balance --data-hex <name>`), which another contract asks with
+//! `guest::query`.
+//!
 //! Storage matches simplecoin's: a balance lives under the account's 8-byte name, as a
 //! little-endian u64, so `tally balance` and `tally get` read both contracts alike. The token's
 //! totals live under the key "stats" (`tally get token str:stats`).
@@ -20,6 +24,7 @@ use borsh::{BorshDeserialize, BorshSerialize};
 use tally_host_api::guest::{self, Context, Name, check, load, require_auth, store};
 
 tally_host_api::contract!(execute);
+tally_host_api::query!(answer);
 
 const STATS: &str = "stats";
 
@@ -36,6 +41,13 @@ fn execute(_: &Context, action: Action) {
         Action::Issue(i) => issue(i),
         Action::Transfer(t) => transfer(t),
     }
+}
+
+/// Answers query `balance`: the balance of the name in the message.
+fn answer(_receiver: Name, method: Name) {
+    check(method == guest::name("balance"), "token-rs answers only `balance`");
+    let owner: Name = guest::message();
+    guest::set_return(&load::<u64>(&owner).unwrap_or(0).to_le_bytes());
 }
 
 fn create(c: Create) {
