@@ -6,6 +6,7 @@
 //!   block path (`prepare_block` → `Chain::execute_block` → `Chain::commit`);
 //! - [`sampler`]: SplitMix64 and the Zipf-Mandelbrot account sampler of the Vryx test;
 //! - [`baseline`]: the same transfer in plain Rust, and the same `.wasm` under wasmi;
+//! - [`swap`]: trades on contracts/swap, a pool of two tokens: calls between contracts;
 //! - [`hostile`]: the worst blocks a hostile sender can build, one per resource it attacks;
 //! - [`proc`]: what the process uses (resident memory), read from `/proc`;
 //! - [`report`]: the report of a `tally bench` run, as JSON and as a table;
@@ -17,4 +18,5 @@ pub mod proc;
 pub mod report;
 pub mod sampler;
 pub mod storebench;
+pub mod swap;
 pub mod workload;

@@ -318,3 +318,39 @@ fn issue_14_the_streamed_genesis_is_the_genesis_written_key_by_key() {
         assert!(bal(&chain, account_name(accounts - 1)).is_some(), "{what}");
     }
 }
+
+/// The swap workload's trades all succeed (a benchmark of failures would measure nothing),
+/// keep the pool's product, and give one head in order and speculatively.
+#[test]
+fn issue_22_every_swap_of_the_workload_succeeds_alike_on_every_path() {
+    use tally_bench::swap;
+    let run = |pipeline: tally_chain::Pipeline| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let mut chain = swap::chain(50).unwrap();
+            chain.set_pipeline(pipeline);
+            for round in 0..3 {
+                let txs = swap::block(&chain, 50, round * 100, 100);
+                let block = chain.run_block(txs).unwrap();
+                for r in &block.results {
+                    let receipt = r.receipt().expect("included");
+                    assert!(receipt.is_success(), "{}", receipt.report());
+                    assert_eq!(receipt.events.len(), 1, "one `swapped` event");
+                }
+            }
+            let answer = chain
+                .query(swap::POOL, "reserves".parse().unwrap(), &[])
+                .unwrap();
+            let (a, b): (u64, u64) = borsh::from_slice(&answer.output).unwrap();
+            assert!(u128::from(a) * u128::from(b) >= u128::from(swap::RESERVE).pow(2));
+            chain.head_id()
+        })
+    };
+    assert_eq!(
+        run(tally_chain::Pipeline::NONE),
+        run(tally_chain::Pipeline::ALL)
+    );
+}

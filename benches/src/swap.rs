@@ -1,0 +1,135 @@
+//! The swap workload (issue 22): every transaction is one trade on contracts/swap, a
+//! constant-product pool of two token-rs tokens. The trader's `transfer` of what it sells to
+//! the pool, then `swap`, in which the pool asks both tokens for its balance (two queries)
+//! and pays out with a call to the other token's `transfer`: four contract entries and three
+//! calls between contracts per transaction. Traders alternate direction so the reserves stay
+//! balanced over a run.
+
+use std::sync::Arc;
+
+use borsh::BorshSerialize;
+use tally_chain::{
+    Action, Chain, ChainConfig, ChainError, MemoryStore, Pipeline, SignedTransaction, Transaction,
+};
+use tally_host_api::Name;
+use tally_runtime::{Runtime, RuntimeConfig};
+
+use crate::workload::account_name;
+
+/// contracts/token-rs.wasm: both tokens of the pool.
+pub const TOKEN_WASM: &[u8] = include_bytes!("../../contracts/token-rs.wasm");
+/// contracts/swap.wasm: the pool.
+pub const SWAP_WASM: &[u8] = include_bytes!("../../contracts/swap.wasm");
+
+const fn name(s: &str) -> Name {
+    match Name::from_str_const(s) {
+        Ok(n) => n,
+        Err(_) => panic!("valid name"),
+    }
+}
+
+/// The pool's account.
+pub const POOL: Name = name("swap");
+/// Its two tokens' accounts.
+pub const TOKENS: [Name; 2] = [name("tokena"), name("tokenb")];
+
+/// What each trader holds of each token at genesis.
+pub const TRADER_BALANCE: u64 = 1_000_000_000;
+/// The pool's reserve of each token at genesis: deep enough that a trade hardly moves the
+/// price.
+pub const RESERVE: u64 = 1_000_000_000_000;
+/// What each trade sells.
+pub const TRADE: u64 = 1_000;
+
+/// swap's state under its key "pool" (contracts/swap/src/lib.rs).
+#[derive(BorshSerialize)]
+struct Pool {
+    token_a: Name,
+    token_b: Name,
+    reserve_a: u64,
+    reserve_b: u64,
+    shares: u64,
+}
+
+/// token-rs's `transfer` data.
+#[derive(BorshSerialize)]
+struct Transfer {
+    from: Name,
+    to: Name,
+    amount: u64,
+    memo: String,
+}
+
+/// A chain (memory store, unsigned: execution is what is measured) with the two tokens and
+/// the pool deployed, `traders` accounts holding [`TRADER_BALANCE`] of each token, and the
+/// pool holding [`RESERVE`] of each, run in order on one thread.
+pub fn chain(traders: u64) -> Result<Chain, ChainError> {
+    let runtime = Arc::new(Runtime::new(RuntimeConfig::default())?);
+    let config = ChainConfig {
+        check_signatures: false,
+        ..ChainConfig::default()
+    };
+    let mut genesis = Chain::genesis(runtime, Box::new(MemoryStore::new(16)), config)?;
+    for token in TOKENS {
+        genesis.deploy(token, TOKEN_WASM)?;
+        genesis.allocate(token, &POOL.0.to_le_bytes(), &RESERVE.to_le_bytes());
+        for i in 0..traders {
+            let trader = account_name(i).0.to_le_bytes();
+            genesis.allocate(token, &trader, &TRADER_BALANCE.to_le_bytes());
+        }
+    }
+    genesis.deploy(POOL, SWAP_WASM)?;
+    let pool = Pool {
+        token_a: TOKENS[0],
+        token_b: TOKENS[1],
+        reserve_a: RESERVE,
+        reserve_b: RESERVE,
+        shares: RESERVE,
+    };
+    let pool = borsh::to_vec(&pool).expect("encoding into a Vec cannot fail");
+    genesis.allocate(POOL, b"pool", &pool);
+    let mut chain = genesis.finish()?;
+    chain.set_pipeline(Pipeline {
+        parallel_execute: false,
+        ..Pipeline::ALL
+    });
+    Ok(chain)
+}
+
+/// `n` trades for the next block, trader `first + k` selling token `(first + k) % 2`.
+pub fn block(chain: &Chain, traders: u64, first: u64, n: u64) -> Vec<SignedTransaction> {
+    let (ref_block_num, ref_block_prefix) = chain.tapos();
+    (first..first + n)
+        .map(|k| {
+            let trader = account_name(k % traders);
+            let sell = TOKENS[(k % 2) as usize];
+            let transfer = Transfer {
+                from: trader,
+                to: POOL,
+                amount: TRADE,
+                // Unique, so that a trader's repeated trades are distinct transactions.
+                memo: k.to_string(),
+            };
+            let actions = vec![
+                Action {
+                    account: sell,
+                    name: name("transfer"),
+                    authorization: vec![trader],
+                    data: borsh::to_vec(&transfer).expect("encoding into a Vec cannot fail"),
+                },
+                Action {
+                    account: POOL,
+                    name: name("swap"),
+                    authorization: vec![trader],
+                    data: borsh::to_vec(&(trader, 1u64)).expect("encoding into a Vec cannot fail"),
+                },
+            ];
+            SignedTransaction::unsigned(Transaction {
+                expiration_ms: chain.next_block_time_ms() + 30_000,
+                ref_block_num,
+                ref_block_prefix,
+                actions,
+            })
+        })
+        .collect()
+}
