@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use borsh::BorshSerialize;
 use tally_chain::{
-    Action, Chain, ChainConfig, ChainError, MemoryStore, Pipeline, SignedTransaction, Transaction,
+    Action, Chain, ChainConfig, ChainError, GenesisBuilder, MemoryStore, Pipeline,
+    SignedTransaction, Transaction,
 };
 use tally_host_api::Name;
 use tally_runtime::{Runtime, RuntimeConfig};
@@ -60,23 +61,12 @@ struct Transfer {
     memo: String,
 }
 
-/// A chain (memory store, unsigned: execution is what is measured) with the two tokens and
-/// the pool deployed, `traders` accounts holding [`TRADER_BALANCE`] of each token, and the
-/// pool holding [`RESERVE`] of each, run in order on one thread.
-pub fn chain(traders: u64) -> Result<Chain, ChainError> {
-    let runtime = Arc::new(Runtime::new(RuntimeConfig::default())?);
-    let config = ChainConfig {
-        check_signatures: false,
-        ..ChainConfig::default()
-    };
-    let mut genesis = Chain::genesis(runtime, Box::new(MemoryStore::new(16)), config)?;
+/// Deploys the two tokens and the pool, with the pool holding [`RESERVE`] of each token.
+/// Traders' balances are the caller's to write (under each of [`TOKENS`]).
+pub fn deploy(genesis: &mut GenesisBuilder) -> Result<(), ChainError> {
     for token in TOKENS {
         genesis.deploy(token, TOKEN_WASM)?;
         genesis.allocate(token, &POOL.0.to_le_bytes(), &RESERVE.to_le_bytes());
-        for i in 0..traders {
-            let trader = account_name(i).0.to_le_bytes();
-            genesis.allocate(token, &trader, &TRADER_BALANCE.to_le_bytes());
-        }
     }
     genesis.deploy(POOL, SWAP_WASM)?;
     let pool = Pool {
@@ -88,6 +78,51 @@ pub fn chain(traders: u64) -> Result<Chain, ChainError> {
     };
     let pool = borsh::to_vec(&pool).expect("encoding into a Vec cannot fail");
     genesis.allocate(POOL, b"pool", &pool);
+    Ok(())
+}
+
+/// Trade number `k` by `trader`: [`TRADE`] of token `k % 2` to the pool, then `swap`.
+pub fn actions(trader: Name, k: u64) -> Vec<Action> {
+    let transfer = Transfer {
+        from: trader,
+        to: POOL,
+        amount: TRADE,
+        // Unique, so that a trader's repeated trades are distinct transactions.
+        memo: k.to_string(),
+    };
+    vec![
+        Action {
+            account: TOKENS[(k % 2) as usize],
+            name: name("transfer"),
+            authorization: vec![trader],
+            data: borsh::to_vec(&transfer).expect("encoding into a Vec cannot fail"),
+        },
+        Action {
+            account: POOL,
+            name: name("swap"),
+            authorization: vec![trader],
+            data: borsh::to_vec(&(trader, 1u64)).expect("encoding into a Vec cannot fail"),
+        },
+    ]
+}
+
+/// A chain (memory store, unsigned: execution is what is measured) with the two tokens and
+/// the pool deployed and `traders` accounts holding [`TRADER_BALANCE`] of each token, run in
+/// order on one thread: the criterion bench's.
+pub fn chain(traders: u64) -> Result<Chain, ChainError> {
+    let runtime = Arc::new(Runtime::new(RuntimeConfig::default())?);
+    let config = ChainConfig {
+        check_signatures: false,
+        ..ChainConfig::default()
+    };
+    let mut genesis = Chain::genesis(runtime, Box::new(MemoryStore::new(16)), config)?;
+    deploy(&mut genesis)?;
+    for token in TOKENS {
+        for i in 0..traders {
+            let trader = account_name(i).0.to_le_bytes();
+            genesis.allocate(token, &trader, &TRADER_BALANCE.to_le_bytes());
+        }
+    }
     let mut chain = genesis.finish()?;
     chain.set_pipeline(Pipeline {
         parallel_execute: false,
@@ -96,39 +131,16 @@ pub fn chain(traders: u64) -> Result<Chain, ChainError> {
     Ok(chain)
 }
 
-/// `n` trades for the next block, trader `first + k` selling token `(first + k) % 2`.
+/// `n` trades for the next block, by traders `first + k` (modulo `traders`).
 pub fn block(chain: &Chain, traders: u64, first: u64, n: u64) -> Vec<SignedTransaction> {
     let (ref_block_num, ref_block_prefix) = chain.tapos();
     (first..first + n)
         .map(|k| {
-            let trader = account_name(k % traders);
-            let sell = TOKENS[(k % 2) as usize];
-            let transfer = Transfer {
-                from: trader,
-                to: POOL,
-                amount: TRADE,
-                // Unique, so that a trader's repeated trades are distinct transactions.
-                memo: k.to_string(),
-            };
-            let actions = vec![
-                Action {
-                    account: sell,
-                    name: name("transfer"),
-                    authorization: vec![trader],
-                    data: borsh::to_vec(&transfer).expect("encoding into a Vec cannot fail"),
-                },
-                Action {
-                    account: POOL,
-                    name: name("swap"),
-                    authorization: vec![trader],
-                    data: borsh::to_vec(&(trader, 1u64)).expect("encoding into a Vec cannot fail"),
-                },
-            ];
             SignedTransaction::unsigned(Transaction {
                 expiration_ms: chain.next_block_time_ms() + 30_000,
                 ref_block_num,
                 ref_block_prefix,
-                actions,
+                actions: actions(account_name(k % traders), k),
             })
         })
         .collect()

@@ -39,15 +39,20 @@ pub const SIMPLECOIN_SUPPLY: u64 = 1_000_000;
 /// contracts/token-rs.wasm, the Rust token (same transfer data, same balance layout).
 pub const TOKEN_RS_WASM: &[u8] = include_bytes!("../../contracts/token-rs.wasm");
 
-/// Which contract a benchmark pushes its transfers through. Either is deployed at account
-/// [`SIMPLECOIN`]; both take the same [`Transfer`] data and keep balances alike.
+/// What each transaction of a benchmark does. The transfers go through a token deployed at
+/// account [`SIMPLECOIN`] (both tokens take the same [`Transfer`] data and keep balances
+/// alike); a swap is a trade on contracts/swap ([`crate::swap`]), the account's balances held
+/// in both of its tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum BenchContract {
-    /// The 2017 C contract.
+    /// A transfer through the 2017 C contract.
     #[default]
     Simplecoin,
-    /// The Rust token of contracts/token-rs.
+    /// A transfer through the Rust token of contracts/token-rs.
     TokenRs,
+    /// A trade on the constant-product pool of contracts/swap: a token transfer to the pool,
+    /// then a swap that queries both tokens and calls one.
+    Swap,
 }
 
 impl BenchContract {
@@ -56,6 +61,7 @@ impl BenchContract {
         match self {
             Self::Simplecoin => SIMPLECOIN_WASM,
             Self::TokenRs => TOKEN_RS_WASM,
+            Self::Swap => crate::swap::SWAP_WASM,
         }
     }
 
@@ -64,6 +70,37 @@ impl BenchContract {
         match self {
             Self::Simplecoin => "simplecoin",
             Self::TokenRs => "token-rs",
+            Self::Swap => "swap",
+        }
+    }
+
+    /// The contracts that hold the accounts' balances.
+    fn balance_contracts(self) -> &'static [Name] {
+        match self {
+            Self::Simplecoin | Self::TokenRs => &[SIMPLECOIN],
+            Self::Swap => &crate::swap::TOKENS,
+        }
+    }
+
+    /// The actions of transaction number `k`, a transfer of one coin from `from` to `to`, or
+    /// a trade by `from`.
+    fn actions(self, k: u64, from: Name, to: Name) -> Vec<Action> {
+        match self {
+            Self::Simplecoin | Self::TokenRs => {
+                let transfer = Transfer {
+                    from,
+                    to,
+                    amount: 1,
+                    memo: k.to_string(),
+                };
+                vec![Action {
+                    account: SIMPLECOIN,
+                    name: TRANSFER,
+                    authorization: vec![from],
+                    data: transfer.encode(),
+                }]
+            }
+            Self::Swap => crate::swap::actions(from, k),
         }
     }
 }
@@ -149,6 +186,7 @@ pub struct TransferGen {
     accounts: u64,
     next: u64,
     keys: Vec<SigningKey>,
+    contract: BenchContract,
 }
 
 impl TransferGen {
@@ -168,6 +206,7 @@ impl TransferGen {
             accounts: config.accounts,
             next: 0,
             keys,
+            contract: config.contract,
         }
     }
 
@@ -216,25 +255,15 @@ impl TransferGen {
             chain.block_time_ms(height) + chain.config().max_tx_lifetime_ms.min(60_000);
         let unsigned: Vec<(u64, Transaction)> = (0..n)
             .map(|_| {
-                let memo = self.next.to_string();
+                let k = self.next;
                 let (from, to) = self.draw();
-                let (from_name, to_name) = (account_name(from), account_name(to));
-                let transfer = Transfer {
-                    from: from_name,
-                    to: to_name,
-                    amount: 1,
-                    memo,
-                };
                 let tx = Transaction {
                     expiration_ms,
                     ref_block_num,
                     ref_block_prefix,
-                    actions: vec![Action {
-                        account: SIMPLECOIN,
-                        name: TRANSFER,
-                        authorization: vec![from_name],
-                        data: transfer.encode(),
-                    }],
+                    actions: self
+                        .contract
+                        .actions(k, account_name(from), account_name(to)),
                 };
                 (from, tx)
             })
@@ -324,7 +353,12 @@ pub fn create(
 ) -> Result<(Chain, Duration), ChainError> {
     let mut genesis = Chain::genesis(runtime, store, chain_config)?;
     let start = Instant::now();
-    genesis.deploy(SIMPLECOIN, config.contract.wasm())?;
+    match config.contract {
+        BenchContract::Swap => crate::swap::deploy(&mut genesis)?,
+        token => {
+            genesis.deploy(SIMPLECOIN, token.wasm())?;
+        }
+    }
     let deploy = start.elapsed();
     let accounts = BenchAccounts::new(config);
     Ok((genesis.finish_with(&accounts)?, deploy))
@@ -342,6 +376,8 @@ struct BenchAccounts {
     by_balance_key: Vec<u64>,
     /// The public keys of the pool accounts share ([`KEY_POOL`]).
     public_keys: Vec<[u8; 32]>,
+    /// The contracts each account holds [`INITIAL_BALANCE`] in, in key order.
+    contracts: Vec<Name>,
 }
 
 impl BenchAccounts {
@@ -371,17 +407,20 @@ impl BenchAccounts {
         } else {
             (Vec::new(), Vec::new())
         };
+        let mut contracts = config.contract.balance_contracts().to_vec();
+        contracts.sort_by_key(|&c| keys::contract(c, &[]));
         Self {
             by_name,
             by_balance_key,
             public_keys,
+            contracts,
         }
     }
 }
 
 impl ChangeSource for BenchAccounts {
     fn len(&self) -> u64 {
-        (self.by_name.len() + self.by_balance_key.len()) as u64
+        (self.by_name.len() + self.contracts.len() * self.by_balance_key.len()) as u64
     }
 
     fn for_each(&self, f: &mut ChangeFn<'_>) -> std::io::Result<()> {
@@ -395,10 +434,12 @@ impl ChangeSource for BenchAccounts {
             f(&key, Some(public))?;
         }
         let balance = INITIAL_BALANCE.to_le_bytes();
-        for &swapped in &self.by_balance_key {
-            let name = Name(swapped.swap_bytes());
-            keys::contract_into(&mut key, SIMPLECOIN, &name.0.to_le_bytes());
-            f(&key, Some(&balance))?;
+        for &contract in &self.contracts {
+            for &swapped in &self.by_balance_key {
+                let name = Name(swapped.swap_bytes());
+                keys::contract_into(&mut key, contract, &name.0.to_le_bytes());
+                f(&key, Some(&balance))?;
+            }
         }
         Ok(())
     }

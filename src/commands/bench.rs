@@ -38,6 +38,8 @@ use crate::common::store::{StoreKind, open_store};
                                                 # and an ERC-20 in revm (feature `evm`)
   tally bench --sequential                      # every pipeline stage off, for comparison
   tally bench --plot run.svg                    # transfers/s and memory per block
+  tally bench --contract swap --store memory --unsigned --threads 1
+                                                # trades on a token pool, executed on one core
 
 Transfers are generated and signed by the client before each block's timer starts; the
 chain verifies every signature inside the timed section.")]
@@ -92,7 +94,8 @@ pub struct BenchArgs {
     /// Every pipeline stage off (the five --no-* switches at once).
     #[arg(long)]
     pub sequential: bool,
-    /// The contract the transfers go through: the 2017 C simplecoin or the Rust token-rs.
+    /// What each transaction does: a transfer through the 2017 C simplecoin or the Rust
+    /// token-rs, or a trade on contracts/swap (calls between contracts).
     #[arg(long, value_enum, default_value_t = ContractArg::Simplecoin)]
     pub contract: ContractArg,
     /// Also run the same workload with baseline engines and report Tally's ratio to each:
@@ -114,6 +117,9 @@ pub enum ContractArg {
     Simplecoin,
     /// contracts/token-rs, the Rust token.
     TokenRs,
+    /// A trade on contracts/swap, a constant-product pool of two token-rs tokens: a token
+    /// transfer to the pool, then a swap that queries both tokens and calls one.
+    Swap,
 }
 
 impl From<ContractArg> for workload::BenchContract {
@@ -121,6 +127,7 @@ impl From<ContractArg> for workload::BenchContract {
         match c {
             ContractArg::Simplecoin => Self::Simplecoin,
             ContractArg::TokenRs => Self::TokenRs,
+            ContractArg::Swap => Self::Swap,
         }
     }
 }
@@ -570,6 +577,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         chain_config.retain_blocks,
         Access::ReadWrite,
     )?;
+    anyhow::ensure!(
+        args.baseline.is_empty() || config.contract != workload::BenchContract::Swap,
+        "--baseline engines run transfers only: drop --baseline or --contract swap"
+    );
     let start = Instant::now();
     let mut chain = if store.head().is_some() {
         Chain::open(warm.runtime.clone(), store, chain_config.clone())?
