@@ -33,19 +33,31 @@ pub struct Hostile {
     /// Pages of memory it declares.
     pub pages: u32,
     /// The body of `apply(receiver, code, action)`; `$i` and `$x` are i32/i64 locals.
-    /// `$CALLS` stands for one call to each of [`CALLEES`] callees, in turn.
+    /// `$NAMES` is the address of a table of the [`CALLEES`] callees' names (8 bytes each).
     pub body: &'static str,
 }
 
-/// Callees the call-rotating hostile contracts call: one more than a transaction may enter
-/// with its caller, so the last calls are refused.
-pub const CALLEES: usize = tally_host_api::limits::MAX_CONTRACTS_PER_TX as usize + 1;
+/// Callees of the call-rotating hostile contract: twice the 32 instances the runtime keeps
+/// warm, so that each transaction's window of them ([`WINDOW`], from an offset its data picks)
+/// finds them cold, left so by the transactions before it.
+pub const CALLEES: usize = 64;
 
-/// Data each callee's instantiation copies: 256 KiB at an extended-constant offset, which
+/// Callees each call-rotating transaction cycles through: one more than a transaction may
+/// enter with its caller, so the last one's calls are refused.
+pub const WINDOW: usize = tally_host_api::limits::MAX_CONTRACTS_PER_TX as usize + 1;
+
+/// Data each callee's instantiation copies: 128 KiB at an extended-constant offset, which
 /// keeps wasmtime from mapping a copy-on-write image, so every fresh instance copies it.
-const CALLEE_DATA_BYTES: usize = 256 * 1024;
+const CALLEE_DATA_BYTES: usize = 128 * 1024;
 
-/// Callee `i` of the call-rotating contracts: an empty action, behind its own data.
+/// The account of callee `i`.
+fn callee_name(i: usize) -> Name {
+    const DIGITS: &[u8; 31] = b"12345abcdefghijklmnopqrstuvwxyz";
+    let name = format!("callee{}{}", DIGITS[i / 31] as char, DIGITS[i % 31] as char);
+    name.parse().expect("a valid name")
+}
+
+/// Callee `i` of the call-rotating contract: an empty action, behind its own data.
 pub fn callee(i: usize) -> (Name, Vec<u8>) {
     let data: String = (0..CALLEE_DATA_BYTES)
         .map(|j| format!("\\{:02x}", (i + j) as u8))
@@ -56,8 +68,7 @@ pub fn callee(i: usize) -> (Name, Vec<u8>) {
              (func (export "apply") (param i64 i64 i64)))"#
     ))
     .expect("valid callee");
-    let name = format!("callee{}", (b'a' + i as u8) as char);
-    (name.parse().expect("a valid name"), wasm)
+    (callee_name(i), wasm)
 }
 
 /// The hostile contracts, each aimed at a different resource.
@@ -125,10 +136,20 @@ pub const HOSTILE: &[Hostile] = &[
     },
     Hostile {
         name: "call-rotate",
-        what: "calls 17 contracts in turn, each behind 256 KiB of data that every fresh \
-               instance copies, until the fuel runs out",
+        what: "calls 17 of 64 contracts in turn (a window each transaction moves on, so \
+               their instances are cold), each behind 128 KiB of data that a fresh instance \
+               copies, until the fuel runs out",
         pages: 1,
-        body: "(loop $l $CALLS (br $l))",
+        body: "(drop (call $read_message (i32.const 0) (i32.const 8)))
+               (local.set $x (i64.mul (i64.load (i32.const 0)) (i64.const 16)))
+               (loop $l
+                 (drop (call $call
+                   (i64.load (i32.add (i32.const $NAMES) (i32.shl (i32.wrap_i64 (i64.rem_u
+                     (i64.add (local.get $x) (i64.extend_i32_u (local.get $i)))
+                     (i64.const 64))) (i32.const 3))))
+                   (i64.const 0) (i32.const 0) (i32.const 0) (i64.const 0)))
+                 (local.set $i (i32.rem_u (i32.add (local.get $i) (i32.const 1)) (i32.const WINDOW)))
+                 (br $l))",
     },
     Hostile {
         name: "call-spin",
@@ -148,21 +169,20 @@ pub const HOSTILE: &[Hostile] = &[
 impl Hostile {
     /// The module.
     pub fn wasm(&self) -> Vec<u8> {
-        let call = |i: usize| {
-            format!(
-                "(drop (call $call (i64.const {}) (i64.const 0) (i32.const 0) (i32.const 0) \
-                 (i64.const 0)))",
-                callee(i).0.0 as i64
-            )
-        };
-        let calls: String = (0..CALLEES).map(call).collect();
+        // The callees' names, little-endian, from byte 64.
+        let names: String = (0..CALLEES)
+            .flat_map(|i| callee_name(i).0.to_le_bytes())
+            .map(|b| format!("\\{b:02x}"))
+            .collect();
         let body = self
             .body
-            .replace("$CALLS", &calls)
+            .replace("$NAMES", "64")
+            .replace("WINDOW", &WINDOW.to_string())
             .replace("CALLEE0", &(SPIN_CALLEE.0 as i64).to_string());
         wat::parse_str(format!(
             r#"(module {IMPORTS}
               (memory (export "memory") {pages})
+              (data (i32.const 64) "{names}")
               (func (export "apply") (param i64 i64 i64) (local $i i32) (local $x i64)
                 {body}))"#,
             pages = self.pages,
