@@ -66,7 +66,7 @@ pub use error::{ChainError, TxError};
 pub use exec::code::NativeContract;
 pub use genesis::{Genesis, GenesisBuilder};
 pub use pipeline::{Check, Pipeline, PreparedTx, prepare_block};
-pub use receipt::{ActionTrace, Event, ExecutedBlock, TxReceipt, TxResult, TxTrace};
+pub use receipt::{ActionTrace, CallTrace, Event, ExecutedBlock, TxReceipt, TxResult, TxTrace};
 pub use store::log::{LogOptions, LogStore};
 pub use store::memory::MemoryStore;
 pub use store::{

@@ -61,6 +61,30 @@ pub struct ActionTrace {
     pub console: Vec<u8>,
     /// Where in its contract it stopped, if it failed inside wasm.
     pub trap: Option<Box<TrapTrace>>,
+    /// The calls and queries it made, and theirs, in the order they began.
+    pub calls: Vec<CallTrace>,
+}
+
+/// One call or query an action made (or a callee of it), for authors: the call tree of a
+/// traced receipt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallTrace {
+    /// 1 for a call the action made, 2 for one its callee made, and so on.
+    pub depth: u32,
+    /// The contract called.
+    pub contract: Name,
+    /// The action or query method.
+    pub entry: Name,
+    /// Whether it was a query.
+    pub query: bool,
+    /// Fuel it used, its callees' included.
+    pub fuel_used: u64,
+    /// Why it failed, if it did (its writes and events were rolled back).
+    pub failure: Option<Abort>,
+    /// Events that stood of those emitted while it ran, its callees' included.
+    pub events: usize,
+    /// What it printed.
+    pub console: Vec<u8>,
 }
 
 impl TxReceipt {
@@ -125,6 +149,28 @@ impl TxReceipt {
             if !action.console.is_empty() {
                 let text = String::from_utf8_lossy(&action.console);
                 let _ = writeln!(out, "    console:\n{}", indent(&indent(&text)));
+            }
+            for call in &action.calls {
+                let pad = "  ".repeat(call.depth as usize + 1);
+                let kind = if call.query { "query" } else { "call" };
+                let _ = write!(
+                    out,
+                    "  {pad}{kind} {}::{} ({} fuel",
+                    call.contract, call.entry, call.fuel_used
+                );
+                if call.events > 0 {
+                    let _ = write!(out, ", {} events", call.events);
+                }
+                match &call.failure {
+                    None => out.push_str(")\n"),
+                    Some(abort) => {
+                        let _ = writeln!(out, ") failed: {abort}");
+                    }
+                }
+                if !call.console.is_empty() {
+                    let text = String::from_utf8_lossy(&call.console);
+                    let _ = writeln!(out, "  {pad}  console: {}", text.trim_end());
+                }
             }
         }
         out

@@ -124,10 +124,27 @@ fn trace_json(trace: &tally_chain::TxTrace) -> serde_json::Value {
                     .collect();
                 json!({ "frames": frames })
             });
+            let calls: Vec<_> = action
+                .calls
+                .iter()
+                .map(|c| {
+                    json!({
+                        "depth": c.depth,
+                        "contract": c.contract.to_string(),
+                        "entry": c.entry.to_string(),
+                        "query": c.query,
+                        "fuel_used": c.fuel_used,
+                        "failure": c.failure.as_ref().map(ToString::to_string),
+                        "events": c.events,
+                        "console": String::from_utf8_lossy(&c.console),
+                    })
+                })
+                .collect();
             json!({
                 "fuel_used": action.fuel_used,
                 "console": String::from_utf8_lossy(&action.console),
                 "trap": trap,
+                "calls": calls,
             })
         })
         .collect();

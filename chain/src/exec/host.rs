@@ -13,7 +13,7 @@ use tally_runtime::{Entry, Outcome};
 
 use super::Exec;
 use super::system::SYSTEM;
-use crate::receipt::Event;
+use crate::receipt::{CallTrace, Event};
 use crate::state::keys;
 
 /// Who authorizes a running contract.
@@ -92,6 +92,11 @@ impl CallStack {
     pub(crate) fn pop(&mut self) {
         self.len -= 1;
     }
+
+    /// Contracts on the stack.
+    pub(crate) fn depth(&self) -> usize {
+        self.len
+    }
 }
 
 /// One running contract's view of the chain.
@@ -101,6 +106,25 @@ pub(crate) struct ActionHost<'a, 'e> {
 }
 
 impl ActionHost<'_, '_> {
+    /// When the runtime traces, opens `call`'s entry in the call tree (filled in when it
+    /// returns): the events so far and its place in the tree.
+    fn trace_call(&mut self, call: &Call<'_>) -> (usize, Option<usize>) {
+        let Some(calls) = &mut self.exec.calls else {
+            return (0, None);
+        };
+        calls.push(CallTrace {
+            depth: self.exec.stack.depth() as u32,
+            contract: call.account,
+            entry: call.entry,
+            query: call.kind == CallKind::Query,
+            fuel_used: 0,
+            failure: None,
+            events: 0,
+            console: Vec::new(),
+        });
+        (self.exec.journal.event_count(), Some(calls.len() - 1))
+    }
+
     /// Fails the running contract if it is read-only.
     fn writable(&self, what: &str) -> Result<(), HostError> {
         match self.frame.read_only {
@@ -210,18 +234,26 @@ impl Host for ActionHost<'_, '_> {
         // A call is a journal checkpoint: a callee that fails leaves nothing behind, its own
         // callees' changes and events included, and its caller goes on.
         let mark = self.exec.journal.mark();
+        let (events_before, traced) = self.trace_call(&call);
         self.exec.stack.push(call.account);
         let receipt = self
             .exec
             .run_frame(&executor, frame, entry, call.fuel, call.stack_height);
         self.exec.stack.pop();
-        let receipt = receipt.map_err(NodeFault::new)?;
+        let mut receipt = receipt.map_err(NodeFault::new)?;
+        if receipt.outcome != Outcome::Success {
+            self.exec.journal.revert_to(mark);
+        }
+        if let (Some(at), Some(calls)) = (traced, &mut self.exec.calls) {
+            let frame = &mut calls[at];
+            frame.fuel_used = receipt.fuel_used;
+            frame.failure = receipt.failure().cloned();
+            frame.events = self.exec.journal.event_count() - events_before;
+            frame.console = std::mem::take(&mut receipt.console);
+        }
         let status = match receipt.outcome {
             Outcome::Success => Ok(()),
-            Outcome::Failure(abort) => {
-                self.exec.journal.revert_to(mark);
-                Err(abort)
-            }
+            Outcome::Failure(abort) => Err(abort),
         };
         Ok(CallResult {
             status,

@@ -225,6 +225,11 @@ impl Journal {
         Ok(())
     }
 
+    /// How many events the running transaction has emitted so far (rolled-back ones not).
+    pub(crate) fn event_count(&self) -> usize {
+        self.events.len()
+    }
+
     /// The running transaction's events so far, in order.
     pub(crate) fn take_events(&mut self) -> Vec<Event> {
         std::mem::take(&mut self.events)

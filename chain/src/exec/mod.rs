@@ -15,7 +15,7 @@ use tally_host_api::{Abort, AbortCode, BlockInfo, HostError, Name};
 use tally_runtime::{Budget, CodeHash, Contract, Entry, Outcome, Receipt, Runtime};
 
 use crate::error::ChainError;
-use crate::receipt::{ActionTrace, Event};
+use crate::receipt::{ActionTrace, CallTrace, Event};
 use crate::state::keys;
 use crate::store::StateStore;
 use crate::tx::Action;
@@ -57,6 +57,8 @@ pub(crate) struct Exec<'a> {
     pub(crate) stack: CallStack,
     /// The contracts the running transaction has entered.
     entered: Entered,
+    /// The running action's call tree, when the runtime traces.
+    pub(crate) calls: Option<Vec<CallTrace>>,
 }
 
 /// The code of each contract a transaction entered, in order: at most
@@ -113,6 +115,7 @@ impl<'a> Exec<'a> {
             block,
             stack: CallStack::default(),
             entered: Entered::default(),
+            calls: None,
         }
     }
 }
@@ -150,7 +153,8 @@ impl TxRun {
     }
 
     /// Adds action `index`'s receipt; `false` if it failed (the transaction stops there).
-    fn push(&mut self, index: usize, receipt: Receipt) -> bool {
+    /// `calls` are the calls it made, when the runtime traces.
+    fn push(&mut self, index: usize, receipt: Receipt, calls: Vec<CallTrace>) -> bool {
         self.fuel_used += receipt.fuel_used;
         self.last_action_fuel = receipt.fuel_used;
         self.console.extend_from_slice(&receipt.console);
@@ -159,6 +163,7 @@ impl TxRun {
                 fuel_used: receipt.fuel_used,
                 console: receipt.console,
                 trap: receipt.trace,
+                calls,
             });
         }
         match receipt.outcome {
@@ -181,6 +186,7 @@ impl Exec<'_> {
         self.journal.checkpoint();
         self.entered = Entered::default();
         let mut run = TxRun::new(self.runtime.traces());
+        self.calls = self.runtime.traces().then(Vec::new);
         for (index, action) in actions.iter().enumerate() {
             let receipt = match self.run_action(action, fuel - run.fuel_used) {
                 Ok(receipt) => receipt,
@@ -189,7 +195,8 @@ impl Exec<'_> {
                     return Err(e);
                 }
             };
-            if !run.push(index, receipt) {
+            let calls = self.calls.as_mut().map(std::mem::take).unwrap_or_default();
+            if !run.push(index, receipt, calls) {
                 break;
             }
         }

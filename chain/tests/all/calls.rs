@@ -834,3 +834,73 @@ fn random_call_trees_give_one_history_on_every_path() {
         assert_eq!(got, reference, "{threads} threads, restart {restart:?}");
     }
 }
+
+#[test]
+fn a_traced_receipt_shows_the_call_tree_with_each_frames_fuel_status_and_events() {
+    let rt = std::sync::Arc::new(
+        tally_runtime::Runtime::new(tally_runtime::RuntimeConfig {
+            trace: true,
+            ..Default::default()
+        })
+        .unwrap(),
+    );
+    let code = script_contract(false);
+    let mut builder = tally_chain::Chain::genesis(
+        rt,
+        Box::new(tally_chain::MemoryStore::new(16)),
+        tally_chain::ChainConfig {
+            check_signatures: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    for c in ["a", "b", "c"] {
+        builder.deploy(name(c), &code).unwrap();
+    }
+    let mut chain = builder.finish().unwrap();
+    let receipt = run(
+        &mut chain,
+        "a",
+        &[
+            Op::Call(
+                "b",
+                0,
+                vec![Op::Emit(1, 1), Op::Query("c", 0, vec![Op::Return(3)])],
+            ),
+            Op::Call("c", 0, vec![Op::Fail]),
+        ],
+    );
+    assert!(receipt.is_success(), "{}", receipt.report());
+    let calls = &receipt.trace.as_ref().unwrap().actions[0].calls;
+    let tree: Vec<_> = calls
+        .iter()
+        .map(|c| {
+            (
+                c.depth,
+                c.contract,
+                c.query,
+                c.failure.as_ref().map(|a| a.code),
+                c.events,
+            )
+        })
+        .collect();
+    assert_eq!(
+        tree,
+        vec![
+            (1, name("b"), false, None, 1),
+            (2, name("c"), true, None, 0),
+            (1, name("c"), false, Some(AbortCode::Trap), 0),
+        ]
+    );
+    assert!(calls.iter().all(|c| c.fuel_used > 0));
+    assert!(
+        calls[0].fuel_used > calls[1].fuel_used,
+        "a frame's fuel includes its callees'"
+    );
+    let report = receipt.report();
+    assert!(
+        report.contains("call b::go") && report.contains("query c::go"),
+        "{report}"
+    );
+    assert!(report.contains("failed: trap"), "{report}");
+}
