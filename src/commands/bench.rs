@@ -38,8 +38,10 @@ use crate::common::store::{StoreKind, open_store};
                                                 # and an ERC-20 in revm (feature `evm`)
   tally bench --sequential                      # every pipeline stage off, for comparison
   tally bench --plot run.svg                    # transfers/s and memory per block
-  tally bench --contract swap --store memory --unsigned --threads 1
+  tally bench --contract swap --block-size 1000 --store memory --unsigned --sequential
                                                 # trades on a token pool, executed on one core
+                                                # (a trade uses ~160,000 fuel: 1,500 fill a
+                                                # block; more are refused as the block is full)
 
 Transfers are generated and signed by the client before each block's timer starts; the
 chain verifies every signature inside the timed section.")]
