@@ -184,7 +184,8 @@ impl Exec<'_> {
     /// and the transaction's writes are then discarded too.
     pub(crate) fn run_tx(&mut self, actions: &[Action], fuel: u64) -> Result<TxRun, ChainError> {
         self.journal.checkpoint();
-        self.entered = Entered::default();
+        // Forgets what an earlier transaction entered, without zeroing the array again.
+        self.entered.len = 0;
         let mut run = TxRun::new(self.runtime.traces());
         self.calls = self.runtime.traces().then(Vec::new);
         for (index, action) in actions.iter().enumerate() {
