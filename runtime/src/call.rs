@@ -37,6 +37,20 @@ pub enum Entry {
     Migrate,
 }
 
+/// What one entry into a contract may spend, and where it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// The most fuel it may use (never more than the configured fuel per action).
+    pub fuel: u64,
+    /// Fuel charged up front, out of `fuel`, before any code runs: what the embedder prices
+    /// the entry at (the chain's charge for a contract a transaction enters after its first).
+    pub entry_fee: u64,
+    /// The deterministic stack height it starts at: 0 for a top-level action, its caller's
+    /// ([`tally_host_api::Call::stack_height`]) for a call, so one `MAX_STACK_BYTES` budget
+    /// bounds the whole call stack, and the native stack it needs with it.
+    pub stack_base: u32,
+}
+
 /// How one call into a contract runs: its entry, its fuel, and where its stack starts.
 #[derive(Clone, Copy)]
 pub(crate) struct Request<'a> {
