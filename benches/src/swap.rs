@@ -13,6 +13,7 @@ use tally_chain::{
     SignedTransaction, Transaction,
 };
 use tally_host_api::Name;
+use tally_host_api::message::ActionData;
 use tally_runtime::{Runtime, RuntimeConfig};
 
 use crate::workload::account_name;
@@ -52,14 +53,13 @@ struct Pool {
     shares: u64,
 }
 
-/// token-rs's `transfer` data.
-#[derive(BorshSerialize)]
-struct Transfer {
-    from: Name,
-    to: Name,
-    amount: u64,
-    memo: String,
-}
+#[allow(dead_code)]
+#[path = "../../contracts/swap/src/abi.rs"]
+mod swap_abi;
+/// token-rs's and the exchange's action types, as `tally abigen` generated them.
+#[allow(dead_code)]
+#[path = "../../contracts/token-rs/src/abi.rs"]
+mod token_abi;
 
 /// Deploys the two tokens and the pool, with the pool holding [`RESERVE`] of each token.
 /// Traders' balances are the caller's to write (under each of [`TOKENS`]).
@@ -83,25 +83,29 @@ pub fn deploy(genesis: &mut GenesisBuilder) -> Result<(), ChainError> {
 
 /// Trade number `k` by `trader`: [`TRADE`] of token `k % 2` to the pool, then `swap`.
 pub fn actions(trader: Name, k: u64) -> Vec<Action> {
-    let transfer = Transfer {
+    let transfer = token_abi::Transfer {
         from: trader,
         to: POOL,
         amount: TRADE,
         // Unique, so that a trader's repeated trades are distinct transactions.
         memo: k.to_string(),
     };
+    let swap = swap_abi::Swap {
+        user: trader,
+        min_out: 1,
+    };
     vec![
         Action {
             account: TOKENS[(k % 2) as usize],
             name: name("transfer"),
             authorization: vec![trader],
-            data: borsh::to_vec(&transfer).expect("encoding into a Vec cannot fail"),
+            data: transfer.encode(),
         },
         Action {
             account: POOL,
             name: name("swap"),
             authorization: vec![trader],
-            data: borsh::to_vec(&(trader, 1u64)).expect("encoding into a Vec cannot fail"),
+            data: swap.encode(),
         },
     ]
 }

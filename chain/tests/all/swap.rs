@@ -5,32 +5,24 @@
 use borsh::BorshSerialize;
 
 use crate::common::*;
-use tally_chain::{Chain, Name, SignedTransaction, TxReceipt, TxResult};
+use tally_chain::{Chain, SignedTransaction, TxReceipt, TxResult};
 use tally_host_api::AbortCode;
 
 const TOKEN_WASM: &[u8] = include_bytes!("../../../contracts/token-rs.wasm");
 const SWAP_WASM: &[u8] = include_bytes!("../../../contracts/swap.wasm");
 
-#[derive(BorshSerialize)]
-struct Create {
-    issuer: Name,
-    max_supply: u64,
-}
+#[allow(dead_code)]
+#[path = "../../../contracts/swap/src/abi.rs"]
+mod swap_abi;
+/// token-rs's and the exchange's action types, as `tally abigen` generated them: the client
+/// side of their ABIs.
+#[allow(dead_code)]
+#[path = "../../../contracts/token-rs/src/abi.rs"]
+mod token_abi;
 
-#[derive(BorshSerialize)]
-struct Issue {
-    to: Name,
-    amount: u64,
-    memo: String,
-}
-
-#[derive(BorshSerialize)]
-struct Transfer {
-    from: Name,
-    to: Name,
-    amount: u64,
-    memo: String,
-}
+use swap_abi::{Deposit, Init, Swap, Withdraw};
+use tally_host_api::message::ActionData;
+use token_abi::{Create, Issue, Transfer};
 
 fn data(value: &impl BorshSerialize) -> Vec<u8> {
     borsh::to_vec(value).unwrap()
@@ -67,7 +59,7 @@ fn transfer(
         Box::leak(token.to_string().into_boxed_str()),
         "transfer",
         Box::leak(from.to_string().into_boxed_str()),
-        data(&t),
+        t.encode(),
     )
 }
 
@@ -93,7 +85,7 @@ fn market() -> Chain {
             issuer: name(token),
             max_supply: 10_000_000,
         };
-        let receipt = push_tx(&mut chain, &[(token, "create", token, data(&create))]);
+        let receipt = push_tx(&mut chain, &[(token, "create", token, create.encode())]);
         assert!(receipt.is_success(), "{}", receipt.report());
         for user in ["alice", "bob"] {
             let issue = Issue {
@@ -101,11 +93,15 @@ fn market() -> Chain {
                 amount: 1_000_000,
                 memo: String::new(),
             };
-            let receipt = push_tx(&mut chain, &[(token, "issue", token, data(&issue))]);
+            let receipt = push_tx(&mut chain, &[(token, "issue", token, issue.encode())]);
             assert!(receipt.is_success(), "{}", receipt.report());
         }
     }
-    let init = data(&(name("tokena"), name("tokenb")));
+    let init = Init {
+        token_a: name("tokena"),
+        token_b: name("tokenb"),
+    }
+    .encode();
     let receipt = push_tx(&mut chain, &[("swap", "init", "swap", init)]);
     assert!(receipt.is_success(), "{}", receipt.report());
     chain
@@ -121,7 +117,15 @@ fn deposit_swap_and_withdraw_through_calls_queries_and_events() {
         &[
             transfer("tokena", "alice", "swap", 100_000),
             transfer("tokenb", "alice", "swap", 400_000),
-            ("swap", "deposit", "alice", data(&name("alice"))),
+            (
+                "swap",
+                "deposit",
+                "alice",
+                Deposit {
+                    user: name("alice"),
+                }
+                .encode(),
+            ),
         ],
     );
     assert!(receipt.is_success(), "{}", receipt.report());
@@ -143,7 +147,16 @@ fn deposit_swap_and_withdraw_through_calls_queries_and_events() {
         &mut chain,
         &[
             transfer("tokena", "bob", "swap", 1_000),
-            ("swap", "swap", "bob", data(&(name("bob"), 1u64))),
+            (
+                "swap",
+                "swap",
+                "bob",
+                Swap {
+                    user: name("bob"),
+                    min_out: 1,
+                }
+                .encode(),
+            ),
         ],
     );
     assert!(receipt.is_success(), "{}", receipt.report());
@@ -166,7 +179,16 @@ fn deposit_swap_and_withdraw_through_calls_queries_and_events() {
         &mut chain,
         &[
             transfer("tokena", "bob", "swap", 1_000),
-            ("swap", "swap", "bob", data(&(name("bob"), 1_000_000u64))),
+            (
+                "swap",
+                "swap",
+                "bob",
+                Swap {
+                    user: name("bob"),
+                    min_out: 1_000_000,
+                }
+                .encode(),
+            ),
         ],
     );
     assert_eq!(
@@ -179,7 +201,16 @@ fn deposit_swap_and_withdraw_through_calls_queries_and_events() {
     // Swapping without paying in is refused.
     let receipt = push_tx(
         &mut chain,
-        &[("swap", "swap", "bob", data(&(name("bob"), 1u64)))],
+        &[(
+            "swap",
+            "swap",
+            "bob",
+            Swap {
+                user: name("bob"),
+                min_out: 1,
+            }
+            .encode(),
+        )],
     );
     assert!(!receipt.is_success());
 
@@ -191,7 +222,16 @@ fn deposit_swap_and_withdraw_through_calls_queries_and_events() {
     let (ra, rb) = reserves(&chain);
     let receipt = push_tx(
         &mut chain,
-        &[("swap", "withdraw", "alice", data(&(name("alice"), shares)))],
+        &[(
+            "swap",
+            "withdraw",
+            "alice",
+            Withdraw {
+                user: name("alice"),
+                shares,
+            }
+            .encode(),
+        )],
     );
     assert!(receipt.is_success(), "{}", receipt.report());
     assert_eq!(token_balance(&chain, "tokena", "alice"), before.0 + ra);
@@ -210,14 +250,24 @@ fn the_pool_cannot_take_what_a_user_did_not_send_it() {
     // authority does not flow into the pool's calls), so the deposit fails.
     let receipt = push_tx(
         &mut chain,
-        &[("swap", "deposit", "bob", data(&name("bob")))],
+        &[(
+            "swap",
+            "deposit",
+            "bob",
+            Deposit { user: name("bob") }.encode(),
+        )],
     );
     assert!(!receipt.is_success());
     assert_eq!(token_balance(&chain, "tokena", "bob"), 1_000_000);
     // And nobody but bob can deposit as bob.
     let receipt = push_tx(
         &mut chain,
-        &[("swap", "deposit", "alice", data(&name("bob")))],
+        &[(
+            "swap",
+            "deposit",
+            "alice",
+            Deposit { user: name("bob") }.encode(),
+        )],
     );
     assert_eq!(receipt.failure().unwrap().code, AbortCode::Unauthorized);
 }

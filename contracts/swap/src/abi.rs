@@ -21,9 +21,7 @@ impl ActionData for Deposit {
     const NAME: Name = name("deposit");
 
     fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        Ok(Self {
-            user: r.read()?,
-        })
+        Ok(Self { user: r.read()? })
     }
 }
 
