@@ -112,6 +112,10 @@ pub struct Source {
     pub path: String,
 }
 
+
+/// rustfmt's default `struct_lit_width`: a struct literal whose fields fit in this many
+/// characters stays on one line.
+const RUSTFMT_STRUCT_LIT_WIDTH: usize = 18;
 fn file_name(path: &Path) -> String {
     path.file_name()
         .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
@@ -739,12 +743,22 @@ fn rust_action(w: &mut String, a: &Action) -> anyhow::Result<()> {
         "    fn read({r_param}: &mut Reader<'_>) -> Result<Self, DecodeError> {{"
     )
     .unwrap();
-    if a.fields.is_empty() {
+    let reads = a
+        .fields
+        .iter()
+        .map(|f| Ok(format!("{}: r.read()?", rust_ident(&f.name)?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let inline = reads.join(", ");
+    if reads.is_empty() {
         writeln!(w, "        Ok(Self {{}})").unwrap();
+    } else if inline.len() <= RUSTFMT_STRUCT_LIT_WIDTH {
+        // rustfmt keeps a struct literal this short on one line, so the file stays
+        // rustfmt-clean.
+        writeln!(w, "        Ok(Self {{ {inline} }})").unwrap();
     } else {
         writeln!(w, "        Ok(Self {{").unwrap();
-        for f in a.fields {
-            writeln!(w, "            {}: r.read()?,", rust_ident(&f.name)?).unwrap();
+        for read in &reads {
+            writeln!(w, "            {read},").unwrap();
         }
         writeln!(w, "        }})").unwrap();
     }
