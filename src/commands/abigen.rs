@@ -112,7 +112,6 @@ pub struct Source {
     pub path: String,
 }
 
-
 /// rustfmt's default `struct_lit_width`: a struct literal whose fields fit in this many
 /// characters stays on one line.
 const RUSTFMT_STRUCT_LIT_WIDTH: usize = 18;
