@@ -10,5 +10,6 @@ mod fuzz;
 mod hostile;
 mod parallel;
 mod registry;
+mod script;
 mod store;
 mod swap;
