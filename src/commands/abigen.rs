@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use tally_host_api::Name;
 
-use super::push::{Abi, Field};
+use super::abi::{Abi, Field};
 
 /// The language to generate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -8,8 +8,9 @@ use serde_json::json;
 use tally_chain::Action;
 use tally_chain::system::{SETCODE, SYSTEM, SetCode};
 
+use super::abi::Abi;
 use super::local::{Local, output, parse_name};
-use super::push::{Abi, fail_on};
+use super::push::fail_on;
 use crate::common::fs::write_atomic;
 
 /// Deploy a contract (.wasm or .wat) to an account; its onInit runs once.

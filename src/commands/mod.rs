@@ -1,5 +1,6 @@
 //! One module per subcommand: its arguments, its `run`, and examples in its `--help`.
 
+mod abi;
 mod abigen;
 mod account;
 mod bench;

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use clap::Args;
 
+use super::abi::Abi;
 use super::abigen::{self, Lang, Source};
-use super::push::Abi;
 
 const ABI: &str = include_str!("new/abi.json");
 const C_SOURCE: &str = include_str!("new/contract.c");

@@ -58,7 +58,7 @@ fn ask(args: &QueryArgs, contract: Name, method: Name) -> anyhow::Result<Answer>
                 path.exists(),
                 "no ABI for {contract}: deploy it with --abi, or pass --data-hex"
             );
-            super::push::Abi::read(&path)?.encode(&args.method, &args.args)?
+            super::abi::Abi::read(&path)?.encode(&args.method, &args.args)?
         }
         (None, Opened::Node(_)) => {
             anyhow::bail!("with --rpc, pass the query's data with --data-hex")
