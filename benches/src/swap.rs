@@ -13,7 +13,7 @@ use tally_chain::{
     SignedTransaction, Transaction,
 };
 use tally_host_api::Name;
-use tally_host_api::message::ActionData;
+use tally_host_api::message::Message;
 use tally_runtime::{Runtime, RuntimeConfig};
 
 use crate::workload::account_name;

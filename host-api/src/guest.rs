@@ -49,8 +49,10 @@ use alloc::vec::Vec;
 use borsh::{BorshDeserialize, BorshSerialize};
 
 pub use crate::Name;
-pub use crate::message::{ActionData, Actions, DecodeError, name};
-pub use crate::{contract, no_std_boilerplate};
+pub use crate::message::{
+    ActionData, Actions, DecodeError, EventData, Message, Queries, QueryData, name,
+};
+pub use crate::{contract, no_std_boilerplate, queries};
 
 mod sys {
     #[link(wasm_import_module = "env")]
@@ -407,6 +409,64 @@ pub fn dispatch(receiver: u64, code: u64, action: u64, handlers: &[(Name, Handle
     }
 }
 
+/// Calls `contract`'s action with typed data (a struct `tally abigen` generated from the
+/// callee's ABI), like [`call`], and decodes what it returns as the ABI says. Aborts if the
+/// return data is not what the callee's ABI declares.
+///
+/// ```ignore
+/// let paid = guest::call_action(token, &token_abi::Transfer { from: me, to, amount, memo }, 0);
+/// ```
+pub fn call_action<A: ActionData>(
+    contract: Name,
+    action: &A,
+    fuel: u64,
+) -> Result<A::Returns, CallFailed> {
+    call(contract, A::NAME, &action.encode(), fuel).map(|data| typed_return::<A>(&data))
+}
+
+/// Asks `contract` a typed query (a struct `tally abigen` generated from its ABI), like
+/// [`query`], and decodes the answer as the ABI says. Aborts if the answer is not what the
+/// callee's ABI declares.
+///
+/// ```ignore
+/// let balance: u64 = guest::ask(token, &token_abi::BalanceQuery { owner }, 0)?;
+/// ```
+pub fn ask<Q: QueryData>(contract: Name, query: &Q, fuel: u64) -> Result<Q::Returns, CallFailed> {
+    self::query(contract, Q::NAME, &query.encode(), fuel).map(|data| typed_return::<Q>(&data))
+}
+
+fn typed_return<M: Message>(data: &[u8]) -> M::Returns {
+    crate::message::read_exact(data)
+        .unwrap_or_else(|_| abort("the callee's return data is not what its ABI declares"))
+}
+
+/// Sets the return data of the running action or query `to`, typed by its ABI entry:
+/// `guest::reply(&query, &balance)` compiles only if `balance` is what the query returns.
+pub fn reply<M: Message>(_to: &M, value: &M::Returns) {
+    set_return(&crate::message::encode(value));
+}
+
+/// Emits a typed event (a struct `tally abigen` generated from the ABI's "events").
+pub fn emit_event<E: EventData>(event: &E) {
+    emit(E::NAME, &event.encode());
+}
+
+/// Runs one `query(receiver, method)` call with generated query types: decodes the question
+/// into `Q` (the `Query` enum of `tally abigen`) and calls `handler`, which answers with
+/// [`reply`]. Aborts on an unknown query or malformed data. [`queries!`] calls it.
+pub fn apply_query<Q: Queries>(receiver: u64, method: u64, handler: impl FnOnce(&Context, Q)) {
+    let ctx = Context {
+        receiver: Name(receiver),
+        code: Name(receiver),
+        action: Name(method),
+    };
+    match Q::decode(ctx.action, &message_bytes()) {
+        Ok(decoded) => handler(&ctx, decoded),
+        Err(DecodeError::UnknownAction(_)) => abort("unknown query"),
+        Err(e) => abort(e.message()),
+    }
+}
+
 /// The heap [`no_std_boilerplate!`] gives a contract unless told otherwise: 32 KiB, the arena
 /// contracts/token-rs has run its benchmarks with. It keeps a contract within two 64 KiB pages
 /// beside `tally build`'s 64 KiB stack (every page a contract starts with is memory the runtime
@@ -508,6 +568,31 @@ macro_rules! contract {
             #[unsafe(export_name = "apply")]
             extern "C" fn __tally_apply(receiver: u64, code: u64, action: u64) {
                 $crate::guest::apply(receiver, code, action, $handler);
+            }
+        };
+    };
+}
+
+/// Exports `query(receiver, method)` with generated query types, as [`contract!`] does for
+/// actions: `handler(&Context, Query)` gets the decoded question (the `Query` enum of
+/// `tally abigen`) and answers with [`guest::reply`](reply).
+///
+/// ```ignore
+/// tally_host_api::queries!(answer);
+///
+/// fn answer(_: &Context, query: abi::Query) {
+///     match query {
+///         abi::Query::Balance(q) => guest::reply(&q, &guest::load::<u64>(&q.owner).unwrap_or(0)),
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! queries {
+    ($handler:expr) => {
+        const _: () = {
+            #[unsafe(export_name = "query")]
+            extern "C" fn __tally_query(receiver: u64, method: u64) {
+                $crate::guest::apply_query(receiver, method, $handler);
             }
         };
     };

@@ -13,7 +13,7 @@
 //!
 //! ```
 //! use tally_host_api::Name;
-//! use tally_host_api::message::{self, ActionData, DecodeError, Reader, borsh, name};
+//! use tally_host_api::message::{self, DecodeError, Field, Message, Reader, borsh, name};
 //!
 //! // What `tally abigen --lang rust` writes for `"hit": [{"name": "who", "type": "name"}]`.
 //! #[derive(Debug, PartialEq, borsh::BorshSerialize, borsh::BorshDeserialize)]
@@ -21,11 +21,14 @@
 //! struct Hit {
 //!     who: Name,
 //! }
-//! impl ActionData for Hit {
-//!     const NAME: Name = name("hit");
+//! impl Field for Hit {
 //!     fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
 //!         Ok(Self { who: r.read()? })
 //!     }
+//! }
+//! impl Message for Hit {
+//!     const NAME: Name = name("hit");
+//!     type Returns = ();
 //! }
 //!
 //! let data = Hit { who: "alice".parse().unwrap() }.encode();
@@ -43,7 +46,7 @@ pub use borsh;
 use borsh::io::ErrorKind;
 use borsh::{BorshDeserialize, BorshSerialize};
 
-use crate::Name;
+pub use crate::Name;
 
 /// A name from a string literal; in a `const`, an invalid name fails the build.
 pub const fn name(s: &str) -> Name {
@@ -92,7 +95,7 @@ impl fmt::Display for DecodeError {
 impl core::error::Error for DecodeError {}
 
 /// Decodes `data` as exactly one borsh `T`, for types of a contract's own (the generated
-/// types decode with [`ActionData::decode`] instead). Data that ends early reads as
+/// types decode with [`read_exact`] instead). Data that ends early reads as
 /// [`DecodeError::TooShort`] or [`DecodeError::Malformed`], as borsh reports it.
 pub fn decode<T: BorshDeserialize>(data: &[u8]) -> Result<T, DecodeError> {
     let mut rest = data;
@@ -161,35 +164,72 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// A type an ABI field can have: `name`, `u8`, `u32`, `u64`, `i64`, `string`, `bytes`.
+/// A type an ABI field can have: `bool`, `u8`, `u16`, `u32`, `u64`, `u128`, `i32`, `i64`,
+/// `name`, `string`, `bytes`, lists `T[]` (`Vec<T>`), options `T?` (`Option<T>`), and the
+/// structs `tally abigen` generates.
 pub trait Field: Sized {
     /// Reads one value.
     fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError>;
+
+    /// Reads the `n` items of a list: one at a time, unless the type knows a faster way (a
+    /// list of `u8` is one copy).
+    #[doc(hidden)]
+    fn read_list(r: &mut Reader<'_>, n: usize) -> Result<Vec<Self>, DecodeError> {
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(Self::read(r)?);
+        }
+        Ok(out)
+    }
+}
+
+/// Decodes `data` as exactly one `T`, strictly (no bytes left over), the way generated types
+/// and the C readers of `tally abigen` read.
+pub fn read_exact<T: Field>(data: &[u8]) -> Result<T, DecodeError> {
+    let mut r = Reader::new(data);
+    let value = T::read(&mut r)?;
+    r.finish()?;
+    Ok(value)
+}
+
+/// Nothing: what an action without return data returns.
+impl Field for () {
+    fn read(_: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(())
+    }
+}
+
+/// `bool`: one byte, 0 or 1; any other byte is malformed (as borsh decides).
+impl Field for bool {
+    fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        match r.take(1)?[0] {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(DecodeError::Malformed),
+        }
+    }
 }
 
 impl Field for u8 {
     fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         Ok(r.take(1)?[0])
     }
-}
 
-impl Field for u32 {
-    fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        r.array().map(u32::from_le_bytes)
+    fn read_list(r: &mut Reader<'_>, n: usize) -> Result<Vec<Self>, DecodeError> {
+        r.take(n).map(<[u8]>::to_vec)
     }
 }
 
-impl Field for u64 {
-    fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        r.array().map(u64::from_le_bytes)
-    }
+macro_rules! le_field {
+    ($($t:ty),*) => {$(
+        impl Field for $t {
+            fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+                r.array().map(<$t>::from_le_bytes)
+            }
+        }
+    )*};
 }
-
-impl Field for i64 {
-    fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        r.array().map(i64::from_le_bytes)
-    }
-}
+le_field!(u16, u32, u64, u128, i32, i64);
 
 impl Field for Name {
     fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -197,11 +237,27 @@ impl Field for Name {
     }
 }
 
-/// `bytes`: a u32 length, then the bytes.
-impl Field for Vec<u8> {
+/// A list (`bytes` is a list of `u8`): a u32 count, then the items. A count beyond what is
+/// left of the data is refused before anything is allocated for it (every item the ABI can
+/// describe takes at least one byte).
+impl<T: Field> Field for Vec<T> {
     fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        let len = u32::read(r)? as usize;
-        r.take(len).map(<[u8]>::to_vec)
+        let n = u32::read(r)? as usize;
+        if n > r.rest.len() {
+            return Err(DecodeError::TooShort);
+        }
+        T::read_list(r, n)
+    }
+}
+
+/// An option: 0, or 1 then the value; any other tag is malformed.
+impl<T: Field> Field for Option<T> {
+    fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        match r.take(1)?[0] {
+            0 => Ok(None),
+            1 => T::read(r).map(Some),
+            _ => Err(DecodeError::Malformed),
+        }
     }
 }
 
@@ -216,42 +272,87 @@ impl Field for String {
     }
 }
 
-/// The data of one action: a struct `tally abigen` generates from one entry of an ABI file.
-pub trait ActionData: BorshSerialize + BorshDeserialize {
-    /// The action's name.
+/// The data of an action or a query: a struct `tally abigen` generates from one entry of an
+/// ABI file, with what the action or query returns.
+pub trait Message: Field + BorshSerialize + BorshDeserialize {
+    /// The action's or query's name.
     const NAME: Name;
 
-    /// Reads the fields, in ABI order.
-    fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError>;
+    /// What it returns (its return data, borsh); `()` if nothing.
+    type Returns: Field + BorshSerialize;
 
     /// Decodes exactly one value from `data` (no trailing bytes).
     fn decode(data: &[u8]) -> Result<Self, DecodeError> {
-        let mut r = Reader::new(data);
-        let value = Self::read(&mut r)?;
-        r.finish()?;
-        Ok(value)
+        read_exact(data)
     }
 
-    /// The action's data, as a transaction carries it.
+    /// The data, as a transaction or a call carries it.
     fn encode(&self) -> Vec<u8> {
         encode(self)
     }
 }
 
-/// Every action of one contract: the enum `tally abigen` generates from an ABI file, with one
-/// variant per action. A contract decodes its incoming action with it (`guest::apply` does);
-/// a client or a test builds one and sends [`Actions::name`] with [`Actions::encode`].
-pub trait Actions: Sized {
-    /// Decodes the data of action `action`; [`DecodeError::UnknownAction`] if the contract
-    /// has no such action.
-    fn decode(action: Name, data: &[u8]) -> Result<Self, DecodeError>;
+/// The data of an action (`guest::call_action` sends one to another contract).
+pub trait ActionData: Message {}
 
-    /// This action's name.
-    fn name(&self) -> Name;
+/// The data of a query (`guest::ask` asks one of another contract).
+pub trait QueryData: Message {}
 
-    /// This action's data.
-    fn encode(&self) -> Vec<u8>;
+/// An event a contract emits: a struct `tally abigen` generates from the ABI's "events".
+pub trait EventData: Field + BorshSerialize + BorshDeserialize {
+    /// The event's name.
+    const NAME: Name;
+
+    /// Decodes exactly one event from `data` (no trailing bytes).
+    fn decode(data: &[u8]) -> Result<Self, DecodeError> {
+        read_exact(data)
+    }
+
+    /// The event's data, as a receipt carries it.
+    fn encode(&self) -> Vec<u8> {
+        encode(self)
+    }
 }
+
+/// Generates an enum trait of [`Actions`]' shape: one variant per message of a contract.
+macro_rules! message_enum {
+    ($(#[$doc:meta])* $trait:ident, $what:literal) => {
+        $(#[$doc])*
+        pub trait $trait: Sized {
+            #[doc = concat!("Decodes the data of ", $what, " `name`; [`DecodeError::UnknownAction`] if the contract has none of this name.")]
+            fn decode(name: Name, data: &[u8]) -> Result<Self, DecodeError>;
+
+            #[doc = concat!("This ", $what, "'s name.")]
+            fn name(&self) -> Name;
+
+            #[doc = concat!("This ", $what, "'s data.")]
+            fn encode(&self) -> Vec<u8>;
+        }
+    };
+}
+
+message_enum!(
+    /// Every action of one contract: the enum `tally abigen` generates from an ABI file, with
+    /// one variant per action. A contract decodes its incoming action with it (`guest::apply`
+    /// does); a client or a test builds one and sends [`Actions::name`] with
+    /// [`Actions::encode`].
+    Actions,
+    "an action"
+);
+
+message_enum!(
+    /// Every query of one contract, as [`Actions`] for actions: `guest::answer` decodes the
+    /// incoming query with it.
+    Queries,
+    "a query"
+);
+
+message_enum!(
+    /// Every event of one contract, as [`Actions`] for actions: an indexer or a test decodes a
+    /// receipt's events with it.
+    Events,
+    "an event"
+);
 
 #[cfg(test)]
 mod tests {
@@ -264,14 +365,18 @@ mod tests {
         memo: String,
     }
 
-    impl ActionData for Memo {
-        const NAME: Name = name("memo");
+    impl Field for Memo {
         fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
             Ok(Self {
                 amount: r.read()?,
                 memo: r.read()?,
             })
         }
+    }
+
+    impl Message for Memo {
+        const NAME: Name = name("memo");
+        type Returns = ();
     }
 
     #[test]

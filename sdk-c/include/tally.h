@@ -14,6 +14,7 @@
 #ifndef TALLY_H
 #define TALLY_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -222,6 +223,36 @@ static inline void int64_unpack(DataStream *ds, int64_t *value) {
     *value = (int64_t)v;
 }
 
+/** \brief Reads a little-endian u16. */
+static inline void uint16_unpack(DataStream *ds, uint16_t *value) {
+    const unsigned char *p = (const unsigned char *)DataStream_take(ds, 2);
+    *value = (uint16_t)(p[0] | p[1] << 8);
+}
+
+/** \brief Reads a little-endian i32. */
+static inline void int32_unpack(DataStream *ds, int32_t *value) {
+    uint32_t v;
+    uint32_unpack(ds, &v);
+    *value = (int32_t)v;
+}
+
+/** \brief Reads a little-endian u128. */
+static inline void uint128_unpack(DataStream *ds, __uint128_t *value) {
+    uint64_t lo, hi;
+    uint64_unpack(ds, &lo);
+    uint64_unpack(ds, &hi);
+    *value = (__uint128_t)hi << 64 | lo;
+}
+
+/** \brief Reads a bool: one byte, 0 or 1; aborts "malformed action data" on any other (as
+ * a Rust contract's bool does). */
+static inline void bool_unpack(DataStream *ds, bool *value) {
+    uint8_t b;
+    uint8_unpack(ds, &b);
+    assert(b <= 1, "malformed action data");
+    *value = b == 1;
+}
+
 /** \brief Points `*b` at a borsh `bytes` inside the stream (no copy). */
 static inline void Bytes_unpack(DataStream *ds, Bytes **b) { String_unpack(ds, b); }
 
@@ -340,6 +371,117 @@ static inline void String_pack(WriteStream *ws, const String *s) {
 
 /** \brief Writes a borsh `bytes`: its length, then the bytes. */
 static inline void Bytes_pack(WriteStream *ws, const Bytes *b) { String_pack(ws, b); }
+
+/** \brief Writes a little-endian u16. */
+static inline void uint16_pack(WriteStream *ws, uint16_t value) {
+    unsigned char *p = WriteStream_take(ws, 2);
+    p[0] = (unsigned char)value;
+    p[1] = (unsigned char)(value >> 8);
+}
+
+/** \brief Writes a little-endian i32. */
+static inline void int32_pack(WriteStream *ws, int32_t value) { uint32_pack(ws, (uint32_t)value); }
+
+/** \brief Writes a little-endian u128. */
+static inline void uint128_pack(WriteStream *ws, __uint128_t value) {
+    uint64_pack(ws, (uint64_t)value);
+    uint64_pack(ws, (uint64_t)(value >> 64));
+}
+
+/** \brief Writes a bool as one byte, 0 or 1. */
+static inline void bool_pack(WriteStream *ws, bool value) { uint8_pack(ws, value ? 1 : 0); }
+
+/* ---- 128-bit arithmetic ----------------------------------------------------------------- */
+
+/* clang lowers __uint128_t multiplication, division and remainder to calls into compiler-rt,
+ * and `tally build` links no runtime library, so tally.h carries the three a contract needs
+ * (a price times a reserve over a reserve). They are weak, so a contract's own definitions
+ * win, and hidden, so never exported: a contract that does no 128-bit arithmetic links none
+ * of them. They use only 64-bit operations, since a 128-bit shift by a variable would itself
+ * be a call into compiler-rt. */
+
+/** \brief The 128-bit product of two u64. */
+static inline void tally_mul64(uint64_t a, uint64_t b, uint64_t *hi, uint64_t *lo) {
+    uint64_t a0 = (uint32_t)a, a1 = a >> 32, b0 = (uint32_t)b, b1 = b >> 32;
+    uint64_t p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
+    uint64_t mid = (p00 >> 32) + (uint32_t)p01 + (uint32_t)p10;
+    *lo = mid << 32 | (uint32_t)p00;
+    *hi = p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
+}
+
+/** \brief compiler-rt's 128-bit multiply: the low 128 bits of a * b. */
+__attribute__((weak, visibility("hidden"))) __int128 __multi3(__int128 a, __int128 b) {
+    uint64_t hi, lo;
+    tally_mul64((uint64_t)a, (uint64_t)b, &hi, &lo);
+    hi += (uint64_t)a * (uint64_t)(b >> 64) + (uint64_t)(a >> 64) * (uint64_t)b;
+    return (__int128)((__uint128_t)hi << 64 | lo);
+}
+
+/** \brief n / d and n % d, unsigned 128-bit; traps on division by zero, as 64-bit division
+ * does in WebAssembly. */
+static inline __uint128_t tally_udivmod128(__uint128_t n, __uint128_t d, __uint128_t *rem) {
+    uint64_t nh = (uint64_t)(n >> 64), nl = (uint64_t)n;
+    uint64_t dh = (uint64_t)(d >> 64), dl = (uint64_t)d;
+    if (nh == 0 && dh == 0) {
+        *rem = nl % dl;
+        return nl / dl;
+    }
+    if (dh == 0 && dl == 0) __builtin_trap();
+    if (dh >> 63) { /* d >= 2^127: the quotient is 0 or 1 */
+        int ge = nh > dh || (nh == dh && nl >= dl);
+        *rem = ge ? n - d : n;
+        return ge ? 1 : 0;
+    }
+    /* Long division, one bit at a time: r stays below 2d < 2^128. */
+    uint64_t qh = 0, ql = 0, rh = 0, rl = 0;
+    for (int i = 127; i >= 0; i--) {
+        uint64_t bit = i >= 64 ? (nh >> (i - 64)) & 1 : (nl >> i) & 1;
+        rh = rh << 1 | rl >> 63;
+        rl = rl << 1 | bit;
+        if (rh > dh || (rh == dh && rl >= dl)) {
+            uint64_t borrow = rl < dl;
+            rl -= dl;
+            rh -= dh + borrow;
+            if (i >= 64) qh |= 1ULL << (i - 64);
+            else ql |= 1ULL << i;
+        }
+    }
+    *rem = (__uint128_t)rh << 64 | rl;
+    return (__uint128_t)qh << 64 | ql;
+}
+
+/** \brief compiler-rt's unsigned 128-bit division. */
+__attribute__((weak, visibility("hidden"))) __uint128_t __udivti3(__uint128_t n, __uint128_t d) {
+    __uint128_t rem;
+    return tally_udivmod128(n, d, &rem);
+}
+
+/** \brief compiler-rt's unsigned 128-bit remainder. */
+__attribute__((weak, visibility("hidden"))) __uint128_t __umodti3(__uint128_t n, __uint128_t d) {
+    __uint128_t rem;
+    tally_udivmod128(n, d, &rem);
+    return rem;
+}
+
+/* ---- Return data of calls and queries -------------------------------------------------- */
+
+#ifndef TALLY_RETURN_MAX
+/** Longest return data tally_returned accepts, in bytes (as TALLY_MESSAGE_MAX for messages). */
+#define TALLY_RETURN_MAX 4096
+#endif
+
+/** \brief The return data of the last tally_call or tally_query, copied into a static buffer;
+ * aborts "return data longer than TALLY_RETURN_MAX" if it does not fit. Strings and bytes
+ * unpacked from it stay valid until the next call or query. */
+static inline DataStream tally_returned(void) {
+    static char buffer[TALLY_RETURN_MAX];
+    uint32_t size = (uint32_t)tally_return_size();
+    DataStream ds;
+    assert(size <= TALLY_RETURN_MAX, "return data longer than TALLY_RETURN_MAX");
+    tally_read_return(buffer, size);
+    DataStream_init(&ds, buffer, size);
+    return ds;
+}
 
 #ifdef __cplusplus
 }

@@ -278,6 +278,15 @@ impl Local {
     pub fn abi_path(&self, contract: Name) -> PathBuf {
         self.dir.join("abi").join(format!("{contract}.json"))
     }
+
+    /// The ABI deployed with `contract`, if it was deployed with one.
+    pub fn abi(&self, contract: Name) -> anyhow::Result<Option<super::abi::Abi>> {
+        let path = self.abi_path(contract);
+        if !path.exists() {
+            return Ok(None);
+        }
+        super::abi::Abi::read(&path).map(Some)
+    }
 }
 
 /// Opens the chain of a local-chain directory, or of a `tally bench --data` directory (which

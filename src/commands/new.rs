@@ -144,7 +144,7 @@ fn c_files(name: &str, abi: &Abi, abi_file: &str, files: &mut Files) -> anyhow::
     };
     files.push((
         PathBuf::from(&header),
-        abigen::generate(abi, Lang::C, name, &source)?,
+        abigen::generate(abi, Lang::C, name, &source, "")?,
     ));
     files.push((PathBuf::from(format!("{name}.c")), fill(C_SOURCE, name)));
     Ok(Layout {
@@ -170,7 +170,7 @@ fn rust_files(
     };
     files.push((
         PathBuf::from("src/abi.rs"),
-        abigen::generate(abi, Lang::Rust, name, &source)?,
+        abigen::generate(abi, Lang::Rust, name, &source, "")?,
     ));
     files.push((PathBuf::from("src/lib.rs"), fill(RUST_SOURCE, name)));
     let chain = chain_dir(host_api)?;
@@ -306,7 +306,7 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
         Lang::C => None,
     };
     let abi_text = fill(ABI, name);
-    let abi: Abi = serde_json::from_str(&abi_text).expect("the template ABI is valid");
+    let abi = Abi::parse(&abi_text).expect("the template ABI is valid");
     let abi_file = format!("{name}.abi.json");
     let mut files: Files = vec![(PathBuf::from(&abi_file), abi_text)];
     let layout = match &host_api {

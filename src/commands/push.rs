@@ -150,6 +150,17 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         }
         fail_on(&receipt)?;
     }
+    // Each event decoded by its contract's ABI, where it has one that declares the event.
+    let mut abis = std::collections::BTreeMap::new();
+    let mut events = Vec::with_capacity(receipt.events.len());
+    for e in &receipt.events {
+        if let std::collections::btree_map::Entry::Vacant(slot) = abis.entry(e.contract) {
+            slot.insert(local.abi(e.contract)?);
+        }
+        let fields =
+            super::abi::event_value(abis[&e.contract].as_ref(), &e.name.to_string(), &e.data);
+        events.push((e, fields));
+    }
     let mut value = json!({
         "transaction": hex::encode(receipt.id),
         "block": header.height,
@@ -158,10 +169,11 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         "failed_action": receipt.failed_action,
         "fuel_used": receipt.fuel_used,
         "console": receipt.console_text(),
-        "events": receipt.events.iter().map(|e| json!({
+        "events": events.iter().map(|(e, fields)| json!({
             "contract": e.contract.to_string(),
             "name": e.name.to_string(),
             "data": hex::encode(&e.data),
+            "fields": fields,
         })).collect::<Vec<_>>(),
     });
     if let Some(trace) = &receipt.trace {
@@ -175,14 +187,15 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
             header.height,
             hex::encode(receipt.id),
             receipt.fuel_used,
-            receipt
-                .events
+            events
                 .iter()
-                .map(|e| format!(
+                .map(|(e, fields)| format!(
                     "  event {} from {}: {}\n",
                     e.name,
                     e.contract,
-                    hex::encode(&e.data)
+                    fields
+                        .as_ref()
+                        .map_or_else(|| hex::encode(&e.data), super::abi::text)
                 ))
                 .collect::<String>()
         ),

@@ -12,13 +12,14 @@ use crate::node::app::code;
 /// Run a contract's read-only query against the committed state.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
-  tally query swap price --data-hex 0100000000000000 --data ./chain
-  tally query registry lookup home --data ./chain      # arguments in the method's ABI order
-  tally query swap price --rpc 127.0.0.1:26601         # ask a running node (tally devnet)
+  tally query swap reserves --data ./chain             # decoded by swap's ABI: {\"a\":..,\"b\":..}
+  tally query token balance alice --data ./chain       # arguments in the query's ABI order
+  tally query token balance --data-hex 0000000000a0a432 --rpc 127.0.0.1:26601   # a node
 
 The contract's `query(receiver, method)` export runs in static mode with at most an action's
 fuel: it may read its state and query other contracts, never write, emit or call. Nothing is
 committed and no transaction is signed. The answer is the return data it set (set_return),
+decoded as the method's \"returns\" in the contract's ABI when it was deployed with one, else
 shown as hex, and as a u64 when it is 8 bytes.")]
 pub struct QueryArgs {
     /// The contract account.
@@ -42,6 +43,8 @@ pub struct QueryArgs {
 struct Answer {
     /// The return data, or why the query failed.
     result: Result<Vec<u8>, String>,
+    /// The return data as the method's ABI declares it, when there is one that does.
+    value: Option<serde_json::Value>,
     /// Fuel it used, when known (a node's answer does not carry it).
     fuel: Option<String>,
     console: String,
@@ -58,7 +61,7 @@ fn ask(args: &QueryArgs, contract: Name, method: Name) -> anyhow::Result<Answer>
                 path.exists(),
                 "no ABI for {contract}: deploy it with --abi, or pass --data-hex"
             );
-            super::abi::Abi::read(&path)?.encode(&args.method, &args.args)?
+            super::abi::Abi::read(&path)?.encode_query(&args.method, &args.args)?
         }
         (None, Opened::Node(_)) => {
             anyhow::bail!("with --rpc, pass the query's data with --data-hex")
@@ -78,12 +81,18 @@ fn ask(args: &QueryArgs, contract: Name, method: Name) -> anyhow::Result<Answer>
                     other => anyhow::bail!("the node refused the query (code {other}): {log}"),
                 },
                 fuel: None,
+                value: None,
                 console: String::new(),
             });
         }
     };
     let receipt = local.chain.query(contract, method, &data)?;
+    let value = local.abi(contract)?.and_then(|abi| {
+        let returns = abi.queries.get(&args.method)?.returns.as_ref()?;
+        abi.decode(returns, &receipt.output).ok()
+    });
     Ok(Answer {
+        value,
         result: match receipt.failure() {
             None => Ok(receipt.output.clone()),
             Some(abort) => Err(abort.to_string()),
@@ -101,10 +110,12 @@ pub fn run(args: QueryArgs) -> anyhow::Result<()> {
     match &answer.result {
         Ok(value) => {
             let mut text = hex::encode(value);
-            if let Some(n) = as_u64(value) {
+            if let Some(decoded) = &answer.value {
+                text = super::abi::text(decoded);
+            } else if let Some(n) = as_u64(value) {
                 text.push_str(&format!("  (u64 {n})"));
             }
-            if value.is_empty() {
+            if value.is_empty() && answer.value.is_none() {
                 text = "(no return data)".into();
             }
             if !answer.console.is_empty() && !args.json {
@@ -114,6 +125,7 @@ pub fn run(args: QueryArgs) -> anyhow::Result<()> {
                 args.json,
                 json!({ "contract": contract.to_string(), "method": method.to_string(),
                         "success": true, "output": hex::encode(value), "u64": as_u64(value),
+                        "value": answer.value,
                         "fuel": fuel, "console": answer.console }),
                 format!("{text}\n{contract}::{method} answered ({fuel})\n"),
             )

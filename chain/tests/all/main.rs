@@ -6,6 +6,7 @@ mod common;
 
 mod calls;
 mod chain;
+mod dca;
 mod fuzz;
 mod hostile;
 mod parallel;

@@ -21,7 +21,7 @@ mod swap_abi;
 mod token_abi;
 
 use swap_abi::{Deposit, Init, Swap, Withdraw};
-use tally_host_api::message::ActionData;
+use tally_host_api::message::Message;
 use token_abi::{Create, Issue, Transfer};
 
 fn data(value: &impl BorshSerialize) -> Vec<u8> {
@@ -29,7 +29,7 @@ fn data(value: &impl BorshSerialize) -> Vec<u8> {
 }
 
 /// One transaction of `actions`, each `(contract, action, signer, data)`.
-fn push_tx(chain: &mut Chain, actions: &[(&str, &str, &str, Vec<u8>)]) -> TxReceipt {
+pub(crate) fn push_tx(chain: &mut Chain, actions: &[(&str, &str, &str, Vec<u8>)]) -> TxReceipt {
     let actions = actions
         .iter()
         .map(|(contract, act, signer, data)| {
@@ -43,7 +43,7 @@ fn push_tx(chain: &mut Chain, actions: &[(&str, &str, &str, Vec<u8>)]) -> TxRece
     }
 }
 
-fn transfer(
+pub(crate) fn transfer(
     token: &str,
     from: &str,
     to: &str,
@@ -63,7 +63,12 @@ fn transfer(
     )
 }
 
-fn token_balance(chain: &Chain, token: &str, owner: &str) -> u64 {
+/// `deposit {user}`'s data.
+pub(crate) fn deposit_data(user: &str) -> Vec<u8> {
+    Deposit { user: name(user) }.encode()
+}
+
+pub(crate) fn token_balance(chain: &Chain, token: &str, owner: &str) -> u64 {
     balance(chain, name(token), name(owner)).unwrap_or(0)
 }
 
@@ -75,11 +80,18 @@ fn reserves(chain: &Chain) -> (u64, u64) {
 
 /// Two tokens, alice and bob holding 1,000,000 of each, and an initialised pool.
 fn market() -> Chain {
-    let mut chain = unsigned_chain(&[
+    market_with(&[])
+}
+
+/// [`market`], with `more` contracts deployed at genesis.
+pub(crate) fn market_with(more: &[(tally_chain::Name, &[u8])]) -> Chain {
+    let mut contracts = vec![
         (name("tokena"), TOKEN_WASM),
         (name("tokenb"), TOKEN_WASM),
         (name("swap"), SWAP_WASM),
-    ]);
+    ];
+    contracts.extend_from_slice(more);
+    let mut chain = unsigned_chain(&contracts);
     for token in ["tokena", "tokenb"] {
         let create = Create {
             issuer: name(token),

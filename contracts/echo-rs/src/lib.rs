@@ -6,7 +6,7 @@
 mod abi;
 
 use abi::Action;
-use tally_host_api::guest::{ActionData, Context, store_bytes};
+use tally_host_api::guest::{Context, Message, store_bytes};
 
 tally_host_api::contract!(execute);
 
@@ -26,6 +26,24 @@ fn execute(ctx: &Context, action: Action) {
             store_bytes("blob", &all.blob);
         }
         Action::Empty(empty) => store_bytes("echo", &empty.encode()),
+        Action::Rich(rich) => {
+            store_bytes("echo", &rich.encode());
+            store_bytes("flag", &[u8::from(rich.flag)]);
+            store_bytes("port", &rich.port.to_le_bytes());
+            store_bytes("big", &rich.big.to_le_bytes());
+            store_bytes("offset", &rich.offset.to_le_bytes());
+            let sum: i64 = rich.points.iter().map(|p| i64::from(p.x)).sum();
+            let labels = rich.points.iter().filter(|p| p.label.is_some()).count() as u32;
+            let mut points = [0; 12];
+            points[..8].copy_from_slice(&sum.to_le_bytes());
+            points[8..].copy_from_slice(&labels.to_le_bytes());
+            store_bytes("points", &points);
+            if let Some(value) = rich.maybe {
+                store_bytes("maybe", &value.to_le_bytes());
+            }
+            let total: usize = rich.nested.iter().map(|inner| inner.len()).sum();
+            store_bytes("nested", &(total as u32).to_le_bytes());
+        }
         Action::PairOf(pair) => {
             store_bytes("echo", &pair.encode());
             store_bytes("first", pair.first.as_bytes());

@@ -19,9 +19,11 @@
 //!   less a 0.3% fee, at least `min_out` of it or nothing;
 //! - `withdraw {user, shares}`: burns shares and sends back their part of both reserves.
 //!
-//! Events: `deposited (user, a, b, shares)`, `swapped (user, token_in, in, out)`,
-//! `withdrew (user, a, b, shares)`, each borsh. Queries: `reserves` → `(a, b)` and
-//! `shares` (data: a name) → the name's shares, borsh.
+//! Events: `deposited {user, a, b, shares}`, `swapped {user, token_in, amount_in,
+//! amount_out}`, `withdrew {user, a, b, shares}`. Queries: `reserves` → `Reserves {a, b}` and
+//! `shares {user}` → u64. Every type is declared in contracts/swap.abi.json; the calls to the
+//! tokens use the types generated from contracts/token-rs.abi.json, so a change to the
+//! token's ABI fails this contract's build instead of its calls.
 //!
 //! Build: `tally build contracts/swap` (writes contracts/swap.wasm).
 #![no_std]
@@ -29,14 +31,21 @@
 extern crate alloc;
 
 mod abi;
+/// token-rs's types, to call and query the two tokens.
+#[path = "../../token-rs/src/abi.rs"]
+mod token_abi;
 
-use abi::{Action, Deposit, Init, Swap, Withdraw};
+use abi::{
+    Action, Deposit, DepositedEvent, Init, Query, Reserves, Swap, SwappedEvent, Withdraw,
+    WithdrewEvent,
+};
 use alloc::string::String;
 use borsh::{BorshDeserialize, BorshSerialize};
-use tally_host_api::guest::{self, Context, Name, check, load, name, require_auth, store};
+use tally_host_api::guest::{self, Context, Name, check, load, require_auth, store};
+use token_abi::{BalanceQuery, Transfer};
 
 tally_host_api::contract!(execute);
-tally_host_api::query!(answer);
+tally_host_api::queries!(answer);
 
 /// The pool's state, under key "pool".
 #[derive(BorshSerialize, BorshDeserialize)]
@@ -54,15 +63,6 @@ const POOL: &str = "pool";
 
 /// The fee on what a swap puts in, in basis points: Uniswap v2's 0.3%.
 const FEE_BPS: u128 = 30;
-
-/// token-rs's `transfer` data.
-#[derive(BorshSerialize)]
-struct Transfer {
-    from: Name,
-    to: Name,
-    amount: u64,
-    memo: String,
-}
 
 fn execute(ctx: &Context, action: Action) {
     match action {
@@ -95,13 +95,8 @@ fn pool() -> Pool {
 
 /// `owner`'s balance of `token`, asked of the token.
 fn balance(token: Name, owner: Name) -> u64 {
-    let answer = guest::query(token, name("balance"), &owner.0.to_le_bytes(), 0)
-        .unwrap_or_else(|_| guest::abort("the token did not answer `balance`"));
-    let bytes: [u8; 8] = answer
-        .as_slice()
-        .try_into()
-        .unwrap_or_else(|_| guest::abort("the token's balance is not 8 bytes"));
-    u64::from_le_bytes(bytes)
+    guest::ask(token, &BalanceQuery { owner }, 0)
+        .unwrap_or_else(|_| guest::abort("the token did not answer `balance`"))
 }
 
 /// What arrived of each token since the pool last counted, and the balances now.
@@ -121,14 +116,8 @@ fn pay(me: Name, token: Name, to: Name, amount: u64) {
         amount,
         memo: String::from("swap"),
     };
-    let data = borsh::to_vec(&transfer).unwrap_or_else(|_| guest::abort("encoding"));
-    let sent = guest::call(token, name("transfer"), &data, 0);
+    let sent = guest::call_action(token, &transfer, 0);
     check(sent.is_ok(), "the token transfer out of the pool failed");
-}
-
-fn emit(event: &str, data: &impl BorshSerialize) {
-    let data = borsh::to_vec(data).unwrap_or_else(|_| guest::abort("encoding"));
-    guest::emit(name(event), &data);
 }
 
 fn shares_of(user: Name) -> u64 {
@@ -155,7 +144,13 @@ fn deposit(me: Name, d: Deposit) {
     pool.shares += minted;
     (pool.reserve_a, pool.reserve_b) = (a, b);
     store(POOL, &pool);
-    emit("deposited", &(d.user, in_a, in_b, minted));
+    guest::emit_event(&DepositedEvent {
+        user: d.user,
+        a: in_a,
+        b: in_b,
+        shares: minted,
+    });
+    guest::reply(&d, &minted);
 }
 
 fn swap(me: Name, s: Swap) {
@@ -181,7 +176,13 @@ fn swap(me: Name, s: Swap) {
         (pool.reserve_a, pool.reserve_b) = (a - out, b);
     }
     store(POOL, &pool);
-    emit("swapped", &(s.user, token_in, amount_in, out));
+    guest::emit_event(&SwappedEvent {
+        user: s.user,
+        token_in,
+        amount_in,
+        amount_out: out,
+    });
+    guest::reply(&s, &out);
 }
 
 fn withdraw(me: Name, w: Withdraw) {
@@ -204,21 +205,30 @@ fn withdraw(me: Name, w: Withdraw) {
     store(POOL, &pool);
     pay(me, pool.token_a, w.user, out_a);
     pay(me, pool.token_b, w.user, out_b);
-    emit("withdrew", &(w.user, out_a, out_b, w.shares));
+    guest::emit_event(&WithdrewEvent {
+        user: w.user,
+        a: out_a,
+        b: out_b,
+        shares: w.shares,
+    });
+    guest::reply(&w, &Reserves { a: out_a, b: out_b });
 }
 
 /// Answers `reserves` and `shares`.
-fn answer(_receiver: Name, method: Name) {
-    let answer = if method == name("reserves") {
-        let pool = pool();
-        borsh::to_vec(&(pool.reserve_a, pool.reserve_b))
-    } else if method == name("shares") {
-        let user: Name = guest::message();
-        borsh::to_vec(&shares_of(user))
-    } else {
-        guest::abort("swap answers `reserves` and `shares`")
-    };
-    guest::set_return(&answer.unwrap_or_else(|_| guest::abort("encoding")));
+fn answer(_: &Context, query: Query) {
+    match query {
+        Query::Reserves(q) => {
+            let pool = pool();
+            guest::reply(
+                &q,
+                &Reserves {
+                    a: pool.reserve_a,
+                    b: pool.reserve_b,
+                },
+            );
+        }
+        Query::Shares(q) => guest::reply(&q, &shares_of(q.user)),
+    }
 }
 
 /// The integer square root of `n`, rounded down (the first deposit's shares, as Uniswap v2).

@@ -5,9 +5,8 @@
 //! - `issue {to, amount, memo}`: the issuer mints up to the maximum supply;
 //! - `transfer {from, to, amount, memo}`: needs `from`'s authority.
 //!
-//! Query `balance` (data: the owner's name, borsh): the owner's balance, 8 bytes little-endian
-//! (`tally query token balance --data-hex <name>`), which another contract asks with
-//! `guest::query`.
+//! Query `balance {owner}` → u64: the owner's balance (`tally query token balance alice`),
+//! which another contract asks with `guest::ask(token, &BalanceQuery { owner }, 0)`.
 //!
 //! Storage matches simplecoin's: a balance lives under the account's 8-byte name, as a
 //! little-endian u64, so `tally balance` and `tally get` read both contracts alike. The token's
@@ -19,12 +18,12 @@
 
 mod abi;
 
-use abi::{Action, Create, Issue, Transfer};
+use abi::{Action, Create, Issue, Query, Transfer};
 use borsh::{BorshDeserialize, BorshSerialize};
 use tally_host_api::guest::{self, Context, Name, check, load, require_auth, store};
 
 tally_host_api::contract!(execute);
-tally_host_api::query!(answer);
+tally_host_api::queries!(answer);
 
 const STATS: &str = "stats";
 
@@ -43,11 +42,11 @@ fn execute(_: &Context, action: Action) {
     }
 }
 
-/// Answers query `balance`: the balance of the name in the message.
-fn answer(_receiver: Name, method: Name) {
-    check(method == guest::name("balance"), "token-rs answers only `balance`");
-    let owner: Name = guest::message();
-    guest::set_return(&load::<u64>(&owner).unwrap_or(0).to_le_bytes());
+/// Answers query `balance`: the owner's balance (0 if none).
+fn answer(_: &Context, query: Query) {
+    match query {
+        Query::Balance(q) => guest::reply(&q, &load::<u64>(&q.owner).unwrap_or(0)),
+    }
 }
 
 fn create(c: Create) {

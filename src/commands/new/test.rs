@@ -12,7 +12,7 @@ mod abi;
 
 use abi::{Hit, Reset};
 use tally_chain::testing::TestChain;
-use tally_host_api::message::ActionData;
+use tally_host_api::message::Message;
 use tally_host_api::{AbortCode, Name};
 
 /// The contract as `tally build . -o {{name}}.wasm` wrote it.

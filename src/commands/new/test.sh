@@ -45,6 +45,9 @@ done
 push hit alice --auth alice
 push hit alice --auth alice
 expect_u64 alice 2
+case "$("$tally" query {{name}} count alice --data "$chain")" in
+    2*) ;; *) fail "query count alice did not answer 2" ;;
+esac
 push_fails unauthorized hit alice --auth bob
 expect_u64 alice 2
 push reset alice --auth alice
