@@ -802,8 +802,8 @@ fn new_project_passes_its_test(lang: &str) {
     };
     let text = std::fs::read_to_string(&source).unwrap();
     let broken = match lang {
-        "c" => text.replace("count += 1;", "count += 2;"),
-        _ => text.replace("&(count + 1)", "&(count + 2)"),
+        "c" => text.replace("count_of(msg->who) + 1;", "count_of(msg->who) + 2;"),
+        _ => text.replace("count_of(hit.who) + 1;", "count_of(hit.who) + 2;"),
     };
     assert_ne!(broken, text);
     std::fs::write(&source, broken).unwrap();
