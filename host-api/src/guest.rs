@@ -578,18 +578,13 @@ impl<const N: usize> core::fmt::Write for Text<N> {
 /// what to do: built without `core::fmt`, since formatting must not allocate either.
 #[cold]
 fn out_of_heap(arena: usize, asked: usize) -> ! {
+    use core::fmt::Write as _;
     let mut text = Text::<160>::new();
-    let mut put = |s: &str| {
-        let _ = core::fmt::Write::write_str(&mut text, s);
-    };
-    put("out of heap: the contract's ");
+    let _ = text.write_str("out of heap: the contract's ");
     text.push_number(arena);
-    let _ = core::fmt::Write::write_str(&mut text, "-byte heap cannot give ");
+    let _ = text.write_str("-byte heap cannot give ");
     text.push_number(asked);
-    let _ = core::fmt::Write::write_str(
-        &mut text,
-        " more bytes; raise it with `contract!(handler, heap = N)`",
-    );
+    let _ = text.write_str(" more bytes; raise it with `contract!(handler, heap = N)`");
     abort(text.as_str())
 }
 
