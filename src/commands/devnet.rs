@@ -52,6 +52,10 @@ pub struct DevnetArgs {
     /// what was sent to it until it is back.
     #[arg(long)]
     pub no_mempool_gossip: bool,
+    /// CometBFT does not index transactions and events: `tx_search` and `tally tx --rpc`
+    /// find nothing, and each block costs CometBFT less (for `tally load` measurements).
+    #[arg(long)]
+    pub no_index: bool,
     /// Stop every process of the network instead.
     #[arg(long)]
     pub stop: bool,
@@ -81,6 +85,7 @@ pub fn run(args: DevnetArgs) -> anyhow::Result<()> {
             base_port: args.base_port,
             empty_blocks_ms: args.empty_blocks_ms,
             mempool_gossip: !args.no_mempool_gossip,
+            index: !args.no_index,
         };
         eprintln!(
             "creating a devnet of {} validators in {} ({} accounts)...",

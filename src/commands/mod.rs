@@ -21,6 +21,8 @@ mod storebench;
 
 use clap::{Parser, Subcommand};
 
+pub use local::Keystore;
+
 /// Tally: a fast, deterministic WebAssembly smart-contract runtime.
 #[derive(Debug, Parser)]
 #[command(name = "tally", version, about, long_about = None)]
