@@ -1,6 +1,8 @@
 //! `tally tx`: a committed transaction's receipt, events and call tree, from a local chain or
 //! a node.
 
+use std::time::{Duration, Instant};
+
 use anyhow::{Context, bail};
 use clap::Args;
 use tally_chain::{Event, Name, SignedTransaction, TxId};
@@ -10,6 +12,15 @@ use super::receipt::{self, Committed};
 use crate::node::bundle;
 use crate::node::results::{BundleResult, RpcEvent, TX_EVENT_TYPE, TxSummary, events_of};
 use crate::node::rpc::{FoundTx, Rpc};
+
+/// How long a transaction the index does not hold yet is looked for again: CometBFT indexes
+/// a block in the background after committing it, so a transaction `tally push --rpc` just
+/// reported can be missing from `tx_search` for a moment (it was, right after the push, in
+/// tests/node.rs on two busy cores).
+const INDEX_LAG: Duration = Duration::from_secs(2);
+
+/// Pause between two searches while waiting for the index.
+const INDEX_POLL: Duration = Duration::from_millis(100);
 
 /// Show a committed transaction: its outcome, fuel, events and call tree.
 #[derive(Debug, Args)]
@@ -90,7 +101,15 @@ fn in_bundle(found: &FoundTx, id: &TxId) -> anyhow::Result<Option<InBundle>> {
 /// one that included it wins; if none did, the last rejection is the answer.
 fn on_network(rpc: &Rpc, id: &TxId) -> anyhow::Result<Committed> {
     let hex_id = hex::encode(id);
-    let found = rpc.tx_search(&format!("{TX_EVENT_TYPE}.id='{hex_id}'"))?;
+    let query = format!("{TX_EVENT_TYPE}.id='{hex_id}'");
+    let deadline = Instant::now() + INDEX_LAG;
+    let found = loop {
+        let found = rpc.tx_search(&query)?;
+        if !found.is_empty() || Instant::now() >= deadline {
+            break found;
+        }
+        std::thread::sleep(INDEX_POLL);
+    };
     let mut rejected = None;
     for f in &found {
         let Some(b) = in_bundle(f, id)? else {
