@@ -18,11 +18,18 @@ use crate::node::devnet::{self, DevnetConfig};
   tally devnet --data ./net --stop                # stop every process
   tally load --rpc 127.0.0.1:26601 --transfers 100000
   tally balance u1 --rpc 127.0.0.1:26601
+  tally account create alice --rpc 127.0.0.1:26601 --wallet ./net
+                                                  # DIR is a wallet holding the key of `tally`
+  tally devnet --validators 1 --data ./bench --no-index
+                                                  # for load runs: no transaction index
 
 Each validator is two processes: `cometbft start` and `tally node`, joined by a unix socket
 (DIR/vI/abci.sock); logs are DIR/vI/cometbft.log and DIR/vI/tally.log. Validator I serves RPC
 on 127.0.0.1:(base-port + 10*I + 1). Genesis holds simplecoin and --accounts accounts (u1,
-u2, ... as `tally bench` names them) whose keys `tally load` derives from --seed.
+u2, ... as `tally bench` names them) whose keys `tally load` derives from --seed, and the
+system account `tally`, whose key DIR/keystore.json holds: DIR is the wallet of `--rpc URL
+--wallet DIR` commands (account create, deploy, push). CometBFT indexes transactions and their
+events for `tx_search` and `tally tx --rpc` unless --no-index.
 cometbft is taken from $COMETBFT or PATH; install it with
   go install github.com/cometbft/cometbft/cmd/cometbft@v0.38.26")]
 pub struct DevnetArgs {
