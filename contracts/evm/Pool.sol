@@ -12,10 +12,12 @@
 // Liquidity is not deposited through this contract: the benchmark writes the reserves into
 // storage at genesis, as Tally's genesis writes swap's "pool" record. Storage layout (which
 // that genesis writes):
-//   slot 0: address tokenA
-//   slot 1: address tokenB
-//   slot 2: uint64 reserveA (bits 0-63) | uint64 reserveB (bits 64-127) | uint64 shares
-//           (bits 128-191), contracts/swap's `Pool` fields, packed by solc into one slot
+//   slot 0: uint64 reserveA (bits 0-63) | uint64 reserveB (bits 64-127) | uint64 shares
+//           (bits 128-191), contracts/swap's `Pool` fields, packed by solc into one slot (so
+//           a swap writes both reserves with one SSTORE; declared first, since after an
+//           address reserveA would share the address's slot)
+//   slot 1: address tokenA
+//   slot 2: address tokenB
 // Rebuild: contracts/evm/build.sh (solc-js, exact version and flags there).
 pragma solidity 0.8.28;
 
@@ -25,12 +27,12 @@ interface IERC20 {
 }
 
 contract Pool {
-    address public tokenA;
-    address public tokenB;
     // u64, as contracts/swap's reserves and token-rs's balances.
     uint64 public reserveA;
     uint64 public reserveB;
     uint64 public shares;
+    address public tokenA;
+    address public tokenB;
 
     // The fee on what a swap puts in, in basis points: Uniswap v2's 0.3% (contracts/swap's
     // FEE_BPS).
