@@ -197,6 +197,61 @@ fn bench_reports_baselines_the_verify_ceiling_and_a_plot() {
     assert!(token["baselines"]["wasmi"]["tps"].as_f64().unwrap() > 0.0);
 }
 
+/// Issue 22: trades take the `evm` baseline only (the others run transfers). Built with the
+/// `evm` feature, the run reports revm's trades and Tally/revm per block, checked to end where
+/// Tally's do; built without, it says how to get it.
+#[test]
+fn issue_22_bench_swap_compares_with_the_evm_only() {
+    let refused = tally(&[
+        "bench",
+        "--contract",
+        "swap",
+        "--transfers",
+        "100",
+        "--baseline",
+        "wasmi",
+    ]);
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(why.contains("--baseline evm"), "{why}");
+    let args = [
+        "bench",
+        "--contract",
+        "swap",
+        "--transfers",
+        "2000",
+        "--accounts",
+        "50",
+        "--block-size",
+        "500",
+        "--store",
+        "memory",
+        "--unsigned",
+        "--baseline",
+        "evm",
+        "--json",
+        "-",
+    ];
+    let out = tally(&args);
+    if !cfg!(feature = "evm") {
+        assert!(!out.status.success());
+        let why = String::from_utf8_lossy(&out.stderr);
+        assert!(why.contains("--features evm"), "{why}");
+        return;
+    }
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["failed"], 0);
+    let evm = &report["baselines"]["evm"];
+    assert!(evm["tps"].as_f64().unwrap() > 0.0, "{report}");
+    assert_eq!(evm["ratio"]["blocks"], 4);
+    // Both tokens, traders' and pool's: 50 traders with 1,000,000 each, the pool 10^12.
+    let supply = 2 * (50 * 1_000_000 + 1_000_000_000_000u64);
+    assert_eq!(evm["accounts_supply"], supply);
+    assert_eq!(report["accounts_supply"], supply);
+    let table = String::from_utf8_lossy(&out.stderr);
+    assert!(table.contains("µs execute per trade); Tally/evm per block"), "{table}");
+}
+
 #[test]
 fn bench_rejects_bad_flags() {
     let out = tally(&["bench", "--dist", "pareto"]);
