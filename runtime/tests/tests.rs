@@ -353,6 +353,56 @@ fn an_action_after_a_trap_starts_pristine() {
     assert_eq!(i32_at(&host, "r"), 0);
 }
 
+/// Stores under key "r" whether every mutable global holds its initial value (1 or 0), then
+/// changes them all, and traps when the message is one byte long.
+const EVERY_GLOBAL: &str = r#"(module
+  (import "env" "store" (func $store (param i32 i32 i32 i32)))
+  (import "env" "message_size" (func $message_size (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "r")
+  (global $a (mut i32) (i32.const 7))
+  (global $b (mut i64) (i64.add (i64.const -10) (i64.const 2)))
+  (global $c (mut f64) (f64.const 1.5))
+  (global $d (mut v128) (v128.const i64x2 3 4))
+  (global $e (mut funcref) (ref.func $f))
+  (global $fixed i32 (i32.const 5))
+  (func $f)
+  (func (export "apply") (param i64 i64 i64)
+    (i32.store (i32.const 8)
+      (i32.and
+        (i32.and
+          (i32.and (i32.eq (global.get $a) (i32.const 7)) (i64.eq (global.get $b) (i64.const -8)))
+          (i32.and (f64.eq (global.get $c) (f64.const 1.5))
+                   (i64x2.all_true (i64x2.eq (global.get $d) (v128.const i64x2 3 4)))))
+        (i32.eqz (ref.is_null (global.get $e)))))
+    (call $store (i32.const 0) (i32.const 1) (i32.const 8) (i32.const 4))
+    (global.set $a (i32.const 0))
+    (global.set $b (i64.const 0))
+    (global.set $c (f64.const 0))
+    (global.set $d (v128.const i64x2 0 0))
+    (global.set $e (ref.null func))
+    (if (i32.eq (call $message_size) (i32.const 1)) (then unreachable))))"#;
+
+#[test]
+fn issue_22_every_action_starts_with_every_global_at_its_initial_value() {
+    let rt = runtime();
+    let c = rt.prepare(&wat::parse_str(EVERY_GLOBAL).unwrap()).unwrap();
+    for message in [vec![], vec![1], vec![], vec![1], vec![]] {
+        let mut host = TestHost {
+            message: message.clone(),
+            ..Default::default()
+        };
+        let r = call(&rt, &c, &mut host);
+        assert_eq!(r.is_success(), message.is_empty(), "{r:?}");
+        assert_eq!(
+            i32_at(&host, "r"),
+            1,
+            "a global kept a previous action's value"
+        );
+    }
+    assert_eq!(rt.instantiations(), 1);
+}
+
 const LEGACY: &str = r#"(module
   (import "env" "store" (func $store (param i32 i32 i32 i32)))
   (memory (export "memory") 1)
