@@ -1250,14 +1250,16 @@ fn issue_10_bulk_memory_operations_pay_per_byte() {
         call(&rt, &c, &mut TestHost::default())
     };
     use tally_host_api::limits::{DIRTY_CHUNK_BYTES, FUEL_PER_BULK_BYTE, FUEL_PER_DIRTY_CHUNK};
-    let small = fill(1);
+    // Both span chunks, so both are marked (and paid) by the runtime's call.
+    let small = fill(2 * DIRTY_CHUNK_BYTES as u32);
     let large = fill(60_000);
     assert!(large.is_success(), "{large:?}");
-    // 59,999 more bytes, over 58 more chunks.
-    let chunks = 60_000u64.div_ceil(DIRTY_CHUNK_BYTES) - 1;
+    // 57,952 more bytes, over 57 more chunks.
+    let chunks = 60_000u64.div_ceil(DIRTY_CHUNK_BYTES) - 2;
     assert_eq!(
         large.fuel_used - small.fuel_used,
-        59_999 * u64::from(FUEL_PER_BULK_BYTE) + chunks * FUEL_PER_DIRTY_CHUNK
+        (60_000 - 2 * DIRTY_CHUNK_BYTES) * u64::from(FUEL_PER_BULK_BYTE)
+            + chunks * FUEL_PER_DIRTY_CHUNK
     );
     // 32 MiB for one fuel was the bug: now it runs out of fuel.
     let c = rt
@@ -1272,6 +1274,42 @@ fn issue_10_bulk_memory_operations_pay_per_byte() {
         .unwrap();
     let r = call(&rt, &c, &mut TestHost::default());
     assert_eq!(failure(&r).code, AbortCode::OutOfFuel);
+}
+
+#[test]
+fn issue_22_a_bulk_write_inside_one_chunk_pays_for_that_chunk_like_a_store() {
+    use tally_host_api::limits::{DIRTY_CHUNK_BYTES, FUEL_PER_BULK_BYTE, FUEL_PER_DIRTY_CHUNK};
+    let rt = runtime();
+    let fill = |at: u32, len: u32| {
+        let c = rt
+            .prepare(&contract(&format!(
+                "(memory.fill (i32.const {at}) (i32.const 7) (i32.const {len}))"
+            )))
+            .unwrap();
+        call(&rt, &c, &mut TestHost::default())
+    };
+    let chunk = DIRTY_CHUNK_BYTES as u32;
+    // Inside chunk 1, which nothing else writes: one byte or all of it, one chunk either way.
+    let one = fill(chunk, 1);
+    let whole = fill(chunk, chunk);
+    assert!(whole.is_success(), "{whole:?}");
+    assert_eq!(
+        whole.fuel_used - one.fuel_used,
+        u64::from(chunk - 1) * u64::from(FUEL_PER_BULK_BYTE)
+    );
+    // One byte more reaches into chunk 2: one more chunk to pay, give or take the dozen
+    // instructions that tell the inline mark from the runtime's call.
+    let across = fill(chunk, chunk + 1);
+    let extra = across.fuel_used - whole.fuel_used - u64::from(FUEL_PER_BULK_BYTE);
+    assert!(
+        (FUEL_PER_DIRTY_CHUNK - 16..FUEL_PER_DIRTY_CHUNK + 16).contains(&extra),
+        "{extra}"
+    );
+    // The memory's last byte is inside it; a write one byte past it traps, as it did before
+    // any mark.
+    assert!(fill(65_535, 1).is_success());
+    assert_eq!(failure(&fill(65_535, 2)).code, AbortCode::Trap);
+    assert!(fill(65_536, 0).is_success());
 }
 
 #[test]
