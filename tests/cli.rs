@@ -249,7 +249,10 @@ fn issue_22_bench_swap_compares_with_the_evm_only() {
     assert_eq!(evm["accounts_supply"], supply);
     assert_eq!(report["accounts_supply"], supply);
     let table = String::from_utf8_lossy(&out.stderr);
-    assert!(table.contains("µs execute per trade); Tally/evm per block"), "{table}");
+    assert!(
+        table.contains("µs execute per trade); Tally/evm per block"),
+        "{table}"
+    );
 }
 
 #[test]
