@@ -32,8 +32,10 @@ ID is the transaction id `tally push` printed. On a local chain, each push keeps
 (with each action's fuel, console and calls) in DIR/receipts.jsonl; a transaction missing
 there (its push stopped before writing it) is looked up in the retained blocks, which hold its
 outcome and events only. A node finds it through CometBFT's transaction index (the event
-`tally_tx.id`); its receipt has the outcome, fuel, failed action and events, never a console
-or a call tree, which only the process that ran the transaction sees.")]
+`tally_tx.id`, which a transaction sent alone in its bundle carries, as `tally push --rpc`
+sends it; `tally load`'s bundles of many carry none); its receipt has the outcome, fuel,
+failed action and events, never a console or a call tree, which only the process that ran the
+transaction sees.")]
 pub struct TxArgs {
     /// The transaction id (64 hex digits).
     pub id: String,
@@ -125,7 +127,8 @@ fn on_network(rpc: &Rpc, id: &TxId) -> anyhow::Result<Committed> {
             bail!("transaction {hex_id} was rejected in block {height}: {reason}")
         }
         None => bail!(
-            "{} knows no transaction {hex_id}: not committed (yet), or on another network",
+            "{} knows no transaction {hex_id}: not committed (yet), on another network, or \
+             sent in a bundle of several (only a transaction sent alone is indexed by its id)",
             rpc.url()
         ),
     }

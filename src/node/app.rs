@@ -384,8 +384,8 @@ impl App {
 }
 
 /// One bundle's FinalizeBlock result: `data` is the bundle hash and one summary per
-/// transaction ([`BundleResult`]); events name each transaction and carry its contracts'
-/// events ([`results`]); `gas_used` is the fuel of all its transactions.
+/// transaction ([`BundleResult`]); events carry its contracts' events and, in a bundle of one
+/// transaction, its id ([`results`]); `gas_used` is the fuel of all its transactions.
 fn bundle_result(
     hash: &[u8; 32],
     txs: &[Result<usize, TxError>],
@@ -403,7 +403,9 @@ fn bundle_result(
                 Some(format!("transaction {i}: rejected: {e}")),
             ),
             Ok(at) => {
-                events.push(results::tx_event(i, &prepared[*at].id));
+                if txs.len() == 1 {
+                    events.push(results::tx_event(i, &prepared[*at].id));
+                }
                 match &outcomes[*at] {
                     TxOutcome::Success { fuel: f, events: e } => {
                         fuel += f;
