@@ -58,7 +58,6 @@ mod sys {
     #[link(wasm_import_module = "env")]
     unsafe extern "C" {
         pub fn read_message(dst: *mut u8, len: u32) -> i32;
-        pub fn message_size() -> i32;
         pub fn load(key: *const u8, klen: u32, dst: *mut u8, dlen: u32) -> i32;
         pub fn store(key: *const u8, klen: u32, value: *const u8, vlen: u32);
         pub fn remove(key: *const u8, klen: u32);
@@ -68,7 +67,6 @@ mod sys {
         pub fn call(account: i64, action: i64, data: *const u8, len: u32, fuel: i64) -> i32;
         pub fn query(account: i64, method: i64, data: *const u8, len: u32, fuel: i64) -> i32;
         pub fn set_return(data: *const u8, len: u32);
-        pub fn return_size() -> i32;
         pub fn read_return(dst: *mut u8, len: u32) -> i32;
         pub fn caller() -> i64;
         pub fn emit(name: i64, data: *const u8, len: u32);
@@ -122,17 +120,35 @@ pub fn print(text: &str) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CallFailed(pub i32);
 
+/// Bytes a read of the message, of a call's return data or of a stored value makes room for
+/// before it asks the host: one host call for anything up to this long (a token transfer's
+/// message is 33 bytes, a balance 8), a second one, with room for all of it, for anything
+/// longer. Asking the length first cost a host call on every read.
+const FIRST_READ: usize = 64;
+
+/// Reads a buffer the host holds with `read(dst, len) -> full length` (negative: none):
+/// `None` if the host has none, else all of it.
+fn read_all(read: impl Fn(*mut u8, u32) -> i32) -> Option<Vec<u8>> {
+    let mut buf = Vec::with_capacity(FIRST_READ);
+    loop {
+        let full = read(buf.as_mut_ptr(), buf.capacity() as u32);
+        if full < 0 {
+            return None;
+        }
+        let full = full as usize;
+        if full <= buf.capacity() {
+            // SAFETY: the host wrote `full` bytes, within the capacity it was given.
+            unsafe { buf.set_len(full) };
+            return Some(buf);
+        }
+        buf.reserve_exact(full);
+    }
+}
+
 /// The return data of the last call or query.
 fn returned() -> Vec<u8> {
-    // SAFETY: no arguments.
-    let len = unsafe { sys::return_size() }.max(0) as usize;
-    let mut buf = Vec::with_capacity(len);
-    // SAFETY: `buf` has room for `len` bytes; the host writes at most that many.
-    unsafe {
-        let n = sys::read_return(buf.as_mut_ptr(), len as u32);
-        buf.set_len((n.max(0) as usize).min(len));
-    }
-    buf
+    // SAFETY: `read_all` passes a buffer with room for the length it passes.
+    read_all(|dst, len| unsafe { sys::read_return(dst, len) }).unwrap_or_default()
 }
 
 /// Calls `account`'s action `action` with `data` (borsh), giving it at most `fuel` (0: all this
@@ -223,15 +239,8 @@ pub fn is_account(account: Name) -> bool {
 
 /// The action's raw data.
 pub fn message_bytes() -> Vec<u8> {
-    // SAFETY: no arguments.
-    let len = unsafe { sys::message_size() }.max(0) as usize;
-    let mut buf = Vec::with_capacity(len);
-    // SAFETY: `buf` has room for `len` bytes; the host writes at most that many.
-    unsafe {
-        let n = sys::read_message(buf.as_mut_ptr(), len as u32);
-        buf.set_len((n.max(0) as usize).min(len));
-    }
-    buf
+    // SAFETY: `read_all` passes a buffer with room for the length it passes.
+    read_all(|dst, len| unsafe { sys::read_message(dst, len) }).unwrap_or_default()
 }
 
 /// The action's data decoded as exactly one `T` (see [the module docs](self#action-data));
@@ -301,28 +310,9 @@ impl<K: Key + ?Sized> Key for &K {
 /// The raw value of `key` in this contract's storage.
 pub fn load_bytes(key: &(impl Key + ?Sized)) -> Option<Vec<u8>> {
     key.with_bytes(|key| {
-        let mut buf = Vec::with_capacity(64);
-        loop {
-            // SAFETY: key and buffer pointers with their exact lengths.
-            let full = unsafe {
-                sys::load(
-                    key.as_ptr(),
-                    key.len() as u32,
-                    buf.as_mut_ptr(),
-                    buf.capacity() as u32,
-                )
-            };
-            if full < 0 {
-                return None;
-            }
-            let full = full as usize;
-            if full <= buf.capacity() {
-                // SAFETY: the host wrote `full` bytes.
-                unsafe { buf.set_len(full) };
-                return Some(buf);
-            }
-            buf.reserve_exact(full);
-        }
+        // SAFETY: the key with its exact length; `read_all` passes a buffer with room for the
+        // length it passes.
+        read_all(|dst, len| unsafe { sys::load(key.as_ptr(), key.len() as u32, dst, len) })
     })
 }
 
@@ -356,9 +346,22 @@ pub fn store_bytes(key: &(impl Key + ?Sized), value: &[u8]) {
     })
 }
 
+/// `value` borsh-encoded, as [`crate::message::encode`] encodes it, into a buffer that starts
+/// with room for 64 bytes: grown from nothing, a 40-byte value took four allocations and three
+/// copies (the bump allocator frees none of them), and borsh's own `to_vec` reserves 1 KiB,
+/// which pushes the next allocations into another 1 KiB chunk for the runtime to restore and
+/// the action to pay for. Every typed call, answer and event of this module encodes with it.
+pub fn encode<V: BorshSerialize + ?Sized>(value: &V) -> Vec<u8> {
+    let mut out = Vec::with_capacity(FIRST_READ);
+    value
+        .serialize(&mut out)
+        .unwrap_or_else(|_| abort("encoding"));
+    out
+}
+
 /// Sets `key` to `value`, borsh-encoded.
 pub fn store<V: BorshSerialize + ?Sized>(key: &(impl Key + ?Sized), value: &V) {
-    store_bytes(key, &crate::message::encode(value));
+    store_bytes(key, &encode(value));
 }
 
 /// Deletes `key` (a no-op if absent).
@@ -421,7 +424,7 @@ pub fn call_action<A: ActionData>(
     action: &A,
     fuel: u64,
 ) -> Result<A::Returns, CallFailed> {
-    call(contract, A::NAME, &action.encode(), fuel).map(|data| typed_return::<A>(&data))
+    call(contract, A::NAME, &encode(action), fuel).map(|data| typed_return::<A>(&data))
 }
 
 /// Asks `contract` a typed query (a struct `tally abigen` generated from its ABI), like
@@ -432,7 +435,7 @@ pub fn call_action<A: ActionData>(
 /// let balance: u64 = guest::ask(token, &token_abi::BalanceQuery { owner }, 0)?;
 /// ```
 pub fn ask<Q: QueryData>(contract: Name, query: &Q, fuel: u64) -> Result<Q::Returns, CallFailed> {
-    self::query(contract, Q::NAME, &query.encode(), fuel).map(|data| typed_return::<Q>(&data))
+    self::query(contract, Q::NAME, &encode(query), fuel).map(|data| typed_return::<Q>(&data))
 }
 
 fn typed_return<M: Message>(data: &[u8]) -> M::Returns {
@@ -443,12 +446,12 @@ fn typed_return<M: Message>(data: &[u8]) -> M::Returns {
 /// Sets the return data of the running action or query `to`, typed by its ABI entry:
 /// `guest::reply(&query, &balance)` compiles only if `balance` is what the query returns.
 pub fn reply<M: Message>(_to: &M, value: &M::Returns) {
-    set_return(&crate::message::encode(value));
+    set_return(&encode(value));
 }
 
 /// Emits a typed event (a struct `tally abigen` generated from the ABI's "events").
 pub fn emit_event<E: EventData>(event: &E) {
-    emit(E::NAME, &event.encode());
+    emit(E::NAME, &encode(event));
 }
 
 /// Runs one `query(receiver, method)` call with generated query types: decodes the question
@@ -478,10 +481,20 @@ pub const DEFAULT_HEAP: usize = 32 * 1024;
 /// A global allocator for `no_std` contracts: hands out memory from a fixed arena and never
 /// frees. That is all a contract needs, because the runtime restores its memory (the arena and
 /// the allocator's cursor included) after every action.
+///
+/// The cursor comes first and the whole allocator starts on a 1 KiB boundary, so an action's
+/// first kilobyte of allocations and the cursor share one of the runtime's 1 KiB dirty chunks
+/// ([`crate::limits::DIRTY_CHUNK_BYTES`]). Laid out by the compiler, the cursor sat after the
+/// arena and the arena began mid-chunk: a token-rs action dirtied two chunks of heap and a
+/// swap three, instead of one.
+#[repr(C, align(1024))]
 pub struct BumpAllocator<const ARENA: usize> {
-    arena: core::cell::UnsafeCell<[u8; ARENA]>,
     next: core::cell::Cell<usize>,
+    arena: core::cell::UnsafeCell<[u8; ARENA]>,
 }
+
+const _: () =
+    assert!(core::mem::align_of::<BumpAllocator<0>>() as u64 == crate::limits::DIRTY_CHUNK_BYTES);
 
 // SAFETY: a contract instance runs one action at a time on one thread; wasm32 has no threads
 // here (the runtime rejects shared memory).
@@ -491,8 +504,8 @@ impl<const ARENA: usize> BumpAllocator<ARENA> {
     /// An allocator over an `ARENA`-byte arena.
     pub const fn new() -> Self {
         Self {
-            arena: core::cell::UnsafeCell::new([0; ARENA]),
             next: core::cell::Cell::new(0),
+            arena: core::cell::UnsafeCell::new([0; ARENA]),
         }
     }
 }
