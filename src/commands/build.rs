@@ -182,6 +182,7 @@ pub fn compile_rust(
     let package = package
         .canonicalize()
         .with_context(|| format!("cannot find {}", package.display()))?;
+    super::sdk::ensure_linked(&package)?;
     let manifest = package.join("Cargo.toml");
     let meta: toml_name::Manifest = std::fs::read_to_string(&manifest)
         .ok()

@@ -17,7 +17,9 @@ mod node;
 mod plot;
 mod push;
 mod query;
+
 mod receipt;
+mod sdk;
 mod storebench;
 mod target;
 mod tx;

@@ -52,3 +52,4 @@ push_fails unauthorized hit alice --auth bob
 expect_u64 alice 2
 push reset alice --auth alice
 expect_none alice
+{{harness}}
