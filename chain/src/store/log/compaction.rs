@@ -83,6 +83,9 @@ impl LogStore {
             .stats
             .longest_snapshot_ms
             .max(done.took.as_secs_f64() * 1e3);
+        // The order's generations sealed at or below this run's head hold nothing the run
+        // does not.
+        self.order.merged(done.height);
         crash::point("snapshot-installed");
         if let Some(old) = old {
             self.vfs.remove(old.path()).at("removing", old.path())?;
@@ -218,6 +221,11 @@ impl LogStore {
                 "reading a block to merge from",
                 &segment_path(&self.dir, last.seq),
             )?;
+        // Keys changed from here on enter a new generation of the order, so that the one
+        // this merge covers can go when it is installed.
+        let through = self.head.as_ref().map_or(0, |h| h.height);
+        let active = self.segments.back().expect("an active segment");
+        self.order.seal(through, Loc::new(active.seq, active.size));
         let cancel = Arc::new(AtomicBool::new(false));
         let job = MergeJob {
             vfs: self.vfs.clone(),
