@@ -256,10 +256,11 @@ impl LogStore {
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not a block record"))
     }
 
-    /// Waits for a running merge and installs it, then finishes the index sweep (for tests
-    /// and for closing).
+    /// Waits for a running merge and installs it, then finishes the index sweep, and the
+    /// same for the order's merges (for tests and for closing).
     pub fn settle(&mut self) -> StoreResult<()> {
         self.usable()?;
+        self.order.settle();
         let settled = self.poll_merge(true).and_then(|()| self.sweep_step(None));
         settled.map_err(|failure| self.poison(failure, None))
     }

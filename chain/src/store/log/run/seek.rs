@@ -219,7 +219,11 @@ mod tests {
         while model.len() < 3_000 {
             let mut k = key(&mut next);
             k.extend_from_slice(&(next() % 1_000_000).to_be_bytes());
-            let len = if next() % 100 == 0 { 9_000 } else { 20 };
+            let len = if next().is_multiple_of(100) {
+                9_000
+            } else {
+                20
+            };
             model.insert(k, vec![next() as u8; len]);
         }
         let fs = FaultFs::new(1);
