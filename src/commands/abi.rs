@@ -10,7 +10,12 @@
 //!     "init": [{ "name": "token_a", "type": "name" }]
 //!   },
 //!   "queries": { "reserves": { "args": [], "returns": "Reserves" } },
-//!   "events": { "swapped": [{ "name": "user", "type": "name" }, { "name": "out", "type": "u64" }] }
+//!   "events": { "swapped": [{ "name": "user", "type": "name" }, { "name": "out", "type": "u64" }] },
+//!   "tables": {
+//!     "shares": { "key": "name", "value": "u64" },
+//!     "pool": { "key": { "prefix": "pool" }, "value": "Reserves" },
+//!     "orders": { "key": { "prefix": "o", "parts": ["name", "u64"] }, "value": [{ "name": "amount", "type": "u64" }] }
+//!   }
 //! }
 //! ```
 //!
@@ -19,6 +24,14 @@
 //! better and cannot drift from the action). Every value is borsh: integers little-endian,
 //! `name` 8 bytes, `string`/`bytes` and lists `T[]` after a u32 count, options `T?` after a
 //! 0/1 byte, a struct its fields in order.
+//!
+//! A table says how the contract lays out some of its storage, for readers (`tally get`,
+//! `tally keys`), as Antelope's ABI `tables` do for `cleos get table`: a key is a constant
+//! prefix (UTF-8) then typed parts, each written as the SDKs' `Key` writes it (an integer or a
+//! name little-endian, a `string` or `bytes` as its raw bytes with no count, so only as the
+//! last part); `"key": "name"` is short for `{"prefix": "", "parts": ["name"]}`. The value is
+//! a type, or a field list as an event's (a struct nothing else names). A stored key belongs
+//! to the first table, longest prefix first, whose layout it fits exactly.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -179,10 +192,39 @@ pub struct Abi {
     pub queries: BTreeMap<String, Entry>,
     pub events: BTreeMap<String, Vec<Field>>,
     pub structs: BTreeMap<String, Vec<Field>>,
+    pub tables: BTreeMap<String, Table>,
 }
 
 /// The keys an ABI file may have at its top.
-const SECTIONS: [&str; 4] = ["structs", "actions", "queries", "events"];
+const SECTIONS: [&str; 5] = ["structs", "actions", "queries", "events", "tables"];
+
+/// How a table's stored keys are laid out: `prefix`, then one value of each part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyShape {
+    /// The bytes every key of the table starts with.
+    pub prefix: Vec<u8>,
+    /// The typed parts after it, each a fixed-size built-in type but the last, which may
+    /// also be `string` or `bytes` (its raw bytes, to the end of the key).
+    pub parts: Vec<Type>,
+}
+
+/// What a table stores under each key.
+#[derive(Debug, Clone)]
+pub enum TableValue {
+    /// A value of one type.
+    Type(Type),
+    /// A record of fields, as an event's.
+    Fields(Vec<Field>),
+}
+
+/// A table: a family of stored keys and the type of their values.
+#[derive(Debug, Clone)]
+pub struct Table {
+    /// Its keys' layout.
+    pub key: KeyShape,
+    /// Its values' type.
+    pub value: TableValue,
+}
 
 impl Abi {
     /// Reads and checks the ABI file at `path`.
@@ -250,6 +292,13 @@ impl Abi {
             parse_name(&name).context("event names")?;
             let fields = fields(&v, &struct_names).with_context(|| format!("event {name}"))?;
             abi.events.insert(name, fields);
+        }
+        for (name, v) in section("tables")? {
+            if !is_identifier(&name) {
+                bail!("table {name:?}: a table's name is an identifier (letters, digits and _)");
+            }
+            let table = table(&v, &struct_names).with_context(|| format!("table {name}"))?;
+            abi.tables.insert(name, table);
         }
         Ok(abi)
     }
@@ -327,6 +376,18 @@ impl Abi {
                 .structs
                 .iter()
                 .map(|(k, f)| (format!("{prefix}{k}"), fields(f)))
+                .collect(),
+            tables: self
+                .tables
+                .iter()
+                .map(|(k, t)| {
+                    let value = match &t.value {
+                        TableValue::Type(ty) => TableValue::Type(ty.prefixed(prefix)),
+                        TableValue::Fields(f) => TableValue::Fields(fields(f)),
+                    };
+                    let key = t.key.clone();
+                    (k.clone(), Table { key, value })
+                })
                 .collect(),
         }
     }
@@ -591,6 +652,118 @@ impl Abi {
         })
     }
 
+    /// The table a stored `key` belongs to, with its key's parts: of the tables whose layout
+    /// it fits exactly, the one with the longest prefix (then the first by name).
+    pub fn table_of(&self, key: &[u8]) -> Option<(&str, &Table, Vec<Value>)> {
+        let mut tables: Vec<(&String, &Table)> = self.tables.iter().collect();
+        tables.sort_by_key(|(_, t)| std::cmp::Reverse(t.key.prefix.len()));
+        tables.into_iter().find_map(|(name, table)| {
+            let parts = self.decode_key(&table.key, key)?;
+            Some((name.as_str(), table, parts))
+        })
+    }
+
+    /// The parts of `key` if it has the layout `shape`, exactly.
+    pub fn decode_key(&self, shape: &KeyShape, key: &[u8]) -> Option<Vec<Value>> {
+        let mut rest = key.strip_prefix(shape.prefix.as_slice())?;
+        let mut parts = Vec::with_capacity(shape.parts.len());
+        for part in &shape.parts {
+            parts.push(match part {
+                // The last part, by the check at parse: the rest of the key, raw.
+                Type::String => Value::String(std::str::from_utf8(rest).ok()?.to_string()),
+                Type::Bytes => Value::String(format!("0x{}", hex::encode(rest))),
+                fixed => self.decode_value(fixed, &mut rest).ok()?,
+            });
+            if matches!(part, Type::String | Type::Bytes) {
+                rest = &[];
+            }
+        }
+        rest.is_empty().then_some(parts)
+    }
+
+    /// The stored key of `table` with parts spelled `parts` (as on the command line).
+    pub fn encode_key(&self, table: &str, parts: &[&str]) -> anyhow::Result<Vec<u8>> {
+        let t = self.tables.get(table).with_context(|| {
+            format!(
+                "the ABI has no table {table:?} (it has: {})",
+                list(&self.tables)
+            )
+        })?;
+        if parts.len() != t.key.parts.len() {
+            let types: Vec<String> = t.key.parts.iter().map(Type::spelling).collect();
+            bail!(
+                "table {table}'s keys have {} parts ({}), got {}: write {table}[{}]",
+                t.key.parts.len(),
+                types.join(", "),
+                parts.len(),
+                types.join(",")
+            );
+        }
+        let mut key = t.key.prefix.clone();
+        for (ty, text) in t.key.parts.iter().zip(parts) {
+            match ty {
+                Type::String => key.extend_from_slice(text.as_bytes()),
+                Type::Bytes => key.extend_from_slice(
+                    &hex::decode(text.strip_prefix("0x").unwrap_or(text))
+                        .with_context(|| format!("{text:?} is not hex"))?,
+                ),
+                fixed => self
+                    .encode_value(fixed, &Value::String(text.to_string()), &mut key)
+                    .with_context(|| {
+                        format!("table {table}: {text:?} as a {}", fixed.spelling())
+                    })?,
+            }
+        }
+        Ok(key)
+    }
+
+    /// A key of a table as `tally get` and `tally keys` print it: `balances[alice]`, or the
+    /// table's name alone when its keys have no parts.
+    pub fn key_text(table: &str, parts: &[Value]) -> String {
+        if parts.is_empty() {
+            return table.to_string();
+        }
+        let parts: Vec<String> = parts
+            .iter()
+            .map(|p| match p {
+                Value::String(s) => s.clone(),
+                other => text(other),
+            })
+            .collect();
+        format!("{table}[{}]", parts.join(","))
+    }
+
+    /// A key written as a table's (`balances[alice]`, `stats`): `None` if `text` names no
+    /// table of this ABI.
+    pub fn parse_table_key(&self, text: &str) -> Option<anyhow::Result<Vec<u8>>> {
+        let (table, parts) = match text.split_once('[') {
+            Some((table, rest)) => (table, Some(rest)),
+            None => (text, None),
+        };
+        let t = self.tables.get(table)?;
+        Some(match parts {
+            None => self.encode_key(table, &[]),
+            Some(rest) => match rest.strip_suffix(']') {
+                None => Err(anyhow::anyhow!(
+                    "{text:?}: a table's key is written {table}[PART,...]"
+                )),
+                // string and bytes parts come last, so a comma inside one is its own.
+                Some(inner) => {
+                    let parts: Vec<&str> = inner.splitn(t.key.parts.len().max(1), ',').collect();
+                    self.encode_key(table, &parts)
+                }
+            },
+        })
+    }
+
+    /// Decodes a value stored in `table`.
+    pub fn decode_table_value(&self, table: &Table, data: &[u8]) -> anyhow::Result<Value> {
+        match &table.value {
+            TableValue::Type(ty) => self.decode(ty, data),
+            TableValue::Fields(fields) => self.decode_fields(fields, data),
+        }
+    }
+
     /// The structs in an order where each comes after those it contains, as generated C
     /// must define them (the cycle check guarantees there is one).
     pub fn struct_order(&self) -> Vec<&str> {
@@ -645,6 +818,78 @@ fn field_list(fields: &[Field]) -> String {
         .join(", ")
 }
 
+/// Whether `name` is an identifier: letters, digits and `_`, not first a digit.
+fn is_identifier(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A table: `{"key": TYPE or {"prefix": TEXT, "parts": [TYPE, ...]}, "value": TYPE or FIELDS}`.
+fn table(value: &Value, structs: &BTreeSet<&str>) -> anyhow::Result<Table> {
+    let Value::Object(m) = value else {
+        bail!("a table is {{\"key\": KEY, \"value\": TYPE}}");
+    };
+    if let Some(k) = m.keys().find(|k| *k != "key" && *k != "value") {
+        bail!("unknown key {k:?} (a table has \"key\" and \"value\")");
+    }
+    let key = match m.get("key") {
+        Some(Value::String(t)) => KeyShape {
+            prefix: Vec::new(),
+            parts: vec![Type::parse(t, structs).context("\"key\"")?],
+        },
+        Some(Value::Object(shape)) => {
+            if let Some(k) = shape.keys().find(|k| *k != "prefix" && *k != "parts") {
+                bail!("\"key\" has an unknown key {k:?} (it has \"prefix\" and \"parts\")");
+            }
+            let prefix = match shape.get("prefix") {
+                None => Vec::new(),
+                Some(Value::String(p)) => p.as_bytes().to_vec(),
+                Some(other) => bail!("\"prefix\" is text, not {other}"),
+            };
+            let parts = match shape.get("parts") {
+                None => Vec::new(),
+                Some(Value::Array(parts)) => parts
+                    .iter()
+                    .map(|p| match p {
+                        Value::String(t) => Type::parse(t, structs),
+                        other => bail!("a key part is a type name, not {other}"),
+                    })
+                    .collect::<anyhow::Result<_>>()
+                    .context("\"parts\"")?,
+                Some(other) => bail!("\"parts\" is a list of types, not {other}"),
+            };
+            KeyShape { prefix, parts }
+        }
+        None => bail!("a table needs \"key\": a type (\"name\") or {{\"prefix\", \"parts\"}}"),
+        Some(other) => bail!("\"key\" is a type or {{\"prefix\", \"parts\"}}, not {other}"),
+    };
+    if key.prefix.is_empty() && key.parts.is_empty() {
+        bail!("\"key\" has neither a prefix nor parts: it would be the empty key");
+    }
+    for (i, part) in key.parts.iter().enumerate() {
+        let last = i + 1 == key.parts.len();
+        let ok = match part {
+            Type::String | Type::Bytes => last,
+            other => other.is_scalar(),
+        };
+        if !ok {
+            bail!(
+                "key part {} ({}): a key part is a fixed-size built-in type (bool, integers, \
+                 name), or string or bytes as the last part (they run to the end of the key)",
+                i + 1,
+                part.spelling()
+            );
+        }
+    }
+    let value = match m.get("value") {
+        Some(Value::String(t)) => TableValue::Type(Type::parse(t, structs).context("\"value\"")?),
+        Some(v @ Value::Array(_)) => TableValue::Fields(fields(v, structs).context("\"value\"")?),
+        None => bail!("a table needs \"value\": a type, or a list of fields"),
+        Some(other) => bail!("\"value\" is a type or a list of fields, not {other}"),
+    };
+    Ok(Table { key, value })
+}
+
 /// An action or a query: a list of fields, or `{"args": [...], "returns": TYPE}`.
 fn entry(value: Value, structs: &BTreeSet<&str>) -> anyhow::Result<Entry> {
     match value {
@@ -690,9 +935,7 @@ fn fields(value: &Value, structs: &BTreeSet<&str>) -> anyhow::Result<Vec<Field>>
         {
             bail!("field {name:?} has an unknown key {key:?}");
         }
-        let ok = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !ok {
+        if !is_identifier(name) {
             bail!("field {name:?} is not an identifier (letters, digits and _, not first a digit)");
         }
         if out.iter().any(|f| &f.name == name) {
