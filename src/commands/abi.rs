@@ -749,7 +749,19 @@ impl Abi {
                 )),
                 // string and bytes parts come last, so a comma inside one is its own.
                 Some(inner) => {
-                    let parts: Vec<&str> = inner.splitn(t.key.parts.len().max(1), ',').collect();
+                    let n = t.key.parts.len();
+                    let mut parts: Vec<&str> = inner.split(',').collect();
+                    if parts.len() > n
+                        && matches!(t.key.parts.last(), Some(Type::String | Type::Bytes))
+                    {
+                        // After the (n-1)th comma: the string part takes the rest.
+                        let cut = n
+                            .checked_sub(2)
+                            .and_then(|k| inner.match_indices(',').nth(k))
+                            .map_or(0, |(i, _)| i + 1);
+                        parts.truncate(n - 1);
+                        parts.push(&inner[cut..]);
+                    }
                     self.encode_key(table, &parts)
                 }
             },
@@ -1050,6 +1062,99 @@ mod tests {
         )
         .unwrap();
         assert_eq!(abi.decode(&big, &b).unwrap(), u128::MAX.to_string());
+    }
+
+    const TABLES: &str = r#"{
+        "structs": { "Order": [{ "name": "amount", "type": "u64" }] },
+        "tables": {
+            "balances": { "key": "name", "value": "u64" },
+            "stats": { "key": { "prefix": "stats" }, "value": [{ "name": "supply", "type": "u64" }] },
+            "orders": { "key": { "prefix": "o", "parts": ["name", "u32", "string"] }, "value": "Order" }
+        }
+    }"#;
+
+    #[test]
+    fn table_keys_round_trip_between_their_text_and_their_bytes() {
+        let abi = Abi::parse(TABLES).unwrap();
+        let alice = parse_name("alice").unwrap().0.to_le_bytes();
+        let key = abi.parse_table_key("balances[alice]").unwrap().unwrap();
+        assert_eq!(key, alice);
+        let (table, _, parts) = abi.table_of(&key).unwrap();
+        assert_eq!(Abi::key_text(table, &parts), "balances[alice]");
+        // The last part is a string's raw bytes, commas included.
+        let key = abi.parse_table_key("orders[bob,7,a,b]").unwrap().unwrap();
+        let mut want = b"o".to_vec();
+        want.extend_from_slice(&parse_name("bob").unwrap().0.to_le_bytes());
+        want.extend_from_slice(&7u32.to_le_bytes());
+        want.extend_from_slice(b"a,b");
+        assert_eq!(key, want);
+        let (table, t, parts) = abi.table_of(&key).unwrap();
+        assert_eq!(Abi::key_text(table, &parts), "orders[bob,7,a,b]");
+        let value = abi.decode_table_value(t, &9u64.to_le_bytes()).unwrap();
+        assert_eq!(value, serde_json::json!({"amount": 9}));
+        // A singleton: the table's name alone.
+        assert_eq!(abi.parse_table_key("stats").unwrap().unwrap(), b"stats");
+        let (table, _, parts) = abi.table_of(b"stats").unwrap();
+        assert_eq!(Abi::key_text(table, &parts), "stats");
+        let one = Abi::parse(r#"{"tables": {"notes": {"key": "string", "value": "u8"}}}"#).unwrap();
+        assert_eq!(one.parse_table_key("notes[a,b]").unwrap().unwrap(), b"a,b");
+        // Keys that fit no table, and names that are no table.
+        assert!(abi.table_of(b"stat").is_none());
+        assert!(abi.table_of(&[0; 9]).is_none());
+        assert!(abi.parse_table_key("nope[x]").is_none());
+        let e = format!(
+            "{:#}",
+            abi.parse_table_key("balances[a,b]").unwrap().unwrap_err()
+        );
+        assert!(e.contains("1 parts (name), got 2"), "{e}");
+    }
+
+    #[test]
+    fn a_key_belongs_to_the_table_with_the_longest_prefix_it_fits() {
+        let abi = Abi::parse(
+            r#"{"tables": {
+                "all": { "key": "bytes", "value": "bytes" },
+                "users": { "key": { "prefix": "u", "parts": ["name"] }, "value": "u64" }
+            }}"#,
+        )
+        .unwrap();
+        let mut user = b"u".to_vec();
+        user.extend_from_slice(&parse_name("carol").unwrap().0.to_le_bytes());
+        assert_eq!(abi.table_of(&user).unwrap().0, "users");
+        assert_eq!(abi.table_of(b"u1").unwrap().0, "all");
+    }
+
+    #[test]
+    fn table_mistakes_are_refused_with_what_is_wrong() {
+        let bad = |text: &str, want: &str| {
+            let e = format!("{:#}", Abi::parse(text).unwrap_err());
+            assert!(e.contains(want), "{e:?} does not say {want:?}");
+        };
+        bad(
+            r#"{"tables": {"t": {"key": {"parts": ["string", "u8"]}, "value": "u8"}}}"#,
+            "or string or bytes as the last part",
+        );
+        bad(
+            r#"{"tables": {"t": {"key": {"parts": ["u8[]"]}, "value": "u8"}}}"#,
+            "key part 1 (u8[])",
+        );
+        bad(
+            r#"{"tables": {"t": {"key": {}, "value": "u8"}}}"#,
+            "the empty key",
+        );
+        bad(r#"{"tables": {"t": {"key": "name"}}}"#, "needs \"value\"");
+        bad(
+            r#"{"tables": {"t": {"key": "name", "value": "u8", "index": 1}}}"#,
+            "unknown key \"index\"",
+        );
+        bad(
+            r#"{"tables": {"t": {"key": "Missing", "value": "u8"}}}"#,
+            "unknown type \"Missing\"",
+        );
+        bad(
+            r#"{"tables": {"a-b": {"key": "name", "value": "u8"}}}"#,
+            "identifier",
+        );
     }
 
     #[test]
