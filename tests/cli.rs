@@ -956,6 +956,143 @@ TALLY_EXPORT("apply") void apply(uint64_t receiver, uint64_t code, uint64_t acti
         fails(&["verify", "--data", b.to_str().unwrap()], "another chain");
     }
 
+    /// A local chain whose token-rs `token` has balances for alice and five others (none of
+    /// them accounts but alice: a token credits any name).
+    fn token_with_holders(d: &str) -> Vec<&'static str> {
+        ok(&["init", "--data", d]);
+        for a in ["token", "alice"] {
+            ok(&["account", "create", a, "--data", d]);
+        }
+        ok(&["deploy", "token", "contracts/token-rs.wasm", "--data", d]);
+        ok(&[
+            "push", "token", "create", "alice", "1000000", "--auth", "alice", "--data", d,
+        ]);
+        ok(&[
+            "push", "token", "issue", "alice", "1000", "", "--auth", "alice", "--data", d,
+        ]);
+        let holders = vec!["bob", "carol", "dave", "erin", "frank"];
+        for (i, to) in holders.iter().enumerate() {
+            let amount = (i + 1).to_string();
+            ok(&[
+                "push", "token", "transfer", "alice", to, &amount, "", "--auth", "alice", "--data",
+                d,
+            ]);
+        }
+        holders
+    }
+
+    /// The `text` of every listed key, and whether more follow.
+    fn keys(args: &[&str]) -> (Vec<String>, serde_json::Value) {
+        let out = ok(args);
+        let texts = out["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["text"].as_str().unwrap().to_string())
+            .collect();
+        (texts, out)
+    }
+
+    /// Issue 23: `tally keys` lists a contract's keys in byte order, each shown as its ABI
+    /// table's with its value decoded, a page at a time: the pages joined are the whole
+    /// listing, backwards is its reverse, and a prefix or a table's name narrows it.
+    #[test]
+    fn issue_23_keys_lists_a_contracts_keys_in_order_a_page_at_a_time() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("chain");
+        let d = d.to_str().unwrap();
+        let holders = token_with_holders(d);
+        let (all, out) = keys(&["keys", "token", "--data", d]);
+        assert_eq!(out["more"], false);
+        // Byte order of the stored keys: names' 8 little-endian bytes, and "stats".
+        let mut raw: Vec<Vec<u8>> = out["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| hex::decode(k["key"].as_str().unwrap()).unwrap())
+            .collect();
+        let listed = raw.clone();
+        raw.sort();
+        assert_eq!(listed, raw, "keys are listed in byte order");
+        assert_eq!(all.len(), holders.len() + 2, "{all:?}");
+        assert!(all.contains(&"stats".to_string()), "{all:?}");
+        let bob = out["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["text"] == "balances[bob]")
+            .unwrap();
+        assert_eq!(
+            (bob["table"].as_str(), bob["decoded"].as_u64()),
+            (Some("balances"), Some(1))
+        );
+        let stats = &out["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["text"] == "stats")
+            .unwrap()["decoded"];
+        assert_eq!(stats["supply"], 1000);
+
+        // Pages of 3: the --after each names gives the next, and together they are the whole.
+        let mut paged = Vec::new();
+        let mut after: Option<String> = None;
+        for _ in 0..all.len() {
+            let mut args = vec!["keys", "token", "--limit", "3", "--data", d];
+            if let Some(a) = &after {
+                args.extend(["--after", a.as_str()]);
+            }
+            let (page, out) = keys(&args);
+            assert!(page.len() <= 3);
+            paged.extend(page);
+            match out["after"].as_str() {
+                Some(a) => after = Some(a.to_string()),
+                None => break,
+            }
+        }
+        assert_eq!(paged, all);
+        let (mut back, _) = keys(&["keys", "token", "--reverse", "--data", d]);
+        back.reverse();
+        assert_eq!(back, all);
+        let text = stdout(&tally(&["keys", "token", "--limit", "2", "--data", d]));
+        assert!(
+            text.contains("2 keys shown; more follow: tally keys token --limit 2 --data"),
+            "{text}"
+        );
+
+        // A prefix, and a table's name.
+        assert_eq!(keys(&["keys", "token", "str:st", "--data", d]).0, ["stats"]);
+        let (balances, _) = keys(&["keys", "token", "balances", "--data", d]);
+        assert_eq!(balances.len(), holders.len() + 1);
+        assert!(!balances.contains(&"stats".to_string()));
+        // --as decodes every value as one type.
+        let (_, out) = keys(&["keys", "token", "balances", "--as", "u64", "--data", d]);
+        assert_eq!(out["keys"][0]["decoded"].as_u64().is_some(), true);
+
+        // tally get reads a table's key by its parts.
+        let text = stdout(&tally(&["get", "token", "balances[carol]", "--data", d]));
+        assert_eq!(text, "balances[carol] = 2\n");
+        assert_eq!(
+            ok(&["get", "token", "name:carol", "--data", d])["decoded"],
+            2
+        );
+        fails(
+            &["get", "token", "balance[carol]", "--data", d],
+            "its ABI's tables: balances, stats",
+        );
+
+        // Mistakes say what to do.
+        fails(
+            &["keys", "nobody", "--data", d],
+            "there is no account nobody",
+        );
+        fails(
+            &["keys", "alice", "--data", d],
+            "alice has no contract: deploy one",
+        );
+        fails(&["keys", "token", "--limit", "0", "--data", d], "--limit 0");
+    }
+
     /// A local chain with two token-rs tokens and the exchange, alice holding 1,000,000 of
     /// each and the pool initialised: the README's devnet walk-through, on `--data`.
     fn market(d: &str) {

@@ -85,3 +85,92 @@ pub fn page(
     let more = walk.next().transpose()?.is_some();
     Ok(KeysPage { entries, more })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use tally_chain::{ChainConfig, MemoryStore};
+    use tally_runtime::{Runtime, RuntimeConfig};
+
+    fn name(s: &str) -> Name {
+        s.parse().unwrap()
+    }
+
+    /// `coin` holds `n` keys `k0000`…, `other` one key, each value 100 bytes.
+    fn chain(n: u32) -> Chain {
+        let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
+        let store = Box::new(MemoryStore::new(10));
+        let mut genesis = Chain::genesis(runtime, store, ChainConfig::default()).unwrap();
+        for i in 0..n {
+            genesis.allocate(name("coin"), format!("k{i:04}").as_bytes(), &[7; 100]);
+        }
+        genesis.allocate(name("other"), b"k", b"x");
+        genesis.finish().unwrap()
+    }
+
+    fn request(prefix: &str, after: Option<&str>, reverse: bool, limit: u32) -> KeysRequest {
+        KeysRequest {
+            contract: name("coin").0,
+            prefix: prefix.as_bytes().to_vec(),
+            after: after.map(|a| a.as_bytes().to_vec()),
+            reverse,
+            limit,
+        }
+    }
+
+    fn keys(page: &KeysPage) -> Vec<String> {
+        page.entries
+            .iter()
+            .map(|(k, _)| String::from_utf8(k.clone()).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_node_never_returns_more_than_its_bounds_and_says_more_follow() {
+        let chain = chain(2_500);
+        let asked = request("", None, false, u32::MAX);
+        let page = page(&chain, &asked, MAX_KEYS_PER_QUERY, MAX_PAGE_BYTES).unwrap();
+        assert_eq!(page.entries.len(), MAX_KEYS_PER_QUERY as usize);
+        assert!(page.more);
+        // 100-byte values: the byte bound stops the page at the entry that reaches it.
+        let small = super::page(&chain, &asked, MAX_KEYS_PER_QUERY, 1_000).unwrap();
+        assert_eq!(small.entries.len(), 10);
+        assert!(small.more);
+        let everything = super::page(&chain, &asked, u32::MAX, usize::MAX).unwrap();
+        assert_eq!(everything.entries.len(), 2_500);
+        assert!(
+            !everything.more,
+            "the other contract's key is not this one's"
+        );
+    }
+
+    #[test]
+    fn pages_follow_each_other_in_either_direction_within_the_prefix() {
+        let chain = chain(30);
+        let page = |r: &KeysRequest| super::page(&chain, r, 1000, MAX_PAGE_BYTES).unwrap();
+        let first = page(&request("k001", None, false, 4));
+        assert_eq!(keys(&first), ["k0010", "k0011", "k0012", "k0013"]);
+        assert!(first.more);
+        let next = page(&request("k001", Some("k0013"), false, 100));
+        assert_eq!(
+            keys(&next),
+            ["k0014", "k0015", "k0016", "k0017", "k0018", "k0019"]
+        );
+        assert!(!next.more);
+        let back = page(&request("k001", Some("k0012"), true, 100));
+        assert_eq!(keys(&back), ["k0011", "k0010"]);
+        let last = page(&request("", None, true, 1));
+        assert_eq!(keys(&last), ["k0029"]);
+        // An `after` outside the prefix: before it walking forward is the whole prefix.
+        assert_eq!(
+            page(&request("k002", Some("a"), false, 100)).entries.len(),
+            10
+        );
+        assert!(
+            page(&request("k002", Some("z"), false, 100))
+                .entries
+                .is_empty()
+        );
+    }
+}
