@@ -82,6 +82,29 @@ fn build_without_a_toolchain_says_what_to_install() {
     assert!(err.contains("apt-get install clang lld"), "{err}");
 }
 
+/// Issue 23: a C contract that includes a C library header is told there is none, and what
+/// tally.h has instead, rather than clang's bare "file not found".
+#[test]
+fn issue_23_build_of_a_c_contract_that_includes_stdio_says_contracts_have_no_libc() {
+    if !have_clang() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let source = tmp.path().join("hello.c");
+    std::fs::write(
+        &source,
+        "#include <stdio.h>\n#include \"tally.h\"\nint x;\n",
+    )
+    .unwrap();
+    let out = tally(&["build", source.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("includes <stdio.h>, but contracts have no libc: use tally.h's prints"),
+        "{err}"
+    );
+}
+
 #[test]
 fn build_rejects_a_missing_source_clearly() {
     let out = tally(&["build", "no/such/file.c"]);
@@ -1093,6 +1116,168 @@ TALLY_EXPORT("apply") void apply(uint64_t receiver, uint64_t code, uint64_t acti
         fails(&["keys", "token", "--limit", "0", "--data", d], "--limit 0");
     }
 
+    /// Issue 23, item 5: what a new user tried, each now doing what they meant or saying
+    /// what to do. `--dry-run` shows the encoding of what the command line gave, and sends
+    /// nothing.
+    #[test]
+    fn issue_23_papercuts_negative_numbers_lists_hex_files_dry_runs_and_missing_accounts() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("chain");
+        let d = d.to_str().unwrap();
+        ok(&["init", "--data", d]);
+        for a in ["simplecoin", "alice", "bob"] {
+            ok(&["account", "create", a, "--data", d]);
+        }
+        ok(&[
+            "deploy",
+            "simplecoin",
+            "contracts/simplecoin.wasm",
+            "--data",
+            d,
+        ]);
+        let abi = tmp.path().join("adjust.abi.json");
+        std::fs::write(
+            &abi,
+            r#"{"actions": {"adjust": [{"name": "by", "type": "i64"}, {"name": "blob", "type": "bytes"},
+                                      {"name": "note", "type": "string"}, {"name": "tags", "type": "i32[]"}]}}"#,
+        )
+        .unwrap();
+        let note = tmp.path().join("note.txt");
+        std::fs::write(&note, "from a file\n").unwrap();
+        let at_note = format!("@{}", note.display());
+        let head = ok(&["blocks", "--data", d])["head"].clone();
+        // A negative number without `--`, bytes with 0x, a file's text, and --auth a,b.
+        let dry = ok(&[
+            "push",
+            "simplecoin",
+            "adjust",
+            "-5",
+            "0xabcd",
+            &at_note,
+            "[-1,2]",
+            "--abi",
+            abi.to_str().unwrap(),
+            "--auth",
+            "alice,bob",
+            "--data",
+            d,
+            "--dry-run",
+        ]);
+        let action = &dry["decoded"]["actions"][0];
+        assert_eq!(
+            action["args"],
+            serde_json::json!({"by": -5, "blob": "abcd", "note": "from a file", "tags": [-1, 2]})
+        );
+        assert_eq!(action["authorization"], serde_json::json!(["alice", "bob"]));
+        let signers: Vec<&str> = dry["decoded"]["signatures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["account"].as_str().unwrap())
+            .collect();
+        assert_eq!(signers, ["alice", "bob"]);
+        let bytes = dry["bytes"].as_str().unwrap();
+        assert!(
+            bytes.contains(action["data"].as_str().unwrap()),
+            "the hex holds the action"
+        );
+        assert_eq!(
+            ok(&["blocks", "--data", d])["head"],
+            head,
+            "a dry run sends nothing"
+        );
+        // @@ is a literal @; --data-hex takes 0x and files too.
+        let dry = ok(&[
+            "push",
+            "simplecoin",
+            "adjust",
+            "7",
+            "",
+            "@@home",
+            "[]",
+            "--abi",
+            abi.to_str().unwrap(),
+            "--auth",
+            "alice",
+            "--data",
+            d,
+            "--dry-run",
+        ]);
+        assert_eq!(dry["decoded"]["actions"][0]["args"]["note"], "@home");
+        std::fs::write(&note, "0x0102\n").unwrap();
+        let dry = ok(&[
+            "push",
+            "simplecoin",
+            "transfer",
+            "--data-hex",
+            &at_note,
+            "--auth",
+            "alice",
+            "--data",
+            d,
+            "--dry-run",
+        ]);
+        assert_eq!(dry["decoded"]["actions"][0]["data"], "0102");
+        fails(
+            &[
+                "push",
+                "simplecoin",
+                "adjust",
+                "1",
+                "",
+                "@/no/such/file",
+                "[]",
+                "--abi",
+                abi.to_str().unwrap(),
+                "--auth",
+                "alice",
+                "--data",
+                d,
+            ],
+            "write @@ for a literal @",
+        );
+
+        // Accounts and contracts that are not there.
+        fails(
+            &["push", "nobody", "hi", "--auth", "alice", "--data", d],
+            "there is no account nobody: create it",
+        );
+        fails(
+            &[
+                "push",
+                "alice",
+                "hi",
+                "--data-hex",
+                "",
+                "--auth",
+                "alice",
+                "--data",
+                d,
+            ],
+            "alice has no contract: deploy one with `tally deploy alice FILE`",
+        );
+        fails(
+            &["get", "nobody", "str:x", "--data", d],
+            "there is no account nobody",
+        );
+        fails(
+            &["get", "alice", "str:x", "--data", d],
+            "alice has no contract",
+        );
+        let missing = ok(&["get", "simplecoin", "name:carol", "--data", d]);
+        assert_eq!(
+            missing["value"],
+            serde_json::Value::Null,
+            "a contract's missing key is no error"
+        );
+        fails(&["balance", "zed", "--data", d], "there is no account zed");
+        assert_eq!(ok(&["balance", "bob", "--data", d])["balance"], 0);
+        fails(
+            &["balance", "bob", "--contract", "nocoin", "--data", d],
+            "there is no account nocoin",
+        );
+    }
+
     /// A local chain with two token-rs tokens and the exchange, alice holding 1,000,000 of
     /// each and the pool initialised: the README's devnet walk-through, on `--data`.
     fn market(d: &str) {
@@ -1351,7 +1536,7 @@ TALLY_EXPORT("apply") void apply(uint64_t receiver, uint64_t code, uint64_t acti
                 "push", "registry", "set", "registry", "home", "x", "--auth", "registry", "--data",
                 d,
             ],
-            "registry runs no contract",
+            "registry has no contract: deploy one with `tally deploy registry FILE`",
         );
         ok(&["deploy", "registry", "contracts/registry.wasm", "--data", d]);
         ok(&[

@@ -447,6 +447,8 @@ impl Abi {
         }
         let mut out = Vec::new();
         for (f, arg) in entry.args.iter().zip(args) {
+            let arg =
+                &argument(arg).with_context(|| format!("{} ({})", f.name, f.ty.spelling()))?;
             let value = if f.ty.is_scalar() {
                 Value::String(arg.clone())
             } else {
@@ -798,6 +800,36 @@ impl Abi {
         }
         out
     }
+}
+
+/// Largest file an `@PATH` argument may name: a transaction carries at most a few hundred
+/// KiB of action data (the node's size limits), so a larger file is a mistake.
+const MAX_ARGUMENT_FILE: u64 = 1 << 20;
+
+/// A command line argument's text: `@PATH` is the contents of the file PATH less one trailing
+/// newline (as `echo` and editors leave), `@@TEXT` the text `@TEXT`, anything else itself.
+pub fn argument(arg: &str) -> anyhow::Result<String> {
+    if let Some(literal) = arg.strip_prefix("@@") {
+        return Ok(format!("@{literal}"));
+    }
+    let Some(path) = arg.strip_prefix('@') else {
+        return Ok(arg.to_string());
+    };
+    let meta = std::fs::metadata(path).with_context(|| {
+        format!("cannot read {path:?} (an argument @PATH is read from that file; write @@ for a literal @)")
+    })?;
+    if meta.len() > MAX_ARGUMENT_FILE {
+        bail!(
+            "{path} has {} bytes: an argument file may have at most {MAX_ARGUMENT_FILE}",
+            meta.len()
+        );
+    }
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read {path:?} as UTF-8 text (write bytes as hex)"))?;
+    let text = text
+        .strip_suffix('\n')
+        .map_or(text.as_str(), |t| t.strip_suffix('\r').unwrap_or(t));
+    Ok(text.to_string())
 }
 
 /// An event's data as the emitting contract's ABI declares it; `None` when there is no ABI,

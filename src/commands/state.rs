@@ -13,6 +13,7 @@ use super::local::{Opened, parse_name};
 use super::target::{AbiFile, find_abi};
 use crate::node::app::code;
 use crate::node::keys::{KeysPage, KeysRequest, MAX_KEYS_PER_QUERY, page};
+use crate::node::rpc::Rpc;
 
 /// How keys are written on the command line, for errors and `--help`.
 pub const KEY_SYNTAX: &str = "name:ACCOUNT (its 8-byte name), str:TEXT, hex:BYTES or 0xBYTES, \
@@ -107,6 +108,37 @@ pub fn raw_value_text(value: &[u8]) -> String {
     }
 }
 
+/// Whether `account` exists, asked of a node (ABCI query `account`).
+pub fn account_exists(rpc: &Rpc, account: Name) -> anyhow::Result<bool> {
+    let (status, _, log) = rpc.query("account", &account.0.to_le_bytes())?;
+    match status {
+        code::OK => Ok(true),
+        code::NOT_FOUND => Ok(false),
+        _ => bail!(
+            "the node refused the query (code {status}): {log} (is it an older tally node, \
+             without query `account`?)"
+        ),
+    }
+}
+
+/// `Ok` when `contract` runs code; else why not, and what to do.
+pub fn require_contract(
+    contract: Name,
+    has_code: bool,
+    exists: impl FnOnce() -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
+    if has_code {
+        return Ok(());
+    }
+    if exists()? {
+        bail!("{contract} has no contract: deploy one with `tally deploy {contract} FILE`")
+    }
+    bail!(
+        "there is no account {contract}: create it with `tally account create {contract}`, \
+         then deploy a contract to it with `tally deploy {contract} FILE`"
+    )
+}
+
 impl Opened {
     /// The committed value of `contract`'s `key`.
     pub fn get(&self, contract: Name, key: &[u8]) -> anyhow::Result<Option<Vec<u8>>> {
@@ -136,33 +168,16 @@ impl Opened {
     /// Whether `account` exists (has a registered key).
     pub fn account_exists(&self, account: Name) -> anyhow::Result<bool> {
         match self {
-            Opened::Node(rpc) => {
-                let (status, _, log) = rpc.query("account", &account.0.to_le_bytes())?;
-                match status {
-                    code::OK => Ok(true),
-                    code::NOT_FOUND => Ok(false),
-                    _ => bail!(
-                        "the node refused the query (code {status}): {log} (is it an older \
-                         tally node, without query `account`?)"
-                    ),
-                }
-            }
+            Opened::Node(rpc) => account_exists(rpc, account),
             Opened::Local(local) => Ok(local.chain.account_key(account)?.is_some()),
         }
     }
 
     /// Fails, saying what to do, unless `contract` runs a contract.
     pub fn require_contract(&self, contract: Name) -> anyhow::Result<()> {
-        if self.code_hash(contract)?.is_some() {
-            return Ok(());
-        }
-        if self.account_exists(contract)? {
-            bail!("{contract} has no contract: deploy one with `tally deploy {contract} FILE`")
-        }
-        bail!(
-            "there is no account {contract}: create it with `tally account create {contract}`, \
-             then deploy a contract to it with `tally deploy {contract} FILE`"
-        )
+        require_contract(contract, self.code_hash(contract)?.is_some(), || {
+            self.account_exists(contract)
+        })
     }
 
     /// One page of a contract's entries. A node bounds it ([`MAX_KEYS_PER_QUERY`] entries);
