@@ -1090,7 +1090,7 @@ TALLY_EXPORT("apply") void apply(uint64_t receiver, uint64_t code, uint64_t acti
         assert!(!balances.contains(&"stats".to_string()));
         // --as decodes every value as one type.
         let (_, out) = keys(&["keys", "token", "balances", "--as", "u64", "--data", d]);
-        assert_eq!(out["keys"][0]["decoded"].as_u64().is_some(), true);
+        assert!(out["keys"][0]["decoded"].as_u64().is_some());
 
         // tally get reads a table's key by its parts.
         let text = stdout(&tally(&["get", "token", "balances[carol]", "--data", d]));

@@ -29,6 +29,9 @@ use crate::tx::{SignedTransaction, TxId};
 use crate::window::ReplayWindow;
 use tally_host_api::Name;
 
+/// One entry of a contract's storage: its key (without the contract's namespace) and value.
+pub type ContractEntry = (Vec<u8>, Vec<u8>);
+
 /// A block executed and not yet committed.
 struct Executed {
     record: BlockRecord,
@@ -195,7 +198,7 @@ impl Chain {
         contract: Name,
         range: KeyRange<'_>,
         dir: Direction,
-    ) -> Result<impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), ChainError>> + '_, ChainError> {
+    ) -> Result<impl Iterator<Item = Result<ContractEntry, ChainError>> + '_, ChainError> {
         use std::ops::Bound;
         let namespace = keys::contract(contract, &[]);
         let end = prefix_end(&namespace).expect("a namespace starts with CONTRACT, not 0xff");
