@@ -479,8 +479,15 @@ impl Abi {
                 Value::Number(n) => n.to_string(),
                 other => bail!("{other} is not a number"),
             };
-            text.parse::<T>()
-                .map_err(|e| anyhow::anyhow!("{text:?}: {e}"))
+            text.parse::<T>().map_err(|e| {
+                if text.starts_with('-') && text.parse::<i128>().is_ok() {
+                    anyhow::anyhow!(
+                        "{text} is out of range for this type (u8 to u128 take no negative numbers)"
+                    )
+                } else {
+                    anyhow::anyhow!("{text:?}: {e}")
+                }
+            })
         }
         let text = |value: &Value| -> anyhow::Result<String> {
             match value {
@@ -1205,5 +1212,10 @@ mod tests {
         let e = format!("{:#}", abi.encode("nope", &[]).unwrap_err());
         assert!(e.contains("it has: init, swap"), "{e}");
         assert!(abi.encode_query("reserves", &[]).unwrap().is_empty());
+        let e = format!("{:#}", abi.encode("swap", &["-1".into()]).unwrap_err());
+        assert!(!e.contains("negative"), "{e}");
+        let amount = Abi::parse(r#"{"actions": {"pay": [{"name": "n", "type": "u64"}]}}"#).unwrap();
+        let e = format!("{:#}", amount.encode("pay", &["-5".into()]).unwrap_err());
+        assert!(e.contains("take no negative numbers"), "{e}");
     }
 }
