@@ -982,7 +982,11 @@ TALLY_EXPORT("apply") void apply(uint64_t receiver, uint64_t code, uint64_t acti
     /// A local chain whose token-rs `token` has balances for alice and five others (none of
     /// them accounts but alice: a token credits any name).
     fn token_with_holders(d: &str) -> Vec<&'static str> {
-        ok(&["init", "--data", d]);
+        token_with_holders_on(d, "log")
+    }
+
+    fn token_with_holders_on(d: &str, store: &str) -> Vec<&'static str> {
+        ok(&["init", "--data", d, "--store", store]);
         for a in ["token", "alice"] {
             ok(&["account", "create", a, "--data", d]);
         }
@@ -1276,6 +1280,48 @@ TALLY_EXPORT("apply") void apply(uint64_t receiver, uint64_t code, uint64_t acti
             &["balance", "bob", "--contract", "nocoin", "--data", d],
             "there is no account nocoin",
         );
+    }
+
+    /// Issue 23: the same transactions give the same listing, page and order on every
+    /// on-disk store (RocksDB when tally is built with it, as CI builds it).
+    #[test]
+    fn issue_23_keys_lists_the_same_on_every_store() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut stores = vec!["log"];
+        if cfg!(feature = "rocksdb") {
+            stores.push("rocksdb");
+        }
+        let listings: Vec<Vec<serde_json::Value>> = stores
+            .iter()
+            .map(|store| {
+                let d = tmp.path().join(store);
+                let d = d.to_str().unwrap();
+                token_with_holders_on(d, store);
+                [
+                    &["keys", "token", "--data", d][..],
+                    &["keys", "token", "--reverse", "--limit", "3", "--data", d],
+                    &[
+                        "keys",
+                        "token",
+                        "--after",
+                        "name:carol",
+                        "--limit",
+                        "2",
+                        "--data",
+                        d,
+                    ],
+                    &["keys", "token", "balances", "--reverse", "--data", d],
+                ]
+                .iter()
+                .map(|args| ok(args))
+                .collect()
+            })
+            .collect();
+        assert_eq!(listings[0][0]["keys"].as_array().unwrap().len(), 7);
+        assert_eq!(listings[0][1]["more"], true);
+        for (store, listing) in stores.iter().zip(&listings).skip(1) {
+            assert_eq!(listing, &listings[0], "{store} lists differently from log");
+        }
     }
 
     /// A local chain with two token-rs tokens and the exchange, alice holding 1,000,000 of
