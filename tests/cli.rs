@@ -1190,6 +1190,31 @@ TALLY_EXPORT("apply") void apply(uint64_t receiver, uint64_t code, uint64_t acti
             head,
             "a dry run sends nothing"
         );
+        // Negative numbers among --action's values too.
+        let dry = ok(&[
+            "push",
+            "simplecoin",
+            "adjust",
+            "1",
+            "",
+            "a",
+            "[]",
+            "--action",
+            "simplecoin",
+            "adjust",
+            "-7",
+            "",
+            "b",
+            "[]",
+            "--abi",
+            abi.to_str().unwrap(),
+            "--auth",
+            "alice",
+            "--data",
+            d,
+            "--dry-run",
+        ]);
+        assert_eq!(dry["decoded"]["actions"][1]["args"]["by"], -7);
         // @@ is a literal @; --data-hex takes 0x and files too.
         let dry = ok(&[
             "push",
