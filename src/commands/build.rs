@@ -133,10 +133,20 @@ pub fn compile_c(
         .output()
         .with_context(|| format!("cannot run {clang}"))?;
     if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        if let Some((header, instead)) = missing_libc_header(&err) {
+            bail!(
+                "{} includes <{header}>, but contracts have no libc: {instead}. Only tally.h \
+                 and the compiler's freestanding headers (stdint.h, stddef.h, stdbool.h, \
+                 limits.h) are there. clang said:\n{}",
+                source.display(),
+                err.trim_end()
+            );
+        }
         bail!(
             "clang failed to compile {}:\n{}",
             source.display(),
-            String::from_utf8_lossy(&out.stderr).trim_end()
+            err.trim_end()
         );
     }
     // Warnings are the author's business, but they must see them.
@@ -145,6 +155,62 @@ pub fn compile_c(
         eprintln!("{}", warnings.trim_end());
     }
     Ok(())
+}
+
+/// What tally.h offers instead of each C library header an author is likely to include.
+const LIBC_INSTEAD: &[(&str, &str)] = &[
+    (
+        "stdio.h",
+        "use tally.h's prints(text) and printi(number), which write to the action's console (tally push shows it)",
+    ),
+    (
+        "string.h",
+        "use __builtin_memcpy, __builtin_memset and __builtin_memcmp, and tally.h's tally_strlen",
+    ),
+    (
+        "strings.h",
+        "use __builtin_memcpy, __builtin_memset and __builtin_memcmp, and tally.h's tally_strlen",
+    ),
+    (
+        "stdlib.h",
+        "there is no malloc or free: use static buffers, and tally.h's assert(cond, msg) to abort",
+    ),
+    ("malloc.h", "there is no malloc or free: use static buffers"),
+    (
+        "assert.h",
+        "use tally.h's assert(cond, msg), which aborts the action with msg",
+    ),
+    (
+        "math.h",
+        "there is no floating point in contracts: use integers (tally.h has 128-bit arithmetic)",
+    ),
+    (
+        "time.h",
+        "a contract has no clock but the block's time: use tally.h's tally_block_time()",
+    ),
+    (
+        "ctype.h",
+        "compare characters directly ('a' <= c && c <= 'z')",
+    ),
+    (
+        "errno.h",
+        "abort with tally.h's assert(cond, msg) instead of error codes",
+    ),
+    (
+        "unistd.h",
+        "a contract has no operating system: tally.h's imports are all it can call",
+    ),
+    ("wchar.h", "strings are UTF-8 bytes: use tally.h's String"),
+];
+
+/// The C library header clang could not find, and what to use instead, if that is why it
+/// failed (`fatal error: 'stdio.h' file not found`).
+fn missing_libc_header(clang_stderr: &str) -> Option<(&'static str, &'static str)> {
+    clang_stderr.lines().find_map(|line| {
+        let rest = line.split("fatal error: '").nth(1)?;
+        let header = rest.strip_suffix("' file not found")?;
+        LIBC_INSTEAD.iter().find(|(h, _)| *h == header).copied()
+    })
 }
 
 /// Where Rust contracts are built from: a symlink to the contract's grandparent directory.

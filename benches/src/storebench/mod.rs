@@ -5,6 +5,7 @@
 //! The CLI (`src/commands/storebench.rs`) runs each store in its own child process, so its
 //! peak memory is its own, and compares them with [`table`] and [`lines_svg`].
 
+pub mod iterate;
 pub mod workload;
 
 use std::path::Path;
@@ -171,6 +172,22 @@ pub struct StoreRun {
     pub segments_deleted: u64,
     /// Bytes its background work read.
     pub background_bytes_read: u64,
+    /// Bytes the store's own structures held at the end (index, order, cache, run index
+    /// and filter).
+    #[serde(default)]
+    pub memory_bytes: u64,
+    /// Keys in its index at the end (log store: the keys changed since the last merge).
+    #[serde(default)]
+    pub index_keys: u64,
+    /// Bytes its index held at the end.
+    #[serde(default)]
+    pub index_bytes: u64,
+    /// Keys in its order of unmerged keys at the end (log store).
+    #[serde(default)]
+    pub ordered_keys: u64,
+    /// Bytes that order held at the end.
+    #[serde(default)]
+    pub order_bytes: u64,
     /// Throughput, memory and disk over time.
     pub samples: Vec<Sample>,
 }
@@ -300,6 +317,11 @@ impl Meter {
             longest_snapshot_ms: stats.longest_snapshot_ms,
             segments_deleted: stats.segments_deleted,
             background_bytes_read: stats.background_bytes_read,
+            memory_bytes: stats.memory_bytes,
+            index_keys: stats.index_keys,
+            index_bytes: stats.index_bytes,
+            ordered_keys: stats.ordered_keys,
+            order_bytes: stats.order_bytes,
             samples: self.samples,
         }
     }

@@ -2,18 +2,23 @@
 //! the process; tests and benchmarks use it to compare against the disk backends.
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use crate::KeyedMap;
 use crate::block::BlockHeader;
 
 use super::{
-    BlockArchive, BlockRecord, Change, Commit, Entries, StateStore, StoreResult, StoreStats,
+    BlockArchive, BlockRecord, Change, Commit, Direction, Entries, KeyRange, StateStore,
+    StoreResult, StoreStats,
 };
 
-/// Live state in a hash map; nothing survives the process.
+/// Live state in a hash map, its keys also in a sorted set; nothing survives the process.
 pub struct MemoryStore {
-    map: KeyedMap<Vec<u8>, Vec<u8>>,
+    map: KeyedMap<Arc<[u8]>, Vec<u8>>,
+    /// The map's keys in order, sharing their bytes with it, for seeks. Only creating or
+    /// deleting a key touches it: an update of a balance costs what it did without it.
+    order: BTreeSet<Arc<[u8]>>,
     blocks: VecDeque<BlockRecord>,
     retain: u64,
     stats: StoreStats,
@@ -24,31 +29,56 @@ impl MemoryStore {
     pub fn new(retain: u64) -> Self {
         Self {
             map: KeyedMap::default(),
+            order: BTreeSet::new(),
             blocks: VecDeque::new(),
             retain: retain.max(1),
             stats: StoreStats::default(),
         }
     }
-}
 
-/// Applies sorted changes to a hash map.
-pub(crate) fn apply_changes(map: &mut KeyedMap<Vec<u8>, Vec<u8>>, changes: &[Change]) {
-    for (key, value) in changes {
-        match value {
-            // An update of a value to one of the same length (a balance) reuses the key and
-            // the buffer: most writes of a block update accounts that already exist. Other
-            // lengths get a fresh buffer, so a shrunk value keeps no spare capacity.
-            Some(v) => match map.get_mut(key.as_slice()) {
-                Some(slot) if slot.len() == v.len() => slot.copy_from_slice(v),
-                Some(slot) => *slot = v.clone(),
+    /// Applies sorted changes to the map and the order.
+    fn apply_changes(&mut self, changes: &[Change]) {
+        for (key, value) in changes {
+            match value {
+                // An update of a value to one of the same length (a balance) reuses the key
+                // and the buffer: most writes of a block update accounts that already exist.
+                // Other lengths get a fresh buffer, so a shrunk value keeps no spare capacity.
+                Some(v) => match self.map.get_mut(key.as_slice()) {
+                    Some(slot) if slot.len() == v.len() => slot.copy_from_slice(v),
+                    Some(slot) => *slot = v.clone(),
+                    None => {
+                        let key: Arc<[u8]> = key.as_slice().into();
+                        self.order.insert(key.clone());
+                        self.map.insert(key, v.clone());
+                    }
+                },
                 None => {
-                    map.insert(key.clone(), v.clone());
+                    if self.map.remove(key.as_slice()).is_some() {
+                        self.order.remove(key.as_slice());
+                    }
                 }
-            },
-            None => {
-                map.remove(key);
             }
         }
+    }
+
+    /// The keys of `range`, walking `dir`.
+    fn keys_in<'a>(
+        &'a self,
+        range: KeyRange<'_>,
+        dir: Direction,
+    ) -> Box<dyn Iterator<Item = &'a Arc<[u8]>> + 'a> {
+        if range.is_empty() {
+            return Box::new(std::iter::empty());
+        }
+        let keys = self.order.range::<[u8], _>((range.lo, range.hi));
+        match dir {
+            Direction::Forward => Box::new(keys),
+            Direction::Backward => Box::new(keys.rev()),
+        }
+    }
+
+    fn entry(&self, key: &Arc<[u8]>) -> (Vec<u8>, Vec<u8>) {
+        (key.to_vec(), self.map[key].clone())
     }
 }
 
@@ -76,7 +106,7 @@ impl StateStore for MemoryStore {
     }
 
     fn commit(&mut self, block: BlockRecord, commit: Commit) -> StoreResult<()> {
-        apply_changes(&mut self.map, &block.changes);
+        self.apply_changes(&block.changes);
         self.stats.commits += 1;
         self.stats.user_bytes_written += block
             .changes
@@ -100,10 +130,16 @@ impl StateStore for MemoryStore {
     }
 
     fn entries(&self) -> StoreResult<Entries<'_>> {
-        let mut all: Vec<(&Vec<u8>, &Vec<u8>)> = self.map.iter().collect();
-        all.sort_unstable();
+        self.range(KeyRange::ALL, Direction::Forward)
+    }
+
+    fn seek(&self, range: KeyRange<'_>, dir: Direction) -> StoreResult<Option<(Vec<u8>, Vec<u8>)>> {
+        Ok(self.keys_in(range, dir).next().map(|k| self.entry(k)))
+    }
+
+    fn range(&self, range: KeyRange<'_>, dir: Direction) -> StoreResult<Entries<'_>> {
         Ok(Box::new(
-            all.into_iter().map(|(k, v)| Ok((k.clone(), v.clone()))),
+            self.keys_in(range, dir).map(|k| Ok(self.entry(k))),
         ))
     }
 

@@ -2,7 +2,8 @@
 //!
 //! - This file is the boundary every backend implements and the chain calls: [`StateStore`]
 //!   (state and the block archive, [`BlockArchive`]), one [`Commit`] per block with its
-//!   [`Durability`], and the types they exchange.
+//!   [`Durability`], ordered reads ([`StateStore::seek`] over a [`KeyRange`] in a
+//!   [`Direction`]), and the types they exchange.
 //! - [`memory`]: live state in a hash map, for tests and benchmarks.
 //! - [`log`]: the embedded default on disk, an in-memory index over append-only logs.
 //! - `rocks` (cargo feature `rocksdb`): RocksDB.
@@ -10,6 +11,7 @@
 //!   directory lock ([`lock`]).
 
 use std::borrow::Cow;
+use std::ops::Bound;
 
 use borsh::{BorshDeserialize, BorshSerialize};
 
@@ -122,6 +124,186 @@ impl ChangeSource for Vec<Change> {
 /// Every committed entry, in key order.
 pub type Entries<'a> = Box<dyn Iterator<Item = StoreResult<(Vec<u8>, Vec<u8>)>> + 'a>;
 
+/// Which way an ordered read walks the keys, in byte-lexicographic order (`[u8]`'s `Ord`:
+/// a key sorts before every longer key it is a prefix of).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// Ascending: a seek finds the smallest key of its range.
+    Forward,
+    /// Descending: a seek finds the largest key of its range.
+    Backward,
+}
+
+/// The keys an ordered read may return: those above `lo` and below `hi`, each bound
+/// inclusive, exclusive or open, as in [`std::ops::RangeBounds`]. A range whose `lo` lies
+/// above its `hi` holds no key (it is not an error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyRange<'a> {
+    /// The lower bound.
+    pub lo: Bound<&'a [u8]>,
+    /// The upper bound.
+    pub hi: Bound<&'a [u8]>,
+}
+
+impl<'a> KeyRange<'a> {
+    /// Every key.
+    pub const ALL: KeyRange<'static> = KeyRange {
+        lo: Bound::Unbounded,
+        hi: Bound::Unbounded,
+    };
+
+    /// The keys between `lo` and `hi`.
+    pub fn new(lo: Bound<&'a [u8]>, hi: Bound<&'a [u8]>) -> Self {
+        Self { lo, hi }
+    }
+
+    /// The keys that start with `prefix`, given its [`prefix_end`] (computed once by the
+    /// caller, who owns it): `KeyRange::prefix(p, prefix_end(p).as_deref())`.
+    pub fn prefix(prefix: &'a [u8], end: Option<&'a [u8]>) -> Self {
+        Self {
+            lo: Bound::Included(prefix),
+            hi: end.map_or(Bound::Unbounded, Bound::Excluded),
+        }
+    }
+
+    /// Whether `key` satisfies the lower bound.
+    pub fn above_lo(&self, key: &[u8]) -> bool {
+        match self.lo {
+            Bound::Included(lo) => key >= lo,
+            Bound::Excluded(lo) => key > lo,
+            Bound::Unbounded => true,
+        }
+    }
+
+    /// Whether `key` satisfies the upper bound.
+    pub fn below_hi(&self, key: &[u8]) -> bool {
+        match self.hi {
+            Bound::Included(hi) => key <= hi,
+            Bound::Excluded(hi) => key < hi,
+            Bound::Unbounded => true,
+        }
+    }
+
+    /// Whether `key` lies in the range.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.above_lo(key) && self.below_hi(key)
+    }
+
+    /// Whether no key can lie in the range: its bounds cross, or meet and exclude the key
+    /// they meet at. (`BTreeMap::range` panics on such bounds; a seek finds nothing.)
+    pub fn is_empty(&self) -> bool {
+        match (self.lo, self.hi) {
+            (Bound::Included(lo), Bound::Included(hi)) => lo > hi,
+            (
+                Bound::Included(lo) | Bound::Excluded(lo),
+                Bound::Included(hi) | Bound::Excluded(hi),
+            ) => lo >= hi,
+            _ => false,
+        }
+    }
+
+    /// What is left of the range strictly past `key` walking `dir`: the range a next-key
+    /// call searches after it returned `key`. A `key` outside the range narrows nothing it
+    /// need not: past a key below `lo`, walking forward, is the whole range.
+    pub fn past(self, key: &'a [u8], dir: Direction) -> Self {
+        match dir {
+            Direction::Forward if self.above_lo(key) => Self {
+                lo: Bound::Excluded(key),
+                ..self
+            },
+            Direction::Backward if self.below_hi(key) => Self {
+                hi: Bound::Excluded(key),
+                ..self
+            },
+            _ => self,
+        }
+    }
+
+    /// Whether `key` lies at or beyond the far end of the range walking `dir` (past `hi`
+    /// forward, before `lo` backward): a walk in `dir` that reached it is done.
+    pub fn beyond(&self, key: &[u8], dir: Direction) -> bool {
+        match dir {
+            Direction::Forward => !self.below_hi(key),
+            Direction::Backward => !self.above_lo(key),
+        }
+    }
+}
+
+/// The smallest key greater than every key that starts with `prefix`: the exclusive upper
+/// bound of a prefix scan. `None` when there is none (a prefix that is empty or all `0xff`
+/// bytes): the scan then runs to the last key.
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let last = prefix.iter().rposition(|&b| b != 0xff)?;
+    let mut end = prefix[..=last].to_vec();
+    end[last] += 1;
+    Some(end)
+}
+
+/// Of two keys found walking `dir`, whether `a` comes first.
+pub(crate) fn comes_before(a: &[u8], b: &[u8], dir: Direction) -> bool {
+    match dir {
+        Direction::Forward => a < b,
+        Direction::Backward => a > b,
+    }
+}
+
+/// [`StateStore::range`] by one [`StateStore::seek`] per entry: each step searches the
+/// range past the key it returned last, so it holds no cursor into the store.
+struct Seeks<'a, S: ?Sized> {
+    store: &'a S,
+    lo: Bound<Vec<u8>>,
+    hi: Bound<Vec<u8>>,
+    dir: Direction,
+    done: bool,
+}
+
+impl<S: StateStore + ?Sized> Iterator for Seeks<'_, S> {
+    type Item = StoreResult<(Vec<u8>, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let range = KeyRange::new(
+            self.lo.as_ref().map(Vec::as_slice),
+            self.hi.as_ref().map(Vec::as_slice),
+        );
+        let found = self.store.seek(range, self.dir).transpose();
+        match &found {
+            Some(Ok((key, _))) => match self.dir {
+                Direction::Forward => self.lo = Bound::Excluded(key.clone()),
+                Direction::Backward => self.hi = Bound::Excluded(key.clone()),
+            },
+            // An error ends the walk: the caller has it.
+            _ => self.done = true,
+        }
+        found
+    }
+}
+
+/// [`StateStore::seek`] by walking [`StateStore::entries`]: what a store without an order of
+/// its own (a test's wrapper) does.
+fn seek_by_scan<S: StateStore + ?Sized>(
+    store: &S,
+    range: KeyRange<'_>,
+    dir: Direction,
+) -> StoreResult<Option<(Vec<u8>, Vec<u8>)>> {
+    let mut last = None;
+    for entry in store.entries()? {
+        let (key, value) = entry?;
+        if range.beyond(&key, Direction::Forward) {
+            break;
+        }
+        if range.above_lo(&key) {
+            last = Some((key, value));
+            if dir == Direction::Forward {
+                break;
+            }
+        }
+    }
+    Ok(last)
+}
+
 /// Counters of a store's work, for read and write amplification. Zero where a backend does
 /// not know.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -153,6 +335,13 @@ pub struct StoreStats {
     pub longest_pause_ms: f64,
     /// Keys in the in-memory index.
     pub index_keys: u64,
+    /// Bytes the index holds (part of `memory_bytes`).
+    pub index_bytes: u64,
+    /// Keys in the in-memory order of the keys changed since the last merge (the log
+    /// store's [`log::order`]), counted once per generation that holds them.
+    pub ordered_keys: u64,
+    /// Bytes that order holds (part of `memory_bytes`).
+    pub order_bytes: u64,
     /// Bytes the store's own structures hold in memory (index, cache, filters).
     pub memory_bytes: u64,
 }
@@ -247,6 +436,35 @@ pub trait StateStore: BlockArchive + Send + Sync {
 
     /// Every committed entry, in key order (for audits; not a hot path).
     fn entries(&self) -> StoreResult<Entries<'_>>;
+
+    /// The first committed entry of `range` walking `dir` (its smallest key forward, its
+    /// largest backward) with its value, or `None` if the range holds no key.
+    ///
+    /// The hot path of a next-key host call: stateless, one seek per call, no cursor kept
+    /// between calls (the next call asks for `range.past(last_key, dir)`), and no allocation
+    /// but the returned key and value where the backend can help it. Keys are compared as
+    /// byte strings. Every backend returns the same entry for the same committed state,
+    /// whatever it has merged, compacted or pruned since and whether it was reopened.
+    ///
+    /// By default it walks [`StateStore::entries`], which costs the whole state: every
+    /// backend in this crate has its own.
+    fn seek(&self, range: KeyRange<'_>, dir: Direction) -> StoreResult<Option<(Vec<u8>, Vec<u8>)>> {
+        seek_by_scan(self, range, dir)
+    }
+
+    /// The committed entries of `range` in `dir` order (`tally keys`). By default one
+    /// [`StateStore::seek`] per entry, so it costs what the seeks cost; a backend with a
+    /// cheaper cursor may override it.
+    fn range(&self, range: KeyRange<'_>, dir: Direction) -> StoreResult<Entries<'_>> {
+        let owned = |b: Bound<&[u8]>| b.map(<[u8]>::to_vec);
+        Ok(Box::new(Seeks {
+            store: self,
+            lo: owned(range.lo),
+            hi: owned(range.hi),
+            dir,
+            done: false,
+        }))
+    }
 
     /// Bytes the store occupies on disk (0 for memory).
     fn disk_bytes(&self) -> u64;
@@ -343,4 +561,77 @@ pub(crate) fn sort_prefix(key: &[u8]) -> u128 {
     let n = key.len().min(16);
     bytes[..n].copy_from_slice(&key[..n]);
     u128::from_be_bytes(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_is_the_least_key_above_every_key_with_the_prefix() {
+        assert_eq!(prefix_end(b"ab"), Some(b"ac".to_vec()));
+        assert_eq!(prefix_end(&[1, 0xff, 0xff]), Some(vec![2]));
+        assert_eq!(prefix_end(&[0xff, 0xff]), None);
+        assert_eq!(prefix_end(&[]), None);
+        let end = prefix_end(&[7, 0xff]).unwrap();
+        let range = KeyRange::prefix(&[7, 0xff], Some(&end));
+        assert!(range.contains(&[7, 0xff]) && range.contains(&[7, 0xff, 0xff, 0xff]));
+        assert!(!range.contains(&[8]) && !range.contains(&[7, 0xfe, 0xff]));
+        assert!(!range.contains(&[7]));
+    }
+
+    #[test]
+    fn past_a_key_narrows_only_the_side_a_walk_comes_from() {
+        let range = KeyRange::new(Bound::Included(b"b"), Bound::Excluded(b"y"));
+        let (m, a, z): (&[u8], &[u8], &[u8]) = (b"m", b"a", b"z");
+        assert_eq!(
+            range.past(m, Direction::Forward),
+            KeyRange::new(Bound::Excluded(m), Bound::Excluded(b"y"))
+        );
+        assert_eq!(
+            range.past(m, Direction::Backward),
+            KeyRange::new(Bound::Included(b"b"), Bound::Excluded(m))
+        );
+        // Past a key outside the range, on the side the walk starts from: the whole range.
+        assert_eq!(range.past(a, Direction::Forward), range);
+        assert_eq!(range.past(z, Direction::Backward), range);
+    }
+
+    /// Every range over keys of up to three bytes of `00 01`: an empty one holds none of
+    /// them, and one that is not empty can be handed to `BTreeSet::range` (which panics on
+    /// crossed bounds) and finds what `contains` finds.
+    #[test]
+    fn a_range_said_empty_holds_no_key_and_any_other_is_a_valid_btree_range() {
+        let mut keys = vec![Vec::new()];
+        for len in 1..=3 {
+            for bits in 0..1u32 << len {
+                keys.push((0..len).map(|i| (bits >> i & 1) as u8).collect::<Vec<u8>>());
+            }
+        }
+        let set: std::collections::BTreeSet<Vec<u8>> = keys.iter().cloned().collect();
+        let bounds = |k: &[u8]| [Bound::Included(k.to_vec()), Bound::Excluded(k.to_vec())];
+        for a in &keys {
+            for b in &keys {
+                for lo in bounds(a) {
+                    for hi in bounds(b) {
+                        let range = KeyRange::new(
+                            lo.as_ref().map(Vec::as_slice),
+                            hi.as_ref().map(Vec::as_slice),
+                        );
+                        let held: Vec<_> = keys.iter().filter(|k| range.contains(k)).collect();
+                        if range.is_empty() {
+                            assert!(held.is_empty(), "{range:?} holds {held:?}");
+                        } else {
+                            let mut got: Vec<_> =
+                                set.range::<[u8], _>((range.lo, range.hi)).collect();
+                            got.sort();
+                            let mut held = held;
+                            held.sort();
+                            assert_eq!(got, held, "{range:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -33,18 +33,20 @@
 //! a writer goes on.
 
 use std::borrow::Cow;
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 
 use rocksdb::statistics::Ticker;
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, DBCompressionType, DataBlockIndexType,
-    IteratorMode, Options, WriteBatch, WriteOptions,
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, DBCompressionType,
+    DBRawIteratorWithThreadMode, DataBlockIndexType, IteratorMode, Options, ReadOptions,
+    WriteBatch, WriteOptions,
 };
 
 use crate::block::BlockHeader;
 use crate::store::{
-    BlockArchive, BlockRecord, Commit, Durability, Entries, StateStore, StoreError, StoreResult,
-    StoreStats,
+    BlockArchive, BlockRecord, Commit, Direction, Durability, Entries, KeyRange, StateStore,
+    StoreError, StoreResult, StoreStats,
 };
 
 const STATE: &str = "state";
@@ -172,6 +174,55 @@ impl RocksStore {
     fn err(&self, e: rocksdb::Error) -> StoreError {
         store_err(&self.dir, !self.read_only, e)
     }
+
+    /// A raw iterator over the state, bounded to `range` (so that it stops at the range's end
+    /// instead of stepping over deletions past it) and positioned at the first entry of
+    /// `range` walking `dir`, if any.
+    fn positioned(
+        &self,
+        range: KeyRange<'_>,
+        dir: Direction,
+    ) -> DBRawIteratorWithThreadMode<'_, DB> {
+        // RocksDB's bounds are an inclusive lower and an exclusive upper one: the least key
+        // above `k` is `k` followed by a zero byte.
+        let after = |k: &[u8]| [k, &[0]].concat();
+        let lower = match range.lo {
+            Bound::Included(lo) => Some(lo.to_vec()),
+            Bound::Excluded(lo) => Some(after(lo)),
+            Bound::Unbounded => None,
+        };
+        let upper = match range.hi {
+            Bound::Included(hi) => Some(after(hi)),
+            Bound::Excluded(hi) => Some(hi.to_vec()),
+            Bound::Unbounded => None,
+        };
+        let mut options = ReadOptions::default();
+        if let Some(lower) = &lower {
+            options.set_iterate_lower_bound(lower.clone());
+        }
+        if let Some(upper) = &upper {
+            options.set_iterate_upper_bound(upper.clone());
+        }
+        let cf = self.db.cf_handle(STATE).expect("state cf");
+        let mut iter = self.db.raw_iterator_cf_opt(cf, options);
+        if range.is_empty() {
+            // Left unpositioned: not valid, so it finds nothing.
+            return iter;
+        }
+        match (dir, &lower, &upper) {
+            (Direction::Forward, Some(lower), _) => iter.seek(lower),
+            (Direction::Forward, None, _) => iter.seek_to_first(),
+            (Direction::Backward, _, Some(upper)) => {
+                // At or below its target, which the exclusive bound leaves out.
+                iter.seek_for_prev(upper);
+                if iter.key() == Some(upper.as_slice()) {
+                    iter.prev();
+                }
+            }
+            (Direction::Backward, _, None) => iter.seek_to_last(),
+        }
+        iter
+    }
 }
 
 impl BlockArchive for RocksStore {
@@ -267,6 +318,38 @@ impl StateStore for RocksStore {
                     .map_err(|e| self.err(e))
             },
         )))
+    }
+
+    fn seek(&self, range: KeyRange<'_>, dir: Direction) -> StoreResult<Option<(Vec<u8>, Vec<u8>)>> {
+        let iter = self.positioned(range, dir);
+        let found = iter.item().map(|(k, v)| (k.to_vec(), v.to_vec()));
+        iter.status().map_err(|e| self.err(e))?;
+        Ok(found)
+    }
+
+    /// One RocksDB iterator for the whole walk, rather than a seek per entry.
+    fn range(&self, range: KeyRange<'_>, dir: Direction) -> StoreResult<Entries<'_>> {
+        let mut iter = self.positioned(range, dir);
+        let mut done = false;
+        Ok(Box::new(std::iter::from_fn(move || {
+            if done {
+                return None;
+            }
+            let item = iter.item().map(|(k, v)| (k.to_vec(), v.to_vec()));
+            if let Err(e) = iter.status() {
+                done = true;
+                return Some(Err(self.err(e)));
+            }
+            let Some(item) = item else {
+                done = true;
+                return None;
+            };
+            match dir {
+                Direction::Forward => iter.next(),
+                Direction::Backward => iter.prev(),
+            }
+            Some(Ok(item))
+        })))
     }
 
     fn disk_bytes(&self) -> u64 {

@@ -5,6 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
+mod order;
+
 use tally_chain::block::chain_checksum;
 use tally_chain::{
     BlockArchive, BlockHeader, BlockRecord, Commit, Durability, LogOptions, LogStore, StateStore,

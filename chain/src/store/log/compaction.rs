@@ -83,6 +83,9 @@ impl LogStore {
             .stats
             .longest_snapshot_ms
             .max(done.took.as_secs_f64() * 1e3);
+        // The order's generations sealed at or below this run's head hold nothing the run
+        // does not.
+        self.order.merged(done.height);
         crash::point("snapshot-installed");
         if let Some(old) = old {
             self.vfs.remove(old.path()).at("removing", old.path())?;
@@ -218,6 +221,11 @@ impl LogStore {
                 "reading a block to merge from",
                 &segment_path(&self.dir, last.seq),
             )?;
+        // Keys changed from here on enter a new generation of the order, so that the one
+        // this merge covers can go when it is installed.
+        let through = self.head.as_ref().map_or(0, |h| h.height);
+        let active = self.segments.back().expect("an active segment");
+        self.order.seal(through, Loc::new(active.seq, active.size));
         let cancel = Arc::new(AtomicBool::new(false));
         let job = MergeJob {
             vfs: self.vfs.clone(),
@@ -248,10 +256,11 @@ impl LogStore {
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not a block record"))
     }
 
-    /// Waits for a running merge and installs it, then finishes the index sweep (for tests
-    /// and for closing).
+    /// Waits for a running merge and installs it, then finishes the index sweep, and the
+    /// same for the order's merges (for tests and for closing).
     pub fn settle(&mut self) -> StoreResult<()> {
         self.usable()?;
+        self.order.settle();
         let settled = self.poll_merge(true).and_then(|()| self.sweep_step(None));
         settled.map_err(|failure| self.poison(failure, None))
     }

@@ -207,13 +207,14 @@ impl Index {
     }
 
     /// Points the key with `hash` at `loc`. `same(old)` says whether the key at an existing
-    /// location with matching hash bits is this key (then its slot is updated).
+    /// location with matching hash bits is this key (then its slot is updated). Returns the
+    /// key's previous location, `None` if it was not indexed.
     pub fn insert<E>(
         &mut self,
         hash: u64,
         loc: Loc,
         mut same: impl FnMut(Loc) -> Result<bool, E>,
-    ) -> Result<(), E> {
+    ) -> Result<Option<Loc>, E> {
         let (s, tag) = split(hash);
         let shard = &mut self.shards[s];
         if (shard.len + 1) * MAX_LOAD_DEN > shard.slots.len() * MAX_LOAD_NUM {
@@ -226,11 +227,11 @@ impl Index {
                 shard.slots[i] = Slot { tag, loc: loc.0 };
                 shard.len += 1;
                 self.len += 1;
-                return Ok(());
+                return Ok(None);
             }
             if slot.tag == tag && same(Loc(slot.loc))? {
                 shard.slots[i].loc = loc.0;
-                return Ok(());
+                return Ok(Some(Loc(slot.loc)));
             }
             i = (i + 1) & shard.mask();
         }
@@ -336,10 +337,10 @@ mod tests {
                 0..=5 => {
                     let loc = Loc::new(step % 1000, step);
                     log.insert(loc, key);
-                    index
+                    let previous = index
                         .insert(h, loc, |l| Ok::<_, ()>(log[&l] == key))
                         .unwrap();
-                    model.insert(key, loc);
+                    assert_eq!(previous, model.insert(key, loc));
                 }
                 6..=7 => {
                     let found = index.remove(h, |l| Ok::<_, ()>(log[&l] == key)).unwrap();

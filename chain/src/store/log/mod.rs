@@ -8,6 +8,8 @@
 //! - **The index.** Every key changed by a block above the run maps to where its latest change
 //!   lies in the log: 12 bytes per key ([`index`]). Values stay on disk; a
 //!   bounded cache keeps the hot ones ([`cache`]).
+//! - **The order.** Beside the index, the keys changed above the run, sorted and front-coded
+//!   ([`order`]), so that a seek ([`StateStore::seek`]) walks them beside the run.
 //! - **The run** (`run-<height>.trun`): the whole state at one block, sorted, with a sparse
 //!   index and a bloom filter in memory ([`run`]). A lookup that misses the
 //!   index and the cache reads one 4 KiB block of it.
@@ -56,8 +58,8 @@ use std::sync::Arc;
 
 use crate::block::BlockHeader;
 use crate::store::{
-    BlockArchive, BlockRecord, ChangeSource, Commit, DroppedTail, Entries, Poison, StateStore,
-    StoreError, StoreResult, StoreStats,
+    BlockArchive, BlockRecord, ChangeSource, Commit, Direction, DroppedTail, Entries, KeyRange,
+    Poison, StateStore, StoreError, StoreResult, StoreStats,
 };
 
 pub mod cache;
@@ -65,6 +67,7 @@ pub mod crash;
 pub mod fault;
 pub mod index;
 pub mod merge;
+pub mod order;
 pub mod record;
 pub mod run;
 pub mod vfs;
@@ -77,6 +80,7 @@ mod writer;
 
 use compaction::{Merging, Sweep};
 use index::{Index, KeyHash, Loc};
+use order::Order;
 use read::Reads;
 use record::RECORD_HEADER_LEN;
 use recovery::open_error;
@@ -202,6 +206,8 @@ pub struct LogStore {
     retain_from: u64,
     head: Option<BlockHeader>,
     index: Index,
+    /// The keys changed above the run, in order.
+    order: Order,
     /// The hash of keys in the index and the cache, seeded for this store.
     hasher: KeyHash,
     run: Option<Arc<Run>>,
@@ -293,6 +299,7 @@ impl LogStore {
             retain_from: 0,
             head: None,
             index: Index::default(),
+            order: Order::default(),
             hasher: KeyHash::default(),
             run: None,
             syncing: None,
@@ -366,6 +373,10 @@ impl StateStore for LogStore {
 
     fn entries(&self) -> StoreResult<Entries<'_>> {
         self.all_entries()
+    }
+
+    fn seek(&self, range: KeyRange<'_>, dir: Direction) -> StoreResult<Option<(Vec<u8>, Vec<u8>)>> {
+        self.seek_entry(range, dir)
     }
 
     fn disk_bytes(&self) -> u64 {

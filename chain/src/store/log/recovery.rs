@@ -356,6 +356,7 @@ impl LogStore {
                 self.index_change(&key, present.then_some(value.as_slice()), Loc::new(seq, at))?;
                 std::mem::swap(&mut previous, &mut key);
             }
+            self.order.flush();
         }
         self.blocks.push_back(BlockPos {
             height,

@@ -181,7 +181,9 @@ impl LogStore {
         Ok(())
     }
 
-    /// Points `key` at its change at `loc` in the index and the cache.
+    /// Points `key` at its change at `loc` in the index and the cache, and notes it for the
+    /// order (a block's keys are noted in increasing order; [`super::order::Order::flush`]
+    /// adds them).
     pub(super) fn index_change(
         &mut self,
         key: &[u8],
@@ -193,7 +195,7 @@ impl LogStore {
         let cache = self.reads.shard_mut(hash);
         let mut scratch = (Vec::new(), Vec::new());
         let mut read = 0;
-        self.index.insert(hash, loc, |old| {
+        let previous = self.index.insert(hash, loc, |old| {
             if cache.confirms(hash, old, key) {
                 return Ok::<_, StoreError>(true);
             }
@@ -215,6 +217,7 @@ impl LogStore {
         })?;
         cache.update(hash, key, value, loc);
         *self.reads.disk_bytes.get_mut() += read;
+        self.order.note(key, previous);
         Ok(())
     }
 
@@ -309,6 +312,7 @@ impl LogStore {
             self.index_change(key, value.as_deref(), Loc::new(pos.seq, pos.offset + at))
                 .at("indexing a change in", &path)?;
         }
+        self.order.flush();
         self.blocks.push_back(pos);
         self.head = Some(block.header);
         self.retain_from = retain_from;

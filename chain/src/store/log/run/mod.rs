@@ -19,6 +19,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::block::BlockHeader;
 use crate::store::sort_prefix;
@@ -27,6 +28,7 @@ use crate::store::error::{StoreError, StoreResult};
 use crate::store::log::vfs::{VFile, Vfs};
 
 mod bloom;
+mod seek;
 mod writer;
 
 pub(crate) use bloom::bloom_hash;
@@ -49,6 +51,9 @@ const MAX_ENTRY_BYTES: u64 = 1 << 30;
 
 /// An open run: its sparse index and filter in memory, its blocks on disk.
 pub struct Run {
+    /// Different for every run opened by this process (from 1): what a thread's kept block
+    /// ([`seek`]) is checked against, since a run's address may be reused once it is gone.
+    id: u64,
     file: Arc<dyn VFile>,
     path: PathBuf,
     head: BlockHeader,
@@ -105,7 +110,9 @@ impl Run {
         {
             return Err(bad());
         }
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Ok(Self {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             file,
             path: path.to_path_buf(),
             head,
