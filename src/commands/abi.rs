@@ -29,7 +29,8 @@
 //! `tally keys`), as Antelope's ABI `tables` do for `cleos get table`: a key is a constant
 //! prefix (UTF-8) then typed parts, each written as the SDKs' `Key` writes it (an integer or a
 //! name little-endian, a `string` or `bytes` as its raw bytes with no count, so only as the
-//! last part); `"key": "name"` is short for `{"prefix": "", "parts": ["name"]}`. The value is
+//! last part), or with `"order": "ordered"` big-endian as `guest::range::Map` writes keys it
+//! walks in order; `"key": "name"` is short for `{"prefix": "", "parts": ["name"]}`. The value is
 //! a type, or a field list as an event's (a struct nothing else names). A stored key belongs
 //! to the first table, longest prefix first, whose layout it fits exactly.
 
@@ -206,6 +207,26 @@ pub struct KeyShape {
     /// The typed parts after it, each a fixed-size built-in type but the last, which may
     /// also be `string` or `bytes` (its raw bytes, to the end of the key).
     pub parts: Vec<Type>,
+    /// Whether the parts are written in order-preserving form (`"order": "ordered"`), as the
+    /// Rust SDK's `guest::range::Map` and tally.h's big-endian key helpers write them for
+    /// contracts that walk their keys in order: integers and names big-endian, signed ones
+    /// with the sign bit flipped. Otherwise little-endian, as `guest::store(&name, ..)` and
+    /// `store(&who, sizeof who, ..)` in C write a key.
+    pub ordered: bool,
+}
+
+/// A fixed-size key part's bytes as borsh has them (little-endian) from its order-preserving
+/// form, or back: the bytes reversed, and a signed integer's sign bit flipped (in its first
+/// ordered byte, its last little-endian one), so that byte order is numeric order.
+fn reorder(ty: &Type, bytes: &mut [u8], to_ordered: bool) {
+    let signed = matches!(ty, Type::I32 | Type::I64);
+    if signed && !to_ordered {
+        bytes[0] ^= 0x80;
+    }
+    bytes.reverse();
+    if signed && to_ordered {
+        bytes[0] ^= 0x80;
+    }
 }
 
 /// What a table stores under each key.
@@ -681,6 +702,13 @@ impl Abi {
                 // The last part, by the check at parse: the rest of the key, raw.
                 Type::String => Value::String(std::str::from_utf8(rest).ok()?.to_string()),
                 Type::Bytes => Value::String(format!("0x{}", hex::encode(rest))),
+                fixed if shape.ordered => {
+                    let size = fixed.fixed_size(self)? as usize;
+                    let mut le = rest.get(..size)?.to_vec();
+                    rest = &rest[size..];
+                    reorder(fixed, &mut le, false);
+                    self.decode_value(fixed, &mut le.as_slice()).ok()?
+                }
                 fixed => self.decode_value(fixed, &mut rest).ok()?,
             });
             if matches!(part, Type::String | Type::Bytes) {
@@ -716,11 +744,16 @@ impl Abi {
                     &hex::decode(text.strip_prefix("0x").unwrap_or(text))
                         .with_context(|| format!("{text:?} is not hex"))?,
                 ),
-                fixed => self
-                    .encode_value(fixed, &Value::String(text.to_string()), &mut key)
-                    .with_context(|| {
-                        format!("table {table}: {text:?} as a {}", fixed.spelling())
-                    })?,
+                fixed => {
+                    let start = key.len();
+                    self.encode_value(fixed, &Value::String(text.to_string()), &mut key)
+                        .with_context(|| {
+                            format!("table {table}: {text:?} as a {}", fixed.spelling())
+                        })?;
+                    if t.key.ordered {
+                        reorder(fixed, &mut key[start..], true);
+                    }
+                }
             }
         }
         Ok(key)
@@ -887,11 +920,28 @@ fn table(value: &Value, structs: &BTreeSet<&str>) -> anyhow::Result<Table> {
         Some(Value::String(t)) => KeyShape {
             prefix: Vec::new(),
             parts: vec![Type::parse(t, structs).context("\"key\"")?],
+            ordered: false,
         },
         Some(Value::Object(shape)) => {
-            if let Some(k) = shape.keys().find(|k| *k != "prefix" && *k != "parts") {
-                bail!("\"key\" has an unknown key {k:?} (it has \"prefix\" and \"parts\")");
+            if let Some(k) = shape
+                .keys()
+                .find(|k| !["prefix", "parts", "order"].contains(&k.as_str()))
+            {
+                bail!(
+                    "\"key\" has an unknown key {k:?} (it has \"prefix\", \"parts\" and \
+                     \"order\")"
+                );
             }
+            let ordered = match shape.get("order") {
+                None => false,
+                Some(Value::String(o)) if o == "ordered" => true,
+                Some(Value::String(o)) if o == "le" => false,
+                Some(other) => bail!(
+                    "\"order\" is \"le\" (the default: parts little-endian, as guest::store \
+                     and C's store write a name or an integer) or \"ordered\" (big-endian, as \
+                     guest::range::Map writes them), not {other}"
+                ),
+            };
             let prefix = match shape.get("prefix") {
                 None => Vec::new(),
                 Some(Value::String(p)) => p.as_bytes().to_vec(),
@@ -909,7 +959,11 @@ fn table(value: &Value, structs: &BTreeSet<&str>) -> anyhow::Result<Table> {
                     .context("\"parts\"")?,
                 Some(other) => bail!("\"parts\" is a list of types, not {other}"),
             };
-            KeyShape { prefix, parts }
+            KeyShape {
+                prefix,
+                parts,
+                ordered,
+            }
         }
         None => bail!("a table needs \"key\": a type (\"name\") or {{\"prefix\", \"parts\"}}"),
         Some(other) => bail!("\"key\" is a type or {{\"prefix\", \"parts\"}}, not {other}"),
@@ -1146,6 +1200,41 @@ mod tests {
             abi.parse_table_key("balances[a,b]").unwrap().unwrap_err()
         );
         assert!(e.contains("1 parts (name), got 2"), "{e}");
+    }
+
+    /// `"order": "ordered"` keys are what guest::range::Map writes: big-endian, signed
+    /// integers with the sign bit flipped, so byte order is numeric order.
+    #[test]
+    fn issue_23_ordered_table_keys_are_big_endian_and_sort_as_their_numbers() {
+        let abi = Abi::parse(
+            r#"{"tables": {
+                "votes": {"key": {"prefix": "v", "parts": ["u64", "name"], "order": "ordered"}, "value": "u8"},
+                "temps": {"key": {"prefix": "t", "parts": ["i64"], "order": "ordered"}, "value": "u8"}
+            }}"#,
+        )
+        .unwrap();
+        let key = abi.parse_table_key("votes[7,alice]").unwrap().unwrap();
+        let mut want = b"v".to_vec();
+        want.extend_from_slice(&7u64.to_be_bytes());
+        want.extend_from_slice(&parse_name("alice").unwrap().0.to_be_bytes());
+        assert_eq!(key, want);
+        let (table, _, parts) = abi.table_of(&key).unwrap();
+        assert_eq!(Abi::key_text(table, &parts), "votes[7,alice]");
+        let temps: Vec<Vec<u8>> = ["-300", "-1", "0", "5", "70000"]
+            .iter()
+            .map(|t| {
+                abi.parse_table_key(&format!("temps[{t}]"))
+                    .unwrap()
+                    .unwrap()
+            })
+            .collect();
+        assert!(temps.windows(2).all(|w| w[0] < w[1]), "{temps:?}");
+        let (_, _, parts) = abi.table_of(&temps[0]).unwrap();
+        assert_eq!(Abi::key_text("temps", &parts), "temps[-300]");
+        let bad = Abi::parse(
+            r#"{"tables": {"x": {"key": {"parts": ["u8"], "order": "big"}, "value": "u8"}}}"#,
+        );
+        assert!(format!("{:#}", bad.unwrap_err()).contains("\"order\" is"));
     }
 
     #[test]
