@@ -16,7 +16,7 @@
  * Tokens sent to escrow without an `open` in the same transaction belong to no deal yet, and
  * the next `open` could claim them: send both in one transaction, which applies all or nothing.
  * Deals are stored under "deal" + the id in 8 big-endian bytes, so they list in id order
- * (`tally keys escrow str:deal`).
+ * (`tally keys escrow deals`, as its ABI's tables declare).
  *
  * Build: tally build contracts/escrow.c (tested in chain/tests/all/escrow.rs, and on a
  * devnet by the README's walk-through). */
