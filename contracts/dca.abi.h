@@ -145,6 +145,7 @@ static inline void Buy_reply(uint64_t value) {
  * On 0, `*out` is what it returned (strings and bytes valid until the next call). */
 static inline int32_t Buy_call(AccountName contract, const Buy *v, uint64_t fuel, uint64_t *out) {
     uint32_t size = Buy_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);
@@ -196,6 +197,7 @@ static inline void Init_read(Init *v) {
  */
 static inline int32_t Init_call(AccountName contract, const Init *v, uint64_t fuel) {
     uint32_t size = Init_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);
@@ -245,6 +247,7 @@ static inline void Payout_read(Payout *v) {
  */
 static inline int32_t Payout_call(AccountName contract, const Payout *v, uint64_t fuel) {
     uint32_t size = Payout_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);
@@ -302,6 +305,7 @@ static inline void StatusQuery_reply(const Status *value) {
  * On 0, `*out` is what it returned (strings and bytes valid until the next call). */
 static inline int32_t StatusQuery_ask(AccountName contract, const StatusQuery *v, uint64_t fuel, Status *out) {
     uint32_t size = StatusQuery_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);
@@ -350,6 +354,7 @@ static inline void BoughtEvent_pack(WriteStream *ws, const BoughtEvent *v) {
 /** \brief Emits event `bought` with `v`: kept in the transaction's receipt. */
 static inline void BoughtEvent_emit(const BoughtEvent *v) {
     uint32_t size = BoughtEvent_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);

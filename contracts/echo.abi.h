@@ -129,6 +129,7 @@ static inline void All_read(All *v) {
  */
 static inline int32_t All_call(AccountName contract, const All *v, uint64_t fuel) {
     uint32_t size = All_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);
@@ -177,6 +178,7 @@ static inline void Empty_read(Empty *v) {
  */
 static inline int32_t Empty_call(AccountName contract, const Empty *v, uint64_t fuel) {
     uint32_t size = Empty_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);
@@ -225,6 +227,7 @@ static inline void PairOf_read(PairOf *v) {
  */
 static inline int32_t PairOf_call(AccountName contract, const PairOf *v, uint64_t fuel) {
     uint32_t size = PairOf_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);
@@ -416,6 +419,7 @@ static inline void Rich_read(Rich *v) {
  */
 static inline int32_t Rich_call(AccountName contract, const Rich *v, uint64_t fuel) {
     uint32_t size = Rich_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);

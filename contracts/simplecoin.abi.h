@@ -69,6 +69,7 @@ static inline void Transfer_read(Transfer *v) {
  */
 static inline int32_t Transfer_call(AccountName contract, const Transfer *v, uint64_t fuel) {
     uint32_t size = Transfer_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);

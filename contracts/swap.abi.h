@@ -96,6 +96,7 @@ static inline void swap_Deposit_reply(uint64_t value) {
  * On 0, `*out` is what it returned (strings and bytes valid until the next call). */
 static inline int32_t swap_Deposit_call(AccountName contract, const swap_Deposit *v, uint64_t fuel, uint64_t *out) {
     uint32_t size = swap_Deposit_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);
@@ -150,6 +151,7 @@ static inline void swap_Init_read(swap_Init *v) {
  */
 static inline int32_t swap_Init_call(AccountName contract, const swap_Init *v, uint64_t fuel) {
     uint32_t size = swap_Init_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);
@@ -208,6 +210,7 @@ static inline void swap_Swap_reply(uint64_t value) {
  * On 0, `*out` is what it returned (strings and bytes valid until the next call). */
 static inline int32_t swap_Swap_call(AccountName contract, const swap_Swap *v, uint64_t fuel, uint64_t *out) {
     uint32_t size = swap_Swap_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);
@@ -271,6 +274,7 @@ static inline void swap_Withdraw_reply(const swap_Reserves *value) {
  * On 0, `*out` is what it returned (strings and bytes valid until the next call). */
 static inline int32_t swap_Withdraw_call(AccountName contract, const swap_Withdraw *v, uint64_t fuel, swap_Reserves *out) {
     uint32_t size = swap_Withdraw_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);
@@ -333,6 +337,7 @@ static inline void swap_ReservesQuery_reply(const swap_Reserves *value) {
  * On 0, `*out` is what it returned (strings and bytes valid until the next call). */
 static inline int32_t swap_ReservesQuery_ask(AccountName contract, const swap_ReservesQuery *v, uint64_t fuel, swap_Reserves *out) {
     uint32_t size = swap_ReservesQuery_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);
@@ -393,6 +398,7 @@ static inline void swap_SharesQuery_reply(uint64_t value) {
  * On 0, `*out` is what it returned (strings and bytes valid until the next call). */
 static inline int32_t swap_SharesQuery_ask(AccountName contract, const swap_SharesQuery *v, uint64_t fuel, uint64_t *out) {
     uint32_t size = swap_SharesQuery_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);
@@ -444,6 +450,7 @@ static inline void swap_DepositedEvent_pack(WriteStream *ws, const swap_Deposite
 /** \brief Emits event `deposited` with `v`: kept in the transaction's receipt. */
 static inline void swap_DepositedEvent_emit(const swap_DepositedEvent *v) {
     uint32_t size = swap_DepositedEvent_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);
@@ -489,6 +496,7 @@ static inline void swap_SwappedEvent_pack(WriteStream *ws, const swap_SwappedEve
 /** \brief Emits event `swapped` with `v`: kept in the transaction's receipt. */
 static inline void swap_SwappedEvent_emit(const swap_SwappedEvent *v) {
     uint32_t size = swap_SwappedEvent_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);
@@ -534,6 +542,7 @@ static inline void swap_WithdrewEvent_pack(WriteStream *ws, const swap_WithdrewE
 /** \brief Emits event `withdrew` with `v`: kept in the transaction's receipt. */
 static inline void swap_WithdrewEvent_emit(const swap_WithdrewEvent *v) {
     uint32_t size = swap_WithdrewEvent_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);

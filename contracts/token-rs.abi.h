@@ -64,6 +64,7 @@ static inline void token_Create_read(token_Create *v) {
  */
 static inline int32_t token_Create_call(AccountName contract, const token_Create *v, uint64_t fuel) {
     uint32_t size = token_Create_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);
@@ -115,6 +116,7 @@ static inline void token_Issue_read(token_Issue *v) {
  */
 static inline int32_t token_Issue_call(AccountName contract, const token_Issue *v, uint64_t fuel) {
     uint32_t size = token_Issue_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);
@@ -169,6 +171,7 @@ static inline void token_Transfer_read(token_Transfer *v) {
  */
 static inline int32_t token_Transfer_call(AccountName contract, const token_Transfer *v, uint64_t fuel) {
     uint32_t size = token_Transfer_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);
@@ -224,6 +227,7 @@ static inline void token_BalanceQuery_reply(uint64_t value) {
  * On 0, `*out` is what it returned (strings and bytes valid until the next call). */
 static inline int32_t token_BalanceQuery_ask(AccountName contract, const token_BalanceQuery *v, uint64_t fuel, uint64_t *out) {
     uint32_t size = token_BalanceQuery_packed_size(v);
+    assert(size <= TALLY_MESSAGE_MAX, "data longer than TALLY_MESSAGE_MAX");
     char buffer[size + 1];
     WriteStream ws;
     WriteStream_init(&ws, buffer, size);

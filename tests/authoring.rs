@@ -488,6 +488,41 @@ fn c_and_rust_contracts_accept_and_refuse_the_same_data_with_the_same_messages()
     }
 }
 
+#[test]
+fn issue_23_a_rust_panic_keeps_its_message_and_place_and_running_out_of_heap_says_so() {
+    let mut rust = Deployed::new(ECHO_RS, "echo");
+    let asked = PairOf {
+        first: "panic!".into(),
+        second: "why".into(),
+    };
+    let Ran::Aborted(said) = rust.push_fresh(PairOf::NAME, &asked.encode()) else {
+        panic!("echo-rs did not panic");
+    };
+    assert!(
+        said.starts_with("panicked at src/lib.rs:")
+            && said.ends_with(": echo-rs was asked to panic with \"why\""),
+        "{said}"
+    );
+    // A message larger than the 32 KiB default heap: copying it in runs the heap out.
+    let big = All {
+        account: Name(1),
+        small: 0,
+        medium: 0,
+        large: 0,
+        delta: 0,
+        text: String::new(),
+        blob: vec![7; 40_000],
+    };
+    let Ran::Aborted(said) = rust.push_fresh(All::NAME, &big.encode()) else {
+        panic!("a 40 KB message fit a 32 KiB heap");
+    };
+    assert!(
+        said.starts_with("out of heap: the contract's 32768-byte heap cannot give ")
+            && said.ends_with("raise it with `contract!(handler, heap = N)`"),
+        "{said}"
+    );
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -802,8 +837,8 @@ fn new_project_passes_its_test(lang: &str) {
     };
     let text = std::fs::read_to_string(&source).unwrap();
     let broken = match lang {
-        "c" => text.replace("count += 1;", "count += 2;"),
-        _ => text.replace("&(count + 1)", "&(count + 2)"),
+        "c" => text.replace("count_of(msg->who) + 1;", "count_of(msg->who) + 2;"),
+        _ => text.replace("count_of(hit.who) + 1;", "count_of(hit.who) + 2;"),
     };
     assert_ne!(broken, text);
     std::fs::write(&source, broken).unwrap();

@@ -197,6 +197,64 @@ fn bench_reports_baselines_the_verify_ceiling_and_a_plot() {
     assert!(token["baselines"]["wasmi"]["tps"].as_f64().unwrap() > 0.0);
 }
 
+/// Issue 22: trades take the `evm` baseline only (the others run transfers). Built with the
+/// `evm` feature, the run reports revm's trades and Tally/revm per block, checked to end where
+/// Tally's do; built without, it says how to get it.
+#[test]
+fn issue_22_bench_swap_compares_with_the_evm_only() {
+    let refused = tally(&[
+        "bench",
+        "--contract",
+        "swap",
+        "--transfers",
+        "100",
+        "--baseline",
+        "wasmi",
+    ]);
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(why.contains("--baseline evm"), "{why}");
+    let args = [
+        "bench",
+        "--contract",
+        "swap",
+        "--transfers",
+        "2000",
+        "--accounts",
+        "50",
+        "--block-size",
+        "500",
+        "--store",
+        "memory",
+        "--unsigned",
+        "--baseline",
+        "evm",
+        "--json",
+        "-",
+    ];
+    let out = tally(&args);
+    if !cfg!(feature = "evm") {
+        assert!(!out.status.success());
+        let why = String::from_utf8_lossy(&out.stderr);
+        assert!(why.contains("--features evm"), "{why}");
+        return;
+    }
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["failed"], 0);
+    let evm = &report["baselines"]["evm"];
+    assert!(evm["tps"].as_f64().unwrap() > 0.0, "{report}");
+    assert_eq!(evm["ratio"]["blocks"], 4);
+    // Both tokens, traders' and pool's: 50 traders with 1,000,000 each, the pool 10^12.
+    let supply = 2 * (50 * 1_000_000 + 1_000_000_000_000u64);
+    assert_eq!(evm["accounts_supply"], supply);
+    assert_eq!(report["accounts_supply"], supply);
+    let table = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        table.contains("µs execute per trade); Tally/evm per block"),
+        "{table}"
+    );
+}
+
 #[test]
 fn bench_rejects_bad_flags() {
     let out = tally(&["bench", "--dist", "pareto"]);
@@ -896,6 +954,343 @@ TALLY_EXPORT("apply") void apply(uint64_t receiver, uint64_t code, uint64_t acti
         ok(&["init", "--data", b.to_str().unwrap()]);
         std::fs::copy(a.join("chain.json"), b.join("chain.json")).unwrap();
         fails(&["verify", "--data", b.to_str().unwrap()], "another chain");
+    }
+
+    /// A local chain with two token-rs tokens and the exchange, alice holding 1,000,000 of
+    /// each and the pool initialised: the README's devnet walk-through, on `--data`.
+    fn market(d: &str) {
+        for a in ["tokena", "tokenb", "swap", "alice"] {
+            ok(&["account", "create", a, "--data", d]);
+        }
+        for (a, wasm) in [
+            ("tokena", "contracts/token-rs.wasm"),
+            ("tokenb", "contracts/token-rs.wasm"),
+            ("swap", "contracts/swap.wasm"),
+        ] {
+            ok(&["deploy", a, wasm, "--data", d]);
+        }
+        for t in ["tokena", "tokenb"] {
+            ok(&["push", t, "create", t, "10000000", "--auth", t, "--data", d]);
+            ok(&[
+                "push", t, "issue", "alice", "1000000", "", "--auth", t, "--data", d,
+            ]);
+        }
+        ok(&[
+            "push", "swap", "init", "tokena", "tokenb", "--auth", "swap", "--data", d,
+        ]);
+    }
+
+    fn balance(d: &str, token: &str, who: &str) -> u64 {
+        let key = format!("name:{who}");
+        ok(&["get", token, &key, "--data", d])["u64"]
+            .as_u64()
+            .unwrap_or(0)
+    }
+
+    /// Issue 23: `--action` adds actions to one transaction, each encoded with its own
+    /// contract's ABI: a deposit of two transfers and a call applies whole, and a swap whose
+    /// second action fails leaves its first (the transfer in) undone too.
+    #[test]
+    fn issue_23_push_with_several_actions_applies_them_all_or_none() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("chain");
+        let d = d.to_str().unwrap();
+        ok(&["init", "--data", d]);
+        market(d);
+        let deposit = ok(&[
+            "push", "tokena", "transfer", "alice", "swap", "100000", "", "--action", "tokenb",
+            "transfer", "alice", "swap", "400000", "", "--action", "swap", "deposit", "alice",
+            "--auth", "alice", "--data", d,
+        ]);
+        assert_eq!(deposit["success"], true);
+        let names: Vec<_> = deposit["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                format!(
+                    "{}::{}",
+                    a["contract"].as_str().unwrap(),
+                    a["action"].as_str().unwrap()
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            ["tokena::transfer", "tokenb::transfer", "swap::deposit"]
+        );
+        assert_eq!(deposit["events"][0]["name"], "deposited");
+        assert_eq!(balance(d, "tokena", "alice"), 900_000);
+        assert_eq!(balance(d, "tokenb", "swap"), 400_000);
+
+        fails(
+            &[
+                "push",
+                "tokena",
+                "transfer",
+                "alice",
+                "swap",
+                "1000",
+                "",
+                "--action",
+                "swap",
+                "swap",
+                "alice",
+                "999999999",
+                "--auth",
+                "alice",
+                "--data",
+                d,
+            ],
+            "the swap gives less than min_out",
+        );
+        assert_eq!(
+            balance(d, "tokena", "alice"),
+            900_000,
+            "the transfer in rolled back"
+        );
+
+        // One ABI for two contracts cannot be right for both.
+        fails(
+            &[
+                "push",
+                "tokena",
+                "transfer",
+                "alice",
+                "swap",
+                "1",
+                "",
+                "--action",
+                "swap",
+                "swap",
+                "alice",
+                "0",
+                "--auth",
+                "alice",
+                "--abi",
+                "contracts/swap.abi.json",
+                "--data",
+                d,
+            ],
+            "--abi CONTRACT=PATH",
+        );
+        let swapped = ok(&[
+            "push",
+            "tokena",
+            "transfer",
+            "alice",
+            "swap",
+            "1000",
+            "",
+            "--action",
+            "swap",
+            "swap",
+            "alice",
+            "1",
+            "--auth",
+            "alice",
+            "--abi",
+            "tokena=contracts/token-rs.abi.json",
+            "--abi",
+            "swap=contracts/swap.abi.json",
+            "--data",
+            d,
+        ]);
+        assert_eq!(swapped["events"][0]["name"], "swapped");
+    }
+
+    /// Issue 23: `tally tx` shows a pushed transaction as `push --json --trace` printed it,
+    /// call tree included, from the receipts log; without the log (a push that stopped before
+    /// writing its line) it reads the block: the outcome and events, marked as not recorded;
+    /// a torn last line is cut by the next push.
+    #[test]
+    fn issue_23_tx_shows_a_local_receipt_with_its_calls_and_falls_back_to_the_block() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("chain");
+        let d = dir.to_str().unwrap();
+        ok(&["init", "--data", d]);
+        market(d);
+        ok(&[
+            "push", "tokena", "transfer", "alice", "swap", "100000", "", "--action", "tokenb",
+            "transfer", "alice", "swap", "400000", "", "--action", "swap", "deposit", "alice",
+            "--auth", "alice", "--data", d,
+        ]);
+        let swap = [
+            "push", "tokena", "transfer", "alice", "swap", "1000", "", "--action", "swap", "swap",
+            "alice", "1", "--auth", "alice", "--data", d, "--trace",
+        ];
+        let pushed = ok(&swap);
+        let id = pushed["transaction"].as_str().unwrap().to_string();
+        let shown = ok(&["tx", &id, "--data", d]);
+        assert_eq!(shown, pushed);
+        let calls = &shown["trace"]["actions"][1]["calls"];
+        assert_eq!(calls[0]["entry"], "balance", "{calls}");
+        assert_eq!(calls[2]["contract"], "tokenb", "{calls}");
+        let text = stdout(&tally(&["tx", &id, "--data", d]));
+        assert!(text.starts_with("success ("), "{text}");
+        assert!(text.contains("call tokenb::transfer"), "{text}");
+        assert!(text.contains("event swapped from swap"), "{text}");
+
+        // A failed transaction is shown, reason and failed action included; `tx` itself
+        // succeeds.
+        let out = tally(&[
+            "push",
+            "tokena",
+            "transfer",
+            "alice",
+            "swap",
+            "1000",
+            "",
+            "--action",
+            "swap",
+            "swap",
+            "alice",
+            "999999999",
+            "--auth",
+            "alice",
+            "--data",
+            d,
+            "--json",
+        ]);
+        assert!(!out.status.success());
+        let failed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let failed_id = failed["transaction"].as_str().unwrap();
+        let text = stdout(&tally(&["tx", failed_id, "--data", d]));
+        assert!(
+            text.starts_with("failed in action 1: assert failed: the swap gives less than min_out"),
+            "{text}"
+        );
+
+        // Without the log: what the block holds.
+        let log = dir.join("receipts.jsonl");
+        let saved = std::fs::read(&log).unwrap();
+        std::fs::remove_file(&log).unwrap();
+        let from_block = ok(&["tx", &id, "--data", d]);
+        assert_eq!(from_block["success"], true);
+        assert_eq!(from_block["recorded"], false);
+        assert_eq!(from_block["fuel_used"], serde_json::Value::Null);
+        assert_eq!(from_block["events"], pushed["events"]);
+        assert_eq!(from_block["block"], pushed["block"]);
+
+        // A torn last line: ignored by tx, cut by the next push.
+        let mut torn = saved.clone();
+        torn.extend_from_slice(b"{\"height\": 99, \"id\": \"ab");
+        std::fs::write(&log, &torn).unwrap();
+        assert_eq!(ok(&["tx", &id, "--data", d]), pushed);
+        let next = ok(&[
+            "push", "tokena", "transfer", "alice", "swap", "1", "", "--auth", "alice", "--data", d,
+        ]);
+        let next_id = next["transaction"].as_str().unwrap();
+        assert_eq!(
+            ok(&["tx", next_id, "--data", d])["fuel_used"],
+            next["fuel_used"]
+        );
+        let lines = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            lines
+                .lines()
+                .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok())
+        );
+
+        fails(&["tx", "abc", "--data", d], "64 hex digits");
+        fails(
+            &["tx", &"0".repeat(64), "--data", d],
+            "holds no transaction",
+        );
+    }
+
+    /// Issue 23: where push finds an ABI (the one deploy kept, while the account runs that
+    /// code), what account create does with a key when its transaction fails, and what --rpc
+    /// needs.
+    #[test]
+    fn issue_23_abis_keys_and_rpc_flags_say_what_to_do() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("chain");
+        let d = d.to_str().unwrap();
+        ok(&["init", "--data", d]);
+        ok(&["account", "create", "registry", "--data", d]);
+        fails(
+            &[
+                "push", "registry", "set", "registry", "home", "x", "--auth", "registry", "--data",
+                d,
+            ],
+            "registry runs no contract",
+        );
+        ok(&["deploy", "registry", "contracts/registry.wasm", "--data", d]);
+        ok(&[
+            "push", "registry", "set", "registry", "home", "x", "--auth", "registry", "--data", d,
+        ]);
+        // New code without an ABI: the old one no longer applies.
+        let wat = tmp.path().join("bare.wat");
+        std::fs::write(
+            &wat,
+            "(module (memory (export \"memory\") 1) (func (export \"apply\") (param i64 i64 i64)))",
+        )
+        .unwrap();
+        ok(&["deploy", "registry", wat.to_str().unwrap(), "--data", d]);
+        fails(
+            &[
+                "push", "registry", "set", "registry", "home", "y", "--auth", "registry", "--data",
+                d,
+            ],
+            "pass --abi PATH",
+        );
+
+        // An account the chain refuses to create leaves no key behind.
+        ok(&["account", "create", "carol", "--data", d]);
+        let keystore = Path::new(d).join("keystore.json");
+        let mut keys: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&keystore).unwrap()).unwrap();
+        keys["accounts"].as_object_mut().unwrap().remove("carol");
+        std::fs::write(&keystore, serde_json::to_vec(&keys).unwrap()).unwrap();
+        fails(&["account", "create", "carol", "--data", d], "carol");
+        let keys: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&keystore).unwrap()).unwrap();
+        assert!(keys["accounts"].get("carol").is_none(), "{keys}");
+
+        fails(
+            &[
+                "push",
+                "registry",
+                "x",
+                "--auth",
+                "registry",
+                "--rpc",
+                "127.0.0.1:1",
+            ],
+            "--wallet",
+        );
+        fails(
+            &[
+                "push",
+                "registry",
+                "x",
+                "--auth",
+                "registry",
+                "--rpc",
+                "127.0.0.1:1",
+                "--wallet",
+                d,
+                "--trace",
+            ],
+            "--trace needs a local chain",
+        );
+        fails(
+            &[
+                "push",
+                "registry",
+                "x",
+                "--data-hex",
+                "",
+                "--auth",
+                "registry",
+                "--rpc",
+                "127.0.0.1:1",
+                "--wallet",
+                d,
+            ],
+            "cannot reach CometBFT",
+        );
     }
 }
 

@@ -70,8 +70,8 @@ pub struct BaselineReport {
     pub state_checksum: Option<String>,
     /// Whether it reached Tally's state (`None` when it keeps another kind of state).
     pub same_state: Option<bool>,
-    /// The sum of the benchmark accounts' balances at the end, which must equal what
-    /// genesis gave them.
+    /// The sum of the benchmark accounts' balances at the end (for trades, of both tokens,
+    /// the pool's included), which must equal what genesis gave them.
     pub accounts_supply: u64,
 }
 
@@ -157,8 +157,9 @@ pub struct Report {
     pub verify_ceiling_tps: Option<f64>,
     /// Baselines measured in the same run, by name.
     pub baselines: BTreeMap<String, BaselineReport>,
-    /// The sum of the benchmark accounts' balances at the end, checked against genesis's
-    /// (`None` when no baseline was asked for: the check reads every account).
+    /// The sum of the benchmark accounts' balances at the end (for trades, of both tokens,
+    /// the pool's included), checked against genesis's (`None` when no baseline was asked
+    /// for: the check reads every account).
     pub accounts_supply: Option<u64>,
     /// Pipeline switches.
     pub pipeline: PipelineReport,
@@ -228,11 +229,18 @@ impl Report {
             if self.resumed { ", resumed" } else { "" }
         );
         let _ = writeln!(out, "  pipeline: {}, {} threads", c.pipeline, self.threads);
+        // What one transaction is: a trade on the swap workload, a transfer otherwise.
+        let (unit, units, per_second) = if c.contract == "swap" {
+            ("trade", "trades", "trades/s")
+        } else {
+            ("transfer", "transfers", "transfers/s")
+        };
+        let per_unit = format!("µs per {unit}");
         let mut rows: Vec<(&str, String)> = vec![
-            ("transfers", self.transfers.to_string()),
+            (units, self.transfers.to_string()),
             ("failed", self.failed.to_string()),
             ("seconds", format!("{:.3}", self.seconds)),
-            ("transfers/s", format!("{:.0}", self.tps)),
+            (per_second, format!("{:.0}", self.tps)),
             (
                 "verify ceiling",
                 match self.verify_ceiling_tps {
@@ -240,7 +248,7 @@ impl Report {
                     None => "- (unsigned)".into(),
                 },
             ),
-            ("µs per transfer", format!("{:.2}", self.us_per_transfer)),
+            (&per_unit, format!("{:.2}", self.us_per_transfer)),
             (
                 "parallel execution",
                 if self.parallel.speculated == 0 {
@@ -276,7 +284,7 @@ impl Report {
             rows.push((
                 "baseline",
                 format!(
-                    "{name}: {:.0} transfers/s ({:.2} µs execute per transfer); Tally/{name} \
+                    "{name}: {:.0} {per_second} ({:.2} µs execute per {unit}); Tally/{name} \
                      per block: median {:.2}, p10-p90 {:.2}-{:.2}, min-max {:.2}-{:.2} over {} \
                      blocks{}",
                     b.tps,
@@ -297,7 +305,11 @@ impl Report {
         }
         if let Some(supply) = self.accounts_supply {
             rows.push((
-                "accounts' coins",
+                if c.contract == "swap" {
+                    "traders' + pool's"
+                } else {
+                    "accounts' coins"
+                },
                 format!("{supply} (conserved on every engine)"),
             ));
         }

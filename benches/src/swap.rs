@@ -149,3 +149,35 @@ pub fn block(chain: &Chain, traders: u64, first: u64, n: u64) -> Vec<SignedTrans
         })
         .collect()
 }
+
+/// The pool's reserves, as its query `reserves` answers them: what a baseline's pool must end
+/// with after the same trades.
+///
+/// # Errors
+/// The chain failed, or the pool did not answer (it is not deployed on `chain`).
+pub fn reserves(chain: &Chain) -> anyhow::Result<(u64, u64)> {
+    let answer = chain.query(POOL, name("reserves"), &[])?;
+    anyhow::ensure!(
+        answer.is_success(),
+        "the pool did not answer `reserves` ({:?}): is contracts/swap deployed at {POOL}?",
+        answer.failure()
+    );
+    Ok(borsh::from_slice(&answer.output)?)
+}
+
+/// What traders `0..traders` and the pool hold of both tokens together. Trades only move
+/// tokens between them, so after any run it is what genesis gave them.
+///
+/// # Errors
+/// The chain's store failed.
+pub fn holdings(chain: &Chain, traders: u64) -> Result<u64, ChainError> {
+    let mut total = 0u64;
+    for token in TOKENS {
+        let held = |who| crate::workload::balance(chain, token, who).map(Option::unwrap_or_default);
+        total = total.saturating_add(held(POOL)?);
+        for i in 0..traders {
+            total = total.saturating_add(held(account_name(i))?);
+        }
+    }
+    Ok(total)
+}

@@ -48,6 +48,28 @@ impl AbortCode {
         self as u16
     }
 
+    /// The reason whose stable code is `code`, for clients that read a code back from a
+    /// node's results (`tally push --rpc`, `tally tx`); `None` for a code this version does not
+    /// know.
+    pub fn from_code(code: u16) -> Option<Self> {
+        Some(match code {
+            1 => Self::AssertFailed,
+            2 => Self::BadPointer,
+            3 => Self::LimitExceeded,
+            4 => Self::Unauthorized,
+            5 => Self::OutOfFuel,
+            6 => Self::Trap,
+            7 => Self::StackOverflow,
+            8 => Self::NoHandler,
+            9 => Self::ResourceLimit,
+            10 => Self::InvalidAction,
+            11 => Self::Reentry,
+            12 => Self::CallDepth,
+            13 => Self::ReadOnly,
+            _ => return None,
+        })
+    }
+
     /// A short, stable, lower-case label.
     pub fn label(self) -> &'static str {
         match self {
@@ -170,3 +192,21 @@ impl fmt::Display for HostError {
 }
 
 impl core::error::Error for HostError {}
+
+#[cfg(test)]
+mod code_tests {
+    use super::AbortCode;
+
+    #[test]
+    fn from_code_reads_back_every_code_and_refuses_unknown_ones() {
+        let mut known = 0;
+        for code in 0..=u16::from(u8::MAX) {
+            if let Some(reason) = AbortCode::from_code(code) {
+                assert_eq!(reason.code(), code);
+                known += 1;
+            }
+        }
+        assert_eq!(known, 13, "a new AbortCode needs its arm in from_code");
+        assert_eq!(AbortCode::from_code(0), None);
+    }
+}

@@ -58,7 +58,6 @@ mod sys {
     #[link(wasm_import_module = "env")]
     unsafe extern "C" {
         pub fn read_message(dst: *mut u8, len: u32) -> i32;
-        pub fn message_size() -> i32;
         pub fn load(key: *const u8, klen: u32, dst: *mut u8, dlen: u32) -> i32;
         pub fn store(key: *const u8, klen: u32, value: *const u8, vlen: u32);
         pub fn remove(key: *const u8, klen: u32);
@@ -68,7 +67,6 @@ mod sys {
         pub fn call(account: i64, action: i64, data: *const u8, len: u32, fuel: i64) -> i32;
         pub fn query(account: i64, method: i64, data: *const u8, len: u32, fuel: i64) -> i32;
         pub fn set_return(data: *const u8, len: u32);
-        pub fn return_size() -> i32;
         pub fn read_return(dst: *mut u8, len: u32) -> i32;
         pub fn caller() -> i64;
         pub fn emit(name: i64, data: *const u8, len: u32);
@@ -122,17 +120,35 @@ pub fn print(text: &str) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CallFailed(pub i32);
 
+/// Bytes a read of the message, of a call's return data or of a stored value makes room for
+/// before it asks the host: one host call for anything up to this long (a token transfer's
+/// message is 33 bytes, a balance 8), a second one, with room for all of it, for anything
+/// longer. Asking the length first cost a host call on every read.
+const FIRST_READ: usize = 64;
+
+/// Reads a buffer the host holds with `read(dst, len) -> full length` (negative: none):
+/// `None` if the host has none, else all of it.
+fn read_all(read: impl Fn(*mut u8, u32) -> i32) -> Option<Vec<u8>> {
+    let mut buf = Vec::with_capacity(FIRST_READ);
+    loop {
+        let full = read(buf.as_mut_ptr(), buf.capacity() as u32);
+        if full < 0 {
+            return None;
+        }
+        let full = full as usize;
+        if full <= buf.capacity() {
+            // SAFETY: the host wrote `full` bytes, within the capacity it was given.
+            unsafe { buf.set_len(full) };
+            return Some(buf);
+        }
+        buf.reserve_exact(full);
+    }
+}
+
 /// The return data of the last call or query.
 fn returned() -> Vec<u8> {
-    // SAFETY: no arguments.
-    let len = unsafe { sys::return_size() }.max(0) as usize;
-    let mut buf = Vec::with_capacity(len);
-    // SAFETY: `buf` has room for `len` bytes; the host writes at most that many.
-    unsafe {
-        let n = sys::read_return(buf.as_mut_ptr(), len as u32);
-        buf.set_len((n.max(0) as usize).min(len));
-    }
-    buf
+    // SAFETY: `read_all` passes a buffer with room for the length it passes.
+    read_all(|dst, len| unsafe { sys::read_return(dst, len) }).unwrap_or_default()
 }
 
 /// Calls `account`'s action `action` with `data` (borsh), giving it at most `fuel` (0: all this
@@ -223,15 +239,8 @@ pub fn is_account(account: Name) -> bool {
 
 /// The action's raw data.
 pub fn message_bytes() -> Vec<u8> {
-    // SAFETY: no arguments.
-    let len = unsafe { sys::message_size() }.max(0) as usize;
-    let mut buf = Vec::with_capacity(len);
-    // SAFETY: `buf` has room for `len` bytes; the host writes at most that many.
-    unsafe {
-        let n = sys::read_message(buf.as_mut_ptr(), len as u32);
-        buf.set_len((n.max(0) as usize).min(len));
-    }
-    buf
+    // SAFETY: `read_all` passes a buffer with room for the length it passes.
+    read_all(|dst, len| unsafe { sys::read_message(dst, len) }).unwrap_or_default()
 }
 
 /// The action's data decoded as exactly one `T` (see [the module docs](self#action-data));
@@ -301,28 +310,9 @@ impl<K: Key + ?Sized> Key for &K {
 /// The raw value of `key` in this contract's storage.
 pub fn load_bytes(key: &(impl Key + ?Sized)) -> Option<Vec<u8>> {
     key.with_bytes(|key| {
-        let mut buf = Vec::with_capacity(64);
-        loop {
-            // SAFETY: key and buffer pointers with their exact lengths.
-            let full = unsafe {
-                sys::load(
-                    key.as_ptr(),
-                    key.len() as u32,
-                    buf.as_mut_ptr(),
-                    buf.capacity() as u32,
-                )
-            };
-            if full < 0 {
-                return None;
-            }
-            let full = full as usize;
-            if full <= buf.capacity() {
-                // SAFETY: the host wrote `full` bytes.
-                unsafe { buf.set_len(full) };
-                return Some(buf);
-            }
-            buf.reserve_exact(full);
-        }
+        // SAFETY: the key with its exact length; `read_all` passes a buffer with room for the
+        // length it passes.
+        read_all(|dst, len| unsafe { sys::load(key.as_ptr(), key.len() as u32, dst, len) })
     })
 }
 
@@ -356,9 +346,22 @@ pub fn store_bytes(key: &(impl Key + ?Sized), value: &[u8]) {
     })
 }
 
+/// `value` borsh-encoded, as [`crate::message::encode`] encodes it, into a buffer that starts
+/// with room for 64 bytes: grown from nothing, a 40-byte value took four allocations and three
+/// copies (the bump allocator frees none of them), and borsh's own `to_vec` reserves 1 KiB,
+/// which pushes the next allocations into another 1 KiB chunk for the runtime to restore and
+/// the action to pay for. Every typed call, answer and event of this module encodes with it.
+pub fn encode<V: BorshSerialize + ?Sized>(value: &V) -> Vec<u8> {
+    let mut out = Vec::with_capacity(FIRST_READ);
+    value
+        .serialize(&mut out)
+        .unwrap_or_else(|_| abort("encoding"));
+    out
+}
+
 /// Sets `key` to `value`, borsh-encoded.
 pub fn store<V: BorshSerialize + ?Sized>(key: &(impl Key + ?Sized), value: &V) {
-    store_bytes(key, &crate::message::encode(value));
+    store_bytes(key, &encode(value));
 }
 
 /// Deletes `key` (a no-op if absent).
@@ -421,7 +424,7 @@ pub fn call_action<A: ActionData>(
     action: &A,
     fuel: u64,
 ) -> Result<A::Returns, CallFailed> {
-    call(contract, A::NAME, &action.encode(), fuel).map(|data| typed_return::<A>(&data))
+    call(contract, A::NAME, &encode(action), fuel).map(|data| typed_return::<A>(&data))
 }
 
 /// Asks `contract` a typed query (a struct `tally abigen` generated from its ABI), like
@@ -432,7 +435,7 @@ pub fn call_action<A: ActionData>(
 /// let balance: u64 = guest::ask(token, &token_abi::BalanceQuery { owner }, 0)?;
 /// ```
 pub fn ask<Q: QueryData>(contract: Name, query: &Q, fuel: u64) -> Result<Q::Returns, CallFailed> {
-    self::query(contract, Q::NAME, &query.encode(), fuel).map(|data| typed_return::<Q>(&data))
+    self::query(contract, Q::NAME, &encode(query), fuel).map(|data| typed_return::<Q>(&data))
 }
 
 fn typed_return<M: Message>(data: &[u8]) -> M::Returns {
@@ -443,12 +446,12 @@ fn typed_return<M: Message>(data: &[u8]) -> M::Returns {
 /// Sets the return data of the running action or query `to`, typed by its ABI entry:
 /// `guest::reply(&query, &balance)` compiles only if `balance` is what the query returns.
 pub fn reply<M: Message>(_to: &M, value: &M::Returns) {
-    set_return(&crate::message::encode(value));
+    set_return(&encode(value));
 }
 
 /// Emits a typed event (a struct `tally abigen` generated from the ABI's "events").
 pub fn emit_event<E: EventData>(event: &E) {
-    emit(E::NAME, &event.encode());
+    emit(E::NAME, &encode(event));
 }
 
 /// Runs one `query(receiver, method)` call with generated query types: decodes the question
@@ -472,16 +475,26 @@ pub fn apply_query<Q: Queries>(receiver: u64, method: u64, handler: impl FnOnce(
 /// beside `tally build`'s 64 KiB stack (every page a contract starts with is memory the runtime
 /// restores after each action). A message is copied to the heap before it is decoded, so a
 /// contract taking messages of more than about half the heap needs a larger one; running out
-/// of heap aborts the action ("panic").
+/// of heap aborts the action with "out of heap" and how to raise it.
 pub const DEFAULT_HEAP: usize = 32 * 1024;
 
 /// A global allocator for `no_std` contracts: hands out memory from a fixed arena and never
 /// frees. That is all a contract needs, because the runtime restores its memory (the arena and
 /// the allocator's cursor included) after every action.
+///
+/// The cursor comes first and the whole allocator starts on a 1 KiB boundary, so an action's
+/// first kilobyte of allocations and the cursor share one of the runtime's 1 KiB dirty chunks
+/// ([`crate::limits::DIRTY_CHUNK_BYTES`]). Laid out by the compiler, the cursor sat after the
+/// arena and the arena began mid-chunk: a token-rs action dirtied two chunks of heap and a
+/// swap three, instead of one.
+#[repr(C, align(1024))]
 pub struct BumpAllocator<const ARENA: usize> {
-    arena: core::cell::UnsafeCell<[u8; ARENA]>,
     next: core::cell::Cell<usize>,
+    arena: core::cell::UnsafeCell<[u8; ARENA]>,
 }
+
+const _: () =
+    assert!(core::mem::align_of::<BumpAllocator<0>>() as u64 == crate::limits::DIRTY_CHUNK_BYTES);
 
 // SAFETY: a contract instance runs one action at a time on one thread; wasm32 has no threads
 // here (the runtime rejects shared memory).
@@ -491,8 +504,8 @@ impl<const ARENA: usize> BumpAllocator<ARENA> {
     /// An allocator over an `ARENA`-byte arena.
     pub const fn new() -> Self {
         Self {
-            arena: core::cell::UnsafeCell::new([0; ARENA]),
             next: core::cell::Cell::new(0),
+            arena: core::cell::UnsafeCell::new([0; ARENA]),
         }
     }
 }
@@ -511,7 +524,7 @@ unsafe impl<const ARENA: usize> core::alloc::GlobalAlloc for BumpAllocator<ARENA
         let start = (base + self.next.get() + layout.align() - 1) & !(layout.align() - 1);
         let end = start + layout.size();
         if end > base + ARENA {
-            return core::ptr::null_mut();
+            out_of_heap(ARENA, layout.size());
         }
         self.next.set(end - base);
         start as *mut u8
@@ -520,35 +533,142 @@ unsafe impl<const ARENA: usize> core::alloc::GlobalAlloc for BumpAllocator<ARENA
     unsafe fn dealloc(&self, _ptr: *mut u8, _layout: core::alloc::Layout) {}
 }
 
+/// The longest panic text a contract aborts with: the host keeps at most
+/// `MAX_ASSERT_MESSAGE_LEN` (1 KiB) of an abort message, and a panic's location and message
+/// fit in far less.
+pub const MAX_PANIC_TEXT: usize = 256;
+
+/// A fixed buffer that `core::fmt` writes into, cut at its capacity on a character boundary:
+/// a panic's text without an allocation (the heap may be what ran out).
+struct Text<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> Text<N> {
+    const fn new() -> Self {
+        Self {
+            buf: [0; N],
+            len: 0,
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        // Only whole characters are ever copied in (see write_str).
+        core::str::from_utf8(&self.buf[..self.len]).unwrap_or("panic")
+    }
+
+    fn push_number(&mut self, mut n: usize) {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        let text = core::str::from_utf8(&digits[i..]).unwrap_or("?");
+        let _ = core::fmt::Write::write_str(self, text);
+    }
+}
+
+impl<const N: usize> core::fmt::Write for Text<N> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let room = N - self.len;
+        let mut take = s.len().min(room);
+        while !s.is_char_boundary(take) {
+            take -= 1;
+        }
+        self.buf[self.len..self.len + take].copy_from_slice(&s.as_bytes()[..take]);
+        self.len += take;
+        Ok(())
+    }
+}
+
+/// Aborts with "out of heap", what the contract's arena holds and what it was asked for, and
+/// what to do: built without `core::fmt`, since formatting must not allocate either.
+#[cold]
+fn out_of_heap(arena: usize, asked: usize) -> ! {
+    use core::fmt::Write as _;
+    let mut text = Text::<160>::new();
+    let _ = text.write_str("out of heap: the contract's ");
+    text.push_number(arena);
+    let _ = text.write_str("-byte heap cannot give ");
+    text.push_number(asked);
+    let _ = text.write_str(" more bytes; raise it with `contract!(handler, heap = N)`");
+    abort(text.as_str())
+}
+
+/// Aborts the action with a panic's message and where it happened (`panicked at
+/// src/lib.rs:42:9: called `Option::unwrap()` on a `None` value`), at most
+/// [`MAX_PANIC_TEXT`] bytes: the contract's own text, so a failed receipt says why. The
+/// panic handler of [`no_std_boilerplate!`] calls it.
+#[cold]
+pub fn abort_panic(info: &core::panic::PanicInfo<'_>) -> ! {
+    use core::fmt::Write as _;
+    let mut text = Text::<MAX_PANIC_TEXT>::new();
+    let _ = text.write_str("panicked");
+    if let Some(at) = info.location() {
+        let _ = write!(text, " at {}:{}:{}", at.file(), at.line(), at.column());
+    }
+    let _ = write!(text, ": {}", info.message());
+    abort(text.as_str())
+}
+
 /// The items every `no_std` contract needs: a global allocator ([`BumpAllocator`] over
-/// [`DEFAULT_HEAP`] bytes, or `heap = BYTES`) and a panic handler that aborts the action with
-/// "panic". [`contract!`] includes it; use it alone with your own `apply`.
+/// [`DEFAULT_HEAP`] bytes, or `heap = BYTES`; running out aborts with "out of heap" and how to
+/// raise it) and a panic handler that aborts the action with the panic's message and location
+/// ([`abort_panic`]). [`contract!`] includes it; use it alone with your own `apply`.
+///
+/// `panic = terse` aborts every panic with just "panic". Formatting a panic's message keeps
+/// `core::fmt` and every panic's text in the contract: measured on contracts/token-rs, 13 KiB
+/// more code and 5 KiB more data (24 KiB instead of 6.5), and data is what each fresh
+/// instance pays fuel for by the byte. A contract whose every failure is an explicit
+/// `check`/`abort` loses nothing by it.
 ///
 /// ```ignore
 /// #![no_std]
 /// tally_host_api::no_std_boilerplate!(heap = 64 * 1024);
+/// tally_host_api::no_std_boilerplate!(heap = 64 * 1024, panic = terse);
 /// ```
 #[macro_export]
 macro_rules! no_std_boilerplate {
     () => {
         $crate::no_std_boilerplate!(heap = $crate::guest::DEFAULT_HEAP);
     };
+    (panic = terse) => {
+        $crate::no_std_boilerplate!(heap = $crate::guest::DEFAULT_HEAP, panic = terse);
+    };
     (heap = $bytes:expr) => {
-        #[global_allocator]
-        static __TALLY_ALLOCATOR: $crate::guest::BumpAllocator<{ $bytes }> =
-            $crate::guest::BumpAllocator::new();
+        $crate::no_std_boilerplate!(@allocator $bytes);
+
+        #[panic_handler]
+        fn __tally_panic(info: &::core::panic::PanicInfo<'_>) -> ! {
+            $crate::guest::abort_panic(info)
+        }
+    };
+    (heap = $bytes:expr, panic = terse) => {
+        $crate::no_std_boilerplate!(@allocator $bytes);
 
         #[panic_handler]
         fn __tally_panic(_: &::core::panic::PanicInfo<'_>) -> ! {
             $crate::guest::abort("panic")
         }
     };
+    (@allocator $bytes:expr) => {
+        #[global_allocator]
+        static __TALLY_ALLOCATOR: $crate::guest::BumpAllocator<{ $bytes }> =
+            $crate::guest::BumpAllocator::new();
+    };
 }
 
 /// A whole contract's entry point: exports `apply`, which decodes each action sent to the
 /// contract into the generated `Action` enum and calls `handler(&Context, Action)` (see
-/// [`guest::apply`](crate::guest::apply)), plus the [`no_std_boilerplate!`]. The heap can be
-/// set as in that macro: `contract!(execute, heap = 64 * 1024)`.
+/// [`guest::apply`](crate::guest::apply)), plus the [`no_std_boilerplate!`]. The heap and the
+/// panic text are set as in that macro: `contract!(execute, heap = 64 * 1024)`,
+/// `contract!(execute, panic = terse)`, `contract!(execute, heap = 64 * 1024, panic = terse)`.
 ///
 /// ```ignore
 /// tally_host_api::contract!(execute);
@@ -560,8 +680,8 @@ macro_rules! contract {
     ($handler:expr) => {
         $crate::contract!($handler, heap = $crate::guest::DEFAULT_HEAP);
     };
-    ($handler:expr, heap = $bytes:expr) => {
-        $crate::no_std_boilerplate!(heap = $bytes);
+    ($handler:expr, $($options:tt)+) => {
+        $crate::no_std_boilerplate!($($options)+);
 
         // In an anonymous block, so the contract may name its own function `apply`.
         const _: () = {

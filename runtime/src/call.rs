@@ -2,7 +2,7 @@
 //! point it enters, and how its end becomes a receipt.
 
 use tally_host_api::{Abort, AbortCode, Name, NodeFault};
-use wasmtime::{Global, Store, Trap, Val};
+use wasmtime::{Store, Trap};
 
 use crate::error::RuntimeError;
 use crate::execute::{ActionCtx, collect_dirty};
@@ -70,7 +70,6 @@ pub(crate) struct Request<'a> {
 pub(crate) fn run(
     store: &mut Store<ActionCtx>,
     entries: &EntryFns,
-    stack: Global,
     request: Request<'_>,
 ) -> Result<Receipt, RuntimeError> {
     let Request {
@@ -86,15 +85,8 @@ pub(crate) fn run(
     };
     let engine = |e: wasmtime::Error| RuntimeError::Engine(format!("{e:#}"));
     store.set_fuel(fuel_left).map_err(engine)?;
-    // Every instance starts an action at height 0 (fresh, or reset when it was restored), so
-    // only a call's callee, which starts at its caller's height, needs the global set.
-    if stack_base != 0 {
-        stack
-            .set(&mut *store, Val::I32(stack_base as i32))
-            .map_err(engine)?;
-    }
-    let (outcome, trace) = match enter(store, entries, entry) {
-        Ok(()) => (Outcome::Success, None),
+    let (outcome, trace, pending) = match enter(store, entries, entry, stack_base as i32) {
+        Ok(pending) => (Outcome::Success, None, Some(pending as u32)),
         Err(e) => {
             // Read after the fact, from what wasmtime captured; the outcome never sees it.
             let trace = debug.and_then(|debug| {
@@ -102,31 +94,37 @@ pub(crate) fn run(
                 Some(Box::new(debug.trace(backtrace)))
             });
             match classify(e, fuel) {
-                Failure::Abort(abort) => (Outcome::Failure(abort), trace),
+                Failure::Abort(abort) => (Outcome::Failure(abort), trace, None),
                 Failure::Node(e) => return Err(e),
             }
         }
     };
-    Ok(settle(store, outcome, fuel, trace))
+    Ok(settle(store, outcome, fuel, trace, pending))
 }
 
-/// Calls the entry point `entry` asks for.
-fn enter(store: &mut Store<ActionCtx>, entries: &EntryFns, entry: Entry) -> wasmtime::Result<()> {
+/// Calls the wrapper of the entry point `entry` asks for, its stack starting at `stack`;
+/// returns the chunks the entry marked since its last charge point.
+fn enter(
+    store: &mut Store<ActionCtx>,
+    entries: &EntryFns,
+    entry: Entry,
+    stack: i32,
+) -> wasmtime::Result<i32> {
     match (entry, &entries.actions) {
         (Entry::Init, _) => match &entries.init {
-            None => Ok(()),
-            Some(init) => init.call(&mut *store, ()),
+            None => Ok(0),
+            Some(init) => init.call(&mut *store, stack),
         },
         (Entry::Migrate, _) => match &entries.migrate {
-            None => Ok(()),
-            Some(migrate) => migrate.call(&mut *store, ()),
+            None => Ok(0),
+            Some(migrate) => migrate.call(&mut *store, stack),
         },
         (Entry::Query { receiver, method }, _) => match &entries.query {
             None => Err(wasmtime::Error::new(Abort::new(
                 AbortCode::NoHandler,
                 format!("contract {receiver} answers no queries (it exports no `query`)"),
             ))),
-            Some(query) => query.call(&mut *store, (receiver.0 as i64, method.0 as i64)),
+            Some(query) => query.call(&mut *store, (stack, receiver.0 as i64, method.0 as i64)),
         },
         (
             Entry::Action {
@@ -137,14 +135,14 @@ fn enter(store: &mut Store<ActionCtx>, entries: &EntryFns, entry: Entry) -> wasm
             TypedEntryPoints::Apply(apply),
         ) => apply.call(
             &mut *store,
-            (receiver.0 as i64, code.0 as i64, action.0 as i64),
+            (stack, receiver.0 as i64, code.0 as i64, action.0 as i64),
         ),
         (Entry::Action { code, action, .. }, TypedEntryPoints::Legacy(handlers)) => {
             match handlers
                 .iter()
                 .find(|h| h.code == code && h.action == action)
             {
-                Some(handler) => handler.export.call(&mut *store, ()),
+                Some(handler) => handler.export.call(&mut *store, stack),
                 None => Err(wasmtime::Error::new(Abort::new(
                     AbortCode::NoHandler,
                     format!("the contract has no handler for action {action} of {code}"),
@@ -155,16 +153,17 @@ fn enter(store: &mut Store<ActionCtx>, entries: &EntryFns, entry: Entry) -> wasm
 }
 
 /// The receipt of a call that ended with `outcome`: the fuel it used, with what it still owes
-/// for the memory it dirtied (the chunks after its last charge point, those only the host
-/// wrote) and for reading the map; past the action's fuel it fails as if it had run out while
-/// writing.
+/// for the memory it dirtied (the chunks after its last charge point, `pending` when its
+/// wrapper returned them, and those only the host wrote) and for reading the map; past the
+/// action's fuel it fails as if it had run out while writing.
 fn settle(
     store: &mut Store<ActionCtx>,
     mut outcome: Outcome,
     fuel: u64,
     trace: Option<Box<crate::TrapTrace>>,
+    pending: Option<u32>,
 ) -> Receipt {
-    let restore_fuel = collect_dirty(store, !matches!(outcome, Outcome::Success));
+    let restore_fuel = collect_dirty(store, !matches!(outcome, Outcome::Success), pending);
     let mut fuel_used = (fuel - store.get_fuel().unwrap_or(0)).saturating_add(restore_fuel);
     if fuel_used > fuel {
         fuel_used = fuel;

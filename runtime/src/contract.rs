@@ -81,28 +81,25 @@ impl std::fmt::Debug for Contract {
     }
 }
 
-/// The exports an instance is driven through, resolved to indices once per module.
+/// The exports an instance is driven through, resolved to indices once per module. Entry
+/// points are the instrumentation's wrappers ([`instrument::ENTRY_EXPORT_PREFIX`]), which
+/// reset the instance's globals and start its stack where the caller says.
 pub(crate) struct Exports {
     pub memory: ModuleExport,
     /// The instrumentation's dirty-chunk map.
     pub dirty_map: ModuleExport,
-    /// The instrumentation's count of chunks marked since the last charge point.
+    /// The instrumentation's count of chunks marked since the last charge point, read after
+    /// a failed action (a successful one returns it from its wrapper).
     pub new_chunks: ModuleExport,
-    /// The instrumentation's stack-height global: reset after an action, and where a call's
-    /// callee starts (its caller's height, so one budget bounds the whole call stack).
+    /// The instrumentation's stack-height global, where a call's callee starts (its caller's
+    /// height, so one budget bounds the whole call stack).
     pub stack: ModuleExport,
     pub init: Option<ModuleExport>,
     pub query: Option<ModuleExport>,
     pub migrate: Option<ModuleExport>,
     pub entry: EntryPoints<ModuleExport>,
-    /// `None` for modules whose instances cannot be restored.
-    pub restore: Option<RestoreExports>,
-}
-
-/// The exports restoring an instance needs.
-pub(crate) struct RestoreExports {
-    /// The module's mutable globals.
-    pub globals: Vec<ModuleExport>,
+    /// Whether instances of the module can be restored after an action and reused.
+    pub reusable: bool,
 }
 
 impl Exports {
@@ -119,31 +116,22 @@ impl Exports {
                 RuntimeError::Engine(format!("instrumented module lacks export {name}"))
             })
         };
-        let restore = match instrumented.reusable {
-            false => None,
-            true => Some(RestoreExports {
-                globals: instrumented
-                    .mutable_globals
-                    .iter()
-                    .map(|i| export(&format!("{}{i}", instrument::GLOBAL_EXPORT_PREFIX)))
-                    .collect::<Result<_, _>>()?,
-            }),
-        };
+        let enter = |name: &str| export(&format!("{}{name}", instrument::ENTRY_EXPORT_PREFIX));
         Ok(Self {
             memory: export(MEMORY_EXPORT)?,
             dirty_map: export(instrument::DIRTY_MAP_EXPORT)?,
             new_chunks: export(instrument::NEW_CHUNKS_EXPORT)?,
             stack: export(instrument::STACK_EXPORT)?,
-            init: info.has_init.then(|| export(INIT_EXPORT)).transpose()?,
-            query: info.has_query.then(|| export(QUERY_EXPORT)).transpose()?,
+            init: info.has_init.then(|| enter(INIT_EXPORT)).transpose()?,
+            query: info.has_query.then(|| enter(QUERY_EXPORT)).transpose()?,
             migrate: info
                 .has_migrate
-                .then(|| export(MIGRATE_EXPORT))
+                .then(|| enter(MIGRATE_EXPORT))
                 .transpose()?,
             entry: info
                 .entry
-                .try_map(&mut (), |(), name| export(name), |(), name| export(name))?,
-            restore,
+                .try_map(&mut (), |(), name| enter(name), |(), name| enter(name))?,
+            reusable: instrumented.reusable,
         })
     }
 }

@@ -16,7 +16,7 @@ use crate::pool::WARM_INSTANCES;
 
 /// Bump when anything Tally adds to a compiled module's meaning changes (the linker's
 /// imports, the instrumentation, validation rules), so old disk-cache entries become misses.
-const TALLY_CACHE_FORMAT: &str = "tally-module-cache-v3-pages-stack";
+const TALLY_CACHE_FORMAT: &str = "tally-module-cache-v5-inline-bulk-marks";
 
 /// The wasmtime release this build links, part of every cache key.
 pub const WASMTIME_VERSION: &str = "48.0.8";

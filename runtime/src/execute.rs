@@ -108,18 +108,24 @@ impl WasmHost for ActionCtx {
 
 /// After an action: gathers every chunk it dirtied (the instance's map and the host's own
 /// writes) into `state.dirty`, and returns the fuel still owed for them and for reading the map
-/// ([`DirtyChunks::collect`]).
-pub(crate) fn collect_dirty(store: &mut Store<ActionCtx>, failed: bool) -> u64 {
+/// ([`DirtyChunks::collect`]). `pending` are the chunks wasm marked after its last charge
+/// point, as the entry wrapper returned them; after a trap they are read from the global
+/// instead (the next entry wrapper zeroes it).
+pub(crate) fn collect_dirty(
+    store: &mut Store<ActionCtx>,
+    failed: bool,
+    pending: Option<u32>,
+) -> u64 {
     let (Some(map), Some(new_chunks)) = (store.data().dirty_map, store.data().new_chunks) else {
         return 0;
     };
-    // Chunks wasm marked after its last charge point.
-    let pending = match new_chunks.get(&mut *store) {
-        Val::I32(n) => u64::from(n as u32),
-        _ => 0,
+    let pending = match pending {
+        Some(n) => u64::from(n),
+        None => match new_chunks.get(&mut *store) {
+            Val::I32(n) => u64::from(n as u32),
+            _ => 0,
+        },
     };
-    // Resetting an i32 global with an i32 cannot fail.
-    let _ = new_chunks.set(&mut *store, Val::I32(0));
     let memory_len = store.data().memory.map_or(0, |m| m.data_size(&*store));
     let (map, ctx) = map.data_and_store_mut(&mut *store);
     ctx.state.dirty.collect(map, memory_len, failed, pending)

@@ -4,7 +4,7 @@
 
 use tally_host_api::limits::{DIRTY_CHUNK_BYTES, INSTANTIATE_FUEL};
 use tally_host_api::memory::Snapshot;
-use wasmtime::{Extern, Global, Instance, Memory, ModuleExport, Store, Trap, TypedFunc, Val};
+use wasmtime::{Extern, Instance, Memory, ModuleExport, Store, Trap, TypedFunc};
 
 use crate::contract::{Contract, Exports};
 use crate::counters::bump;
@@ -22,11 +22,10 @@ const WARM_RESIDENT_BYTES: u64 = 4 * 1024 * 1024;
 
 const _: () = assert!(WARM_INSTANCES as u64 * WARM_RESIDENT_BYTES <= 128 * 1024 * 1024);
 
-/// The contract's state right after instantiation: its memory, kept sparse, and the values
-/// of its mutable globals.
+/// The contract's memory right after instantiation, kept sparse. (Its globals need no
+/// snapshot: every entry wrapper resets them to their initialisers.)
 pub(crate) struct Pristine {
     memory: Snapshot,
-    globals: Vec<Val>,
 }
 
 impl Pristine {
@@ -36,32 +35,32 @@ impl Pristine {
     }
 }
 
-/// The entry points of an instance, type-checked once.
-pub(crate) type TypedEntryPoints = EntryPoints<TypedFunc<(i64, i64, i64), ()>, TypedFunc<(), ()>>;
+/// An entry wrapper: the stack height to start at and the entry's parameters, returning the
+/// chunks marked since the last charge point ([`crate::instrument`]).
+pub(crate) type EntryFn<P> = TypedFunc<P, i32>;
 
-/// Handles of what restoring resets, bound once per instance.
-struct Bound {
-    dirty_map: Memory,
-    globals: Vec<Global>,
-}
+/// The action entry points of an instance, type-checked once.
+pub(crate) type TypedEntryPoints = EntryPoints<EntryFn<(i32, i64, i64, i64)>, EntryFn<i32>>;
 
 /// The entry points of one instance, type-checked once.
 pub(crate) struct EntryFns {
-    pub init: Option<TypedFunc<(), ()>>,
-    pub query: Option<TypedFunc<(i64, i64), ()>>,
-    pub migrate: Option<TypedFunc<(), ()>>,
+    pub init: Option<EntryFn<i32>>,
+    pub query: Option<EntryFn<(i32, i64, i64)>>,
+    pub migrate: Option<EntryFn<i32>>,
     pub actions: TypedEntryPoints,
 }
 
-/// One live instance with its store.
+/// One live instance with its store. Boxed wherever it is kept or handed over: the warm
+/// pool moves slots on every action, and a pointer moves for much less than the store, the
+/// entry points and the bookkeeping (memmove was 18% of an empty action with slots moved by
+/// value).
 pub(crate) struct Slot {
     pub code_hash: CodeHash,
     pub store: Store<ActionCtx>,
     pub memory: Memory,
     pub entries: EntryFns,
-    /// The instrumentation's stack-height global.
-    pub stack: Global,
-    bound: Option<Bound>,
+    /// The instrumentation's dirty-chunk map, when the instance can be restored.
+    restorable: Option<Memory>,
     /// Chunks this instance has dirtied since it was created, one bit each; they stay
     /// resident.
     resident: Vec<u64>,
@@ -89,21 +88,12 @@ impl Slot {
         mut store: Store<ActionCtx>,
         instance: Instance,
         exports: &Exports,
-    ) -> Option<Self> {
+    ) -> Option<Box<Self>> {
         let mut get = |export: &ModuleExport| instance.get_module_export(&mut store, export);
         let memory = get(&exports.memory).and_then(Extern::into_memory)?;
         let dirty_map = get(&exports.dirty_map).and_then(Extern::into_memory)?;
         let new_chunks = get(&exports.new_chunks).and_then(Extern::into_global)?;
         let stack = get(&exports.stack).and_then(Extern::into_global)?;
-        let bound = match &exports.restore {
-            None => None,
-            Some(restore) => Some(Bound {
-                dirty_map,
-                globals: (restore.globals.iter())
-                    .map(|export| get(export).and_then(Extern::into_global))
-                    .collect::<Option<Vec<_>>>()?,
-            }),
-        };
         let ctx = store.data_mut();
         ctx.memory = Some(memory);
         ctx.dirty_map = Some(dirty_map);
@@ -126,7 +116,7 @@ impl Slot {
             |store, export| typed(store, &instance, export).ok_or(()),
             |store, export| typed(store, &instance, export).ok_or(()),
         );
-        Some(Self {
+        Some(Box::new(Self {
             code_hash,
             store,
             memory,
@@ -136,38 +126,32 @@ impl Slot {
                 migrate,
                 actions: entry.ok()?,
             },
-            stack,
-            bound,
+            restorable: exports.reusable.then_some(dirty_map),
             resident: Vec::new(),
             resident_chunks: 0,
-        })
+        }))
     }
 
-    /// The snapshot of this (fresh) instance.
+    /// The snapshot of this (fresh) instance, if it can be restored.
     pub(crate) fn snapshot(&mut self) -> Option<Pristine> {
-        let bound = self.bound.as_ref()?;
-        let globals = bound
-            .globals
-            .iter()
-            .map(|g| g.get(&mut self.store))
-            .collect();
+        self.restorable?;
         Some(Pristine {
             memory: Snapshot::take(self.memory.data(&self.store)),
-            globals,
         })
     }
 
-    /// Puts the instance back into its pristine state, given the chunks the action dirtied
-    /// ([`crate::execute::collect_dirty`]); `false` if it cannot be (its memory grew, or it
-    /// would keep too much memory resident), and must then be dropped.
+    /// Puts the instance's memory back into its pristine state, given the chunks the action
+    /// dirtied ([`crate::execute::collect_dirty`]); `false` if it cannot be (its memory grew,
+    /// or it would keep too much memory resident), and must then be dropped. Its globals are
+    /// left as the action left them: the next entry wrapper resets them.
     pub(crate) fn restore(&mut self, pristine: &Pristine) -> bool {
-        let Some(bound) = &self.bound else {
+        let Some(map) = self.restorable else {
             return false;
         };
         let store = &mut self.store;
         let (memory, ctx) = self.memory.data_and_store_mut(&mut *store);
         let fits = pristine.memory.restore(memory, &ctx.state.dirty);
-        let (map, ctx) = bound.dirty_map.data_and_store_mut(&mut *store);
+        let (map, ctx) = map.data_and_store_mut(&mut *store);
         ctx.state.dirty.unmark(map);
         for &chunk in ctx.state.dirty.chunks() {
             let chunk = chunk as usize;
@@ -180,18 +164,7 @@ impl Slot {
             }
         }
         ctx.state.dirty.clear();
-        if !fits || self.resident_chunks * DIRTY_CHUNK_BYTES > WARM_RESIDENT_BYTES {
-            return false;
-        }
-        if self.stack.set(&mut *store, Val::I32(0)).is_err() {
-            return false;
-        }
-        for (global, value) in bound.globals.iter().zip(&pristine.globals) {
-            if global.set(&mut *store, *value).is_err() {
-                return false;
-            }
-        }
-        true
+        fits && self.resident_chunks * DIRTY_CHUNK_BYTES <= WARM_RESIDENT_BYTES
     }
 }
 
@@ -209,7 +182,10 @@ impl Runtime {
     /// Warm instances are only a cache: when they fill the pool they are dropped to make
     /// room, so a caller running one action at a time never finds the pool exhausted. Only
     /// when running actions hold every slot does it fail, with [`RuntimeError::Exhausted`].
-    pub(crate) fn instantiate(&self, contract: &Contract) -> Result<(Slot, u64), Instantiation> {
+    pub(crate) fn instantiate(
+        &self,
+        contract: &Contract,
+    ) -> Result<(Box<Slot>, u64), Instantiation> {
         match self.try_instantiate(contract) {
             Err(Instantiation::Node(RuntimeError::Exhausted { .. })) if self.warm.clear() => {
                 self.try_instantiate(contract)
@@ -218,7 +194,7 @@ impl Runtime {
         }
     }
 
-    fn try_instantiate(&self, contract: &Contract) -> Result<(Slot, u64), Instantiation> {
+    fn try_instantiate(&self, contract: &Contract) -> Result<(Box<Slot>, u64), Instantiation> {
         bump(&self.counters.instantiations);
         let mut store = Store::new(&self.engine, ActionCtx::new());
         let node = |e: String| Instantiation::Node(RuntimeError::Instantiate(e));
@@ -253,7 +229,7 @@ impl Runtime {
 
     /// An instance of `contract` for one action, warm if one is, and the fuel the action pays
     /// for it up front.
-    pub(crate) fn acquire(&self, contract: &Contract) -> Result<(Slot, u64), RuntimeError> {
+    pub(crate) fn acquire(&self, contract: &Contract) -> Result<(Box<Slot>, u64), RuntimeError> {
         if contract.pristine.is_some()
             && let Some(slot) = self.warm.take(&contract.code_hash)
         {
@@ -274,7 +250,7 @@ impl Runtime {
 
     /// After an action: keeps `slot` warm if it can be restored to `contract`'s pristine
     /// state, or drops it.
-    pub(crate) fn release(&self, contract: &Contract, mut slot: Slot) {
+    pub(crate) fn release(&self, contract: &Contract, mut slot: Box<Slot>) {
         if let Some(pristine) = &contract.pristine
             && slot.restore(pristine)
         {

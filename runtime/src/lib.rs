@@ -271,12 +271,7 @@ impl Runtime {
         let fuel = fuel.min(self.config.fuel_per_action);
         let (mut slot, instance_fuel) = self.acquire(contract)?;
         let up_front = instance_fuel.saturating_add(entry_fee);
-        let instance::Slot {
-            store,
-            entries,
-            stack,
-            ..
-        } = &mut slot;
+        let instance::Slot { store, entries, .. } = &mut *slot;
         let request = call::Request {
             entry,
             fuel,
@@ -284,9 +279,7 @@ impl Runtime {
             stack_base,
             debug: contract.debug.as_deref(),
         };
-        let receipt = with_host(store, host, |store| {
-            call::run(store, entries, *stack, request)
-        })?;
+        let receipt = with_host(store, host, |store| call::run(store, entries, request))?;
         self.release(contract, slot);
         Ok(receipt)
     }

@@ -18,20 +18,24 @@ use crate::instance::Slot;
 /// Resident memory stays bounded (`instance::WARM_RESIDENT_BYTES` each).
 pub(crate) const WARM_INSTANCES: usize = 2 * MAX_CONTRACTS_PER_TX as usize;
 
-/// Warm slots, most recently used last.
+/// Warm slots, most recently used last. Each slot is boxed so that taking one out of the
+/// pool and putting it back moves a pointer, not the slot (the boxing is part of what took a
+/// warm empty action from 238 to 111 ns).
 #[derive(Default)]
 pub(crate) struct WarmPool {
-    slots: Mutex<Vec<Slot>>,
+    #[allow(clippy::vec_box)]
+    slots: Mutex<Vec<Box<Slot>>>,
 }
 
 impl WarmPool {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
+    #[allow(clippy::vec_box)]
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Box<Slot>>> {
         // Slots are pushed and popped whole, so a poisoned lock still holds consistent data.
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A warm instance of the contract, most recently used first.
-    pub(crate) fn take(&self, code_hash: &CodeHash) -> Option<Slot> {
+    pub(crate) fn take(&self, code_hash: &CodeHash) -> Option<Box<Slot>> {
         let mut slots = self.lock();
         let at = slots
             .iter()
@@ -40,7 +44,7 @@ impl WarmPool {
     }
 
     /// Keeps `slot` warm, dropping the least recently used one beyond [`WARM_INSTANCES`].
-    pub(crate) fn put(&self, slot: Slot) {
+    pub(crate) fn put(&self, slot: Box<Slot>) {
         let mut slots = self.lock();
         if slots.len() >= WARM_INSTANCES {
             slots.remove(0);

@@ -74,6 +74,9 @@ impl fmt::Display for TrapTrace {
 pub(crate) struct DebugInfo {
     /// Functions the uploaded module imports: its defined functions follow them.
     imported_funcs: u32,
+    /// Functions the uploaded module defines; the instrumentation's entry wrappers follow
+    /// them, and are no frame of the author's.
+    defined_funcs: u32,
     /// Names by function index of the uploaded module.
     names: BTreeMap<u32, String>,
     /// (offset in the instrumented module, offset in the uploaded one), sorted by the first:
@@ -87,6 +90,7 @@ impl DebugInfo {
     /// `offsets`, the instrumentation's map.
     pub(crate) fn new(wasm: &[u8], offsets: Vec<(u32, u32)>) -> Self {
         let mut imported_funcs = 0;
+        let mut defined_funcs = 0;
         let mut names = BTreeMap::new();
         let mut exported = BTreeMap::new();
         // Malformed custom sections are ignored: they do not stop a valid module from running,
@@ -98,6 +102,7 @@ impl DebugInfo {
                         imported_funcs += u32::from(matches!(import.ty, TypeRef::Func(_)));
                     }
                 }
+                Payload::FunctionSection(reader) => defined_funcs = reader.count(),
                 Payload::ExportSection(reader) => {
                     for export in reader.into_iter().flatten() {
                         if export.kind == wasmparser::ExternalKind::Func {
@@ -126,6 +131,7 @@ impl DebugInfo {
         }
         Self {
             imported_funcs,
+            defined_funcs,
             names,
             offsets,
         }
@@ -138,9 +144,11 @@ impl DebugInfo {
 
     /// The frames of `backtrace`, in terms of the uploaded module.
     pub(crate) fn trace(&self, backtrace: &wasmtime::WasmBacktrace) -> TrapTrace {
+        let wrappers = self.imported_funcs + ADDED_FUNCTIONS + self.defined_funcs;
         let frames = backtrace
             .frames()
             .iter()
+            .filter(|frame| frame.func_index() < wrappers)
             .take(MAX_TRACE_FRAMES)
             .map(|frame| {
                 let index = frame.func_index();

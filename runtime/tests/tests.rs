@@ -353,6 +353,56 @@ fn an_action_after_a_trap_starts_pristine() {
     assert_eq!(i32_at(&host, "r"), 0);
 }
 
+/// Stores under key "r" whether every mutable global holds its initial value (1 or 0), then
+/// changes them all, and traps when the message is one byte long.
+const EVERY_GLOBAL: &str = r#"(module
+  (import "env" "store" (func $store (param i32 i32 i32 i32)))
+  (import "env" "message_size" (func $message_size (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "r")
+  (global $a (mut i32) (i32.const 7))
+  (global $b (mut i64) (i64.add (i64.const -10) (i64.const 2)))
+  (global $c (mut f64) (f64.const 1.5))
+  (global $d (mut v128) (v128.const i64x2 3 4))
+  (global $e (mut funcref) (ref.func $f))
+  (global $fixed i32 (i32.const 5))
+  (func $f)
+  (func (export "apply") (param i64 i64 i64)
+    (i32.store (i32.const 8)
+      (i32.and
+        (i32.and
+          (i32.and (i32.eq (global.get $a) (i32.const 7)) (i64.eq (global.get $b) (i64.const -8)))
+          (i32.and (f64.eq (global.get $c) (f64.const 1.5))
+                   (i64x2.all_true (i64x2.eq (global.get $d) (v128.const i64x2 3 4)))))
+        (i32.eqz (ref.is_null (global.get $e)))))
+    (call $store (i32.const 0) (i32.const 1) (i32.const 8) (i32.const 4))
+    (global.set $a (i32.const 0))
+    (global.set $b (i64.const 0))
+    (global.set $c (f64.const 0))
+    (global.set $d (v128.const i64x2 0 0))
+    (global.set $e (ref.null func))
+    (if (i32.eq (call $message_size) (i32.const 1)) (then unreachable))))"#;
+
+#[test]
+fn issue_22_every_action_starts_with_every_global_at_its_initial_value() {
+    let rt = runtime();
+    let c = rt.prepare(&wat::parse_str(EVERY_GLOBAL).unwrap()).unwrap();
+    for message in [vec![], vec![1], vec![], vec![1], vec![]] {
+        let mut host = TestHost {
+            message: message.clone(),
+            ..Default::default()
+        };
+        let r = call(&rt, &c, &mut host);
+        assert_eq!(r.is_success(), message.is_empty(), "{r:?}");
+        assert_eq!(
+            i32_at(&host, "r"),
+            1,
+            "a global kept a previous action's value"
+        );
+    }
+    assert_eq!(rt.instantiations(), 1);
+}
+
 const LEGACY: &str = r#"(module
   (import "env" "store" (func $store (param i32 i32 i32 i32)))
   (memory (export "memory") 1)
@@ -1200,14 +1250,16 @@ fn issue_10_bulk_memory_operations_pay_per_byte() {
         call(&rt, &c, &mut TestHost::default())
     };
     use tally_host_api::limits::{DIRTY_CHUNK_BYTES, FUEL_PER_BULK_BYTE, FUEL_PER_DIRTY_CHUNK};
-    let small = fill(1);
+    // Both span chunks, so both are marked (and paid) by the runtime's call.
+    let small = fill(2 * DIRTY_CHUNK_BYTES as u32);
     let large = fill(60_000);
     assert!(large.is_success(), "{large:?}");
-    // 59,999 more bytes, over 58 more chunks.
-    let chunks = 60_000u64.div_ceil(DIRTY_CHUNK_BYTES) - 1;
+    // 57,952 more bytes, over 57 more chunks.
+    let chunks = 60_000u64.div_ceil(DIRTY_CHUNK_BYTES) - 2;
     assert_eq!(
         large.fuel_used - small.fuel_used,
-        59_999 * u64::from(FUEL_PER_BULK_BYTE) + chunks * FUEL_PER_DIRTY_CHUNK
+        (60_000 - 2 * DIRTY_CHUNK_BYTES) * u64::from(FUEL_PER_BULK_BYTE)
+            + chunks * FUEL_PER_DIRTY_CHUNK
     );
     // 32 MiB for one fuel was the bug: now it runs out of fuel.
     let c = rt
@@ -1222,6 +1274,42 @@ fn issue_10_bulk_memory_operations_pay_per_byte() {
         .unwrap();
     let r = call(&rt, &c, &mut TestHost::default());
     assert_eq!(failure(&r).code, AbortCode::OutOfFuel);
+}
+
+#[test]
+fn issue_22_a_bulk_write_inside_one_chunk_pays_for_that_chunk_like_a_store() {
+    use tally_host_api::limits::{DIRTY_CHUNK_BYTES, FUEL_PER_BULK_BYTE, FUEL_PER_DIRTY_CHUNK};
+    let rt = runtime();
+    let fill = |at: u32, len: u32| {
+        let c = rt
+            .prepare(&contract(&format!(
+                "(memory.fill (i32.const {at}) (i32.const 7) (i32.const {len}))"
+            )))
+            .unwrap();
+        call(&rt, &c, &mut TestHost::default())
+    };
+    let chunk = DIRTY_CHUNK_BYTES as u32;
+    // Inside chunk 1, which nothing else writes: one byte or all of it, one chunk either way.
+    let one = fill(chunk, 1);
+    let whole = fill(chunk, chunk);
+    assert!(whole.is_success(), "{whole:?}");
+    assert_eq!(
+        whole.fuel_used - one.fuel_used,
+        u64::from(chunk - 1) * u64::from(FUEL_PER_BULK_BYTE)
+    );
+    // One byte more reaches into chunk 2: one more chunk to pay, give or take the dozen
+    // instructions that tell the inline mark from the runtime's call.
+    let across = fill(chunk, chunk + 1);
+    let extra = across.fuel_used - whole.fuel_used - u64::from(FUEL_PER_BULK_BYTE);
+    assert!(
+        (FUEL_PER_DIRTY_CHUNK - 16..FUEL_PER_DIRTY_CHUNK + 16).contains(&extra),
+        "{extra}"
+    );
+    // The memory's last byte is inside it; a write one byte past it traps, as it did before
+    // any mark.
+    assert!(fill(65_535, 1).is_success());
+    assert_eq!(failure(&fill(65_535, 2)).code, AbortCode::Trap);
+    assert!(fill(65_536, 0).is_success());
 }
 
 #[test]

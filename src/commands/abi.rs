@@ -331,6 +331,13 @@ impl Abi {
         }
     }
 
+    /// Parses a type as the command line spells it (`u64`, `name[]`, `Status`), a struct
+    /// being one of this ABI's.
+    pub fn parse_type(&self, text: &str) -> anyhow::Result<Type> {
+        let structs: BTreeSet<&str> = self.structs.keys().map(String::as_str).collect();
+        Type::parse(text, &structs)
+    }
+
     /// The action `name`, or an error that lists the ones there are.
     pub fn action(&self, name: &str) -> anyhow::Result<&Entry> {
         self.actions.get(name).with_context(|| {

@@ -1027,6 +1027,13 @@ fn c_item_calls(w: &mut String, abi: &Abi, item: &Item) {
 /// Packs `*v` (a `t`) into a stack buffer `buffer` of `size` bytes.
 fn c_pack_into_buffer(w: &mut String, t: &str) {
     writeln!(w, "    uint32_t size = {t}_packed_size(v);").unwrap();
+    // The buffer is on the stack (8 KiB in a C contract): refuse what would overflow it with a
+    // clear reason, before the array is made.
+    writeln!(
+        w,
+        "    assert(size <= TALLY_MESSAGE_MAX, \"data longer than TALLY_MESSAGE_MAX\");"
+    )
+    .unwrap();
     // One more byte than needed: a C array cannot be empty.
     writeln!(w, "    char buffer[size + 1];").unwrap();
     writeln!(w, "    WriteStream ws;").unwrap();

@@ -1,14 +1,13 @@
 //! `tally account create`: a new account with a fresh key in the keystore.
 
-use std::path::PathBuf;
-
 use clap::{Args, Subcommand};
 use serde_json::json;
 use tally_chain::Action;
 use tally_chain::system::{NEWACCOUNT, NewAccount, SYSTEM};
 
-use super::local::{Local, output, parse_name};
+use super::local::{output, parse_name};
 use super::push::fail_on;
+use super::target::{Dest, Unconfirmed};
 
 /// Manage accounts.
 #[derive(Debug, Args)]
@@ -23,16 +22,22 @@ pub enum AccountCommand {
     /// Create an account, with a new key kept in the keystore.
     #[command(after_help = "Examples:
   tally account create alice --data ./chain
-  tally account create bob --creator alice --data ./chain")]
+  tally account create bob --creator alice --data ./chain
+  tally account create alice --rpc 127.0.0.1:26601 --wallet ./net
+                          # on a devnet: `tally`, whose key is in ./net/keystore.json, creates it
+
+The new key is written to the keystore (the data directory's, or the wallet's with --rpc)
+before the transaction is sent, so an account created on chain never lacks its key; it is
+removed again if the transaction fails or is refused.")]
     Create {
         /// Its name: up to 12 characters of a-z, 1-5 and '.'.
         name: String,
         /// The account that creates it and signs (its key must be in the keystore).
         #[arg(long, default_value = "tally")]
         creator: String,
-        /// The data directory.
-        #[arg(long, value_name = "DIR")]
-        data: PathBuf,
+        /// A local chain, or a network.
+        #[command(flatten)]
+        dest: Dest,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -43,15 +48,17 @@ pub fn run(args: AccountArgs) -> anyhow::Result<()> {
     let AccountCommand::Create {
         name,
         creator,
-        data,
+        dest,
         json,
     } = args.command;
     let (name, creator) = (parse_name(&name)?, parse_name(&creator)?);
-    let mut local = Local::open(&data)?;
+    let mut target = dest.open()?;
     anyhow::ensure!(
-        !local.keystore.accounts.contains_key(&name.to_string()),
+        !target.keystore().accounts.contains_key(&name.to_string()),
         "the keystore already has a key for {name}"
     );
+    // The creator's key is checked before the new one is written.
+    target.keystore().key(creator)?;
     let key = tally_chain::crypto::random_key()?;
     let new = NewAccount {
         creator,
@@ -64,16 +71,29 @@ pub fn run(args: AccountArgs) -> anyhow::Result<()> {
         authorization: vec![creator],
         data: borsh::to_vec(&new)?,
     };
-    let (receipt, header) = local.push(vec![action], &[creator])?;
-    fail_on(&receipt)?;
-    local.keystore.insert(name, &key);
-    local.save_keystore()?;
+    target.keystore().insert(name, &key);
+    target.save_keystore()?;
+    let committed = target
+        .push(vec![action], &[creator])
+        .and_then(|c| fail_on(&c.receipt).map(|()| c));
+    let committed = match committed {
+        Ok(c) => c,
+        Err(e) => {
+            // Unless nobody knows whether it committed: then the key must stay.
+            if e.downcast_ref::<Unconfirmed>().is_none() {
+                target.keystore().accounts.remove(&name.to_string());
+                target.save_keystore()?;
+            }
+            return Err(e);
+        }
+    };
     output(
         json,
-        json!({ "account": name.to_string(), "public_key": hex::encode(new.key), "block": header.height }),
+        json!({ "account": name.to_string(), "public_key": hex::encode(new.key),
+                "block": committed.height, "transaction": hex::encode(committed.receipt.id) }),
         format!(
             "created {name} in block {}\n  public key {}\n",
-            header.height,
+            committed.height,
             hex::encode(new.key)
         ),
     )

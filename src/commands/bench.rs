@@ -42,6 +42,10 @@ use crate::common::store::{StoreKind, open_store};
                                                 # trades on a token pool, executed on one core
                                                 # (a trade uses ~160,000 fuel: 1,500 fill a
                                                 # block; more are refused as the block is full)
+  tally bench --contract swap --block-size 1000 --store memory --unsigned --sequential \
+      --threads 1 --transfers 100000 --baseline evm
+                                                # the same trades on a Solidity pool in revm
+                                                # (feature `evm`), interleaved block by block
 
 Transfers are generated and signed by the client before each block's timer starts; the
 chain verifies every signature inside the timed section.")]
@@ -103,8 +107,9 @@ pub struct BenchArgs {
     /// Also run the same workload with baseline engines and report Tally's ratio to each:
     /// `native` (simplecoin's transfer in plain Rust) and `wasmi` (the same .wasm in the wasmi
     /// interpreter), each on its own chain on a fresh store of the same kind, and `evm` (an
-    /// ERC-20 in revm's in-memory database; cargo feature `evm`), interleaved with Tally block
-    /// by block; each ratio is the median over the blocks, with its spread.
+    /// ERC-20 in revm's in-memory database, or with `--contract swap` a Solidity pool of two
+    /// ERC-20s; cargo feature `evm`), interleaved with Tally block by block; each ratio is the
+    /// median over the blocks, with its spread. `--contract swap` takes `evm` only.
     #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST")]
     pub baseline: Vec<Baseline>,
     /// Worker threads for the parallel stages (default: one per core).
@@ -141,8 +146,9 @@ pub enum Baseline {
     Native,
     /// The same .wasm in the wasmi interpreter.
     Wasmi,
-    /// A solc-compiled ERC-20 `transfer` in revm, in its in-memory database (needs the `evm`
-    /// cargo feature).
+    /// A solc-compiled ERC-20 `transfer` in revm, in its in-memory database, or with
+    /// `--contract swap` the same trade on a solc-compiled pool of two ERC-20s (needs the
+    /// `evm` cargo feature).
     Evm,
 }
 
@@ -306,7 +312,7 @@ fn baseline_chains(
 
 /// The EVM baseline, when asked for and built in.
 #[cfg(feature = "evm")]
-type EvmRun = Option<baseline::evm::EvmRun>;
+type EvmRun = Option<baseline::evm::EvmBaseline>;
 /// Without the `evm` feature there is none.
 #[cfg(not(feature = "evm"))]
 type EvmRun = Option<std::convert::Infallible>;
@@ -325,7 +331,8 @@ fn evm_run(args: &BenchArgs, config: &BenchConfig) -> anyhow::Result<EvmRun> {
     }
     #[cfg(feature = "evm")]
     {
-        want.then(|| baseline::evm::EvmRun::new(config)).transpose()
+        want.then(|| baseline::evm::EvmBaseline::new(config))
+            .transpose()
     }
 }
 
@@ -411,11 +418,16 @@ fn baseline_reports(
     Ok(baselines)
 }
 
-/// The EVM baseline against Tally's run (its state is its own, so only its supply is
-/// checked).
+/// The EVM baseline against Tally's run, once it is checked to have done what Tally's did (its
+/// state is its own: transfers conserved the token; trades ended with the pool and traders
+/// where Tally's are).
 #[cfg(feature = "evm")]
-fn evm_report(run: &BenchReport, mut evm: baseline::evm::EvmRun) -> anyhow::Result<BaselineReport> {
-    let supply = evm.check_supply()?;
+fn evm_report(
+    run: &BenchReport,
+    mut evm: baseline::evm::EvmBaseline,
+    chain: &Chain,
+) -> anyhow::Result<BaselineReport> {
+    let supply = evm.check(chain)?;
     let compared = baseline::compare(run, evm.report());
     let base = &compared.report;
     let per = |d: Duration| d.as_secs_f64() * 1e6 / base.transfers.max(1) as f64;
@@ -580,8 +592,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Access::ReadWrite,
     )?;
     anyhow::ensure!(
-        args.baseline.is_empty() || config.contract != workload::BenchContract::Swap,
-        "--baseline engines run transfers only: drop --baseline or --contract swap"
+        config.contract != workload::BenchContract::Swap
+            || args.baseline.iter().all(|&b| b == Baseline::Evm),
+        "--baseline native and wasmi run transfers only: with --contract swap, use \
+         --baseline evm or none"
     );
     let start = Instant::now();
     let mut chain = if store.head().is_some() {
@@ -599,11 +613,20 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut evm = evm_run(&args, &config)?;
     let (engines, _base_dirs, mut base_chains) = baseline_chains(&args, &chain_config, &config)?;
     let (run, base_reports) = run_interleaved(&mut chain, &mut base_chains, &mut evm, &config)?;
-    let expected_supply = config.accounts * workload::INITIAL_BALANCE;
     let accounts_supply = if args.baseline.is_empty() {
         None
     } else {
-        let supply = workload::accounts_supply(&chain, &config)?;
+        // Transfers conserve the accounts' coins; trades, the traders' and the pool's tokens.
+        let (supply, expected_supply) = match config.contract {
+            workload::BenchContract::Swap => (
+                tally_bench::swap::holdings(&chain, config.accounts)?,
+                2 * (config.accounts * workload::INITIAL_BALANCE + tally_bench::swap::RESERVE),
+            ),
+            _ => (
+                workload::accounts_supply(&chain, &config)?,
+                config.accounts * workload::INITIAL_BALANCE,
+            ),
+        };
         anyhow::ensure!(
             supply == expected_supply,
             "Tally's accounts hold {supply} coins at the end, not the {expected_supply} genesis \
@@ -615,7 +638,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut baselines = baseline_reports(&run, &engines, base_reports, &base_chains, &config)?;
     #[cfg(feature = "evm")]
     if let Some(evm) = evm {
-        baselines.insert("evm".to_string(), evm_report(&run, evm)?);
+        baselines.insert("evm".to_string(), evm_report(&run, evm, &chain)?);
     }
     let costs = Costs {
         setup,

@@ -1,4 +1,4 @@
-//! `tally deploy`: upload a contract to an account.
+//! `tally deploy`: upload a contract to an account, on a local chain or a network.
 
 use std::path::{Path, PathBuf};
 
@@ -9,19 +9,22 @@ use tally_chain::Action;
 use tally_chain::system::{SETCODE, SYSTEM, SetCode};
 
 use super::abi::Abi;
-use super::local::{Local, output, parse_name};
+use super::local::{output, parse_name};
 use super::push::fail_on;
-use crate::common::fs::write_atomic;
+use super::target::Dest;
 
 /// Deploy a contract (.wasm or .wat) to an account; its onInit runs once.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   tally deploy simplecoin contracts/simplecoin.wasm --data ./chain
   tally deploy hello hello.wat --abi hello.abi.json --data ./chain
+  tally deploy swap contracts/swap.wasm --rpc 127.0.0.1:26601 --wallet ./net
 
-The account signs the deploy (its key must be in the keystore). An ABI file (default: the
-module's path with .abi.json) describes each action's fields, so `tally push` can encode
-readable arguments.")]
+The account signs the deploy (its key must be in the keystore: the data directory's, or with
+--rpc the wallet's). An ABI file (default: the module's path with .abi.json) describes each
+action's fields; the data directory (or the wallet, with --rpc) keeps it as abi/ACCOUNT.json,
+with the hash of the code, so `tally push` and `tally query` encode readable arguments for as
+long as the account runs this code. A deploy without an ABI forgets the one kept before.")]
 pub struct DeployArgs {
     /// The account receiving the contract.
     pub account: String,
@@ -30,9 +33,9 @@ pub struct DeployArgs {
     /// The contract's ABI [default: FILE with .abi.json, if present].
     #[arg(long)]
     pub abi: Option<PathBuf>,
-    /// The data directory.
-    #[arg(long, value_name = "DIR")]
-    pub data: PathBuf,
+    /// A local chain, or a network.
+    #[command(flatten)]
+    pub dest: Dest,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -56,10 +59,11 @@ pub fn run(args: DeployArgs) -> anyhow::Result<()> {
         beside.exists().then_some(beside)
     });
     let abi = match &abi_path {
+        // Read and checked before anything is sent: a bad ABI deploys nothing.
         Some(p) => Some((Abi::read(p)?, std::fs::read(p)?)),
         None => None,
     };
-    let mut local = Local::open(&args.data)?;
+    let mut target = args.dest.open()?;
     let set = SetCode {
         account,
         code: code.clone(),
@@ -70,22 +74,21 @@ pub fn run(args: DeployArgs) -> anyhow::Result<()> {
         authorization: vec![account],
         data: borsh::to_vec(&set)?,
     };
-    let (receipt, header) = local.push(vec![action], &[account])?;
-    fail_on(&receipt)?;
-    if let Some((_, bytes)) = &abi {
-        let path = local.abi_path(account);
-        std::fs::create_dir_all(path.parent().expect("abi dir"))?;
-        write_atomic(&path, bytes, 0o644)?;
-    }
-    let hash = sha256_hex(&code);
+    let committed = target.push(vec![action], &[account])?;
+    fail_on(&committed.receipt)?;
+    let hash = sha256(&code);
+    target.save_abi(account, abi.as_ref().map(|(_, b)| b.as_slice()), &hash)?;
+    let hash = hex::encode(hash);
     output(
         args.json,
-        json!({ "account": account.to_string(), "code_hash": hash, "bytes": code.len(), "block": header.height, "abi": abi.is_some() }),
+        json!({ "account": account.to_string(), "code_hash": hash, "bytes": code.len(),
+                "block": committed.height, "transaction": hex::encode(committed.receipt.id),
+                "abi": abi.is_some() }),
         format!(
             "deployed {} ({} bytes) to {account} in block {}\n  code hash {hash}\n  abi       {}\n",
             args.file.display(),
             code.len(),
-            header.height,
+            committed.height,
             abi_path.map_or("none (push with --data-hex)".into(), |p| p
                 .display()
                 .to_string())
@@ -93,7 +96,7 @@ pub fn run(args: DeployArgs) -> anyhow::Result<()> {
     )
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+fn sha256(bytes: &[u8]) -> [u8; 32] {
     use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(bytes))
+    sha2::Sha256::digest(bytes).into()
 }

@@ -18,11 +18,18 @@ use crate::node::devnet::{self, DevnetConfig};
   tally devnet --data ./net --stop                # stop every process
   tally load --rpc 127.0.0.1:26601 --transfers 100000
   tally balance u1 --rpc 127.0.0.1:26601
+  tally account create alice --rpc 127.0.0.1:26601 --wallet ./net
+                                                  # DIR is a wallet holding the key of `tally`
+  tally devnet --validators 1 --data ./bench --no-index
+                                                  # for load runs: no transaction index
 
 Each validator is two processes: `cometbft start` and `tally node`, joined by a unix socket
 (DIR/vI/abci.sock); logs are DIR/vI/cometbft.log and DIR/vI/tally.log. Validator I serves RPC
 on 127.0.0.1:(base-port + 10*I + 1). Genesis holds simplecoin and --accounts accounts (u1,
-u2, ... as `tally bench` names them) whose keys `tally load` derives from --seed.
+u2, ... as `tally bench` names them) whose keys `tally load` derives from --seed, and the
+system account `tally`, whose key DIR/keystore.json holds: DIR is the wallet of `--rpc URL
+--wallet DIR` commands (account create, deploy, push). CometBFT indexes transactions and their
+events for `tx_search` and `tally tx --rpc` unless --no-index.
 cometbft is taken from $COMETBFT or PATH; install it with
   go install github.com/cometbft/cometbft/cmd/cometbft@v0.38.26")]
 pub struct DevnetArgs {
@@ -52,6 +59,10 @@ pub struct DevnetArgs {
     /// what was sent to it until it is back.
     #[arg(long)]
     pub no_mempool_gossip: bool,
+    /// CometBFT does not index transactions and events: `tx_search` and `tally tx --rpc`
+    /// find nothing, and each block costs CometBFT less (for `tally load` measurements).
+    #[arg(long)]
+    pub no_index: bool,
     /// Stop every process of the network instead.
     #[arg(long)]
     pub stop: bool,
@@ -81,6 +92,7 @@ pub fn run(args: DevnetArgs) -> anyhow::Result<()> {
             base_port: args.base_port,
             empty_blocks_ms: args.empty_blocks_ms,
             mempool_gossip: !args.no_mempool_gossip,
+            index: !args.no_index,
         };
         eprintln!(
             "creating a devnet of {} validators in {} ({} accounts)...",

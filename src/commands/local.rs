@@ -6,6 +6,8 @@
 //! DIR/store/          the state store
 //! DIR/modules/        the compiled-module cache
 //! DIR/abi/NAME.json   action field lists, for readable `tally push` arguments
+//! DIR/abi/NAME.code   the sha256 of the code NAME ran when its ABI was kept, hex
+//! DIR/receipts.jsonl  the receipt of each pushed transaction, for `tally tx`
 //! ```
 
 use std::collections::BTreeMap;
@@ -16,11 +18,12 @@ use anyhow::{Context, bail};
 use ed25519_dalek::SigningKey;
 use serde::{Deserialize, Serialize};
 use tally_chain::{
-    Access, Action, BlockHeader, Chain, ChainConfig, Genesis, Name, SignedTransaction, Transaction,
-    TxReceipt, TxResult,
+    Access, Action, Chain, ChainConfig, Genesis, Name, SignedTransaction, Transaction, TxResult,
 };
 use tally_runtime::{Runtime, RuntimeConfig};
 
+use super::receipt::{self, Committed};
+use super::target::TX_LIFETIME_MS;
 use crate::common::fs::write_atomic;
 use crate::common::store::{StoreKind, open_store};
 
@@ -120,14 +123,10 @@ pub struct Local {
 }
 
 impl Local {
-    /// Opens the chain in `dir` to push blocks.
+    /// Opens the chain in `dir` to push blocks. Its receipts carry traces (each action's
+    /// fuel, console, calls and trap location), which the receipts log keeps for `tally tx`;
+    /// the blocks are the same as without.
     pub fn open(dir: &Path) -> anyhow::Result<Self> {
-        Self::open_with(dir, Access::ReadWrite, false)
-    }
-
-    /// Opens the chain in `dir` to push blocks whose receipts carry traces: each action's
-    /// fuel, console and trap location. The blocks are the same as without.
-    pub fn open_traced(dir: &Path) -> anyhow::Result<Self> {
         Self::open_with(dir, Access::ReadWrite, true)
     }
 
@@ -245,19 +244,16 @@ impl Local {
     }
 
     /// Signs `actions` with the keystore keys of `signers`, pushes them as one transaction in
-    /// a new block and commits it.
-    pub fn push(
-        &mut self,
-        actions: Vec<Action>,
-        signers: &[Name],
-    ) -> anyhow::Result<(TxReceipt, BlockHeader)> {
+    /// a new block, commits it, and keeps its receipt in the receipts log (for `tally tx`).
+    pub fn push(&mut self, actions: Vec<Action>, signers: &[Name]) -> anyhow::Result<Committed> {
         let keys = signers
             .iter()
             .map(|s| Ok((*s, self.keystore.key(*s)?)))
             .collect::<anyhow::Result<Vec<_>>>()?;
+        let names = actions.iter().map(|a| (a.account, a.name)).collect();
         let (ref_block_num, ref_block_prefix) = self.chain.tapos();
         let tx = Transaction {
-            expiration_ms: self.chain.next_block_time_ms() + 60_000,
+            expiration_ms: self.chain.next_block_time_ms() + TX_LIFETIME_MS,
             ref_block_num,
             ref_block_prefix,
             actions,
@@ -268,24 +264,26 @@ impl Local {
         // The block is committed with its sync in the background: it is reported only once
         // that sync is done (a failed one stops the store, and this command, with an error).
         self.chain.sync()?;
-        match block.results.pop() {
-            Some(TxResult::Included(receipt)) => Ok((receipt, block.header)),
-            Some(TxResult::Rejected(e)) => Err(e).context("the transaction was rejected"),
+        let receipt = match block.results.pop() {
+            Some(TxResult::Included(receipt)) => receipt,
+            Some(TxResult::Rejected(e)) => {
+                return Err(e).context("the transaction was rejected");
+            }
             None => bail!("the block holds no result for the transaction"),
-        }
+        };
+        let committed = Committed::new(block.header.height, names, receipt);
+        // After the block is durable: a crash between the two leaves the block without its
+        // line, which `tally tx` then reads from the block itself.
+        receipt::append(&self.dir, &committed)?;
+        Ok(committed)
     }
 
-    pub fn abi_path(&self, contract: Name) -> PathBuf {
-        self.dir.join("abi").join(format!("{contract}.json"))
-    }
-
-    /// The ABI deployed with `contract`, if it was deployed with one.
-    pub fn abi(&self, contract: Name) -> anyhow::Result<Option<super::abi::Abi>> {
-        let path = self.abi_path(contract);
-        if !path.exists() {
-            return Ok(None);
-        }
-        super::abi::Abi::read(&path).map(Some)
+    /// The ABI deployed with `contract`'s current code, if it was deployed with one.
+    pub fn abi(&self, contract: Name) -> Option<super::abi::Abi> {
+        super::target::find_abi(&self.dir.join("abi"), contract, &[], |c| {
+            Ok(self.chain.code_hash(c)?)
+        })
+        .ok()
     }
 }
 

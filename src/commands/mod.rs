@@ -17,9 +17,14 @@ mod node;
 mod plot;
 mod push;
 mod query;
+mod receipt;
 mod storebench;
+mod target;
+mod tx;
 
 use clap::{Parser, Subcommand};
+
+pub use local::Keystore;
 
 /// Tally: a fast, deterministic WebAssembly smart-contract runtime.
 #[derive(Debug, Parser)]
@@ -46,8 +51,10 @@ pub enum Command {
     Account(account::AccountArgs),
     /// Deploy a contract to an account.
     Deploy(deploy::DeployArgs),
-    /// Sign and push an action.
+    /// Sign and push a transaction of one or more actions.
     Push(push::PushArgs),
+    /// Show a committed transaction: its outcome, fuel, events and call tree.
+    Tx(tx::TxArgs),
     /// Read a key of a contract's storage.
     Get(get::GetArgs),
     /// Show a simplecoin balance.
@@ -91,6 +98,7 @@ impl Command {
             Command::Account(args) => account::run(args),
             Command::Deploy(args) => deploy::run(args),
             Command::Push(args) => push::run(args),
+            Command::Tx(args) => tx::run(args),
             Command::Get(args) => get::run(args),
             Command::Balance(args) => get::run_balance(args),
             Command::Query(args) => query::run(args),

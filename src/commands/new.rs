@@ -203,15 +203,16 @@ fn rust_files(
     })
 }
 
-/// `test.sh`: builds the contract and checks it on a throwaway local chain.
+/// `test.sh`: builds the contract, with function names (`--names`) so a failed check's trace
+/// names the function, and checks it on a throwaway local chain.
 fn test_sh(lang: Lang, name: &str, abi_file: &str, layout: &Layout) -> String {
     let generated = &layout.generated;
     let test_build = match lang {
         Lang::C => format!(
-            "echo \"building {name}.c\"\n\"$tally\" abigen {abi_file} --lang c -o {generated} --check >/dev/null\n\"$tally\" build {name}.c >/dev/null"
+            "echo \"building {name}.c\"\n\"$tally\" abigen {abi_file} --lang c -o {generated} --check >/dev/null\n\"$tally\" build {name}.c --names >/dev/null"
         ),
         Lang::Rust => format!(
-            "echo \"building {name} (the first build of a Rust contract takes a minute or two)\"\n\"$tally\" abigen {abi_file} --lang rust -o {generated} --check >/dev/null\n\"$tally\" build . -o {name}.wasm >/dev/null"
+            "echo \"building {name} (the first build of a Rust contract takes a minute or two)\"\n\"$tally\" abigen {abi_file} --lang rust -o {generated} --check >/dev/null\n\"$tally\" build . -o {name}.wasm --names >/dev/null"
         ),
     };
     fill(TEST_SH, name).replace("{{build}}", &test_build)

@@ -1,62 +1,14 @@
-//! `tally push`: sign and push one action, with arguments encoded by the contract's ABI.
-
-use std::path::PathBuf;
+//! `tally push`: sign and push one transaction of one or more actions, with arguments encoded
+//! by each contract's ABI, to a local chain or a network.
 
 use anyhow::{Context, bail};
 use clap::Args;
-use serde_json::json;
-use tally_chain::{Action, TxReceipt};
+use tally_chain::{Action, Name, TxReceipt};
 use tally_runtime::Outcome;
 
-use super::abi::Abi;
-use super::local::{Local, output, parse_name};
-
-/// A receipt's trace as JSON: per action, its fuel, console and trap frames.
-fn trace_json(trace: &tally_chain::TxTrace) -> serde_json::Value {
-    let actions: Vec<_> = trace
-        .actions
-        .iter()
-        .map(|action| {
-            let trap = action.trap.as_ref().map(|trap| {
-                let frames: Vec<_> = trap
-                    .frames
-                    .iter()
-                    .map(|f| {
-                        json!({
-                            "func_index": f.func_index,
-                            "func_name": f.func_name,
-                            "offset": f.offset,
-                        })
-                    })
-                    .collect();
-                json!({ "frames": frames })
-            });
-            let calls: Vec<_> = action
-                .calls
-                .iter()
-                .map(|c| {
-                    json!({
-                        "depth": c.depth,
-                        "contract": c.contract.to_string(),
-                        "entry": c.entry.to_string(),
-                        "query": c.query,
-                        "fuel_used": c.fuel_used,
-                        "failure": c.failure.as_ref().map(ToString::to_string),
-                        "events": c.events,
-                        "console": String::from_utf8_lossy(&c.console),
-                    })
-                })
-                .collect();
-            json!({
-                "fuel_used": action.fuel_used,
-                "console": String::from_utf8_lossy(&action.console),
-                "trap": trap,
-                "calls": calls,
-            })
-        })
-        .collect();
-    json!({ "intrinsic_fuel": trace.intrinsic_fuel, "actions": actions })
-}
+use super::local::{output, parse_name};
+use super::receipt::Committed;
+use super::target::{AbiFile, Dest, Target};
 
 /// Turns a failed receipt into an error that says why.
 pub fn fail_on(receipt: &TxReceipt) -> anyhow::Result<()> {
@@ -69,36 +21,53 @@ pub fn fail_on(receipt: &TxReceipt) -> anyhow::Result<()> {
     }
 }
 
-/// Push one action, signed by the --auth accounts' keystore keys, in a new block.
+/// Push a transaction, signed by the --auth accounts' keys, and wait for its block.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   tally push simplecoin transfer simplecoin alice 100 \"first coins\" --auth simplecoin --data ./chain
   tally push simplecoin transfer --data-hex 00aa... --auth simplecoin --data ./chain
   tally push simplecoin transfer alice bob 5 memo --auth alice --data ./chain --trace
                                   # on failure: the wasm function and offset, and the console
+  tally push tokena transfer alice swap 1000 \"\" --action swap swap alice 1 --auth alice --data ./chain
+                                  # two actions in one transaction: both apply, or neither
+  tally push counter hit alice --auth alice --rpc 127.0.0.1:26601 --wallet ./net
+                                  # to a network: signed with the wallet's keys
 
-Arguments follow the action's fields in the contract's ABI (see `tally deploy --abi`).
+Arguments follow the action's fields in the contract's ABI. The ABI is the file given with
+--abi PATH (or --abi CONTRACT=PATH, one per contract), else the one `tally deploy` kept in the
+data directory or, with --rpc, in the wallet (DIR/abi/CONTRACT.json), provided the contract
+still runs the code it was deployed with. Every --action adds an action, run in order in the
+same transaction; every action is authorized by every --auth account.
+
 What the contract printed is shown after the result. --trace adds each action's fuel and,
 when an action fails, where in the contract it stopped: the function (by its name in the
 module's name section, else its export, else its index) and the byte offset in the .wasm
 file. Keep names in a build to see them (`tally build` strips them). The block is the same
-with or without --trace.")]
+with or without --trace. Nodes do not trace: --trace needs --data.")]
 pub struct PushArgs {
-    /// The contract account.
-    pub contract: String,
-    /// The action's name.
-    pub action: String,
-    /// The action's arguments, in ABI order.
+    /// The contract account of the first action.
+    #[arg(required_unless_present = "more")]
+    pub contract: Option<String>,
+    /// The first action's name.
+    #[arg(required_unless_present = "more")]
+    pub action: Option<String>,
+    /// The first action's arguments, in ABI order.
     pub args: Vec<String>,
-    /// Accounts authorizing (and signing) the action.
+    /// More actions (`--action CONTRACT ACTION ARGS...`, repeated).
+    #[command(flatten)]
+    pub more: MoreActions,
+    /// Accounts authorizing (and signing) the actions.
     #[arg(long = "auth", value_name = "ACCOUNT", required = true)]
     pub auth: Vec<String>,
-    /// Raw action data instead of ABI arguments.
+    /// Raw data of the first action instead of ABI arguments.
     #[arg(long, value_name = "HEX", conflicts_with = "args")]
     pub data_hex: Option<String>,
-    /// The data directory.
-    #[arg(long, value_name = "DIR")]
-    pub data: PathBuf,
+    /// An ABI file: PATH for the one contract the transaction calls, or CONTRACT=PATH.
+    #[arg(long = "abi", value_name = "[CONTRACT=]PATH")]
+    pub abi: Vec<AbiFile>,
+    /// A local chain, or a network.
+    #[command(flatten)]
+    pub dest: Dest,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -108,100 +77,142 @@ pub struct PushArgs {
     pub trace: bool,
 }
 
+/// The `--action CONTRACT ACTION ARGS...` options, each occurrence one action. (clap's
+/// derive cannot group a repeated option's values by occurrence, so this reads them from its
+/// matches itself.)
+#[derive(Debug, Clone, Default)]
+pub struct MoreActions(pub Vec<Vec<String>>);
+
+impl clap::FromArgMatches for MoreActions {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Ok(Self(
+            matches
+                .get_occurrences::<String>("more")
+                .map(|all| all.map(|one| one.cloned().collect()).collect())
+                .unwrap_or_default(),
+        ))
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for MoreActions {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd.arg(
+            clap::Arg::new("more")
+                .long("action")
+                .value_names(["CONTRACT", "ACTION", "ARGS"])
+                .num_args(2..)
+                .action(clap::ArgAction::Append)
+                .help("Another action in the same transaction: its contract, its name and its arguments (repeat for more)"),
+        )
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+/// One action as the command line gives it.
+struct Given<'a> {
+    contract: Name,
+    action: &'a str,
+    args: &'a [String],
+    data_hex: Option<&'a str>,
+}
+
+fn given(args: &PushArgs) -> anyhow::Result<Vec<Given<'_>>> {
+    let mut out = Vec::new();
+    if let (Some(contract), Some(action)) = (&args.contract, &args.action) {
+        out.push(Given {
+            contract: parse_name(contract)?,
+            action,
+            args: &args.args,
+            data_hex: args.data_hex.as_deref(),
+        });
+    }
+    for more in &args.more.0 {
+        out.push(Given {
+            contract: parse_name(&more[0])?,
+            action: &more[1],
+            args: &more[2..],
+            data_hex: None,
+        });
+    }
+    Ok(out)
+}
+
+/// Encodes the actions, each with its contract's ABI (or raw data).
+fn actions(target: &Target, args: &PushArgs, auth: &[Name]) -> anyhow::Result<Vec<Action>> {
+    let given = given(args)?;
+    let mut contracts: Vec<Name> = given.iter().map(|g| g.contract).collect();
+    contracts.sort_unstable_by_key(|c| c.0);
+    contracts.dedup();
+    if contracts.len() > 1 && args.abi.iter().any(|a| a.contract.is_none()) {
+        bail!("the transaction calls several contracts: write each ABI as --abi CONTRACT=PATH");
+    }
+    given
+        .iter()
+        .map(|g| {
+            let data = match g.data_hex {
+                Some(h) => hex::decode(h).context("--data-hex is not hex")?,
+                None => target
+                    .abi(g.contract, &args.abi)?
+                    .encode(g.action, g.args)
+                    .with_context(|| format!("{}::{}", g.contract, g.action))?,
+            };
+            Ok(Action {
+                account: g.contract,
+                name: parse_name(g.action)?,
+                authorization: auth.to_vec(),
+                data,
+            })
+        })
+        .collect()
+}
+
+/// Prints a committed transaction as `tally push` does: with --trace its report, else what
+/// it printed; a failure as an error; then the summary line and its events (or the JSON).
+/// Exits non-zero after printing a failed transaction's JSON.
+pub fn print(committed: &Committed, json: bool, trace: bool) -> anyhow::Result<()> {
+    let receipt = &committed.receipt;
+    if !json {
+        if trace {
+            print!("{}", receipt.report());
+        } else if !receipt.console.is_empty() {
+            println!("console:\n{}", receipt.console_text());
+        }
+        fail_on(receipt)?;
+    }
+    output(
+        json,
+        committed.json(trace),
+        committed.summary_text("pushed"),
+    )?;
+    if !receipt.is_success() {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
 pub fn run(args: PushArgs) -> anyhow::Result<()> {
-    let contract = parse_name(&args.contract)?;
-    let action_name = parse_name(&args.action)?;
+    if args.trace && args.dest.rpc.is_some() {
+        bail!(
+            "--trace needs a local chain (--data): nodes do not trace transactions; run the same \
+             actions on a local chain with --trace to see each action's fuel and where it failed"
+        );
+    }
     let auth = args
         .auth
         .iter()
         .map(|a| parse_name(a))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let mut local = match args.trace {
-        true => Local::open_traced(&args.data)?,
-        false => Local::open(&args.data)?,
-    };
-    let data = match &args.data_hex {
-        Some(h) => hex::decode(h).context("--data-hex is not hex")?,
-        None => {
-            let path = local.abi_path(contract);
-            anyhow::ensure!(
-                path.exists(),
-                "no ABI for {contract}: deploy it with --abi, or pass --data-hex"
-            );
-            Abi::read(&path)?.encode(&args.action, &args.args)?
-        }
-    };
-    let action = Action {
-        account: contract,
-        name: action_name,
-        authorization: auth.clone(),
-        data,
-    };
-    let (receipt, header) = local.push(vec![action], &auth)?;
-    let failure = match &receipt.outcome {
-        Outcome::Success => None,
-        Outcome::Failure(a) => Some(a.to_string()),
-    };
-    if !args.json {
-        if args.trace {
-            print!("{}", receipt.report());
-        } else if !receipt.console.is_empty() {
-            println!("console:\n{}", receipt.console_text());
-        }
-        fail_on(&receipt)?;
-    }
-    // Each event decoded by its contract's ABI, where it has one that declares the event.
-    let mut abis = std::collections::BTreeMap::new();
-    let mut events = Vec::with_capacity(receipt.events.len());
-    for e in &receipt.events {
-        if let std::collections::btree_map::Entry::Vacant(slot) = abis.entry(e.contract) {
-            slot.insert(local.abi(e.contract)?);
-        }
-        let fields =
-            super::abi::event_value(abis[&e.contract].as_ref(), &e.name.to_string(), &e.data);
-        events.push((e, fields));
-    }
-    let mut value = json!({
-        "transaction": hex::encode(receipt.id),
-        "block": header.height,
-        "success": failure.is_none(),
-        "failure": failure,
-        "failed_action": receipt.failed_action,
-        "fuel_used": receipt.fuel_used,
-        "console": receipt.console_text(),
-        "events": events.iter().map(|(e, fields)| json!({
-            "contract": e.contract.to_string(),
-            "name": e.name.to_string(),
-            "data": hex::encode(&e.data),
-            "fields": fields,
-        })).collect::<Vec<_>>(),
-    });
-    if let Some(trace) = &receipt.trace {
-        value["trace"] = trace_json(trace);
-    }
-    output(
-        args.json,
-        value,
-        format!(
-            "pushed {contract}::{action_name} in block {} (transaction {}, {} fuel)\n{}",
-            header.height,
-            hex::encode(receipt.id),
-            receipt.fuel_used,
-            events
-                .iter()
-                .map(|(e, fields)| format!(
-                    "  event {} from {}: {}\n",
-                    e.name,
-                    e.contract,
-                    fields
-                        .as_ref()
-                        .map_or_else(|| hex::encode(&e.data), super::abi::text)
-                ))
-                .collect::<String>()
-        ),
-    )?;
-    if failure.is_some() {
-        std::process::exit(1);
-    }
-    Ok(())
+    let mut target = args.dest.open()?;
+    let actions = actions(&target, &args, &auth)?;
+    let mut committed = target.push(actions, &auth)?;
+    committed.decode_events(|contract| target.abi(contract, &args.abi).ok());
+    print(&committed, args.json, args.trace)
 }

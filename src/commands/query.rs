@@ -1,13 +1,17 @@
 //! `tally query` and `tally code`: ask a contract a read-only question, and show what code an
 //! account runs, from a data directory or a running node.
 
+use std::path::PathBuf;
+
 use anyhow::Context;
 use clap::Args;
 use serde_json::json;
 use tally_chain::Name;
 
 use super::local::{Opened, Source, output, parse_name};
+use super::target::{AbiFile, find_abi};
 use crate::node::app::code;
+use crate::node::rpc::Rpc;
 
 /// Run a contract's read-only query against the committed state.
 #[derive(Debug, Args)]
@@ -15,12 +19,14 @@ use crate::node::app::code;
   tally query swap reserves --data ./chain             # decoded by swap's ABI: {\"a\":..,\"b\":..}
   tally query token balance alice --data ./chain       # arguments in the query's ABI order
   tally query token balance --data-hex 0000000000a0a432 --rpc 127.0.0.1:26601   # a node
+  tally query swap shares alice --rpc 127.0.0.1:26601 --wallet ./net
+                                                       # with the ABI deploy --rpc kept
 
 The contract's `query(receiver, method)` export runs in static mode with at most an action's
 fuel: it may read its state and query other contracts, never write, emit or call. Nothing is
 committed and no transaction is signed. The answer is the return data it set (set_return),
-decoded as the method's \"returns\" in the contract's ABI when it was deployed with one, else
-shown as hex, and as a u64 when it is 8 bytes.")]
+decoded as the query's \"returns\" in the contract's ABI when there is one, else shown as
+hex, and as a u64 when it is 8 bytes.")]
 pub struct QueryArgs {
     /// The contract account.
     pub contract: String,
@@ -31,6 +37,14 @@ pub struct QueryArgs {
     /// Raw query data instead of ABI arguments.
     #[arg(long, value_name = "HEX", conflicts_with = "args")]
     pub data_hex: Option<String>,
+    /// The contract's ABI file [default: the one `tally deploy` kept in the data directory,
+    /// or with --rpc in the --wallet directory].
+    #[arg(long, value_name = "PATH")]
+    pub abi: Option<PathBuf>,
+    /// With --rpc: the wallet directory whose abi/ holds the ABIs of contracts deployed with
+    /// it (a devnet's directory).
+    #[arg(long, value_name = "DIR", requires = "rpc")]
+    pub wallet: Option<PathBuf>,
     /// A data directory or a node.
     #[command(flatten)]
     pub source: Source,
@@ -50,22 +64,50 @@ struct Answer {
     console: String,
 }
 
+/// The contract's ABI, as `--abi`, the data directory or the `--wallet` keeps it.
+fn find(args: &QueryArgs, opened: &Opened, contract: Name) -> anyhow::Result<super::abi::Abi> {
+    let given: Vec<AbiFile> = args
+        .abi
+        .iter()
+        .map(|path| AbiFile {
+            contract: None,
+            path: path.clone(),
+        })
+        .collect();
+    match opened {
+        Opened::Local(local) => find_abi(&local.dir.join("abi"), contract, &given, |c| {
+            Ok(local.chain.code_hash(c)?)
+        }),
+        Opened::Node(rpc) => match (&args.wallet, &given[..]) {
+            (_, [file]) => super::abi::Abi::read(&file.path),
+            (Some(wallet), _) => {
+                find_abi(&wallet.join("abi"), contract, &given, |c| code_hash(rpc, c))
+            }
+            (None, _) => anyhow::bail!(
+                "with --rpc, arguments are encoded with an ABI: pass --abi PATH, or \
+                 --wallet DIR holding the one kept when {contract} was deployed, or \
+                 pass --data-hex"
+            ),
+        },
+    }
+}
+
 fn ask(args: &QueryArgs, contract: Name, method: Name) -> anyhow::Result<Answer> {
     let opened = args.source.open()?;
-    let data = match (&args.data_hex, &opened) {
+    // Needed to encode arguments; without any, only to decode the answer, if there is one.
+    let abi = match (&args.data_hex, args.args.is_empty()) {
+        (None, false) => Some(find(args, &opened, contract)?),
+        _ => find(args, &opened, contract).ok(),
+    };
+    let data = match (&args.data_hex, &abi) {
         (Some(h), _) => hex::decode(h).context("--data-hex is not hex")?,
-        (None, _) if args.args.is_empty() => Vec::new(),
-        (None, Opened::Local(local)) => {
-            let path = local.abi_path(contract);
-            anyhow::ensure!(
-                path.exists(),
-                "no ABI for {contract}: deploy it with --abi, or pass --data-hex"
-            );
-            super::abi::Abi::read(&path)?.encode_query(&args.method, &args.args)?
-        }
-        (None, Opened::Node(_)) => {
-            anyhow::bail!("with --rpc, pass the query's data with --data-hex")
-        }
+        (None, Some(abi)) if !args.args.is_empty() => abi.encode_query(&args.method, &args.args)?,
+        (None, _) => Vec::new(),
+    };
+    let decode = |output: &[u8]| {
+        let abi = abi.as_ref()?;
+        let returns = abi.queries.get(&args.method)?.returns.as_ref()?;
+        abi.decode(returns, output).ok()
     };
     let local = match opened {
         Opened::Local(local) => local,
@@ -75,24 +117,20 @@ fn ask(args: &QueryArgs, contract: Name, method: Name) -> anyhow::Result<Answer>
             query.extend_from_slice(&data);
             let (status, value, log) = rpc.query("query", &query)?;
             return Ok(Answer {
+                value: decode(&value),
                 result: match status {
                     code::OK => Ok(value),
                     code::QUERY_FAILED => Err(log),
                     other => anyhow::bail!("the node refused the query (code {other}): {log}"),
                 },
                 fuel: None,
-                value: None,
                 console: String::new(),
             });
         }
     };
     let receipt = local.chain.query(contract, method, &data)?;
-    let value = local.abi(contract)?.and_then(|abi| {
-        let returns = abi.queries.get(&args.method)?.returns.as_ref()?;
-        abi.decode(returns, &receipt.output).ok()
-    });
     Ok(Answer {
-        value,
+        value: decode(&receipt.output),
         result: match receipt.failure() {
             None => Ok(receipt.output.clone()),
             Some(abort) => Err(abort.to_string()),
@@ -162,18 +200,23 @@ pub struct CodeArgs {
     pub json: bool,
 }
 
+/// The sha256 of the code `account` runs on the node's chain, if any.
+pub fn code_hash(rpc: &Rpc, account: Name) -> anyhow::Result<Option<[u8; 32]>> {
+    let (status, value, log) = rpc.query("code", &account.0.to_le_bytes())?;
+    match status {
+        code::OK => Ok(Some(value.try_into().map_err(|_| {
+            anyhow::anyhow!("the node's code hash is not 32 bytes")
+        })?)),
+        code::NOT_FOUND => Ok(None),
+        other => anyhow::bail!("the node refused the query (code {other}): {log}"),
+    }
+}
+
 pub fn run_code(args: CodeArgs) -> anyhow::Result<()> {
     let account = parse_name(&args.account)?;
     let hash = match args.source.open()? {
-        Opened::Node(rpc) => {
-            let (status, value, log) = rpc.query("code", &account.0.to_le_bytes())?;
-            match status {
-                code::OK => Some(value),
-                code::NOT_FOUND => None,
-                other => anyhow::bail!("the node refused the query (code {other}): {log}"),
-            }
-        }
-        Opened::Local(local) => local.chain.code_hash(account)?.map(|h| h.to_vec()),
+        Opened::Node(rpc) => code_hash(&rpc, account)?,
+        Opened::Local(local) => local.chain.code_hash(account)?,
     };
     let hex = hash.as_ref().map(hex::encode);
     output(

@@ -26,7 +26,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use prost::bytes::Bytes;
-use tally_chain::{Name, PreparedTx};
+use tally_chain::{Name, PreparedTx, TxError};
 use tendermint_proto::google::protobuf::Timestamp;
 use tendermint_proto::v0_38::abci::{
     CheckTxType, ExecTxResult, RequestCheckTx, RequestFinalizeBlock, RequestInfo, RequestInitChain,
@@ -42,6 +42,7 @@ use super::abci::{self, Application};
 use super::bundle;
 use super::ledger::{Genesis, Ledger, TxOutcome};
 use super::mempool::{self, Mempool, Refusal};
+use super::results::{self, BundleResult, TxSummary};
 
 /// Result codes of CheckTx, FinalizeBlock and Query. Stable: clients match on them.
 pub mod code {
@@ -65,16 +66,6 @@ pub mod code {
     pub const BAD_QUERY: u32 = 7;
     /// Query `query`: the contract's query failed (the log says why).
     pub const QUERY_FAILED: u32 = 8;
-}
-
-/// Outcome bytes of a FinalizeBlock result's data, one per transaction after the bundle hash.
-pub mod outcome {
-    /// Included and successful.
-    pub const SUCCESS: u8 = 0;
-    /// Included; an action failed, so it changed nothing.
-    pub const FAILED: u8 = 1;
-    /// Not included.
-    pub const REJECTED: u8 = 2;
 }
 
 /// What PrepareProposal expects a transaction to use before any block ran: the intrinsic
@@ -170,10 +161,11 @@ fn check_response(refusal: Refusal) -> ResponseCheckTx {
     }
 }
 
-/// Each bundle of a block: its transactions' positions in the block, or why it is malformed.
+/// Each bundle of a block: its transactions' positions in the block (or why one does not
+/// decode), or why the bundle is malformed.
 enum Slot {
     Malformed(String),
-    Txs(Vec<Result<usize, String>>),
+    Txs(Vec<Result<usize, TxError>>),
 }
 
 /// The block's transactions in order, and where each bundle's are. `verified` holds the
@@ -198,12 +190,10 @@ fn block_txs(
                 parts
                     .iter()
                     .map(|b| {
-                        PreparedTx::decode(b.to_vec())
-                            .map(|t| {
-                                prepared.push(t);
-                                prepared.len() - 1
-                            })
-                            .map_err(|e| e.to_string())
+                        PreparedTx::decode(b.to_vec()).map(|t| {
+                            prepared.push(t);
+                            prepared.len() - 1
+                        })
                     })
                     .collect(),
             )),
@@ -393,49 +383,64 @@ impl App {
     }
 }
 
-/// One bundle's FinalizeBlock result: data is the bundle hash then one outcome byte per
-/// transaction; gas_used is the fuel of all its transactions.
+/// One bundle's FinalizeBlock result: `data` is the bundle hash and one summary per
+/// transaction ([`BundleResult`]); events carry its contracts' events and, in a bundle of one
+/// transaction, its id ([`results`]); `gas_used` is the fuel of all its transactions.
 fn bundle_result(
     hash: &[u8; 32],
-    txs: &[Result<usize, String>],
+    txs: &[Result<usize, TxError>],
+    prepared: &[PreparedTx],
     outcomes: &[TxOutcome],
 ) -> ExecTxResult {
-    let mut data = Vec::with_capacity(32 + txs.len());
-    data.extend_from_slice(hash);
     let (mut ok, mut failed, mut rejected, mut fuel) = (0usize, 0usize, 0usize, 0u64);
     let mut notes = Vec::new();
     let mut events = Vec::new();
+    let mut summaries = Vec::with_capacity(txs.len());
     for (i, t) in txs.iter().enumerate() {
-        let (byte, note) = match t {
+        let (summary, note) = match t {
             Err(e) => (
-                outcome::REJECTED,
+                TxSummary::rejected(e),
                 Some(format!("transaction {i}: rejected: {e}")),
             ),
-            Ok(at) => match &outcomes[*at] {
-                TxOutcome::Success { fuel: f, events: e } => {
-                    fuel += f;
-                    events.extend(e.iter().map(|e| abci_event(i, e)));
-                    (outcome::SUCCESS, None)
+            Ok(at) => {
+                if txs.len() == 1 {
+                    events.push(results::tx_event(i, &prepared[*at].id));
                 }
-                TxOutcome::Failed { fuel: f, abort } => {
-                    fuel += f;
-                    (
-                        outcome::FAILED,
-                        Some(format!("transaction {i}: failed: {abort}")),
-                    )
+                match &outcomes[*at] {
+                    TxOutcome::Success { fuel: f, events: e } => {
+                        fuel += f;
+                        events.extend(e.iter().map(|e| results::contract_event(i, e)));
+                        (TxSummary::Success { fuel_used: *f }, None)
+                    }
+                    TxOutcome::Failed {
+                        fuel: f,
+                        action,
+                        abort,
+                    } => {
+                        fuel += f;
+                        (
+                            TxSummary::Failed {
+                                fuel_used: *f,
+                                action: action.map(|a| a as u32),
+                                code: abort.code.code(),
+                                message: abort.message.clone(),
+                            },
+                            Some(format!("transaction {i}: failed: {abort}")),
+                        )
+                    }
+                    TxOutcome::Rejected(e) => (
+                        TxSummary::rejected(e),
+                        Some(format!("transaction {i}: rejected: {e}")),
+                    ),
                 }
-                TxOutcome::Rejected(e) => (
-                    outcome::REJECTED,
-                    Some(format!("transaction {i}: rejected: {e}")),
-                ),
-            },
+            }
         };
-        match byte {
-            outcome::SUCCESS => ok += 1,
-            outcome::FAILED => failed += 1,
-            _ => rejected += 1,
+        match summary {
+            TxSummary::Success { .. } => ok += 1,
+            TxSummary::Failed { .. } => failed += 1,
+            TxSummary::Rejected { .. } => rejected += 1,
         }
-        data.push(byte);
+        summaries.push(summary);
         if let Some(n) = note
             && notes.len() < LOGGED_FAILURES
         {
@@ -450,6 +455,11 @@ fn bundle_result(
         log.push_str("; ");
         log.push_str(&n);
     }
+    let data = BundleResult {
+        bundle: *hash,
+        txs: summaries,
+    }
+    .encode();
     ExecTxResult {
         code: if ok == txs.len() {
             code::OK
@@ -461,27 +471,6 @@ fn bundle_result(
         gas_used: fuel.min(i64::MAX as u64) as i64,
         events,
         ..Default::default()
-    }
-}
-
-/// A contract's event as an ABCI event of type `tally`, every attribute indexed, so CometBFT's
-/// indexer answers `tx_search` for it (`tally.contract='swap' AND tally.event='swapped'`).
-/// `tx` is the transaction's index in its bundle; `data` is the event's borsh data, hex.
-fn abci_event(tx: usize, event: &tally_chain::Event) -> tendermint_proto::v0_38::abci::Event {
-    use tendermint_proto::v0_38::abci::{Event, EventAttribute};
-    let attribute = |key: &str, value: String| EventAttribute {
-        key: key.into(),
-        value,
-        index: true,
-    };
-    Event {
-        r#type: "tally".into(),
-        attributes: vec![
-            attribute("contract", event.contract.to_string()),
-            attribute("event", event.name.to_string()),
-            attribute("data", hex::encode(&event.data)),
-            attribute("tx", tx.to_string()),
-        ],
     }
 }
 
@@ -619,7 +608,7 @@ impl Application for App {
                     log,
                     ..Default::default()
                 },
-                Slot::Txs(txs) => bundle_result(hash, &txs, &outcomes),
+                Slot::Txs(txs) => bundle_result(hash, &txs, &prepared, &outcomes),
             })
             .collect();
         consensus.finalized = Some(Finalized {

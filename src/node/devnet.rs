@@ -3,6 +3,8 @@
 //!
 //! ```text
 //! DIR/devnet.json          the network: validators, addresses, process ids
+//! DIR/keystore.json        the wallet of `--rpc URL --wallet DIR`: the key of `tally`
+//! DIR/abi/NAME.json        ABIs of contracts deployed with that wallet
 //! DIR/vI/cometbft/         validator I's CometBFT home (config, keys, blocks)
 //! DIR/vI/tally/            validator I's Tally data directory
 //! DIR/vI/abci.sock         the ABCI socket between them
@@ -111,6 +113,9 @@ pub struct DevnetConfig {
     pub empty_blocks_ms: u64,
     /// Whether validators gossip their mempools' transactions to each other.
     pub mempool_gossip: bool,
+    /// Whether CometBFT indexes transactions and their events (`[tx_index] indexer = "kv"`),
+    /// so `tx_search` and `tally tx --rpc` find them.
+    pub index: bool,
 }
 
 /// The `cometbft` binary: `$COMETBFT`, else `cometbft` on `PATH`, else `~/go/bin/cometbft`.
@@ -191,9 +196,10 @@ fn run_cometbft(cometbft: &Path, args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// Tally's genesis for a devnet: simplecoin at `simplecoin`, and `accounts` benchmark accounts
-/// (named as `tally bench` names them) with their keys and a balance each.
-pub fn genesis(accounts: u64, seed: u64) -> Genesis {
+/// Tally's genesis for a devnet: the system account `tally` with `system_key` (to create
+/// accounts), simplecoin at `simplecoin`, and `accounts` benchmark accounts (named as
+/// `tally bench` names them) with their keys and a balance each.
+pub fn genesis(accounts: u64, seed: u64, system_key: [u8; 32]) -> Genesis {
     use rayon::prelude::*;
     let pool = workload::KEY_POOL.min(accounts);
     let keys: Vec<[u8; 32]> = (0..pool)
@@ -204,12 +210,16 @@ pub fn genesis(accounts: u64, seed: u64) -> Genesis {
                 .to_bytes()
         })
         .collect();
+    let system = GenesisAccount {
+        name: tally_chain::system::SYSTEM,
+        key: system_key,
+    };
     Genesis {
-        accounts: (0..accounts)
-            .map(|i| GenesisAccount {
+        accounts: std::iter::once(system)
+            .chain((0..accounts).map(|i| GenesisAccount {
                 name: workload::account_name(i),
                 key: keys[(i % workload::KEY_POOL) as usize],
-            })
+            }))
             .collect(),
         contracts: vec![GenesisContract {
             account: workload::SIMPLECOIN,
@@ -271,7 +281,22 @@ pub fn create(dir: &Path, config: &DevnetConfig, cometbft: &Path) -> anyhow::Res
     g["genesis_time"] = json!(now_rfc3339());
     g["validators"] = Value::Array(genesis_validators);
     g["consensus_params"]["block"]["max_bytes"] = json!(BLOCK_MAX_BYTES);
-    g["app_state"] = serde_json::to_value(genesis(config.accounts, config.seed))?;
+    // The system account's key goes to the devnet's wallet (DIR/keystore.json), so
+    // `--rpc URL --wallet DIR` commands can create accounts and deploy contracts.
+    let system = tally_chain::crypto::random_key()?;
+    let mut wallet = crate::commands::Keystore::default();
+    wallet.insert(tally_chain::system::SYSTEM, &system);
+    write_atomic(
+        &dir.join("keystore.json"),
+        serde_json::to_string_pretty(&wallet)?.as_bytes(),
+        0o600,
+    )?;
+    let app_state = genesis(
+        config.accounts,
+        config.seed,
+        system.verifying_key().to_bytes(),
+    );
+    g["app_state"] = serde_json::to_value(app_state)?;
     let genesis_bytes = serde_json::to_vec_pretty(&g)?;
     for v in &validators {
         let vdir = validator_dir(dir, v.index);
@@ -303,8 +328,13 @@ pub fn create(dir: &Path, config: &DevnetConfig, cometbft: &Path) -> anyhow::Res
             ("p2p", "recv_rate", P2P_RATE.into()),
             ("consensus", "create_empty_blocks_interval", empty_interval),
             ("mempool", "broadcast", config.mempool_gossip.to_string()),
-            // Nothing in Tally looks transactions up by hash; indexing costs every block.
-            ("tx_index", "indexer", q("null")),
+            // The index answers `tx_search` (events, `tally tx --rpc`) at a cost on every
+            // block; load measurements turn it off.
+            (
+                "tx_index",
+                "indexer",
+                q(if config.index { "kv" } else { "null" }),
+            ),
         ];
         for (section, key, value) in &settings {
             t = set_toml(&t, section, key, value)?;

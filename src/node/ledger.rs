@@ -43,6 +43,8 @@ pub enum TxOutcome {
     Failed {
         /// Fuel used.
         fuel: u64,
+        /// The index of the failing action, if one failed.
+        action: Option<usize>,
         /// Why, in the contract's words.
         abort: Abort,
     },
@@ -209,6 +211,7 @@ impl Ledger {
                     },
                     Outcome::Failure(abort) => TxOutcome::Failed {
                         fuel: receipt.fuel_used,
+                        action: receipt.failed_action,
                         abort,
                     },
                 },

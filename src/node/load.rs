@@ -7,16 +7,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use rayon::prelude::*;
 use serde::Serialize;
 use tally_bench::sampler::{Distribution, Rng, Sampler};
 use tally_bench::workload;
 use tally_chain::{Action, SignedTransaction, Transaction, Transfer};
 
-use super::app::outcome;
 use super::bundle;
 use super::ledger::Head;
+use super::results::{BundleResult, TxSummary};
 use super::rpc::{BlockResults, Rpc};
 
 /// How often the watcher asks for new blocks. Latency is measured to when a block is seen, so
@@ -118,14 +118,6 @@ struct Shared {
     rejected: AtomicU64,
     errors: Mutex<Vec<String>>,
     stop: AtomicBool,
-}
-
-fn head(rpc: &Rpc) -> anyhow::Result<Head> {
-    let (code, value, log) = rpc.query("head", &[])?;
-    if code != 0 {
-        bail!("{} cannot say its head: {log}", rpc.url());
-    }
-    serde_json::from_slice(&value).context("the node's head is not Tally's JSON")
 }
 
 /// CPU seconds (user + system) of process `pid`, from /proc.
@@ -319,21 +311,21 @@ impl Seen {
         let mut pending = shared.pending.lock().expect("pending");
         let mut freed = 0;
         for (_, data) in &results.txs {
-            let Some(hash) = data.get(..32).and_then(|h| <[u8; 32]>::try_from(h).ok()) else {
+            let Some(result) = BundleResult::decode(data) else {
                 continue;
             };
-            let Some((n, sent)) = pending.remove(&hash) else {
+            let Some((n, sent)) = pending.remove(&result.bundle) else {
                 continue;
             };
             let ms = seen.duration_since(sent).as_secs_f64() * 1000.0;
-            for &b in &data[32..] {
-                match b {
-                    outcome::SUCCESS => {
+            for tx in &result.txs {
+                match tx {
+                    TxSummary::Success { .. } => {
                         self.committed += 1;
                         self.latencies.push(ms);
                     }
-                    outcome::FAILED => self.failed += 1,
-                    _ => self.rejected_in_block += 1,
+                    TxSummary::Failed { .. } => self.failed += 1,
+                    TxSummary::Rejected { .. } => self.rejected_in_block += 1,
                 }
             }
             freed += n;
@@ -377,7 +369,7 @@ fn watch(
         // The application's committed height, not CometBFT's /status: CometBFT stores a
         // block before executing it and its results before the application commits it, so
         // only this height says the transfers are durable state that queries see.
-        let tip = match head(rpc) {
+        let tip = match rpc.head() {
             Ok(h) => h.height,
             Err(_) => {
                 std::thread::sleep(POLL);
@@ -478,7 +470,7 @@ pub fn run(config: &LoadConfig, progress: &dyn Fn(u64, u64)) -> anyhow::Result<L
         bail!("give at least one --rpc address");
     }
     let rpcs: Vec<Rpc> = config.rpcs.iter().map(|u| Rpc::new(u)).collect();
-    let start_head = head(&rpcs[0])?;
+    let start_head = rpcs[0].head()?;
     let t = Instant::now();
     let signed = sign_all(config, &start_head);
     let signing_s = t.elapsed().as_secs_f64();
@@ -496,7 +488,7 @@ pub fn run(config: &LoadConfig, progress: &dyn Fn(u64, u64)) -> anyhow::Result<L
     let stats_before: Vec<_> = rpcs.iter().map(stats).collect();
     let cpu_before = devnet_cpu(&config.devnet);
     let self_before = cpu_seconds(std::process::id());
-    let first_height = head(&rpcs[0])?.height;
+    let first_height = rpcs[0].head()?.height;
     let started = Instant::now();
     let sizes = Arc::new(sizes);
     let window = config.window.max(config.bundle as u64);

@@ -8,4 +8,5 @@ pub mod devnet;
 pub mod ledger;
 pub mod load;
 pub mod mempool;
+pub mod results;
 pub mod rpc;

@@ -1,11 +1,14 @@
-//! A small client of CometBFT's JSON-RPC over HTTP: what `tally load`, `tally devnet` and
-//! `tally get --rpc` ask a node.
+//! A small client of CometBFT's JSON-RPC over HTTP: what `tally load`, `tally devnet` and the
+//! `--rpc` commands (`get`, `query`, `push`, `deploy`, `tx`, …) ask a node.
 
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use base64::Engine;
 use serde_json::Value;
+
+use super::ledger::Head;
+use super::results::RpcEvent;
 
 /// How long one RPC call may take: a broadcast waits for CheckTx of a bundle of thousands of
 /// signatures (tens of ms), and a busy node answers late, but never this late.
@@ -180,6 +183,85 @@ impl Rpc {
         ))
     }
 
+    /// Tally's last committed block (ABCI query `head`): the reference block and times a new
+    /// transaction needs.
+    pub fn head(&self) -> anyhow::Result<Head> {
+        let (code, value, log) = self.query("head", &[])?;
+        if code != 0 {
+            bail!("{} cannot say its head: {log}", self.base);
+        }
+        serde_json::from_slice(&value).context("the node's head is not Tally's JSON")
+    }
+
+    /// `/block_results?height=H`, every field a client reads back into receipts; `None` while
+    /// the node has not stored that height's results yet (its block store runs ahead of its
+    /// results by up to one block).
+    pub fn results(&self, height: u64) -> anyhow::Result<Option<Vec<TxResult>>> {
+        let r = match self.call(
+            "block_results",
+            serde_json::json!({ "height": height.to_string() }),
+        ) {
+            Ok(r) => r,
+            Err(e)
+                if ["must be less than or equal to", "could not find results"]
+                    .iter()
+                    .any(|not_yet| format!("{e:#}").contains(not_yet)) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        r["txs_results"]
+            .as_array()
+            .map(|a| a.iter().map(TxResult::from_json).collect())
+            .unwrap_or_else(|| Ok(Vec::new()))
+            .map(Some)
+    }
+
+    /// `/tx_search?query=Q`: the CometBFT transactions (bundles) whose events match, oldest
+    /// first, at most [`MAX_SEARCH_RESULTS`].
+    pub fn tx_search(&self, query: &str) -> anyhow::Result<Vec<FoundTx>> {
+        let r = self
+            .call(
+                "tx_search",
+                serde_json::json!({
+                    "query": query,
+                    "per_page": MAX_SEARCH_RESULTS.to_string(),
+                    "order_by": "asc",
+                }),
+            )
+            .map_err(|e| {
+                if format!("{e:#}").contains("indexing is disabled") {
+                    anyhow::anyhow!(
+                        "{} does not index transactions (CometBFT's [tx_index] indexer is \"null\"): \
+                         ask a node that indexes (`tally devnet` does unless --no-index)",
+                        self.base
+                    )
+                } else {
+                    e
+                }
+            })?;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let mut found = Vec::new();
+        for t in r["txs"].as_array().into_iter().flatten() {
+            let number = |key: &str| -> anyhow::Result<u64> {
+                t[key]
+                    .as_str()
+                    .and_then(|s| s.parse().ok())
+                    .or_else(|| t[key].as_u64())
+                    .with_context(|| format!("tx_search: a result without {key}"))
+            };
+            found.push(FoundTx {
+                height: number("height")?,
+                tx: b64
+                    .decode(t["tx"].as_str().unwrap_or(""))
+                    .context("tx_search: tx is not base64")?,
+                result: TxResult::from_json(&t["tx_result"])?,
+            });
+        }
+        Ok(found)
+    }
+
     /// `/block_results?height=H`: each result's (code, data) and the app hash after the block.
     pub fn block_results(&self, height: u64) -> anyhow::Result<BlockResults> {
         let r = self.call(
@@ -233,6 +315,57 @@ impl Rpc {
         out.sort_unstable();
         Ok(out)
     }
+}
+
+/// Most transactions `tx_search` returns in one page: CometBFT's own maximum `per_page`.
+pub const MAX_SEARCH_RESULTS: usize = 100;
+
+/// One CometBFT transaction's result (a bundle's `ExecTxResult`), as the RPC returns it.
+#[derive(Debug, Clone)]
+pub struct TxResult {
+    /// Its data ([`super::results::BundleResult`] for a bundle that ran).
+    pub data: Vec<u8>,
+    /// Its ABCI events.
+    pub events: Vec<RpcEvent>,
+}
+
+impl TxResult {
+    fn from_json(t: &Value) -> anyhow::Result<Self> {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let data = match t["data"].as_str() {
+            Some(d) => b64.decode(d).context("a result's data is not base64")?,
+            None => Vec::new(),
+        };
+        let events = t["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| RpcEvent {
+                kind: e["type"].as_str().unwrap_or("").to_string(),
+                attributes: e["attributes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|a| {
+                        let text = |k: &str| a[k].as_str().unwrap_or("").to_string();
+                        (text("key"), text("value"))
+                    })
+                    .collect(),
+            })
+            .collect();
+        Ok(Self { data, events })
+    }
+}
+
+/// A transaction `tx_search` found: its height, its bytes (a bundle) and its result.
+#[derive(Debug, Clone)]
+pub struct FoundTx {
+    /// The block holding it.
+    pub height: u64,
+    /// Its bytes.
+    pub tx: Vec<u8>,
+    /// Its result.
+    pub result: TxResult,
 }
 
 /// Longest hex in a GET's URI: Go's HTTP server refuses request headers over 1 MiB.

@@ -1,12 +1,16 @@
-//! The `evm` baseline of `tally bench` (cargo feature `evm`): revm executing a standard
-//! ERC-20's `transfer`, compiled by solc (contracts/evm/ERC20.sol, rebuilt by
-//! contracts/evm/build.sh), over the same accounts and the same transfer sequence as Tally, in
-//! revm's in-memory database.
+//! The `evm` baseline of `tally bench` (cargo feature `evm`): revm, in its in-memory database,
+//! running solc builds of contracts/evm (rebuilt by contracts/evm/build.sh) over the same
+//! accounts and the same draws as Tally's workload: a standard ERC-20's `transfer`
+//! ([`EvmRun`]) for the transfer workloads, and a constant-product pool's swap ([`swap`]) for
+//! `--contract swap`. [`EvmBaseline`] picks the one that matches the workload.
 //!
 //! The state is Ethereum's (accounts by address, storage slots by hash), not Tally's, so only
-//! throughput compares; supply conservation is checked on both sides. Transactions are not
-//! signed: revm takes the sender as given, so compare with an unsigned Tally run
-//! (`--unsigned`), where neither side verifies signatures.
+//! throughput compares; supply conservation is checked on both sides (and, for swaps, that
+//! revm's pool and traders end where Tally's do). Transactions are not signed: revm takes the
+//! sender as given, so compare with an unsigned Tally run (`--unsigned`), where neither side
+//! verifies signatures.
+
+pub mod swap;
 
 use std::time::{Duration, Instant};
 
@@ -20,7 +24,9 @@ use revm::primitives::{Address, Bytes, TxKind, U256, keccak256};
 use revm::{Database, ExecuteCommitEvm, MainBuilder, MainContext};
 
 use super::Stepper;
-use crate::workload::{BenchConfig, BenchReport, INITIAL_BALANCE, Phases, TransferGen};
+use crate::workload::{
+    BenchConfig, BenchContract, BenchReport, INITIAL_BALANCE, Phases, TransferGen,
+};
 
 /// contracts/evm/ERC20.sol's creation code, hex, built by contracts/evm/build.sh.
 pub const ERC20_BIN: &str = include_str!("../../../contracts/evm/ERC20.bin");
@@ -32,6 +38,10 @@ const TRANSFER_SELECTOR: [u8; 4] = [0xa9, 0x05, 0x9c, 0xbb];
 const BALANCES_SLOT: u64 = 0;
 const TOTAL_SUPPLY_SLOT: u64 = 2;
 
+/// Gas a deploy may use: deploying ERC20.bin costs 374,963 and Pool.bin 627,177 (measured in
+/// revm 43 with these builds); the limit only needs to cover them, with room for a rebuild.
+const DEPLOY_GAS: u64 = 5_000_000;
+
 /// Gas a transfer may use: a cold `transfer` to a new holder costs ~52,000 (two cold
 /// slots, one created); twice that leaves room and is far below a block's.
 const TRANSFER_GAS: u64 = 100_000;
@@ -40,6 +50,48 @@ const TRANSFER_GAS: u64 = 100_000;
 const DEPLOYER: Address = Address::new([0xde; 20]);
 
 type Evm = MainnetEvm<MainnetContext<CacheDB<EmptyDB>>>;
+
+/// A revm with an empty in-memory database, on revm's default (latest) spec.
+fn new_evm() -> Evm {
+    Context::mainnet()
+        .with_db(CacheDB::new(EmptyDB::default()))
+        .build_mainnet()
+}
+
+/// Deploys `code` (creation code, with any constructor arguments appended) from
+/// [`DEPLOYER`]'s next nonce and returns the contract's address.
+fn deploy(evm: &mut Evm, what: &str, code: Vec<u8>) -> anyhow::Result<Address> {
+    let nonce = evm.db_mut().basic(DEPLOYER)?.map_or(0, |a| a.nonce);
+    let tx = TxEnv::builder()
+        .caller(DEPLOYER)
+        .kind(TxKind::Create)
+        .data(Bytes::from(code))
+        .gas_limit(DEPLOY_GAS)
+        .gas_price(0)
+        .nonce(nonce)
+        .build()
+        .map_err(|e| anyhow::anyhow!("the deploy transaction of {what}: {e:?}"))?;
+    match evm.transact_commit(tx)? {
+        ExecutionResult::Success {
+            output: Output::Create(_, Some(address)),
+            ..
+        } => Ok(address),
+        other => anyhow::bail!("{what} did not deploy: {other:?}"),
+    }
+}
+
+/// The first 4 bytes of the keccak of a function's signature: its selector in call data.
+fn selector(signature: &str) -> [u8; 4] {
+    let hash = keccak256(signature.as_bytes());
+    [hash[0], hash[1], hash[2], hash[3]]
+}
+
+/// `address` as an ABI word: left-padded to 32 bytes.
+fn word(address: Address) -> [u8; 32] {
+    let mut word = [0u8; 32];
+    word[12..].copy_from_slice(address.as_slice());
+    word
+}
 
 /// The address of benchmark account `i`.
 pub fn address(i: u64) -> Address {
@@ -52,9 +104,111 @@ pub fn address(i: u64) -> Address {
 /// The storage slot of `balanceOf[holder]`: keccak256(holder as a word ++ slot 0).
 fn balance_slot(holder: Address) -> U256 {
     let mut preimage = [0u8; 64];
-    preimage[12..32].copy_from_slice(holder.as_slice());
+    preimage[..32].copy_from_slice(&word(holder));
     preimage[56..64].copy_from_slice(&BALANCES_SLOT.to_be_bytes());
     U256::from_be_bytes(keccak256(preimage).0)
+}
+
+/// What a run in revm measured, block by block: [`EvmRun`]'s and [`swap::SwapRun`]'s.
+#[derive(Debug, Default)]
+struct Measured {
+    done: u64,
+    failed: u64,
+    elapsed: Duration,
+    per_block: Vec<(f64, u64)>,
+}
+
+impl Measured {
+    /// Records a block of `n` transactions, `failed` of which failed, that took `took`, and
+    /// returns its transactions per second.
+    fn record(&mut self, n: u64, failed: u64, took: Duration) -> f64 {
+        self.elapsed += took;
+        self.done += n;
+        self.failed += failed;
+        let tps = n as f64 / took.as_secs_f64().max(1e-9);
+        self.per_block.push((tps, crate::proc::resident_bytes()));
+        tps
+    }
+
+    /// The report of the blocks run so far (no state checksum: the state is not Tally's).
+    fn report(&self) -> BenchReport {
+        BenchReport {
+            transfers: self.done,
+            failed: self.failed,
+            elapsed: self.elapsed,
+            phases: Phases {
+                execute: self.elapsed,
+                ..Phases::default()
+            },
+            blocks: self.per_block.len() as u64,
+            height: self.per_block.len() as u64,
+            state_checksum: [0; 32],
+            verify_alone: Duration::ZERO,
+            per_block: self.per_block.clone(),
+            speculated: 0,
+            confirmed: 0,
+        }
+    }
+}
+
+/// The EVM side of a comparison: the run in revm that does what Tally's workload does.
+pub enum EvmBaseline {
+    /// ERC-20 transfers, for the transfer workloads (simplecoin, token-rs).
+    Transfers(EvmRun),
+    /// Trades on contracts/evm/Pool.sol, for the swap workload.
+    Swaps(swap::SwapRun),
+}
+
+impl EvmBaseline {
+    /// The run in revm for `config`'s workload, deployed and funded as Tally's genesis is.
+    ///
+    /// # Errors
+    /// A contract does not deploy.
+    pub fn new(config: &BenchConfig) -> anyhow::Result<Self> {
+        Ok(match config.contract {
+            BenchContract::Simplecoin | BenchContract::TokenRs => {
+                Self::Transfers(EvmRun::new(config)?)
+            }
+            BenchContract::Swap => Self::Swaps(swap::SwapRun::new(config)?),
+        })
+    }
+
+    /// The report of the blocks run so far.
+    pub fn report(&self) -> BenchReport {
+        match self {
+            Self::Transfers(run) => run.report(),
+            Self::Swaps(run) => run.report(),
+        }
+    }
+
+    /// Checks that the run did what Tally's did: transfers conserved the token; trades all
+    /// succeeded, conserved both tokens and left the pool and every trader where `tally`'s
+    /// are. Returns what the accounts (and, for swaps, the pool) hold at the end.
+    ///
+    /// # Errors
+    /// They did not, or `tally`'s state could not be read.
+    pub fn check(&mut self, tally: &tally_chain::Chain) -> anyhow::Result<u64> {
+        match self {
+            Self::Transfers(run) => run.check_supply(),
+            Self::Swaps(run) => run.check(tally),
+        }
+    }
+}
+
+impl Stepper for EvmBaseline {
+    fn step(&mut self) -> anyhow::Result<Option<f64>> {
+        match self {
+            Self::Transfers(run) => run.step(),
+            Self::Swaps(run) => run.step(),
+        }
+    }
+
+    fn done(&self) -> u64 {
+        match self {
+            Self::Transfers(run) => run.done(),
+            Self::Swaps(run) => run.done(),
+        }
+    }
 }
 
 /// The benchmark in revm, a block at a time: see the module's docs.
@@ -64,10 +218,7 @@ pub struct EvmRun {
     generator: TransferGen,
     nonces: Vec<u64>,
     config: BenchConfig,
-    done: u64,
-    failed: u64,
-    elapsed: Duration,
-    per_block: Vec<(f64, u64)>,
+    measured: Measured,
 }
 
 impl EvmRun {
@@ -78,25 +229,8 @@ impl EvmRun {
     /// The token's code does not deploy.
     pub fn new(config: &BenchConfig) -> anyhow::Result<Self> {
         let code = hex::decode(ERC20_BIN.trim()).context("contracts/evm/ERC20.bin is not hex")?;
-        let mut evm = Context::mainnet()
-            .with_db(CacheDB::new(EmptyDB::default()))
-            .build_mainnet();
-        let deploy = TxEnv::builder()
-            .caller(DEPLOYER)
-            .kind(TxKind::Create)
-            .data(Bytes::from(code))
-            .gas_limit(5_000_000)
-            .gas_price(0)
-            .nonce(0)
-            .build()
-            .map_err(|e| anyhow::anyhow!("the deploy transaction: {e:?}"))?;
-        let token = match evm.transact_commit(deploy)? {
-            ExecutionResult::Success {
-                output: Output::Create(_, Some(address)),
-                ..
-            } => address,
-            other => anyhow::bail!("the ERC-20 did not deploy: {other:?}"),
-        };
+        let mut evm = new_evm();
+        let token = deploy(&mut evm, "the ERC-20", code)?;
         let db = evm.db_mut();
         for i in 0..config.accounts {
             db.insert_account_storage(
@@ -121,10 +255,7 @@ impl EvmRun {
             generator: TransferGen::new(&unsigned),
             nonces: vec![0; config.accounts as usize],
             config: config.clone(),
-            done: 0,
-            failed: 0,
-            elapsed: Duration::ZERO,
-            per_block: Vec::new(),
+            measured: Measured::default(),
         })
     }
 
@@ -172,28 +303,13 @@ impl EvmRun {
 
     /// The report of the blocks run so far (no state checksum: the state is not Tally's).
     pub fn report(&self) -> BenchReport {
-        BenchReport {
-            transfers: self.done,
-            failed: self.failed,
-            elapsed: self.elapsed,
-            phases: Phases {
-                execute: self.elapsed,
-                ..Phases::default()
-            },
-            blocks: self.per_block.len() as u64,
-            height: self.per_block.len() as u64,
-            state_checksum: [0; 32],
-            verify_alone: Duration::ZERO,
-            per_block: self.per_block.clone(),
-            speculated: 0,
-            confirmed: 0,
-        }
+        self.measured.report()
     }
 }
 
 impl Stepper for EvmRun {
     fn step(&mut self) -> anyhow::Result<Option<f64>> {
-        let n = (self.config.transfers - self.done).min(self.config.block_size as u64);
+        let n = (self.config.transfers - self.measured.done).min(self.config.block_size as u64);
         if n == 0 {
             return Ok(None);
         }
@@ -205,8 +321,7 @@ impl Stepper for EvmRun {
             .map(|(from, to)| {
                 let mut data = Vec::with_capacity(68);
                 data.extend_from_slice(&TRANSFER_SELECTOR);
-                data.extend_from_slice(&[0; 12]);
-                data.extend_from_slice(address(to).as_slice());
+                data.extend_from_slice(&word(address(to)));
                 data.extend_from_slice(&U256::from(1).to_be_bytes::<32>());
                 let nonce = &mut self.nonces[from as usize];
                 *nonce += 1;
@@ -222,21 +337,16 @@ impl Stepper for EvmRun {
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         let start = Instant::now();
+        let mut failed = 0;
         for tx in txs {
-            match self.evm.transact_commit(tx)? {
-                ExecutionResult::Success { .. } => {}
-                _ => self.failed += 1,
+            if !self.evm.transact_commit(tx)?.is_success() {
+                failed += 1;
             }
         }
-        let took = start.elapsed();
-        self.elapsed += took;
-        self.done += n;
-        let tps = n as f64 / took.as_secs_f64().max(1e-9);
-        self.per_block.push((tps, crate::proc::resident_bytes()));
-        Ok(Some(tps))
+        Ok(Some(self.measured.record(n, failed, start.elapsed())))
     }
 
     fn done(&self) -> u64 {
-        self.done
+        self.measured.done
     }
 }

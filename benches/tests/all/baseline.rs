@@ -243,3 +243,58 @@ fn the_evm_baseline_runs_the_same_transfers_interleaved_and_conserves_the_token(
     let compared = baseline::compare(&tally_report, evm_report);
     assert_eq!(compared.spread.blocks, 6);
 }
+
+/// Issue 22: the swap in revm (contracts/evm/Pool.sol over two ERC20.sol tokens) runs the
+/// same trades as Tally's swap workload, interleaved block by block: every trade succeeds on
+/// both, and the pool's reserves and every trader's balances end equal.
+#[cfg(feature = "evm")]
+#[test]
+fn issue_22_the_evm_swap_baseline_makes_tallys_trades_and_ends_in_tallys_state() {
+    use tally_bench::baseline::evm::EvmBaseline;
+    use tally_bench::swap;
+    let config = config(BenchContract::Swap);
+    let mut tally = chain(&config, None);
+    let genesis_reserves = swap::reserves(&tally).unwrap();
+    let mut tally_run = workload::Run::new(&mut tally, &config).unwrap();
+    let mut evm = EvmBaseline::new(&config).unwrap();
+    assert!(matches!(evm, EvmBaseline::Swaps(_)));
+    let per_block = baseline::interleave(
+        &mut [&mut tally_run as &mut dyn Stepper, &mut evm],
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(per_block[1].len(), 6);
+    let tally_report = tally_run.finish();
+    assert_eq!(tally_report.failed, 0);
+    let evm_report = evm.report();
+    assert_eq!(evm_report.transfers, config.transfers);
+    assert_eq!(evm_report.failed, 0);
+    let reserves = swap::reserves(&tally).unwrap();
+    assert_ne!(reserves, genesis_reserves, "the trades moved the pool");
+    let genesis_supply = config.accounts * INITIAL_BALANCE + swap::RESERVE;
+    assert_eq!(evm.check(&tally).unwrap(), 2 * genesis_supply);
+    assert_eq!(
+        swap::holdings(&tally, config.accounts).unwrap(),
+        2 * genesis_supply
+    );
+    let EvmBaseline::Swaps(mut run) = evm else {
+        unreachable!()
+    };
+    assert_eq!(run.reserves().unwrap(), reserves);
+    let compared = baseline::compare(&tally_report, evm_report);
+    assert_eq!(compared.spread.blocks, 6);
+}
+
+/// The swap baseline's check fails when revm's trades did not end where Tally's did: here,
+/// revm ran one block more than a Tally chain of the same genesis.
+#[cfg(feature = "evm")]
+#[test]
+fn issue_22_the_evm_swap_check_fails_when_revm_and_tally_traded_differently() {
+    use tally_bench::baseline::evm::EvmBaseline;
+    let config = config(BenchContract::Swap);
+    let tally = chain(&config, None);
+    let mut evm = EvmBaseline::new(&config).unwrap();
+    assert!(evm.step().unwrap().is_some());
+    let error = evm.check(&tally).unwrap_err().to_string();
+    assert!(error.contains("ends with reserves"), "{error}");
+}

@@ -20,7 +20,11 @@
 
 use std::borrow::Cow;
 
+use std::hash::BuildHasher;
+
 use indexmap::IndexMap;
+use indexmap::map::RawEntryApiV1;
+use indexmap::map::raw_entry_v1::RawEntryMut;
 use tally_host_api::limits::{MAX_EVENTS_PER_TX, MAX_TX_WRITE_BYTES, MAX_TX_WRITES};
 use tally_host_api::{Abort, AbortCode, Name};
 
@@ -125,7 +129,7 @@ impl Journal {
         if let Some(reads) = &mut self.reads {
             reads.push(key.to_vec());
         }
-        if self.read_cache.contains_key(key) {
+        if self.cached(key) {
             return Ok(self.read_cache.get(key).map(Vec::as_slice));
         }
         match store.get(key)? {
@@ -135,6 +139,13 @@ impl Journal {
                 self.read_cache.entry(key.to_vec()).or_insert(v).as_slice(),
             )),
         }
+    }
+
+    /// Whether the read cache holds `key`. The memory and log stores lend their values, so it
+    /// is mostly empty, and then no key is hashed for it: a miss in the overlay went on to hash
+    /// the key once more for an empty map, on every read of committed state.
+    fn cached(&self, key: &[u8]) -> bool {
+        !self.read_cache.is_empty() && self.read_cache.contains_key(key)
     }
 
     /// Records that the running transaction depended on the committed value of `key`, read
@@ -151,24 +162,30 @@ impl Journal {
     /// transaction's write limits.
     pub fn set(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), Abort> {
         count_write(&mut self.tx_writes, &mut self.tx_bytes, key, value)?;
-        match self.overlay.get_full_mut(key) {
-            Some((index, _, slot)) => {
-                let previous = std::mem::replace(slot, value.map(<[u8]>::to_vec));
-                self.undo.push(Undo::Write(index, Some(previous)));
+        let hash = self.overlay.hasher().hash_one(key);
+        let value = value.map(<[u8]>::to_vec);
+        let undo = match self
+            .overlay
+            .raw_entry_mut_v1()
+            .from_key_hashed_nocheck(hash, key)
+        {
+            RawEntryMut::Occupied(mut entry) => {
+                Undo::Write(entry.index(), Some(entry.insert(value)))
             }
-            None => {
-                let (index, _) = self
-                    .overlay
-                    .insert_full(key.to_vec(), value.map(<[u8]>::to_vec));
-                self.undo.push(Undo::Write(index, None));
+            RawEntryMut::Vacant(entry) => {
+                let index = entry.index();
+                entry.insert_hashed_nocheck(hash, key.to_vec(), value);
+                Undo::Write(index, None)
             }
-        }
+        };
+        self.undo.push(undo);
         Ok(())
     }
 
     /// Sets `key` to `value` like [`Journal::set`], and says whether the key held a value
     /// before, which the new-key charge needs: the overlay lookup that finds the entry to
-    /// replace answers it, so an update costs one lookup instead of a read and a write.
+    /// replace answers it, so an update costs one lookup instead of a read and a write, and
+    /// the key is hashed once for the lookup and the insert.
     /// `Err` is the store's failure; `Ok(Err)` a limit the write would break.
     pub fn upsert(
         &mut self,
@@ -176,26 +193,42 @@ impl Journal {
         key: &[u8],
         value: &[u8],
     ) -> StoreResult<Result<bool, Abort>> {
-        if let Some((index, _, slot)) = self.overlay.get_full_mut(key) {
-            if let Err(abort) =
-                count_write(&mut self.tx_writes, &mut self.tx_bytes, key, Some(value))
-            {
-                return Ok(Err(abort));
+        let hash = self.overlay.hasher().hash_one(key);
+        let read_cache = &self.read_cache;
+        let (existed, undo) = match self
+            .overlay
+            .raw_entry_mut_v1()
+            .from_key_hashed_nocheck(hash, key)
+        {
+            RawEntryMut::Occupied(mut entry) => {
+                if let Err(abort) =
+                    count_write(&mut self.tx_writes, &mut self.tx_bytes, key, Some(value))
+                {
+                    return Ok(Err(abort));
+                }
+                let previous = entry.insert(Some(value.to_vec()));
+                (
+                    previous.is_some(),
+                    Undo::Write(entry.index(), Some(previous)),
+                )
             }
-            let previous = slot.replace(value.to_vec());
-            let existed = previous.is_some();
-            self.undo.push(Undo::Write(index, Some(previous)));
-            return Ok(Ok(existed));
-        }
-        if let Some(reads) = &mut self.reads {
-            reads.push(key.to_vec());
-        }
-        let existed = self.read_cache.contains_key(key) || store.get(key)?.is_some();
-        if let Err(abort) = count_write(&mut self.tx_writes, &mut self.tx_bytes, key, Some(value)) {
-            return Ok(Err(abort));
-        }
-        let (index, _) = self.overlay.insert_full(key.to_vec(), Some(value.to_vec()));
-        self.undo.push(Undo::Write(index, None));
+            RawEntryMut::Vacant(entry) => {
+                if let Some(reads) = &mut self.reads {
+                    reads.push(key.to_vec());
+                }
+                let existed = (!read_cache.is_empty() && read_cache.contains_key(key))
+                    || store.get(key)?.is_some();
+                if let Err(abort) =
+                    count_write(&mut self.tx_writes, &mut self.tx_bytes, key, Some(value))
+                {
+                    return Ok(Err(abort));
+                }
+                let index = entry.index();
+                entry.insert_hashed_nocheck(hash, key.to_vec(), Some(value.to_vec()));
+                (existed, Undo::Write(index, None))
+            }
+        };
+        self.undo.push(undo);
         Ok(Ok(existed))
     }
 

@@ -44,7 +44,8 @@ use borsh::{BorshDeserialize, BorshSerialize};
 use tally_host_api::guest::{self, Context, Name, check, load, require_auth, store};
 use token_abi::{BalanceQuery, Transfer};
 
-tally_host_api::contract!(execute);
+// As token-rs: every failure is an explicit check, so no formatted panic text (18 KiB).
+tally_host_api::contract!(execute, panic = terse);
 tally_host_api::queries!(answer);
 
 /// The pool's state, under key "pool".
