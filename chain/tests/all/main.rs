@@ -9,6 +9,7 @@ mod chain;
 mod dca;
 mod fuzz;
 mod hostile;
+mod ordered;
 mod parallel;
 mod registry;
 mod script;

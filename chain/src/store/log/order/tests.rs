@@ -2,6 +2,8 @@
 
 use super::*;
 use std::collections::BTreeSet;
+use std::ops::Bound;
+
 
 fn rng(seed: u64) -> impl FnMut() -> u64 {
     let mut s = seed;
