@@ -23,8 +23,9 @@ use crate::abi::{
 };
 use crate::error::{Abort, AbortCode, HostError};
 use crate::limits::{
-    FUEL_PER_DIRTY_CHUNK, FUEL_PER_KEY_SEEK, FUEL_PER_MEMORY_GROW, MAX_ASSERT_MESSAGE_LEN, MAX_CONSOLE_LEN,
-    MAX_EVENT_LEN, MAX_KEY_LEN, MAX_MESSAGE_LEN, MAX_RETURN_LEN, MAX_STACK_BYTES, MAX_VALUE_LEN,
+    FUEL_PER_DIRTY_CHUNK, FUEL_PER_KEY_SEEK, FUEL_PER_MEMORY_GROW, MAX_ASSERT_MESSAGE_LEN,
+    MAX_CONSOLE_LEN, MAX_EVENT_LEN, MAX_KEY_LEN, MAX_MESSAGE_LEN, MAX_RETURN_LEN, MAX_STACK_BYTES,
+    MAX_VALUE_LEN,
 };
 use crate::memory::{DirtyChunks, guest_range, length, mark_bulk_write};
 use crate::{Call, CallKind, Host, Name, Upsert, Walk};
@@ -314,7 +315,10 @@ pub fn db_next(
     let (result, read) = match &next.entry {
         None => (-1, 0),
         Some((key, value)) => {
-            let (nk, nv) = (key.len().min(key_cap as usize), value.len().min(val_cap as usize));
+            let (nk, nv) = (
+                key.len().min(key_cap as usize),
+                value.len().min(val_cap as usize),
+            );
             data[key_dst.start..key_dst.start + nk].copy_from_slice(&key[..nk]);
             data[val_dst.start..val_dst.start + nv].copy_from_slice(&value[..nv]);
             let dirty = &mut ctx.state().dirty;

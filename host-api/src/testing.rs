@@ -78,9 +78,10 @@ impl Host for MapHost {
         // BTreeMap::range panics on crossed bounds; a walk over them finds nothing.
         let crossed = match (walk.lo, walk.hi) {
             (Bound::Included(lo), Bound::Included(hi)) => lo > hi,
-            (Bound::Included(lo) | Bound::Excluded(lo), Bound::Included(hi) | Bound::Excluded(hi)) => {
-                lo >= hi
-            }
+            (
+                Bound::Included(lo) | Bound::Excluded(lo),
+                Bound::Included(hi) | Bound::Excluded(hi),
+            ) => lo >= hi,
             _ => false,
         };
         let mut range = (!crossed).then(|| self.state.range::<[u8], _>((walk.lo, walk.hi)));

@@ -4,8 +4,8 @@
 //! from one contract to another runs through the same executor as a top-level action
 //! (docs/CONTRACTS.md).
 
-use tally_host_api::limits::MAX_CALL_DEPTH;
 use std::ops::Bound;
+use tally_host_api::limits::MAX_CALL_DEPTH;
 
 use tally_host_api::{
     Abort, AbortCode, BlockInfo, Call, CallKind, CallResult, Host, HostError, Name, Next,

@@ -31,7 +31,9 @@ use tally_host_api::{Abort, AbortCode, Name};
 use super::code::Executor;
 use super::overlay_order::OverlayOrder;
 use crate::receipt::Event;
-use crate::store::{Change, Direction, KeyRange, StateStore, StoreResult, comes_before, sort_prefix};
+use crate::store::{
+    Change, Direction, KeyRange, StateStore, StoreResult, comes_before, sort_prefix,
+};
 use crate::{KeyedHasher, KeyedMap};
 
 /// A value in the overlay: `None` means the pending block deleted the key.
@@ -702,7 +704,10 @@ mod tests {
     ) {
         let (a, b) = (small_key(next), small_key(next));
         let (lo, hi) = (bound(next, &a), bound(next, &b));
-        let range = KeyRange::new(lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice));
+        let range = KeyRange::new(
+            lo.as_ref().map(Vec::as_slice),
+            hi.as_ref().map(Vec::as_slice),
+        );
         for dir in [Direction::Forward, Direction::Backward] {
             let mut all = model.iter().filter(|(k, _)| range.contains(k));
             let want = match dir {

@@ -165,7 +165,11 @@ fn walks_as_a_sorted_map_would(chain: &mut Chain) {
         .collect();
     push(chain, ordered(), &puts);
     // Another contract's keys, between and around ours: never seen.
-    push(chain, name("other"), &[Op::Put(b"a0", vec![1]), Op::Put(b"zz", vec![1])]);
+    push(
+        chain,
+        name("other"),
+        &[Op::Put(b"a0", vec![1]), Op::Put(b"zz", vec![1])],
+    );
 
     // Its own uncommitted writes and deletes, earlier in the transaction.
     let got = push(
@@ -205,10 +209,7 @@ fn walks_as_a_sorted_map_would(chain: &mut Chain) {
     );
     assert_eq!(
         walks(&got),
-        vec![
-            keys(&[b"a15", b"b"]),
-            keys(&[b"c", b"b\0", b"b", b"a15"])
-        ]
+        vec![keys(&[b"a15", b"b"]), keys(&[b"c", b"b\0", b"b", b"a15"])]
     );
 
     // The whole namespace both ways: only its own keys, a long value cut with its length.
@@ -216,7 +217,10 @@ fn walks_as_a_sorted_map_would(chain: &mut Chain) {
     let receipt = got.receipt().unwrap();
     let all = decode(&receipt.events[0].data);
     let names: Vec<_> = all.iter().map(|(k, _, _)| k.clone()).collect();
-    assert_eq!(names, keys(&[b"a", b"a1", b"a15", b"b", b"b\0", b"c", b"long"]));
+    assert_eq!(
+        names,
+        keys(&[b"a", b"a1", b"a15", b"b", b"b\0", b"c", b"long"])
+    );
     assert_eq!(all[6], (b"long".to_vec(), vec![7; 64], 100));
     let got = push(chain, ordered(), &[Op::Walk(Walk::all(BACKWARD))]);
     let mut back = names.clone();
@@ -260,7 +264,10 @@ fn walks_as_a_sorted_map_would(chain: &mut Chain) {
     let walk = borsh::to_vec(&Walk::all(0)).unwrap();
     let answer = chain.query(ordered(), name("walk"), &walk).unwrap();
     assert_eq!(answer.failure(), None);
-    let listed: Vec<_> = decode(&answer.output).into_iter().map(|(k, _, _)| k).collect();
+    let listed: Vec<_> = decode(&answer.output)
+        .into_iter()
+        .map(|(k, _, _)| k)
+        .collect();
     assert_eq!(listed, keys(&[b"a", b"a1", b"a15", b"c", b"long"]));
     let erase = borsh::to_vec(&Walk::all(ERASE)).unwrap();
     let refused = chain.query(ordered(), name("walk"), &erase).unwrap();
@@ -338,9 +345,7 @@ fn walks_give_the_same_results_sequentially_and_speculatively_on_every_thread_co
             chain.set_pipeline(pipeline);
             let keys: &[&'static [u8]] = &[b"k1", b"k3", b"k5", b"k7", b"m1", b"m2"];
             let seed: Vec<Op> = keys.iter().map(|k| Op::Put(*k, k.to_vec())).collect();
-            chain
-                .run_block(vec![tx(&chain, ordered(), &seed)])
-                .unwrap();
+            chain.run_block(vec![tx(&chain, ordered(), &seed)]).unwrap();
             let (mut results, mut confirmed, mut speculated) = (Vec::new(), 0, 0);
             for round in 0..3u8 {
                 let inserted: &'static [u8] = Box::leak(Box::new([b'k', b'2' + round]));

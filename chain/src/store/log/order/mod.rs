@@ -39,11 +39,10 @@
 //!   [`FANOUT`] each), a binary search over its chunks' 16-byte prefixes and a scan of one or
 //!   two chunks, in memory.
 
-
 mod merge;
-mod tier;
 #[cfg(test)]
 mod tests;
+mod tier;
 
 use std::collections::VecDeque;
 use std::sync::Arc;

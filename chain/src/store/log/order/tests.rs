@@ -4,7 +4,6 @@ use super::*;
 use std::collections::BTreeSet;
 use std::ops::Bound;
 
-
 fn rng(seed: u64) -> impl FnMut() -> u64 {
     let mut s = seed;
     move || {
@@ -42,11 +41,7 @@ fn bound<'a>(next: &mut impl FnMut() -> u64, key: &'a [u8]) -> Bound<&'a [u8]> {
     }
 }
 
-fn model_seek(
-    model: &BTreeSet<Vec<u8>>,
-    range: KeyRange<'_>,
-    dir: Direction,
-) -> Option<Vec<u8>> {
+fn model_seek(model: &BTreeSet<Vec<u8>>, range: KeyRange<'_>, dir: Direction) -> Option<Vec<u8>> {
     // BTreeSet::range panics on crossed bounds; a seek answers None.
     let mut all = model.iter().filter(|k| range.contains(k));
     match dir {
@@ -94,8 +89,7 @@ fn an_order_seeks_as_a_btree_set_does_through_merges_that_span_commits() {
         let mut order = Order::with_merge_step(16);
         let mut model = BTreeSet::new();
         for block in 0..300 {
-            let batch: BTreeSet<Vec<u8>> =
-                (0..1 + next() % 40).map(|_| key(&mut next)).collect();
+            let batch: BTreeSet<Vec<u8>> = (0..1 + next() % 40).map(|_| key(&mut next)).collect();
             for k in &batch {
                 let previous = model.contains(k).then(|| Loc::new(1, 0));
                 order.note(k, previous);
