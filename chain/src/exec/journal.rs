@@ -668,7 +668,7 @@ mod tests {
                         at_mark = Some((j.mark(), model.clone()));
                     }
                     let key = small_key(&mut next);
-                    if next() % 3 == 0 {
+                    if next().is_multiple_of(3) {
                         j.set(&key, None).unwrap();
                         model.remove(&key);
                     } else {
@@ -676,16 +676,16 @@ mod tests {
                         j.set(&key, Some(&value)).unwrap();
                         model.insert(key, value);
                     }
-                    if next() % 4 == 0 {
+                    if next().is_multiple_of(4) {
                         check_seek(&mut next, &mut j, &store, &model);
                     }
                 }
-                if let Some((mark, then)) = at_mark.filter(|_| next() % 2 == 0) {
+                if let Some((mark, then)) = at_mark.filter(|_| next().is_multiple_of(2)) {
                     j.revert_to(mark);
                     model = then;
                     check_seek(&mut next, &mut j, &store, &model);
                 }
-                if next() % 3 == 0 {
+                if next().is_multiple_of(3) {
                     j.discard_tx();
                     model = at_start;
                 } else {

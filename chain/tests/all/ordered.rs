@@ -160,7 +160,7 @@ fn walks_as_a_sorted_map_would(chain: &mut Chain) {
     let committed: &[&'static [u8]] = &[b"a", b"a1", b"a2", b"b", b"b\0", b"c"];
     let puts: Vec<Op> = committed
         .iter()
-        .map(|k| Op::Put(*k, k.to_vec()))
+        .map(|k| Op::Put(k, k.to_vec()))
         .chain([Op::Put(b"long", vec![7; 100])])
         .collect();
     push(chain, ordered(), &puts);
@@ -344,7 +344,7 @@ fn walks_give_the_same_results_sequentially_and_speculatively_on_every_thread_co
             let mut chain = chain_on(Box::new(MemoryStore::new(64)));
             chain.set_pipeline(pipeline);
             let keys: &[&'static [u8]] = &[b"k1", b"k3", b"k5", b"k7", b"m1", b"m2"];
-            let seed: Vec<Op> = keys.iter().map(|k| Op::Put(*k, k.to_vec())).collect();
+            let seed: Vec<Op> = keys.iter().map(|k| Op::Put(k, k.to_vec())).collect();
             chain.run_block(vec![tx(&chain, ordered(), &seed)]).unwrap();
             let (mut results, mut confirmed, mut speculated) = (Vec::new(), 0, 0);
             for round in 0..3u8 {
