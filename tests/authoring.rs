@@ -794,8 +794,21 @@ fn abigen_refuses_abis_it_cannot_generate_and_says_why() {
     );
 }
 
-/// Runs `tally new NAME --lang LANG` in a fresh directory, then the project's test.sh and,
-/// for Rust, its tests on the in-process harness.
+/// Where the Rust harness of new projects builds, kept between runs beside this build's own
+/// target directory (not the same one, whose lock cargo holds meanwhile): what a project's
+/// test.sh shares across projects on a user's machine.
+fn harness_target() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_tally"))
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("new-project")
+}
+
+/// Runs `tally new NAME --lang LANG` in a fresh directory, then the project's test.sh (which,
+/// for Rust, also runs its tests on the in-process harness); then copies the project as git
+/// would (no `.tally/` link, no build output) to another directory and builds it there.
 fn new_project_passes_its_test(lang: &str) {
     let dir = tempfile::tempdir().unwrap();
     let created = succeeds(&tally(&["new", "counter", "--lang", lang], dir.path()));
@@ -806,29 +819,24 @@ fn new_project_passes_its_test(lang: &str) {
         Command::new("./test.sh")
             .current_dir(&project)
             .env("TALLY", tally_bin)
+            .env("TALLY_TEST_TARGET", harness_target())
+            .env_remove("TALLY_SKIP_HARNESS")
             .output()
             .unwrap()
     };
-    // The harness tests compile Tally's chain crate: into a target directory kept between
-    // runs beside this build's own (not the same one, whose lock cargo holds meanwhile).
-    let target = tally_bin
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("new-project");
     let harness = || {
         Command::new("cargo")
             .args(["test", "--quiet", "--manifest-path", "test/Cargo.toml"])
             .current_dir(&project)
-            .env("CARGO_TARGET_DIR", &target)
+            .env("CARGO_TARGET_DIR", harness_target())
             .output()
             .unwrap()
     };
     let stdout = succeeds(&test_sh());
     assert!(stdout.contains("all checks passed"), "{stdout}");
     if lang == "rust" {
-        succeeds(&harness());
+        assert!(stdout.contains("running test/counter.rs"), "{stdout}");
+        issue_23_a_new_rust_project_travels(&project, dir.path());
     }
     // The tests can fail: break the contract and they say what went wrong.
     let source = match lang {
@@ -850,6 +858,29 @@ fn new_project_passes_its_test(lang: &str) {
         let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), fails(&out));
         assert!(said.contains("alice's count after two hits"), "{said}");
     }
+}
+
+/// The project's manifests hold no path of the machine that made it, and a copy with only
+/// its committed files (as a clone elsewhere would have) builds: `tally build` links Tally's
+/// crates again.
+fn issue_23_a_new_rust_project_travels(project: &Path, scratch: &Path) {
+    for manifest in ["Cargo.toml", "test/Cargo.toml"] {
+        let text = std::fs::read_to_string(project.join(manifest)).unwrap();
+        assert!(
+            !text.contains(&*root().to_string_lossy()),
+            "{manifest} names this checkout:\n{text}"
+        );
+    }
+    let gitignore = std::fs::read_to_string(project.join(".gitignore")).unwrap();
+    assert!(gitignore.lines().any(|l| l == "/.tally/"), "{gitignore}");
+    let clone = scratch.join("elsewhere").join("counter");
+    std::fs::create_dir_all(clone.join("src")).unwrap();
+    for file in ["Cargo.toml", "counter.abi.json", "src/lib.rs", "src/abi.rs"] {
+        std::fs::copy(project.join(file), clone.join(file)).unwrap();
+    }
+    let out = succeeds(&tally(&["build", ".", "-o", "counter.wasm"], &clone));
+    assert!(out.contains("built counter.wasm"), "{out}");
+    assert!(clone.join(".tally/sdk/host-api/Cargo.toml").is_file());
 }
 
 #[test]
@@ -948,6 +979,7 @@ fn tutorial_runs_as_written(lang: &str) {
         .arg(&script)
         .current_dir(dir.path())
         .env("PATH", path_var)
+        .env("TALLY_TEST_TARGET", harness_target())
         .env_remove("TALLY")
         .output()
         .unwrap();

@@ -82,6 +82,29 @@ fn build_without_a_toolchain_says_what_to_install() {
     assert!(err.contains("apt-get install clang lld"), "{err}");
 }
 
+/// Issue 23: a C contract that includes a C library header is told there is none, and what
+/// tally.h has instead, rather than clang's bare "file not found".
+#[test]
+fn issue_23_build_of_a_c_contract_that_includes_stdio_says_contracts_have_no_libc() {
+    if !have_clang() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let source = tmp.path().join("hello.c");
+    std::fs::write(
+        &source,
+        "#include <stdio.h>\n#include \"tally.h\"\nint x;\n",
+    )
+    .unwrap();
+    let out = tally(&["build", source.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("includes <stdio.h>, but contracts have no libc: use tally.h's prints"),
+        "{err}"
+    );
+}
+
 #[test]
 fn build_rejects_a_missing_source_clearly() {
     let out = tally(&["build", "no/such/file.c"]);
@@ -266,7 +289,7 @@ fn bench_rejects_bad_flags() {
 
 #[test]
 fn help_has_examples() {
-    for cmd in ["build", "bench"] {
+    for cmd in ["build", "bench", "push", "get", "keys", "query", "balance"] {
         let help = stdout(&tally(&[cmd, "--help"]));
         assert!(help.contains("Examples:"), "{cmd} --help:\n{help}");
     }
@@ -956,6 +979,376 @@ TALLY_EXPORT("apply") void apply(uint64_t receiver, uint64_t code, uint64_t acti
         fails(&["verify", "--data", b.to_str().unwrap()], "another chain");
     }
 
+    /// A local chain whose token-rs `token` has balances for alice and five others (none of
+    /// them accounts but alice: a token credits any name).
+    fn token_with_holders(d: &str) -> Vec<&'static str> {
+        token_with_holders_on(d, "log")
+    }
+
+    fn token_with_holders_on(d: &str, store: &str) -> Vec<&'static str> {
+        ok(&["init", "--data", d, "--store", store]);
+        for a in ["token", "alice"] {
+            ok(&["account", "create", a, "--data", d]);
+        }
+        ok(&["deploy", "token", "contracts/token-rs.wasm", "--data", d]);
+        ok(&[
+            "push", "token", "create", "alice", "1000000", "--auth", "alice", "--data", d,
+        ]);
+        ok(&[
+            "push", "token", "issue", "alice", "1000", "", "--auth", "alice", "--data", d,
+        ]);
+        let holders = vec!["bob", "carol", "dave", "erin", "frank"];
+        for (i, to) in holders.iter().enumerate() {
+            let amount = (i + 1).to_string();
+            ok(&[
+                "push", "token", "transfer", "alice", to, &amount, "", "--auth", "alice", "--data",
+                d,
+            ]);
+        }
+        holders
+    }
+
+    /// The `text` of every listed key, and whether more follow.
+    fn keys(args: &[&str]) -> (Vec<String>, serde_json::Value) {
+        let out = ok(args);
+        let texts = out["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["text"].as_str().unwrap().to_string())
+            .collect();
+        (texts, out)
+    }
+
+    /// Issue 23: `tally keys` lists a contract's keys in byte order, each shown as its ABI
+    /// table's with its value decoded, a page at a time: the pages joined are the whole
+    /// listing, backwards is its reverse, and a prefix or a table's name narrows it.
+    #[test]
+    fn issue_23_keys_lists_a_contracts_keys_in_order_a_page_at_a_time() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("chain");
+        let d = d.to_str().unwrap();
+        let holders = token_with_holders(d);
+        let (all, out) = keys(&["keys", "token", "--data", d]);
+        assert_eq!(out["more"], false);
+        // Byte order of the stored keys: names' 8 little-endian bytes, and "stats".
+        let mut raw: Vec<Vec<u8>> = out["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| hex::decode(k["key"].as_str().unwrap()).unwrap())
+            .collect();
+        let listed = raw.clone();
+        raw.sort();
+        assert_eq!(listed, raw, "keys are listed in byte order");
+        assert_eq!(all.len(), holders.len() + 2, "{all:?}");
+        assert!(all.contains(&"stats".to_string()), "{all:?}");
+        let bob = out["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["text"] == "balances[bob]")
+            .unwrap();
+        assert_eq!(
+            (bob["table"].as_str(), bob["decoded"].as_u64()),
+            (Some("balances"), Some(1))
+        );
+        let stats = &out["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["text"] == "stats")
+            .unwrap()["decoded"];
+        assert_eq!(stats["supply"], 1000);
+
+        // Pages of 3: the --after each names gives the next, and together they are the whole.
+        let mut paged = Vec::new();
+        let mut after: Option<String> = None;
+        for _ in 0..all.len() {
+            let mut args = vec!["keys", "token", "--limit", "3", "--data", d];
+            if let Some(a) = &after {
+                args.extend(["--after", a.as_str()]);
+            }
+            let (page, out) = keys(&args);
+            assert!(page.len() <= 3);
+            paged.extend(page);
+            match out["after"].as_str() {
+                Some(a) => after = Some(a.to_string()),
+                None => break,
+            }
+        }
+        assert_eq!(paged, all);
+        let (mut back, _) = keys(&["keys", "token", "--reverse", "--data", d]);
+        back.reverse();
+        assert_eq!(back, all);
+        let text = stdout(&tally(&["keys", "token", "--limit", "2", "--data", d]));
+        assert!(
+            text.contains("2 keys shown; more follow: tally keys token --limit 2 --data"),
+            "{text}"
+        );
+
+        // A prefix, and a table's name.
+        assert_eq!(keys(&["keys", "token", "str:st", "--data", d]).0, ["stats"]);
+        let (balances, _) = keys(&["keys", "token", "balances", "--data", d]);
+        assert_eq!(balances.len(), holders.len() + 1);
+        assert!(!balances.contains(&"stats".to_string()));
+        // --as decodes every value as one type.
+        let (_, out) = keys(&["keys", "token", "balances", "--as", "u64", "--data", d]);
+        assert!(out["keys"][0]["decoded"].as_u64().is_some());
+
+        // tally get reads a table's key by its parts.
+        let text = stdout(&tally(&["get", "token", "balances[carol]", "--data", d]));
+        assert_eq!(text, "balances[carol] = 2\n");
+        assert_eq!(
+            ok(&["get", "token", "name:carol", "--data", d])["decoded"],
+            2
+        );
+        fails(
+            &["get", "token", "balance[carol]", "--data", d],
+            "its ABI's tables: balances, stats",
+        );
+
+        // Mistakes say what to do.
+        fails(
+            &["keys", "nobody", "--data", d],
+            "there is no account nobody",
+        );
+        fails(
+            &["keys", "alice", "--data", d],
+            "alice has no contract: deploy one",
+        );
+        fails(&["keys", "token", "--limit", "0", "--data", d], "--limit 0");
+    }
+
+    /// Issue 23, item 5: what a new user tried, each now doing what they meant or saying
+    /// what to do. `--dry-run` shows the encoding of what the command line gave, and sends
+    /// nothing.
+    #[test]
+    fn issue_23_papercuts_negative_numbers_lists_hex_files_dry_runs_and_missing_accounts() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("chain");
+        let d = d.to_str().unwrap();
+        ok(&["init", "--data", d]);
+        for a in ["simplecoin", "alice", "bob"] {
+            ok(&["account", "create", a, "--data", d]);
+        }
+        ok(&[
+            "deploy",
+            "simplecoin",
+            "contracts/simplecoin.wasm",
+            "--data",
+            d,
+        ]);
+        let abi = tmp.path().join("adjust.abi.json");
+        std::fs::write(
+            &abi,
+            r#"{"actions": {"adjust": [{"name": "by", "type": "i64"}, {"name": "blob", "type": "bytes"},
+                                      {"name": "note", "type": "string"}, {"name": "tags", "type": "i32[]"}]}}"#,
+        )
+        .unwrap();
+        let note = tmp.path().join("note.txt");
+        std::fs::write(&note, "from a file\n").unwrap();
+        let at_note = format!("@{}", note.display());
+        let head = ok(&["blocks", "--data", d])["head"].clone();
+        // A negative number without `--`, bytes with 0x, a file's text, and --auth a,b.
+        let dry = ok(&[
+            "push",
+            "simplecoin",
+            "adjust",
+            "-5",
+            "0xabcd",
+            &at_note,
+            "[-1,2]",
+            "--abi",
+            abi.to_str().unwrap(),
+            "--auth",
+            "alice,bob",
+            "--data",
+            d,
+            "--dry-run",
+        ]);
+        let action = &dry["decoded"]["actions"][0];
+        assert_eq!(
+            action["args"],
+            serde_json::json!({"by": -5, "blob": "abcd", "note": "from a file", "tags": [-1, 2]})
+        );
+        assert_eq!(action["authorization"], serde_json::json!(["alice", "bob"]));
+        let signers: Vec<&str> = dry["decoded"]["signatures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["account"].as_str().unwrap())
+            .collect();
+        assert_eq!(signers, ["alice", "bob"]);
+        let bytes = dry["bytes"].as_str().unwrap();
+        assert!(
+            bytes.contains(action["data"].as_str().unwrap()),
+            "the hex holds the action"
+        );
+        assert_eq!(
+            ok(&["blocks", "--data", d])["head"],
+            head,
+            "a dry run sends nothing"
+        );
+        // Negative numbers among --action's values too.
+        let dry = ok(&[
+            "push",
+            "simplecoin",
+            "adjust",
+            "1",
+            "",
+            "a",
+            "[]",
+            "--action",
+            "simplecoin",
+            "adjust",
+            "-7",
+            "",
+            "b",
+            "[]",
+            "--abi",
+            abi.to_str().unwrap(),
+            "--auth",
+            "alice",
+            "--data",
+            d,
+            "--dry-run",
+        ]);
+        assert_eq!(dry["decoded"]["actions"][1]["args"]["by"], -7);
+        // @@ is a literal @; --data-hex takes 0x and files too.
+        let dry = ok(&[
+            "push",
+            "simplecoin",
+            "adjust",
+            "7",
+            "",
+            "@@home",
+            "[]",
+            "--abi",
+            abi.to_str().unwrap(),
+            "--auth",
+            "alice",
+            "--data",
+            d,
+            "--dry-run",
+        ]);
+        assert_eq!(dry["decoded"]["actions"][0]["args"]["note"], "@home");
+        std::fs::write(&note, "0x0102\n").unwrap();
+        let dry = ok(&[
+            "push",
+            "simplecoin",
+            "transfer",
+            "--data-hex",
+            &at_note,
+            "--auth",
+            "alice",
+            "--data",
+            d,
+            "--dry-run",
+        ]);
+        assert_eq!(dry["decoded"]["actions"][0]["data"], "0102");
+        fails(
+            &[
+                "push",
+                "simplecoin",
+                "adjust",
+                "1",
+                "",
+                "@/no/such/file",
+                "[]",
+                "--abi",
+                abi.to_str().unwrap(),
+                "--auth",
+                "alice",
+                "--data",
+                d,
+            ],
+            "write @@ for a literal @",
+        );
+
+        // Accounts and contracts that are not there.
+        fails(
+            &["push", "nobody", "hi", "--auth", "alice", "--data", d],
+            "there is no account nobody: create it",
+        );
+        fails(
+            &[
+                "push",
+                "alice",
+                "hi",
+                "--data-hex",
+                "",
+                "--auth",
+                "alice",
+                "--data",
+                d,
+            ],
+            "alice has no contract: deploy one with `tally deploy alice FILE`",
+        );
+        fails(
+            &["get", "nobody", "str:x", "--data", d],
+            "there is no account nobody",
+        );
+        fails(
+            &["get", "alice", "str:x", "--data", d],
+            "alice has no contract",
+        );
+        let missing = ok(&["get", "simplecoin", "name:carol", "--data", d]);
+        assert_eq!(
+            missing["value"],
+            serde_json::Value::Null,
+            "a contract's missing key is no error"
+        );
+        fails(&["balance", "zed", "--data", d], "there is no account zed");
+        assert_eq!(ok(&["balance", "bob", "--data", d])["balance"], 0);
+        fails(
+            &["balance", "bob", "--contract", "nocoin", "--data", d],
+            "there is no account nocoin",
+        );
+    }
+
+    /// Issue 23: the same transactions give the same listing, page and order on every
+    /// on-disk store (RocksDB when tally is built with it, as CI builds it).
+    #[test]
+    fn issue_23_keys_lists_the_same_on_every_store() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut stores = vec!["log"];
+        if cfg!(feature = "rocksdb") {
+            stores.push("rocksdb");
+        }
+        let listings: Vec<Vec<serde_json::Value>> = stores
+            .iter()
+            .map(|store| {
+                let d = tmp.path().join(store);
+                let d = d.to_str().unwrap();
+                token_with_holders_on(d, store);
+                [
+                    &["keys", "token", "--data", d][..],
+                    &["keys", "token", "--reverse", "--limit", "3", "--data", d],
+                    &[
+                        "keys",
+                        "token",
+                        "--after",
+                        "name:carol",
+                        "--limit",
+                        "2",
+                        "--data",
+                        d,
+                    ],
+                    &["keys", "token", "balances", "--reverse", "--data", d],
+                ]
+                .iter()
+                .map(|args| ok(args))
+                .collect()
+            })
+            .collect();
+        assert_eq!(listings[0][0]["keys"].as_array().unwrap().len(), 7);
+        assert_eq!(listings[0][1]["more"], true);
+        for (store, listing) in stores.iter().zip(&listings).skip(1) {
+            assert_eq!(listing, &listings[0], "{store} lists differently from log");
+        }
+    }
+
     /// A local chain with two token-rs tokens and the exchange, alice holding 1,000,000 of
     /// each and the pool initialised: the README's devnet walk-through, on `--data`.
     fn market(d: &str) {
@@ -1214,7 +1607,7 @@ TALLY_EXPORT("apply") void apply(uint64_t receiver, uint64_t code, uint64_t acti
                 "push", "registry", "set", "registry", "home", "x", "--auth", "registry", "--data",
                 d,
             ],
-            "registry runs no contract",
+            "registry has no contract: deploy one with `tally deploy registry FILE`",
         );
         ok(&["deploy", "registry", "contracts/registry.wasm", "--data", d]);
         ok(&[
@@ -1454,7 +1847,11 @@ mod store_integrity {
         );
         stdout(&tally(&["verify", "--data", d]));
         stdout(&tally(&["get", "simplecoin", "name:alice", "--data", d]));
-        stdout(&tally(&["balance", "alice", "--data", d]));
+        // alice is no account, and the torn block held her only balance: balance says so
+        // (issue 23), without writing either.
+        let out = tally(&["balance", "alice", "--data", d]);
+        assert!(String::from_utf8_lossy(&out.stderr).contains("there is no account alice"));
+        stdout(&tally(&["balance", "simplecoin", "--data", d]));
         assert_eq!(tree(&dir), before, "a read-only command changed a file");
         // A writer repairs the tail and goes on from the last whole block.
         stdout(&tally(&[

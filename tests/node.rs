@@ -1365,6 +1365,45 @@ fn issue_23_contracts_deployed_and_pushed_over_rpc_give_receipts_tx_reads_back_a
         String::from_utf8_lossy(&out.stderr)
     );
 
+    // Issue 23: `tally keys` over --rpc, a page at a time, keys and values read with the
+    // tables of the ABI the wallet kept; `tally get` reads a table's key the same way.
+    let listed = |args: &[&str]| -> Value {
+        let mut all = vec!["keys", "tokena", "--json"];
+        all.extend_from_slice(args);
+        let (succeeded, stdout, stderr) = over_rpc(&net, &all);
+        assert!(succeeded, "{stderr}");
+        serde_json::from_str(&stdout).unwrap()
+    };
+    let whole = listed(&[]);
+    let texts: Vec<&str> = whole["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["text"].as_str().unwrap())
+        .collect();
+    for wanted in ["balances[alice]", "balances[swap]", "stats"] {
+        assert!(texts.contains(&wanted), "{texts:?}");
+    }
+    let first = listed(&["--limit", "1"]);
+    assert_eq!(
+        (first["keys"].as_array().unwrap().len(), &first["more"]),
+        (1, &json!(true))
+    );
+    let after = first["after"].as_str().unwrap().to_string();
+    let rest = listed(&["--after", &after]);
+    assert_eq!(
+        rest["keys"].as_array().unwrap()[..],
+        whole["keys"].as_array().unwrap()[1..]
+    );
+    let (succeeded, stdout, stderr) = over_rpc(&net, &["get", "tokena", "balances[swap]"]);
+    assert!(succeeded, "{stderr}");
+    assert_eq!(stdout, "balances[swap] = 101000\n");
+    let (succeeded, _, stderr) = over_rpc(&net, &["get", "nobody", "str:x"]);
+    assert!(
+        !succeeded && stderr.contains("there is no account nobody"),
+        "{stderr}"
+    );
+
     // A swap asking for more than the pool gives: the transfer in rolls back with it.
     let (succeeded, stdout, stderr) = over_rpc(
         &net,

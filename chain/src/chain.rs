@@ -24,10 +24,13 @@ use crate::phase::finalize::Block;
 use crate::pipeline::{Pipeline, PreparedTx, prepare_block};
 use crate::receipt::{ExecutedBlock, TxResult};
 use crate::state::keys;
-use crate::store::{BlockRecord, Commit, Durability, StateStore};
+use crate::store::{BlockRecord, Commit, Direction, Durability, KeyRange, StateStore, prefix_end};
 use crate::tx::{SignedTransaction, TxId};
 use crate::window::ReplayWindow;
 use tally_host_api::Name;
+
+/// One entry of a contract's storage: its key (without the contract's namespace) and value.
+pub type ContractEntry = (Vec<u8>, Vec<u8>);
 
 /// A block executed and not yet committed.
 struct Executed {
@@ -184,6 +187,43 @@ impl Chain {
     /// The committed value of `contract`'s storage key `key`.
     pub fn get(&self, contract: Name, key: &[u8]) -> Result<Option<Vec<u8>>, ChainError> {
         self.get_raw(&keys::contract(contract, key))
+    }
+
+    /// The committed entries of `contract`'s storage whose keys (its own, without the
+    /// namespace) lie in `range`, walking `dir`: what `tally keys` lists. One store seek per
+    /// entry, so a caller that takes `n` of them does `n` seeks' work, however large the
+    /// contract's storage is.
+    pub fn contract_entries(
+        &self,
+        contract: Name,
+        range: KeyRange<'_>,
+        dir: Direction,
+    ) -> Result<impl Iterator<Item = Result<ContractEntry, ChainError>> + '_, ChainError> {
+        use std::ops::Bound;
+        let namespace = keys::contract(contract, &[]);
+        let end = prefix_end(&namespace).expect("a namespace starts with CONTRACT, not 0xff");
+        let within = |b: Bound<&[u8]>| b.map(|k| keys::contract(contract, k));
+        let lo = match within(range.lo) {
+            Bound::Unbounded => Bound::Included(namespace.clone()),
+            bound => bound,
+        };
+        let hi = match within(range.hi) {
+            Bound::Unbounded => Bound::Excluded(end),
+            bound => bound,
+        };
+        let entries = self.store.range(
+            KeyRange::new(
+                lo.as_ref().map(Vec::as_slice),
+                hi.as_ref().map(Vec::as_slice),
+            ),
+            dir,
+        )?;
+        let skip = namespace.len();
+        Ok(entries.map(move |entry| {
+            let (mut key, value) = entry?;
+            key.drain(..skip);
+            Ok((key, value))
+        }))
     }
 
     /// The registered public key of `account`.

@@ -93,8 +93,11 @@ pub(crate) fn run(
                 let backtrace = e.downcast_ref::<wasmtime::WasmBacktrace>()?;
                 Some(Box::new(debug.trace(backtrace)))
             });
+            let overflowed = shadow_stack_overflowed(store, &e);
             match classify(e, fuel) {
-                Failure::Abort(abort) => (Outcome::Failure(abort), trace, None),
+                Failure::Abort(abort) => {
+                    (Outcome::Failure(overflowed.unwrap_or(abort)), trace, None)
+                }
                 Failure::Node(e) => return Err(e),
             }
         }
@@ -192,6 +195,36 @@ pub(crate) enum Failure {
     Abort(Abort),
     /// The node failed: no receipt.
     Node(RuntimeError),
+}
+
+/// The abort of a call that failed because the contract's own stack ran out: an
+/// out-of-bounds access or a bad pointer while its stack pointer lies above where it started
+/// and past the memory, which only a stack run below address 0 leaves it (see [`crate::instrument::ShadowStack`]).
+/// Without this, a C contract's deep recursion or large local array read as a bad pointer.
+fn shadow_stack_overflowed(store: &mut Store<ActionCtx>, err: &wasmtime::Error) -> Option<Abort> {
+    let wild_access = matches!(err.downcast_ref::<Trap>(), Some(Trap::MemoryOutOfBounds))
+        || err
+            .downcast_ref::<Abort>()
+            .is_some_and(|abort| abort.code == AbortCode::BadPointer);
+    if !wild_access {
+        return None;
+    }
+    let (global, top) = store.data().shadow_stack?;
+    let pointer = global.get(&mut *store).i32()? as u32;
+    // Wrapped below 0, the pointer lies past the whole memory (at most `MAX_MEMORY_PAGES`,
+    // 33 MiB, against 4 GiB): a global 0 that is some counter rather than a stack pointer
+    // never gets there, and one that stayed inside the memory did not overflow.
+    let memory = store.data().memory?.data_size(&*store) as u64;
+    (pointer > top && u64::from(pointer) >= memory).then(|| {
+        Abort::new(
+            AbortCode::StackOverflow,
+            format!(
+                "the contract's stack (the first {top} bytes of its memory) ran out; keep large \
+                 arrays out of locals (static or stored), recurse less deeply, or build with a \
+                 bigger stack (tally build --stack-size BYTES)"
+            ),
+        )
+    })
 }
 
 /// Turns an error from a call into wasm into a deterministic abort, or into the node fault it

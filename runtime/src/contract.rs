@@ -94,6 +94,9 @@ pub(crate) struct Exports {
     /// The instrumentation's stack-height global, where a call's callee starts (its caller's
     /// height, so one budget bounds the whole call stack).
     pub stack: ModuleExport,
+    /// The module's own stack pointer (its global 0, exported as a mutable global) and where
+    /// it starts, to name a stack overflow ([`instrument::ShadowStack`]).
+    pub shadow_stack: Option<(ModuleExport, u32)>,
     pub init: Option<ModuleExport>,
     pub query: Option<ModuleExport>,
     pub migrate: Option<ModuleExport>,
@@ -122,6 +125,13 @@ impl Exports {
             dirty_map: export(instrument::DIRTY_MAP_EXPORT)?,
             new_chunks: export(instrument::NEW_CHUNKS_EXPORT)?,
             stack: export(instrument::STACK_EXPORT)?,
+            shadow_stack: instrumented
+                .shadow_stack
+                .map(|sp| {
+                    let global = export(&format!("{}0", instrument::GLOBAL_EXPORT_PREFIX))?;
+                    Ok::<_, RuntimeError>((global, sp.top))
+                })
+                .transpose()?,
             init: info.has_init.then(|| enter(INIT_EXPORT)).transpose()?,
             query: info.has_query.then(|| enter(QUERY_EXPORT)).transpose()?,
             migrate: info

@@ -27,6 +27,8 @@ pub(crate) struct ActionCtx {
     pub(crate) new_chunks: Option<Global>,
     /// The instrumentation's stack-height global, which a call's callee starts from.
     pub(crate) stack: Option<Global>,
+    /// The module's own stack pointer and the value it starts at, when it keeps one.
+    pub(crate) shadow_stack: Option<(Global, u32)>,
     /// The console, and the chunks the host wrote (and, once the action ended, every chunk
     /// it dirtied).
     pub(crate) state: CallState,
@@ -49,6 +51,7 @@ impl ActionCtx {
             dirty_map: None,
             new_chunks: None,
             stack: None,
+            shadow_stack: None,
             state: CallState::default(),
         }
     }

@@ -94,11 +94,16 @@ impl Slot {
         let dirty_map = get(&exports.dirty_map).and_then(Extern::into_memory)?;
         let new_chunks = get(&exports.new_chunks).and_then(Extern::into_global)?;
         let stack = get(&exports.stack).and_then(Extern::into_global)?;
+        let shadow_stack = match &exports.shadow_stack {
+            Some((export, top)) => Some((get(export).and_then(Extern::into_global)?, *top)),
+            None => None,
+        };
         let ctx = store.data_mut();
         ctx.memory = Some(memory);
         ctx.dirty_map = Some(dirty_map);
         ctx.new_chunks = Some(new_chunks);
         ctx.stack = Some(stack);
+        ctx.shadow_stack = shadow_stack;
         let init = match &exports.init {
             Some(export) => Some(typed(&mut store, &instance, export)?),
             None => None,

@@ -118,9 +118,25 @@ pub(crate) struct Instrumented {
     /// Whether an instance can be restored after an action; `false` if the module changes
     /// tables or drops segments.
     pub reusable: bool,
+    /// The module's own stack, if it keeps one the way clang and rustc do: its global 0 is a
+    /// mutable i32 starting at a constant, the stack's top. See [`ShadowStack`].
+    pub shadow_stack: Option<ShadowStack>,
     /// With `trace`: (offset in `wasm`, offset in the uploaded module) where the code emitted
     /// for each uploaded instruction starts, sorted, for [`crate::trace`].
     pub offsets: Option<Vec<(u32, u32)>>,
+}
+
+/// A contract's own stack in linear memory (the "shadow stack" clang and rustc keep for
+/// locals whose address is taken): global 0, a mutable i32 that starts at the stack's top and
+/// moves down. Built with the stack first in memory (`tally build` passes `--stack-first`;
+/// rustc's default), a stack that runs out moves the pointer below address 0, where it wraps
+/// to an address past the memory, so the very next access traps. After an out-of-bounds
+/// access or a bad pointer, a pointer above its starting value is how the runtime tells a
+/// stack overflow from any other wild access (reading global 0 is exact, so every node agrees).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ShadowStack {
+    /// Global 0's starting value: the stack's top, its size when the stack comes first.
+    pub top: u32,
 }
 
 fn invalid(e: impl std::fmt::Display) -> DeployError {
@@ -167,6 +183,7 @@ struct Layout {
     mutable_inits: Vec<Vec<u8>>,
     /// Exported functions by name.
     func_exports: Vec<(String, u32)>,
+    shadow_stack: Option<ShadowStack>,
 }
 
 fn layout(wasm: &[u8]) -> Result<Layout, DeployError> {
@@ -181,6 +198,7 @@ fn layout(wasm: &[u8]) -> Result<Layout, DeployError> {
         mutable_globals: Vec::new(),
         mutable_inits: Vec::new(),
         func_exports: Vec::new(),
+        shadow_stack: None,
     };
     let mut shift = Shift { imported: 0 };
     for payload in Parser::new(0).parse_all(wasm) {
@@ -212,6 +230,9 @@ fn layout(wasm: &[u8]) -> Result<Layout, DeployError> {
             Payload::GlobalSection(reader) => {
                 for global in reader {
                     let global = global.map_err(invalid)?;
+                    if l.global_count == 0 {
+                        l.shadow_stack = shadow_stack(&global)?;
+                    }
                     if global.ty.mutable {
                         l.mutable_globals.push(l.global_count);
                         // Function indices in the initialiser (`ref.func`) move up past the
@@ -234,6 +255,22 @@ fn layout(wasm: &[u8]) -> Result<Layout, DeployError> {
         }
     }
     Ok(l)
+}
+
+/// The module's own stack, if `global` (global 0) is a mutable i32 that starts at a constant.
+fn shadow_stack(global: &wasmparser::Global<'_>) -> Result<Option<ShadowStack>, DeployError> {
+    if !global.ty.mutable || global.ty.content_type != wasmparser::ValType::I32 {
+        return Ok(None);
+    }
+    let mut ops = global.init_expr.get_operators_reader();
+    Ok(
+        match (ops.read().map_err(invalid)?, ops.read().map_err(invalid)?) {
+            (Operator::I32Const { value }, Operator::End) => {
+                Some(ShadowStack { top: value as u32 })
+            }
+            _ => None,
+        },
+    )
 }
 
 /// The instructions of a constant expression, without its `end`: what puts its value on the
@@ -337,6 +374,7 @@ pub(crate) fn instrument(
         wasm,
         mutable_globals: rewriter.l.mutable_globals,
         reusable: rewriter.reusable,
+        shadow_stack: rewriter.l.shadow_stack,
         offsets,
     })
 }

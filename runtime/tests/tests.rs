@@ -72,6 +72,12 @@ fn run(body: &str, host: &mut TestHost) -> Receipt {
     call(&rt, &c, host)
 }
 
+fn run_module(wasm: &[u8]) -> Receipt {
+    let rt = runtime();
+    let c = rt.prepare(wasm).unwrap();
+    call(&rt, &c, &mut TestHost::default())
+}
+
 fn failure(receipt: &Receipt) -> &Abort {
     receipt
         .failure()
@@ -296,6 +302,63 @@ fn traps_and_stack_overflow_are_failed_receipts() {
         &mut TestHost::default(),
     );
     assert_eq!(failure(&r).code, AbortCode::StackOverflow);
+}
+
+/// A contract that keeps a stack the way clang and rustc do: global 0 starts at the top of a
+/// 1 KiB stack at the bottom of memory (`--stack-first`) and each call of `$frame` takes
+/// 256 bytes of it. `apply` runs `body`.
+fn stack_first_contract(body: &str) -> Vec<u8> {
+    wat::parse_str(format!(
+        r#"(module {IMPORTS}
+  (memory (export "memory") 1)
+  (global $sp (mut i32) (i32.const 1024))
+  (func $frame (param $depth i32)
+    (global.set $sp (i32.sub (global.get $sp) (i32.const 256)))
+    (i64.store (global.get $sp) (i64.const 7))
+    (if (local.get $depth)
+      (then (call $frame (i32.sub (local.get $depth) (i32.const 1)))))
+    (global.set $sp (i32.add (global.get $sp) (i32.const 256))))
+  (func (export "apply") (param i64 i64 i64) {body}))"#
+    ))
+    .unwrap()
+}
+
+#[test]
+fn issue_23_a_stack_that_runs_out_is_named_a_stack_overflow_not_a_bad_pointer() {
+    // Three frames fit in the 1 KiB stack; five run its pointer below 0, where it wraps past
+    // the memory and the frame's first store traps.
+    let r = run_module(&stack_first_contract("(call $frame (i32.const 2))"));
+    assert!(r.is_success(), "{r:?}");
+    let r = run_module(&stack_first_contract("(call $frame (i32.const 4))"));
+    let abort = failure(&r);
+    assert_eq!(abort.code, AbortCode::StackOverflow, "{abort}");
+    assert!(
+        abort
+            .message
+            .contains("stack (the first 1024 bytes of its memory) ran out"),
+        "{abort}"
+    );
+    // A host call given a pointer into the wrapped stack: a bad pointer to the host, and a
+    // stack overflow to the author.
+    let r = run_module(&stack_first_contract(
+        "(global.set $sp (i32.sub (global.get $sp) (i32.const 2048)))
+         (drop (call $read_message (global.get $sp) (i32.const 8)))",
+    ));
+    assert_eq!(failure(&r).code, AbortCode::StackOverflow, "{r:?}");
+    // A wild access with the stack where it belongs stays what it is.
+    let r = run_module(&stack_first_contract(
+        "(i32.store (i32.const 0x7fff0000) (i32.const 1))",
+    ));
+    assert_eq!(
+        failure(&r),
+        &Abort::new(AbortCode::Trap, "out-of-bounds memory access")
+    );
+    // So does one in a module whose global 0 counts something rather than a stack.
+    let r = run(
+        "(global.set $g (i32.const 5)) (i32.store (i32.const -4) (i32.const 1))",
+        &mut TestHost::default(),
+    );
+    assert_eq!(failure(&r).code, AbortCode::Trap, "{r:?}");
 }
 
 #[test]

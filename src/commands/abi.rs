@@ -10,7 +10,12 @@
 //!     "init": [{ "name": "token_a", "type": "name" }]
 //!   },
 //!   "queries": { "reserves": { "args": [], "returns": "Reserves" } },
-//!   "events": { "swapped": [{ "name": "user", "type": "name" }, { "name": "out", "type": "u64" }] }
+//!   "events": { "swapped": [{ "name": "user", "type": "name" }, { "name": "out", "type": "u64" }] },
+//!   "tables": {
+//!     "shares": { "key": "name", "value": "u64" },
+//!     "pool": { "key": { "prefix": "pool" }, "value": "Reserves" },
+//!     "orders": { "key": { "prefix": "o", "parts": ["name", "u64"] }, "value": [{ "name": "amount", "type": "u64" }] }
+//!   }
 //! }
 //! ```
 //!
@@ -19,6 +24,14 @@
 //! better and cannot drift from the action). Every value is borsh: integers little-endian,
 //! `name` 8 bytes, `string`/`bytes` and lists `T[]` after a u32 count, options `T?` after a
 //! 0/1 byte, a struct its fields in order.
+//!
+//! A table says how the contract lays out some of its storage, for readers (`tally get`,
+//! `tally keys`), as Antelope's ABI `tables` do for `cleos get table`: a key is a constant
+//! prefix (UTF-8) then typed parts, each written as the SDKs' `Key` writes it (an integer or a
+//! name little-endian, a `string` or `bytes` as its raw bytes with no count, so only as the
+//! last part); `"key": "name"` is short for `{"prefix": "", "parts": ["name"]}`. The value is
+//! a type, or a field list as an event's (a struct nothing else names). A stored key belongs
+//! to the first table, longest prefix first, whose layout it fits exactly.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -179,10 +192,39 @@ pub struct Abi {
     pub queries: BTreeMap<String, Entry>,
     pub events: BTreeMap<String, Vec<Field>>,
     pub structs: BTreeMap<String, Vec<Field>>,
+    pub tables: BTreeMap<String, Table>,
 }
 
 /// The keys an ABI file may have at its top.
-const SECTIONS: [&str; 4] = ["structs", "actions", "queries", "events"];
+const SECTIONS: [&str; 5] = ["structs", "actions", "queries", "events", "tables"];
+
+/// How a table's stored keys are laid out: `prefix`, then one value of each part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyShape {
+    /// The bytes every key of the table starts with.
+    pub prefix: Vec<u8>,
+    /// The typed parts after it, each a fixed-size built-in type but the last, which may
+    /// also be `string` or `bytes` (its raw bytes, to the end of the key).
+    pub parts: Vec<Type>,
+}
+
+/// What a table stores under each key.
+#[derive(Debug, Clone)]
+pub enum TableValue {
+    /// A value of one type.
+    Type(Type),
+    /// A record of fields, as an event's.
+    Fields(Vec<Field>),
+}
+
+/// A table: a family of stored keys and the type of their values.
+#[derive(Debug, Clone)]
+pub struct Table {
+    /// Its keys' layout.
+    pub key: KeyShape,
+    /// Its values' type.
+    pub value: TableValue,
+}
 
 impl Abi {
     /// Reads and checks the ABI file at `path`.
@@ -250,6 +292,13 @@ impl Abi {
             parse_name(&name).context("event names")?;
             let fields = fields(&v, &struct_names).with_context(|| format!("event {name}"))?;
             abi.events.insert(name, fields);
+        }
+        for (name, v) in section("tables")? {
+            if !is_identifier(&name) {
+                bail!("table {name:?}: a table's name is an identifier (letters, digits and _)");
+            }
+            let table = table(&v, &struct_names).with_context(|| format!("table {name}"))?;
+            abi.tables.insert(name, table);
         }
         Ok(abi)
     }
@@ -328,6 +377,18 @@ impl Abi {
                 .iter()
                 .map(|(k, f)| (format!("{prefix}{k}"), fields(f)))
                 .collect(),
+            tables: self
+                .tables
+                .iter()
+                .map(|(k, t)| {
+                    let value = match &t.value {
+                        TableValue::Type(ty) => TableValue::Type(ty.prefixed(prefix)),
+                        TableValue::Fields(f) => TableValue::Fields(fields(f)),
+                    };
+                    let key = t.key.clone();
+                    (k.clone(), Table { key, value })
+                })
+                .collect(),
         }
     }
 
@@ -386,6 +447,8 @@ impl Abi {
         }
         let mut out = Vec::new();
         for (f, arg) in entry.args.iter().zip(args) {
+            let arg =
+                &argument(arg).with_context(|| format!("{} ({})", f.name, f.ty.spelling()))?;
             let value = if f.ty.is_scalar() {
                 Value::String(arg.clone())
             } else {
@@ -416,8 +479,15 @@ impl Abi {
                 Value::Number(n) => n.to_string(),
                 other => bail!("{other} is not a number"),
             };
-            text.parse::<T>()
-                .map_err(|e| anyhow::anyhow!("{text:?}: {e}"))
+            text.parse::<T>().map_err(|e| {
+                if text.starts_with('-') && text.parse::<i128>().is_ok() {
+                    anyhow::anyhow!(
+                        "{text} is out of range for this type (u8 to u128 take no negative numbers)"
+                    )
+                } else {
+                    anyhow::anyhow!("{text:?}: {e}")
+                }
+            })
         }
         let text = |value: &Value| -> anyhow::Result<String> {
             match value {
@@ -591,6 +661,130 @@ impl Abi {
         })
     }
 
+    /// The table a stored `key` belongs to, with its key's parts: of the tables whose layout
+    /// it fits exactly, the one with the longest prefix (then the first by name).
+    pub fn table_of(&self, key: &[u8]) -> Option<(&str, &Table, Vec<Value>)> {
+        let mut tables: Vec<(&String, &Table)> = self.tables.iter().collect();
+        tables.sort_by_key(|(_, t)| std::cmp::Reverse(t.key.prefix.len()));
+        tables.into_iter().find_map(|(name, table)| {
+            let parts = self.decode_key(&table.key, key)?;
+            Some((name.as_str(), table, parts))
+        })
+    }
+
+    /// The parts of `key` if it has the layout `shape`, exactly.
+    pub fn decode_key(&self, shape: &KeyShape, key: &[u8]) -> Option<Vec<Value>> {
+        let mut rest = key.strip_prefix(shape.prefix.as_slice())?;
+        let mut parts = Vec::with_capacity(shape.parts.len());
+        for part in &shape.parts {
+            parts.push(match part {
+                // The last part, by the check at parse: the rest of the key, raw.
+                Type::String => Value::String(std::str::from_utf8(rest).ok()?.to_string()),
+                Type::Bytes => Value::String(format!("0x{}", hex::encode(rest))),
+                fixed => self.decode_value(fixed, &mut rest).ok()?,
+            });
+            if matches!(part, Type::String | Type::Bytes) {
+                rest = &[];
+            }
+        }
+        rest.is_empty().then_some(parts)
+    }
+
+    /// The stored key of `table` with parts spelled `parts` (as on the command line).
+    pub fn encode_key(&self, table: &str, parts: &[&str]) -> anyhow::Result<Vec<u8>> {
+        let t = self.tables.get(table).with_context(|| {
+            format!(
+                "the ABI has no table {table:?} (it has: {})",
+                list(&self.tables)
+            )
+        })?;
+        if parts.len() != t.key.parts.len() {
+            let types: Vec<String> = t.key.parts.iter().map(Type::spelling).collect();
+            bail!(
+                "table {table}'s keys have {} parts ({}), got {}: write {table}[{}]",
+                t.key.parts.len(),
+                types.join(", "),
+                parts.len(),
+                types.join(",")
+            );
+        }
+        let mut key = t.key.prefix.clone();
+        for (ty, text) in t.key.parts.iter().zip(parts) {
+            match ty {
+                Type::String => key.extend_from_slice(text.as_bytes()),
+                Type::Bytes => key.extend_from_slice(
+                    &hex::decode(text.strip_prefix("0x").unwrap_or(text))
+                        .with_context(|| format!("{text:?} is not hex"))?,
+                ),
+                fixed => self
+                    .encode_value(fixed, &Value::String(text.to_string()), &mut key)
+                    .with_context(|| {
+                        format!("table {table}: {text:?} as a {}", fixed.spelling())
+                    })?,
+            }
+        }
+        Ok(key)
+    }
+
+    /// A key of a table as `tally get` and `tally keys` print it: `balances[alice]`, or the
+    /// table's name alone when its keys have no parts.
+    pub fn key_text(table: &str, parts: &[Value]) -> String {
+        if parts.is_empty() {
+            return table.to_string();
+        }
+        let parts: Vec<String> = parts
+            .iter()
+            .map(|p| match p {
+                Value::String(s) => s.clone(),
+                other => text(other),
+            })
+            .collect();
+        format!("{table}[{}]", parts.join(","))
+    }
+
+    /// A key written as a table's (`balances[alice]`, `stats`): `None` if `text` names no
+    /// table of this ABI.
+    pub fn parse_table_key(&self, text: &str) -> Option<anyhow::Result<Vec<u8>>> {
+        let (table, parts) = match text.split_once('[') {
+            Some((table, rest)) => (table, Some(rest)),
+            None => (text, None),
+        };
+        let t = self.tables.get(table)?;
+        Some(match parts {
+            None => self.encode_key(table, &[]),
+            Some(rest) => match rest.strip_suffix(']') {
+                None => Err(anyhow::anyhow!(
+                    "{text:?}: a table's key is written {table}[PART,...]"
+                )),
+                // string and bytes parts come last, so a comma inside one is its own.
+                Some(inner) => {
+                    let n = t.key.parts.len();
+                    let mut parts: Vec<&str> = inner.split(',').collect();
+                    if parts.len() > n
+                        && matches!(t.key.parts.last(), Some(Type::String | Type::Bytes))
+                    {
+                        // After the (n-1)th comma: the string part takes the rest.
+                        let cut = n
+                            .checked_sub(2)
+                            .and_then(|k| inner.match_indices(',').nth(k))
+                            .map_or(0, |(i, _)| i + 1);
+                        parts.truncate(n - 1);
+                        parts.push(&inner[cut..]);
+                    }
+                    self.encode_key(table, &parts)
+                }
+            },
+        })
+    }
+
+    /// Decodes a value stored in `table`.
+    pub fn decode_table_value(&self, table: &Table, data: &[u8]) -> anyhow::Result<Value> {
+        match &table.value {
+            TableValue::Type(ty) => self.decode(ty, data),
+            TableValue::Fields(fields) => self.decode_fields(fields, data),
+        }
+    }
+
     /// The structs in an order where each comes after those it contains, as generated C
     /// must define them (the cycle check guarantees there is one).
     pub fn struct_order(&self) -> Vec<&str> {
@@ -613,6 +807,36 @@ impl Abi {
         }
         out
     }
+}
+
+/// Largest file an `@PATH` argument may name: a transaction carries at most a few hundred
+/// KiB of action data (the node's size limits), so a larger file is a mistake.
+const MAX_ARGUMENT_FILE: u64 = 1 << 20;
+
+/// A command line argument's text: `@PATH` is the contents of the file PATH less one trailing
+/// newline (as `echo` and editors leave), `@@TEXT` the text `@TEXT`, anything else itself.
+pub fn argument(arg: &str) -> anyhow::Result<String> {
+    if let Some(literal) = arg.strip_prefix("@@") {
+        return Ok(format!("@{literal}"));
+    }
+    let Some(path) = arg.strip_prefix('@') else {
+        return Ok(arg.to_string());
+    };
+    let meta = std::fs::metadata(path).with_context(|| {
+        format!("cannot read {path:?} (an argument @PATH is read from that file; write @@ for a literal @)")
+    })?;
+    if meta.len() > MAX_ARGUMENT_FILE {
+        bail!(
+            "{path} has {} bytes: an argument file may have at most {MAX_ARGUMENT_FILE}",
+            meta.len()
+        );
+    }
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read {path:?} as UTF-8 text (write bytes as hex)"))?;
+    let text = text
+        .strip_suffix('\n')
+        .map_or(text.as_str(), |t| t.strip_suffix('\r').unwrap_or(t));
+    Ok(text.to_string())
 }
 
 /// An event's data as the emitting contract's ABI declares it; `None` when there is no ABI,
@@ -643,6 +867,78 @@ fn field_list(fields: &[Field]) -> String {
         .map(|f| f.name.as_str())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Whether `name` is an identifier: letters, digits and `_`, not first a digit.
+fn is_identifier(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A table: `{"key": TYPE or {"prefix": TEXT, "parts": [TYPE, ...]}, "value": TYPE or FIELDS}`.
+fn table(value: &Value, structs: &BTreeSet<&str>) -> anyhow::Result<Table> {
+    let Value::Object(m) = value else {
+        bail!("a table is {{\"key\": KEY, \"value\": TYPE}}");
+    };
+    if let Some(k) = m.keys().find(|k| *k != "key" && *k != "value") {
+        bail!("unknown key {k:?} (a table has \"key\" and \"value\")");
+    }
+    let key = match m.get("key") {
+        Some(Value::String(t)) => KeyShape {
+            prefix: Vec::new(),
+            parts: vec![Type::parse(t, structs).context("\"key\"")?],
+        },
+        Some(Value::Object(shape)) => {
+            if let Some(k) = shape.keys().find(|k| *k != "prefix" && *k != "parts") {
+                bail!("\"key\" has an unknown key {k:?} (it has \"prefix\" and \"parts\")");
+            }
+            let prefix = match shape.get("prefix") {
+                None => Vec::new(),
+                Some(Value::String(p)) => p.as_bytes().to_vec(),
+                Some(other) => bail!("\"prefix\" is text, not {other}"),
+            };
+            let parts = match shape.get("parts") {
+                None => Vec::new(),
+                Some(Value::Array(parts)) => parts
+                    .iter()
+                    .map(|p| match p {
+                        Value::String(t) => Type::parse(t, structs),
+                        other => bail!("a key part is a type name, not {other}"),
+                    })
+                    .collect::<anyhow::Result<_>>()
+                    .context("\"parts\"")?,
+                Some(other) => bail!("\"parts\" is a list of types, not {other}"),
+            };
+            KeyShape { prefix, parts }
+        }
+        None => bail!("a table needs \"key\": a type (\"name\") or {{\"prefix\", \"parts\"}}"),
+        Some(other) => bail!("\"key\" is a type or {{\"prefix\", \"parts\"}}, not {other}"),
+    };
+    if key.prefix.is_empty() && key.parts.is_empty() {
+        bail!("\"key\" has neither a prefix nor parts: it would be the empty key");
+    }
+    for (i, part) in key.parts.iter().enumerate() {
+        let last = i + 1 == key.parts.len();
+        let ok = match part {
+            Type::String | Type::Bytes => last,
+            other => other.is_scalar(),
+        };
+        if !ok {
+            bail!(
+                "key part {} ({}): a key part is a fixed-size built-in type (bool, integers, \
+                 name), or string or bytes as the last part (they run to the end of the key)",
+                i + 1,
+                part.spelling()
+            );
+        }
+    }
+    let value = match m.get("value") {
+        Some(Value::String(t)) => TableValue::Type(Type::parse(t, structs).context("\"value\"")?),
+        Some(v @ Value::Array(_)) => TableValue::Fields(fields(v, structs).context("\"value\"")?),
+        None => bail!("a table needs \"value\": a type, or a list of fields"),
+        Some(other) => bail!("\"value\" is a type or a list of fields, not {other}"),
+    };
+    Ok(Table { key, value })
 }
 
 /// An action or a query: a list of fields, or `{"args": [...], "returns": TYPE}`.
@@ -690,9 +986,7 @@ fn fields(value: &Value, structs: &BTreeSet<&str>) -> anyhow::Result<Vec<Field>>
         {
             bail!("field {name:?} has an unknown key {key:?}");
         }
-        let ok = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !ok {
+        if !is_identifier(name) {
             bail!("field {name:?} is not an identifier (letters, digits and _, not first a digit)");
         }
         if out.iter().any(|f| &f.name == name) {
@@ -809,6 +1103,99 @@ mod tests {
         assert_eq!(abi.decode(&big, &b).unwrap(), u128::MAX.to_string());
     }
 
+    const TABLES: &str = r#"{
+        "structs": { "Order": [{ "name": "amount", "type": "u64" }] },
+        "tables": {
+            "balances": { "key": "name", "value": "u64" },
+            "stats": { "key": { "prefix": "stats" }, "value": [{ "name": "supply", "type": "u64" }] },
+            "orders": { "key": { "prefix": "o", "parts": ["name", "u32", "string"] }, "value": "Order" }
+        }
+    }"#;
+
+    #[test]
+    fn table_keys_round_trip_between_their_text_and_their_bytes() {
+        let abi = Abi::parse(TABLES).unwrap();
+        let alice = parse_name("alice").unwrap().0.to_le_bytes();
+        let key = abi.parse_table_key("balances[alice]").unwrap().unwrap();
+        assert_eq!(key, alice);
+        let (table, _, parts) = abi.table_of(&key).unwrap();
+        assert_eq!(Abi::key_text(table, &parts), "balances[alice]");
+        // The last part is a string's raw bytes, commas included.
+        let key = abi.parse_table_key("orders[bob,7,a,b]").unwrap().unwrap();
+        let mut want = b"o".to_vec();
+        want.extend_from_slice(&parse_name("bob").unwrap().0.to_le_bytes());
+        want.extend_from_slice(&7u32.to_le_bytes());
+        want.extend_from_slice(b"a,b");
+        assert_eq!(key, want);
+        let (table, t, parts) = abi.table_of(&key).unwrap();
+        assert_eq!(Abi::key_text(table, &parts), "orders[bob,7,a,b]");
+        let value = abi.decode_table_value(t, &9u64.to_le_bytes()).unwrap();
+        assert_eq!(value, serde_json::json!({"amount": 9}));
+        // A singleton: the table's name alone.
+        assert_eq!(abi.parse_table_key("stats").unwrap().unwrap(), b"stats");
+        let (table, _, parts) = abi.table_of(b"stats").unwrap();
+        assert_eq!(Abi::key_text(table, &parts), "stats");
+        let one = Abi::parse(r#"{"tables": {"notes": {"key": "string", "value": "u8"}}}"#).unwrap();
+        assert_eq!(one.parse_table_key("notes[a,b]").unwrap().unwrap(), b"a,b");
+        // Keys that fit no table, and names that are no table.
+        assert!(abi.table_of(b"stat").is_none());
+        assert!(abi.table_of(&[0; 9]).is_none());
+        assert!(abi.parse_table_key("nope[x]").is_none());
+        let e = format!(
+            "{:#}",
+            abi.parse_table_key("balances[a,b]").unwrap().unwrap_err()
+        );
+        assert!(e.contains("1 parts (name), got 2"), "{e}");
+    }
+
+    #[test]
+    fn a_key_belongs_to_the_table_with_the_longest_prefix_it_fits() {
+        let abi = Abi::parse(
+            r#"{"tables": {
+                "all": { "key": "bytes", "value": "bytes" },
+                "users": { "key": { "prefix": "u", "parts": ["name"] }, "value": "u64" }
+            }}"#,
+        )
+        .unwrap();
+        let mut user = b"u".to_vec();
+        user.extend_from_slice(&parse_name("carol").unwrap().0.to_le_bytes());
+        assert_eq!(abi.table_of(&user).unwrap().0, "users");
+        assert_eq!(abi.table_of(b"u1").unwrap().0, "all");
+    }
+
+    #[test]
+    fn table_mistakes_are_refused_with_what_is_wrong() {
+        let bad = |text: &str, want: &str| {
+            let e = format!("{:#}", Abi::parse(text).unwrap_err());
+            assert!(e.contains(want), "{e:?} does not say {want:?}");
+        };
+        bad(
+            r#"{"tables": {"t": {"key": {"parts": ["string", "u8"]}, "value": "u8"}}}"#,
+            "or string or bytes as the last part",
+        );
+        bad(
+            r#"{"tables": {"t": {"key": {"parts": ["u8[]"]}, "value": "u8"}}}"#,
+            "key part 1 (u8[])",
+        );
+        bad(
+            r#"{"tables": {"t": {"key": {}, "value": "u8"}}}"#,
+            "the empty key",
+        );
+        bad(r#"{"tables": {"t": {"key": "name"}}}"#, "needs \"value\"");
+        bad(
+            r#"{"tables": {"t": {"key": "name", "value": "u8", "index": 1}}}"#,
+            "unknown key \"index\"",
+        );
+        bad(
+            r#"{"tables": {"t": {"key": "Missing", "value": "u8"}}}"#,
+            "unknown type \"Missing\"",
+        );
+        bad(
+            r#"{"tables": {"a-b": {"key": "name", "value": "u8"}}}"#,
+            "identifier",
+        );
+    }
+
     #[test]
     fn command_line_arguments_are_plain_scalars_or_json() {
         let abi = Abi::parse(POOL).unwrap();
@@ -825,5 +1212,10 @@ mod tests {
         let e = format!("{:#}", abi.encode("nope", &[]).unwrap_err());
         assert!(e.contains("it has: init, swap"), "{e}");
         assert!(abi.encode_query("reserves", &[]).unwrap().is_empty());
+        let e = format!("{:#}", abi.encode("swap", &["-1".into()]).unwrap_err());
+        assert!(!e.contains("negative"), "{e}");
+        let amount = Abi::parse(r#"{"actions": {"pay": [{"name": "n", "type": "u64"}]}}"#).unwrap();
+        let e = format!("{:#}", amount.encode("pay", &["-5".into()]).unwrap_err());
+        assert!(e.contains("take no negative numbers"), "{e}");
     }
 }

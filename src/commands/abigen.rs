@@ -45,6 +45,8 @@ message, strictly), and <abi>_dispatch, which routes apply to your static on_<ac
 handlers (define TALLY_NO_DISPATCH before the include to leave it out).
 Rust: one struct per action (borsh derives) and an `Action` enum; pass your handler to
 tally_host_api::contract! and it receives the decoded Action.
+Tables (what the contract stores, for `tally get` and `tally keys`) are checked and generate
+no code.
 Rerun after every change to the ABI; commit the output beside it.")]
 pub struct AbigenArgs {
     /// The ABI file: {\"actions\": {\"NAME\": [{\"name\": FIELD, \"type\": TYPE}, ...]}}.
@@ -1407,6 +1409,31 @@ mod tests {
             file: "x.abi.json".into(),
             path: "x.abi.json".into(),
         }
+    }
+
+    #[test]
+    fn tables_are_accepted_and_change_no_generated_code() {
+        let plain = r#"{"structs": {"Pair": [{"name": "a", "type": "u64"}]},
+                "actions": {"init": [{"name": "p", "type": "Pair"}]}"#;
+        let with_tables = format!(
+            "{plain}, \"tables\": {{\"pairs\": {{\"key\": \"name\", \"value\": \"Pair\"}},
+                \"stats\": {{\"key\": {{\"prefix\": \"s\"}}, \"value\": [{{\"name\": \"n\", \"type\": \"u8\"}}]}}}}}}"
+        );
+        let plain = Abi::parse(&format!("{plain}}}")).unwrap();
+        let tabled = Abi::parse(&with_tables).unwrap();
+        assert_eq!(tabled.tables.len(), 2);
+        for lang in [Lang::C, Lang::Rust] {
+            assert_eq!(
+                generate(&plain, lang, "x", &source(), "").unwrap(),
+                generate(&tabled, lang, "x", &source(), "").unwrap()
+            );
+        }
+        // A prefixed C header renames a table's struct like every other use of it.
+        let prefixed = tabled.with_struct_prefix("x_");
+        assert!(matches!(
+            &prefixed.tables["pairs"].value,
+            crate::commands::abi::TableValue::Type(Type::Struct(s)) if s == "x_Pair"
+        ));
     }
 
     #[test]

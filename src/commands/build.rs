@@ -19,6 +19,9 @@ const TALLY_H: &str = include_str!("../../sdk-c/include/tally.h");
 /// - bulk memory: struct copies become `memory.copy` rather than calls to a missing `memcpy`;
 /// - an 8 KiB stack in one 64 KiB page: every action resets its memory, so each page costs
 ///   time on every action (shared/PROBE.md);
+/// - the stack first in memory, below the data: a stack that runs out then moves its pointer
+///   below address 0, so the next access traps (and the runtime names it a stack overflow)
+///   instead of overwriting the contract's own data, where wasm-ld puts the stack by default;
 /// - strip: names and debug info would make builds path-dependent.
 pub const C_FLAGS: &[&str] = &[
     "--target=wasm32-unknown-unknown",
@@ -31,6 +34,7 @@ pub const C_FLAGS: &[&str] = &[
     "-Wl,--no-entry",
     "-Wl,--export-dynamic",
     "-Wl,-z,stack-size=8192",
+    "-Wl,--stack-first",
     "-Wl,--initial-memory=65536",
     "-Wl,--strip-all",
 ];
@@ -45,6 +49,7 @@ const INSTALL_HINT: &str = "clang with wasm32 support not found: apt-get install
   tally build my_contract.c -o build/my_contract.wasm
   tally build contracts/token-rs                  # a Rust contract: writes contracts/token-rs.wasm
   tally build my_contract.c --names               # keep function names for `tally push --trace`
+  tally build my_contract.c --stack-size 32768    # a bigger stack, for deep recursion
 
 The C API is sdk-c/include/tally.h (embedded in tally; #include \"tally.h\").
 C needs clang and wasm-ld: apt-get install clang lld. TALLY_CLANG picks another clang.
@@ -61,7 +66,16 @@ pub struct BuildArgs {
     /// default: smaller, and the bytes committed builds are checked against.
     #[arg(long)]
     pub names: bool,
+    /// The contract's stack in bytes, for deep recursion or large local arrays [default: 8192
+    /// for C, 65536 for Rust]. Every byte of it that an action touches is memory the runtime
+    /// restores and the action pays for, so keep it small.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(1024..=MAX_STACK_SIZE))]
+    pub stack_size: Option<u32>,
 }
+
+/// The largest `--stack-size`: 1 MiB, Rust's own default for native threads; a contract's
+/// memory is at most `MAX_MEMORY_PAGES` pages, and its stack must leave room for its data.
+const MAX_STACK_SIZE: i64 = 1 << 20;
 
 fn clang() -> String {
     std::env::var("TALLY_CLANG").unwrap_or_else(|_| "clang".to_string())
@@ -84,7 +98,12 @@ fn check_toolchain(clang: &str) -> anyhow::Result<()> {
 
 /// Compiles `source` to `output` with [`C_FLAGS`]; with `names`, keeps the name section
 /// (function names do not depend on paths, unlike debug info, which stays stripped).
-pub fn compile_c(source: &Path, output: &Path, names: bool) -> anyhow::Result<()> {
+pub fn compile_c(
+    source: &Path,
+    output: &Path,
+    names: bool,
+    stack_size: Option<u32>,
+) -> anyhow::Result<()> {
     if !source.is_file() {
         bail!("{} is not a file", source.display());
     }
@@ -98,8 +117,10 @@ pub fn compile_c(source: &Path, output: &Path, names: bool) -> anyhow::Result<()
     check_toolchain(&clang)?;
     let sdk = tempfile::tempdir().context("cannot create a temporary directory")?;
     std::fs::write(sdk.path().join("tally.h"), TALLY_H).context("cannot write tally.h")?;
+    let stack = stack_size.map(|bytes| format!("-Wl,-z,stack-size={bytes}"));
     let flags = C_FLAGS.iter().map(|&flag| match flag {
         "-Wl,--strip-all" if names => "-Wl,--strip-debug",
+        "-Wl,-z,stack-size=8192" if stack.is_some() => stack.as_deref().unwrap_or(flag),
         other => other,
     });
     let out = Command::new(&clang)
@@ -112,10 +133,20 @@ pub fn compile_c(source: &Path, output: &Path, names: bool) -> anyhow::Result<()
         .output()
         .with_context(|| format!("cannot run {clang}"))?;
     if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        if let Some((header, instead)) = missing_libc_header(&err) {
+            bail!(
+                "{} includes <{header}>, but contracts have no libc: {instead}. Only tally.h \
+                 and the compiler's freestanding headers (stdint.h, stddef.h, stdbool.h, \
+                 limits.h) are there. clang said:\n{}",
+                source.display(),
+                err.trim_end()
+            );
+        }
         bail!(
             "clang failed to compile {}:\n{}",
             source.display(),
-            String::from_utf8_lossy(&out.stderr).trim_end()
+            err.trim_end()
         );
     }
     // Warnings are the author's business, but they must see them.
@@ -124,6 +155,62 @@ pub fn compile_c(source: &Path, output: &Path, names: bool) -> anyhow::Result<()
         eprintln!("{}", warnings.trim_end());
     }
     Ok(())
+}
+
+/// What tally.h offers instead of each C library header an author is likely to include.
+const LIBC_INSTEAD: &[(&str, &str)] = &[
+    (
+        "stdio.h",
+        "use tally.h's prints(text) and printi(number), which write to the action's console (tally push shows it)",
+    ),
+    (
+        "string.h",
+        "use __builtin_memcpy, __builtin_memset and __builtin_memcmp, and tally.h's tally_strlen",
+    ),
+    (
+        "strings.h",
+        "use __builtin_memcpy, __builtin_memset and __builtin_memcmp, and tally.h's tally_strlen",
+    ),
+    (
+        "stdlib.h",
+        "there is no malloc or free: use static buffers, and tally.h's assert(cond, msg) to abort",
+    ),
+    ("malloc.h", "there is no malloc or free: use static buffers"),
+    (
+        "assert.h",
+        "use tally.h's assert(cond, msg), which aborts the action with msg",
+    ),
+    (
+        "math.h",
+        "there is no floating point in contracts: use integers (tally.h has 128-bit arithmetic)",
+    ),
+    (
+        "time.h",
+        "a contract has no clock but the block's time: use tally.h's tally_block_time()",
+    ),
+    (
+        "ctype.h",
+        "compare characters directly ('a' <= c && c <= 'z')",
+    ),
+    (
+        "errno.h",
+        "abort with tally.h's assert(cond, msg) instead of error codes",
+    ),
+    (
+        "unistd.h",
+        "a contract has no operating system: tally.h's imports are all it can call",
+    ),
+    ("wchar.h", "strings are UTF-8 bytes: use tally.h's String"),
+];
+
+/// The C library header clang could not find, and what to use instead, if that is why it
+/// failed (`fatal error: 'stdio.h' file not found`).
+fn missing_libc_header(clang_stderr: &str) -> Option<(&'static str, &'static str)> {
+    clang_stderr.lines().find_map(|line| {
+        let rest = line.split("fatal error: '").nth(1)?;
+        let header = rest.strip_suffix("' file not found")?;
+        LIBC_INSTEAD.iter().find(|(h, _)| *h == header).copied()
+    })
 }
 
 /// Where Rust contracts are built from: a symlink to the contract's grandparent directory.
@@ -137,24 +224,31 @@ const BUILD_LOCK: &str = "/tmp/tally-contract-build.lock";
 
 /// Flags for Rust contracts: a 64 KiB stack instead of Rust's 1 MiB default keeps the initial
 /// memory small, and the remappings keep local paths out of the module.
-fn rust_flags() -> String {
+fn rust_flags(stack_size: Option<u32>) -> String {
     let cargo_home = std::env::var("CARGO_HOME")
         .map(PathBuf::from)
         .or_else(|_| std::env::var("HOME").map(|h| PathBuf::from(h).join(".cargo")))
         .unwrap_or_default();
     format!(
-        "-C link-arg=-zstack-size=65536 --remap-path-prefix={BUILD_ROOT}=/build \
+        "-C link-arg=-zstack-size={} --remap-path-prefix={BUILD_ROOT}=/build \
          --remap-path-prefix={}=/cargo",
+        stack_size.unwrap_or(65536),
         cargo_home.display()
     )
 }
 
 /// Builds the Rust contract in `package` with cargo and copies the module to `output`. With
 /// `names`, the package's release profile strips debug info only, keeping function names.
-pub fn compile_rust(package: &Path, output: &Path, names: bool) -> anyhow::Result<()> {
+pub fn compile_rust(
+    package: &Path,
+    output: &Path,
+    names: bool,
+    stack_size: Option<u32>,
+) -> anyhow::Result<()> {
     let package = package
         .canonicalize()
         .with_context(|| format!("cannot find {}", package.display()))?;
+    super::sdk::ensure_linked(&package)?;
     let manifest = package.join("Cargo.toml");
     let meta: toml_name::Manifest = std::fs::read_to_string(&manifest)
         .ok()
@@ -195,7 +289,7 @@ pub fn compile_rust(package: &Path, output: &Path, names: bool) -> anyhow::Resul
         .arg("--target-dir")
         .arg(&target_dir)
         .current_dir(link.join(relative))
-        .env("RUSTFLAGS", rust_flags())
+        .env("RUSTFLAGS", rust_flags(stack_size))
         .envs(names.then_some(("CARGO_PROFILE_RELEASE_STRIP", "debuginfo")))
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
@@ -270,9 +364,9 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| default_output(&args.source));
     if args.source.is_dir() {
-        compile_rust(&args.source, &output, args.names)?;
+        compile_rust(&args.source, &output, args.names, args.stack_size)?;
     } else {
-        compile_c(&args.source, &output, args.names)?;
+        compile_c(&args.source, &output, args.names, args.stack_size)?;
     }
     let wasm = std::fs::read(&output)?;
     // Check it as a deploy would, so a module that cannot be deployed fails here, not later.

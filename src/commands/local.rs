@@ -246,20 +246,8 @@ impl Local {
     /// Signs `actions` with the keystore keys of `signers`, pushes them as one transaction in
     /// a new block, commits it, and keeps its receipt in the receipts log (for `tally tx`).
     pub fn push(&mut self, actions: Vec<Action>, signers: &[Name]) -> anyhow::Result<Committed> {
-        let keys = signers
-            .iter()
-            .map(|s| Ok((*s, self.keystore.key(*s)?)))
-            .collect::<anyhow::Result<Vec<_>>>()?;
         let names = actions.iter().map(|a| (a.account, a.name)).collect();
-        let (ref_block_num, ref_block_prefix) = self.chain.tapos();
-        let tx = Transaction {
-            expiration_ms: self.chain.next_block_time_ms() + TX_LIFETIME_MS,
-            ref_block_num,
-            ref_block_prefix,
-            actions,
-        };
-        let refs: Vec<(Name, &SigningKey)> = keys.iter().map(|(n, k)| (*n, k)).collect();
-        let signed = SignedTransaction::sign(tx, &refs);
+        let signed = self.sign(actions, signers)?;
         let mut block = self.chain.run_block(vec![signed])?;
         // The block is committed with its sync in the background: it is reported only once
         // that sync is done (a failed one stops the store, and this command, with an error).
@@ -276,6 +264,28 @@ impl Local {
         // line, which `tally tx` then reads from the block itself.
         receipt::append(&self.dir, &committed)?;
         Ok(committed)
+    }
+
+    /// `actions` as the next block would take them, signed with the keystore keys of
+    /// `signers`.
+    pub fn sign(
+        &self,
+        actions: Vec<Action>,
+        signers: &[Name],
+    ) -> anyhow::Result<SignedTransaction> {
+        let keys = signers
+            .iter()
+            .map(|s| Ok((*s, self.keystore.key(*s)?)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let (ref_block_num, ref_block_prefix) = self.chain.tapos();
+        let tx = Transaction {
+            expiration_ms: self.chain.next_block_time_ms() + TX_LIFETIME_MS,
+            ref_block_num,
+            ref_block_prefix,
+            actions,
+        };
+        let refs: Vec<(Name, &SigningKey)> = keys.iter().map(|(n, k)| (*n, k)).collect();
+        Ok(SignedTransaction::sign(tx, &refs))
     }
 
     /// The ABI deployed with `contract`'s current code, if it was deployed with one.

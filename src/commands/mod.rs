@@ -10,6 +10,7 @@ mod deploy;
 mod devnet;
 mod get;
 mod init;
+mod keys;
 mod load;
 mod local;
 mod new;
@@ -18,6 +19,8 @@ mod plot;
 mod push;
 mod query;
 mod receipt;
+mod sdk;
+mod state;
 mod storebench;
 mod target;
 mod tx;
@@ -57,6 +60,8 @@ pub enum Command {
     Tx(tx::TxArgs),
     /// Read a key of a contract's storage.
     Get(get::GetArgs),
+    /// List a contract's keys in order, with their values.
+    Keys(keys::KeysArgs),
     /// Show a simplecoin balance.
     Balance(get::BalanceArgs),
     /// Run a contract's read-only query against the committed state.
@@ -100,6 +105,7 @@ impl Command {
             Command::Push(args) => push::run(args),
             Command::Tx(args) => tx::run(args),
             Command::Get(args) => get::run(args),
+            Command::Keys(args) => keys::run(args),
             Command::Balance(args) => get::run_balance(args),
             Command::Query(args) => query::run(args),
             Command::Code(args) => query::run_code(args),

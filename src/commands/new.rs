@@ -12,6 +12,7 @@ use clap::Args;
 
 use super::abi::Abi;
 use super::abigen::{self, Lang, Source};
+use super::sdk::{self, SDK_LINK};
 
 const ABI: &str = include_str!("new/abi.json");
 const C_SOURCE: &str = include_str!("new/contract.c");
@@ -22,10 +23,7 @@ const TEST_CARGO_TOML: &str = include_str!("new/test_Cargo.toml");
 const TEST_RS: &str = include_str!("new/test.rs");
 const README: &str = include_str!("new/README.md");
 const GITIGNORE: &str = include_str!("new/gitignore");
-
-/// The host-api crate of the checkout this binary was built from: what a new Rust contract
-/// depends on unless told otherwise (tally-host-api is not on crates.io).
-const BUILT_FROM_HOST_API: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/host-api");
+const HARNESS_SH: &str = include_str!("new/harness.sh");
 
 /// Create a contract project: source, ABI, generated types, a test and a README.
 #[derive(Debug, Args)]
@@ -49,8 +47,9 @@ pub struct NewArgs {
     /// The directory to create [default: ./NAME].
     #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// The tally-host-api crate a Rust contract depends on [default: the Tally checkout this
-    /// tally was built from]. Its test uses the tally-chain crate beside it (DIR/../chain).
+    /// The tally-host-api crate a Rust contract depends on [default: $TALLY_SDK/host-api, else
+    /// the Tally checkout this tally was built from]. Its test uses the tally-chain crate
+    /// beside it (DIR/../chain). The project reaches both through its own link `.tally/sdk`.
     #[arg(long, value_name = "DIR")]
     pub host_api: Option<PathBuf>,
 }
@@ -68,51 +67,6 @@ fn check_name(name: &str) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// The host-api directory for a Rust contract's Cargo.toml, absolute.
-fn host_api(given: Option<&Path>) -> anyhow::Result<PathBuf> {
-    let dir = given.unwrap_or(Path::new(BUILT_FROM_HOST_API));
-    let manifest = dir.join("Cargo.toml");
-    let is_host_api = std::fs::read_to_string(&manifest)
-        .is_ok_and(|text| text.contains("name = \"tally-host-api\""));
-    if !is_host_api {
-        match given {
-            Some(_) => bail!(
-                "{} is not the host-api directory of a Tally checkout (no tally-host-api \
-                 Cargo.toml there)",
-                dir.display()
-            ),
-            None => bail!(
-                "this tally was built from a checkout that is no longer at {}: pass \
-                 --host-api PATH/TO/tally/host-api",
-                dir.display()
-            ),
-        }
-    }
-    dir.canonicalize()
-        .with_context(|| format!("cannot resolve {}", dir.display()))
-}
-
-/// The tally-chain directory beside `host_api` (an absolute host-api directory): what a Rust
-/// contract's test depends on for the harness.
-fn chain_dir(host_api: &Path) -> anyhow::Result<PathBuf> {
-    let dir = host_api.parent().unwrap_or(host_api).join("chain");
-    let is_chain = std::fs::read_to_string(dir.join("Cargo.toml"))
-        .is_ok_and(|text| text.contains("name = \"tally-chain\""));
-    if !is_chain {
-        bail!(
-            "no tally-chain crate at {} (the test harness): --host-api must be the host-api \
-             directory of a whole Tally checkout",
-            dir.display()
-        );
-    }
-    Ok(dir)
-}
-
-/// A TOML basic string's contents.
-fn toml_escape(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
 /// Files of a new project: path relative to its directory, and contents.
@@ -155,13 +109,14 @@ fn c_files(name: &str, abi: &Abi, abi_file: &str, files: &mut Files) -> anyhow::
     })
 }
 
-/// A Rust project's package, source, generated types and test package, on the Tally
-/// checkout whose host-api is `host_api`.
+/// A Rust project's package, source, generated types and test package. Its manifests name
+/// Tally's crates by a path inside the project's own link to them ([`SDK_LINK`]), so the
+/// project carries no path of this machine and builds wherever `tally build` re-links it.
 fn rust_files(
     name: &str,
     abi: &Abi,
     abi_file: &str,
-    host_api: &Path,
+    sdk_root: &Path,
     files: &mut Files,
 ) -> anyhow::Result<Layout> {
     let source = Source {
@@ -173,17 +128,13 @@ fn rust_files(
         abigen::generate(abi, Lang::Rust, name, &source, "")?,
     ));
     files.push((PathBuf::from("src/lib.rs"), fill(RUST_SOURCE, name)));
-    let chain = chain_dir(host_api)?;
-    let path = |dir: &Path| toml_escape(&dir.to_string_lossy());
     files.push((
         PathBuf::from("Cargo.toml"),
-        fill(CARGO_TOML, name).replace("{{host_api}}", &path(host_api)),
+        fill(CARGO_TOML, name).replace("{{sdk}}", SDK_LINK),
     ));
     files.push((
         PathBuf::from("test/Cargo.toml"),
-        fill(TEST_CARGO_TOML, name)
-            .replace("{{host_api}}", &path(host_api))
-            .replace("{{chain}}", &path(&chain)),
+        fill(TEST_CARGO_TOML, name).replace("{{sdk}}", &format!("../{SDK_LINK}")),
     ));
     files.push((
         PathBuf::from(format!("test/{name}.rs")),
@@ -191,8 +142,7 @@ fn rust_files(
     ));
     // The versions the checkout was built and tested with, rather than whatever is
     // newest today (the harness pulls in wasmtime, pinned, and its dependencies).
-    let checkout = host_api.parent().unwrap_or(host_api);
-    if let Ok(lock) = std::fs::read_to_string(checkout.join("Cargo.lock")) {
+    if let Ok(lock) = std::fs::read_to_string(sdk_root.join("Cargo.lock")) {
         files.push((PathBuf::from("test/Cargo.lock"), lock));
     }
     Ok(Layout {
@@ -215,7 +165,13 @@ fn test_sh(lang: Lang, name: &str, abi_file: &str, layout: &Layout) -> String {
             "echo \"building {name} (the first build of a Rust contract takes a minute or two)\"\n\"$tally\" abigen {abi_file} --lang rust -o {generated} --check >/dev/null\n\"$tally\" build . -o {name}.wasm --names >/dev/null"
         ),
     };
-    fill(TEST_SH, name).replace("{{build}}", &test_build)
+    let harness = match lang {
+        Lang::C => String::new(),
+        Lang::Rust => fill(HARNESS_SH, name),
+    };
+    fill(TEST_SH, name)
+        .replace("{{build}}", &test_build)
+        .replace("{{harness}}\n", &harness)
 }
 
 /// The project's README: its files, how to build, test and regenerate.
@@ -237,17 +193,20 @@ fn readme(lang: Lang, name: &str, abi_file: &str, layout: &Layout) -> String {
         Lang::Rust => format!(
             "| `test/{name}.rs` | its tests, on an in-process chain (`tally_chain::testing`): \
              deploy, push as named accounts, check receipts and state |\n\
-             | `test/Cargo.toml` | the test package (`cargo test --manifest-path test/Cargo.toml`; \
-             its first run compiles Tally's chain crate, a few minutes) |\n\
+             | `test/Cargo.toml` | the test package |\n\
              | `test.sh` | builds the contract, deploys it on a throwaway local chain, pushes \
-             actions and checks the state, in seconds |"
+             actions and checks the state, then runs `test/{name}.rs` |\n\
+             | `.tally/sdk` | a link to the Tally checkout whose crates the manifests use; not \
+             committed: `tally build` makes it on any machine (`TALLY_SDK` picks the checkout) |"
         ),
     };
     let harness_test = match lang {
         Lang::C => "",
         Lang::Rust => {
-            "\nand the Rust tests on an in-process chain (deploy, push as named accounts, check \
-             receipts; build the contract first):\n\n```sh\ncargo test --manifest-path \
+            "\n`test.sh` also runs the Rust tests on an in-process chain (deploy, push as named \
+             accounts, check receipts), in a build directory every project on the machine shares \
+             (`~/.cache/tally/test-target`): only the first project pays for compiling Tally's \
+             chain crate. On their own, after a build:\n\n```sh\ncargo test --manifest-path \
              test/Cargo.toml\n```\n"
         }
     };
@@ -302,17 +261,17 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
             dir.display()
         );
     }
-    let host_api = match args.lang {
-        Lang::Rust => Some(host_api(args.host_api.as_deref())?),
+    let sdk_root = match args.lang {
+        Lang::Rust => Some(sdk::root(args.host_api.as_deref())?),
         Lang::C => None,
     };
     let abi_text = fill(ABI, name);
     let abi = Abi::parse(&abi_text).expect("the template ABI is valid");
     let abi_file = format!("{name}.abi.json");
     let mut files: Files = vec![(PathBuf::from(&abi_file), abi_text)];
-    let layout = match &host_api {
+    let layout = match &sdk_root {
         None => c_files(name, &abi, &abi_file, &mut files)?,
-        Some(host_api) => rust_files(name, &abi, &abi_file, host_api, &mut files)?,
+        Some(root) => rust_files(name, &abi, &abi_file, root, &mut files)?,
     };
     files.push((
         PathBuf::from("test.sh"),
@@ -324,6 +283,9 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
     ));
     files.push((PathBuf::from(".gitignore"), GITIGNORE.to_string()));
     write_files(&dir, &files)?;
+    if let Some(root) = &sdk_root {
+        sdk::link(&dir, root)?;
+    }
     println!(
         "created {} (a {} contract):",
         dir.display(),
@@ -331,6 +293,13 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
     );
     for (path, _) in &files {
         println!("  {}", dir.join(path).display());
+    }
+    if let Some(root) = &sdk_root {
+        println!(
+            "  {} -> {} (Tally's crates; not committed: tally build re-links it)",
+            dir.join(SDK_LINK).display(),
+            root.display()
+        );
     }
     println!("next:");
     println!("  cd {} && ./test.sh", dir.display());

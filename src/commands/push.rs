@@ -32,8 +32,18 @@ pub fn fail_on(receipt: &TxReceipt) -> anyhow::Result<()> {
                                   # two actions in one transaction: both apply, or neither
   tally push counter hit alice --auth alice --rpc 127.0.0.1:26601 --wallet ./net
                                   # to a network: signed with the wallet's keys
+  tally push tokena transfer alice bob 5 \"\" --action tokenb transfer alice bob 5 \"\" --auth alice,bob --data ./chain
+                                  # signed by both (or repeat --auth)
+  tally push ledger adjust alice -5 --auth alice --data ./chain     # a negative number
+  tally push registry set alice home @notes.txt --auth alice --data ./chain
+                                  # an argument read from a file (@@ for a literal @)
+  tally push simplecoin transfer alice bob 5 memo --auth alice --data ./chain --dry-run
+                                  # print the signed transaction (hex and JSON), send nothing
 
-Arguments follow the action's fields in the contract's ABI. The ABI is the file given with
+Arguments follow the action's fields in the contract's ABI: a scalar as it is written
+(alice, -5, true, bytes in hex with or without 0x), a list, option or struct as JSON
+([1,2], null, {\"a\":1}); an argument @PATH is the contents of the file PATH, less one
+trailing newline. The ABI is the file given with
 --abi PATH (or --abi CONTRACT=PATH, one per contract), else the one `tally deploy` kept in the
 data directory or, with --rpc, in the wallet (DIR/abi/CONTRACT.json), provided the contract
 still runs the code it was deployed with. Every --action adds an action, run in order in the
@@ -52,14 +62,21 @@ pub struct PushArgs {
     #[arg(required_unless_present = "more")]
     pub action: Option<String>,
     /// The first action's arguments, in ABI order.
+    #[arg(allow_negative_numbers = true)]
     pub args: Vec<String>,
     /// More actions (`--action CONTRACT ACTION ARGS...`, repeated).
     #[command(flatten)]
     pub more: MoreActions,
-    /// Accounts authorizing (and signing) the actions.
-    #[arg(long = "auth", value_name = "ACCOUNT", required = true)]
+    /// Accounts authorizing (and signing) the actions: repeat it, or list them (a,b).
+    #[arg(
+        long = "auth",
+        value_name = "ACCOUNT",
+        required = true,
+        value_delimiter = ','
+    )]
     pub auth: Vec<String>,
-    /// Raw data of the first action instead of ABI arguments.
+    /// Raw data of the first action instead of ABI arguments: hex, with or without 0x, or
+    /// @PATH of a file holding it.
     #[arg(long, value_name = "HEX", conflicts_with = "args")]
     pub data_hex: Option<String>,
     /// An ABI file: PATH for the one contract the transaction calls, or CONTRACT=PATH.
@@ -75,6 +92,9 @@ pub struct PushArgs {
     /// contract (function and offset).
     #[arg(long)]
     pub trace: bool,
+    /// Print the signed transaction, its bytes in hex and decoded, and send nothing.
+    #[arg(long, conflicts_with = "trace")]
+    pub dry_run: bool,
 }
 
 /// The `--action CONTRACT ACTION ARGS...` options, each occurrence one action. (clap's
@@ -106,6 +126,7 @@ impl clap::Args for MoreActions {
                 .long("action")
                 .value_names(["CONTRACT", "ACTION", "ARGS"])
                 .num_args(2..)
+                .allow_negative_numbers(true)
                 .action(clap::ArgAction::Append)
                 .help("Another action in the same transaction: its contract, its name and its arguments (repeat for more)"),
         )
@@ -154,11 +175,22 @@ fn actions(target: &Target, args: &PushArgs, auth: &[Name]) -> anyhow::Result<Ve
     if contracts.len() > 1 && args.abi.iter().any(|a| a.contract.is_none()) {
         bail!("the transaction calls several contracts: write each ABI as --abi CONTRACT=PATH");
     }
+    for contract in &contracts {
+        // The system account's actions are native: it runs no code, and needs none.
+        if *contract != tally_chain::system::SYSTEM {
+            target.require_contract(*contract)?;
+        }
+    }
     given
         .iter()
         .map(|g| {
             let data = match g.data_hex {
-                Some(h) => hex::decode(h).context("--data-hex is not hex")?,
+                Some(h) => {
+                    let h = super::abi::argument(h).context("--data-hex")?;
+                    let h = h.trim();
+                    hex::decode(h.strip_prefix("0x").unwrap_or(h))
+                        .context("--data-hex is not hex")?
+                }
                 None => target
                     .abi(g.contract, &args.abi)?
                     .encode(g.action, g.args)
@@ -212,7 +244,65 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut target = args.dest.open()?;
     let actions = actions(&target, &args, &auth)?;
+    if args.dry_run {
+        let signed = target.sign(actions, &auth)?;
+        return print_dry_run(&target, &args, &signed);
+    }
     let mut committed = target.push(actions, &auth)?;
     committed.decode_events(|contract| target.abi(contract, &args.abi).ok());
     print(&committed, args.json, args.trace)
+}
+
+/// `tally push --dry-run`: the signed transaction, as bytes and as JSON with each action's
+/// arguments decoded by its contract's ABI.
+fn print_dry_run(
+    target: &Target,
+    args: &PushArgs,
+    signed: &tally_chain::SignedTransaction,
+) -> anyhow::Result<()> {
+    let tx = &signed.transaction;
+    let bytes = signed.encode();
+    let actions: Vec<serde_json::Value> = tx
+        .actions
+        .iter()
+        .map(|a| {
+            let decoded = target.abi(a.account, &args.abi).ok().and_then(|abi| {
+                let entry = abi.actions.get(&a.name.to_string())?;
+                abi.decode_fields(&entry.args, &a.data).ok()
+            });
+            serde_json::json!({
+                "account": a.account.to_string(),
+                "name": a.name.to_string(),
+                "authorization": a.authorization.iter().map(Name::to_string).collect::<Vec<_>>(),
+                "data": hex::encode(&a.data),
+                "args": decoded,
+            })
+        })
+        .collect();
+    let decoded = serde_json::json!({
+        "expiration_ms": tx.expiration_ms,
+        "ref_block_num": tx.ref_block_num,
+        "ref_block_prefix": tx.ref_block_prefix,
+        "actions": actions,
+        "signatures": signed.signatures.iter().map(|s| serde_json::json!({
+            "account": s.account.to_string(),
+            "public_key": hex::encode(s.public_key),
+        })).collect::<Vec<_>>(),
+    });
+    let id = hex::encode(tx.id());
+    output(
+        args.json,
+        serde_json::json!({
+            "dry_run": true,
+            "transaction": id,
+            "bytes": hex::encode(&bytes),
+            "decoded": decoded,
+        }),
+        format!(
+            "dry run: transaction {id} was not sent ({} bytes)\n{}\n{}\n",
+            bytes.len(),
+            hex::encode(&bytes),
+            serde_json::to_string_pretty(&decoded)?
+        ),
+    )
 }

@@ -32,7 +32,9 @@ pub struct QueryArgs {
     pub contract: String,
     /// The query method.
     pub method: String,
-    /// The method's arguments, in the order of its fields in the contract's ABI.
+    /// The method's arguments, in the order of its fields in the contract's ABI (as `tally
+    /// push` takes them: negative numbers, JSON, @PATH for a file's contents).
+    #[arg(allow_negative_numbers = true)]
     pub args: Vec<String>,
     /// Raw query data instead of ABI arguments.
     #[arg(long, value_name = "HEX", conflicts_with = "args")]
@@ -100,7 +102,11 @@ fn ask(args: &QueryArgs, contract: Name, method: Name) -> anyhow::Result<Answer>
         _ => find(args, &opened, contract).ok(),
     };
     let data = match (&args.data_hex, &abi) {
-        (Some(h), _) => hex::decode(h).context("--data-hex is not hex")?,
+        (Some(h), _) => {
+            let h = super::abi::argument(h).context("--data-hex")?;
+            let h = h.trim();
+            hex::decode(h.strip_prefix("0x").unwrap_or(h)).context("--data-hex is not hex")?
+        }
         (None, Some(abi)) if !args.args.is_empty() => abi.encode_query(&args.method, &args.args)?,
         (None, _) => Vec::new(),
     };

@@ -168,6 +168,21 @@ impl Target {
         }
     }
 
+    /// Whether `account` exists (has a registered key).
+    pub fn account_exists(&self, account: Name) -> anyhow::Result<bool> {
+        match self {
+            Target::Local(local) => Ok(local.chain.account_key(account)?.is_some()),
+            Target::Network(net) => super::state::account_exists(&net.rpc, account),
+        }
+    }
+
+    /// Fails, saying what to do, unless `contract` runs a contract.
+    pub fn require_contract(&self, contract: Name) -> anyhow::Result<()> {
+        super::state::require_contract(contract, self.code_hash(contract)?.is_some(), || {
+            self.account_exists(contract)
+        })
+    }
+
     /// Keeps the ABI of the contract just deployed to `account`, whose code has sha256
     /// `code_hash`, for later pushes and queries; or forgets an older one if it has none.
     pub fn save_abi(
@@ -184,6 +199,19 @@ impl Target {
         find_abi(&self.abi_dir(), contract, given, |c| self.code_hash(c))
     }
 
+    /// `actions` as one transaction signed with the keys of `signers`, as [`Target::push`]
+    /// would send it (`tally push --dry-run`).
+    pub fn sign(
+        &self,
+        actions: Vec<Action>,
+        signers: &[Name],
+    ) -> anyhow::Result<SignedTransaction> {
+        match self {
+            Target::Local(local) => local.sign(actions, signers),
+            Target::Network(net) => net.sign(actions, signers),
+        }
+    }
+
     /// Signs `actions` with the keys of `signers`, commits them as one transaction, and
     /// returns its receipt. `Err` when it could not be committed: refused by the node,
     /// rejected by its block, or not in a block within [`COMMIT_TIMEOUT`].
@@ -196,7 +224,8 @@ impl Target {
 }
 
 impl Network {
-    fn push(&mut self, actions: Vec<Action>, signers: &[Name]) -> anyhow::Result<Committed> {
+    /// `actions` referencing the node's head, signed with the wallet's keys of `signers`.
+    fn sign(&self, actions: Vec<Action>, signers: &[Name]) -> anyhow::Result<SignedTransaction> {
         let keys = signers
             .iter()
             .map(|s| Ok((*s, self.wallet.keystore.key(*s)?)))
@@ -204,14 +233,18 @@ impl Network {
             .with_context(|| format!("wallet {}", self.wallet.dir.display()))?;
         let head = self.rpc.head()?;
         let refs: Vec<(Name, &SigningKey)> = keys.iter().map(|(n, k)| (*n, k)).collect();
-        let names = actions.iter().map(|a| (a.account, a.name)).collect();
         let tx = Transaction {
             expiration_ms: head.time_ms + TX_LIFETIME_MS.min(head.max_lifetime_ms / 2),
             ref_block_num: head.ref_block_num,
             ref_block_prefix: head.ref_block_prefix,
             actions,
         };
-        let signed = SignedTransaction::sign(tx, &refs);
+        Ok(SignedTransaction::sign(tx, &refs))
+    }
+
+    fn push(&mut self, actions: Vec<Action>, signers: &[Name]) -> anyhow::Result<Committed> {
+        let names = actions.iter().map(|a| (a.account, a.name)).collect();
+        let signed = self.sign(actions, signers)?;
         let id = signed.transaction.id();
         let bundle = bundle::join([signed.encode().as_slice()]);
         let hash = bundle::hash(&bundle);

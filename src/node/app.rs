@@ -347,6 +347,53 @@ impl App {
         }
     }
 
+    /// `keys`: data is a [`KeysRequest`](super::keys::KeysRequest) (borsh); the value is a
+    /// [`KeysPage`](super::keys::KeysPage) (borsh) of at most
+    /// [`MAX_KEYS_PER_QUERY`](super::keys::MAX_KEYS_PER_QUERY) entries.
+    fn query_keys(ledger: &Ledger, data: &[u8], height: i64) -> ResponseQuery {
+        let Ok(request) = borsh::from_slice::<super::keys::KeysRequest>(data) else {
+            return ResponseQuery {
+                code: code::BAD_QUERY,
+                log: "keys: data is a KeysRequest, borsh (src/node/keys.rs)".into(),
+                ..Default::default()
+            };
+        };
+        match ledger.keys(&request) {
+            Ok(page) => ResponseQuery {
+                value: borsh::to_vec(&page).expect("a page serializes").into(),
+                height,
+                ..Default::default()
+            },
+            Err(e) => fatal("reading state", e),
+        }
+    }
+
+    /// `account`: data is an account's 8-byte name; the value is its public key.
+    fn query_account(ledger: &Ledger, data: &[u8], height: i64) -> ResponseQuery {
+        let Ok(account) = <[u8; 8]>::try_from(data) else {
+            return ResponseQuery {
+                code: code::BAD_QUERY,
+                log: "account: data is the account's 8-byte name (little-endian)".into(),
+                ..Default::default()
+            };
+        };
+        let account = Name(u64::from_le_bytes(account));
+        match ledger.account_key(account) {
+            Ok(Some(key)) => ResponseQuery {
+                value: key.to_vec().into(),
+                height,
+                ..Default::default()
+            },
+            Ok(None) => ResponseQuery {
+                code: code::NOT_FOUND,
+                log: format!("there is no account {account}"),
+                height,
+                ..Default::default()
+            },
+            Err(e) => fatal("reading state", e),
+        }
+    }
+
     /// `code`: data is an account's 8-byte name; the value is the sha256 of its code.
     fn query_code(ledger: &Ledger, data: &[u8], height: i64) -> ResponseQuery {
         let Ok(account) = <[u8; 8]>::try_from(data) else {
@@ -661,11 +708,13 @@ impl Application for App {
             "get" => return Self::query_get(l, &req.data, height),
             "query" => return Self::query_contract(l, &req.data, height),
             "code" => return Self::query_code(l, &req.data, height),
+            "keys" => return Self::query_keys(l, &req.data, height),
+            "account" => return Self::query_account(l, &req.data, height),
             other => {
                 return ResponseQuery {
                     code: code::BAD_QUERY,
                     log: format!(
-                        "unknown query path {other:?}: Tally answers \"head\", \"get\", \"query\", \"code\" and \"stats\""
+                        "unknown query path {other:?}: Tally answers \"head\", \"get\", \"query\", \"code\", \"keys\", \"account\" and \"stats\""
                     ),
                     ..Default::default()
                 };

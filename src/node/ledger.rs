@@ -243,6 +243,21 @@ impl Ledger {
         self.chain.query(contract, method, data)
     }
 
+    /// One page of a contract's committed entries, bounded for a remote caller
+    /// ([`super::keys::MAX_KEYS_PER_QUERY`], [`super::keys::MAX_PAGE_BYTES`]).
+    pub fn keys(
+        &self,
+        request: &super::keys::KeysRequest,
+    ) -> Result<super::keys::KeysPage, ChainError> {
+        use super::keys::{MAX_KEYS_PER_QUERY, MAX_PAGE_BYTES, page};
+        page(&self.chain, request, MAX_KEYS_PER_QUERY, MAX_PAGE_BYTES)
+    }
+
+    /// The registered public key of `account`, if it exists.
+    pub fn account_key(&self, account: Name) -> Result<Option<[u8; 32]>, ChainError> {
+        self.chain.account_key(account)
+    }
+
     /// The sha256 of the code `account` runs, if any.
     pub fn code_hash(&self, account: Name) -> Result<Option<[u8; 32]>, ChainError> {
         self.chain.code_hash(account)

@@ -5,6 +5,7 @@ pub mod abci;
 pub mod app;
 pub mod bundle;
 pub mod devnet;
+pub mod keys;
 pub mod ledger;
 pub mod load;
 pub mod mempool;

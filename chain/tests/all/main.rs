@@ -7,6 +7,7 @@ mod common;
 mod calls;
 mod chain;
 mod dca;
+mod escrow;
 mod fuzz;
 mod hostile;
 mod ordered;

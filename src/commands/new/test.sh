@@ -24,8 +24,8 @@ push_fails() {
 }
 # expect_u64 ACCOUNT N: the key of ACCOUNT's name holds the u64 N.
 expect_u64() {
-    got="$("$tally" get {{name}} "name:$1" --data "$chain")"
-    case "$got" in *"(u64 $2)"*) ;; *) fail "expected $1 -> $2, got: $got" ;; esac
+    got="$("$tally" get {{name}} "name:$1" --as u64 --data "$chain" 2>&1)"
+    [ "$got" = "$2" ] || fail "expected $1 -> $2, got: $got"
 }
 # expect_none ACCOUNT: the key of ACCOUNT's name is absent.
 expect_none() {
@@ -52,3 +52,4 @@ push_fails unauthorized hit alice --auth bob
 expect_u64 alice 2
 push reset alice --auth alice
 expect_none alice
+{{harness}}
