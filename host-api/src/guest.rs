@@ -37,11 +37,6 @@
 //! balances alike), a `u64` its 8 bytes little-endian. Values are borsh ([`store`], [`load`]),
 //! or raw bytes ([`store_bytes`], [`load_bytes`]).
 //!
-//! Keys are listed in byte order by [`range`]: [`range::entries`] and [`range::prefix`] walk
-//! raw keys both ways, and [`range::Map`] keeps typed keys under a prefix, encoded big-endian
-//! so that their byte order is their order ([`range::OrderedKey`]; a little-endian `u64` key
-//! does not sort as the number).
-//!
 //! # Action data
 //!
 //! [`message`] decodes the action's data strictly, as [`crate::message::decode`] does:
@@ -49,8 +44,6 @@
 //! generates for C contracts accept and refuse exactly the same data, with the same abort
 //! messages. (The 2017 C helpers, `DataStream` and friends, read a prefix and ignore the rest;
 //! `DataStream_end` checks that nothing is left.)
-
-pub mod range;
 
 use alloc::vec::Vec;
 use borsh::{BorshDeserialize, BorshSerialize};
@@ -81,18 +74,6 @@ mod sys {
         pub fn block_height() -> i64;
         pub fn has_auth(account: i64) -> i32;
         pub fn is_account(account: i64) -> i32;
-        #[allow(clippy::too_many_arguments)] // the import's own arguments
-        pub fn db_next(
-            lo: *const u8,
-            lo_len: u32,
-            hi: *const u8,
-            hi_len: u32,
-            flags: i32,
-            key_dst: *mut u8,
-            key_cap: u32,
-            val_dst: *mut u8,
-            val_cap: u32,
-        ) -> i64;
     }
 }
 
@@ -761,3 +742,8 @@ macro_rules! query {
         };
     };
 }
+
+/// Ordered reads of this contract's storage: raw and typed walks over `db_next`, both ways.
+/// (Declared last, so that no line of this file moves: panic locations inside it are part
+/// of the contracts built from it, whose committed builds must stay byte-identical.)
+pub mod range;

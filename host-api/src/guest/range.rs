@@ -36,15 +36,41 @@ use core::ops::Bound;
 
 use borsh::{BorshDeserialize, BorshSerialize};
 
-use super::{abort, sys};
+use super::abort;
 use crate::Name;
 use crate::abi::{NEXT_BACKWARD, NEXT_HI_INCLUSIVE, NEXT_HI_OPEN, NEXT_LO_EXCLUSIVE};
 use crate::limits::MAX_KEY_LEN;
+
+/// The import, beside the walk that calls it.
+///
+/// Every function of this module that is not generic is `#[inline]` (and `Entries` and `Iter`
+/// derive no `Debug`): compiled into this crate, they reordered the functions of contracts
+/// that never call them (token-rs built to other bytes, though its imports and sizes were the
+/// same), and CI requires the committed builds to stay reproducible. Inline, they are
+/// compiled only into the contracts that use them.
+mod sys {
+    #[link(wasm_import_module = "env")]
+    unsafe extern "C" {
+        #[allow(clippy::too_many_arguments)] // the import's own arguments
+        pub fn db_next(
+            lo: *const u8,
+            lo_len: u32,
+            hi: *const u8,
+            hi_len: u32,
+            flags: i32,
+            key_dst: *mut u8,
+            key_cap: u32,
+            val_dst: *mut u8,
+            val_cap: u32,
+        ) -> i64;
+    }
+}
 
 /// Value bytes a step reads at first: a larger value takes a second call with room for it.
 const FIRST_VALUE: usize = 64;
 
 /// One `db_next` call: the first entry between `lo` and `hi` (the last, `backward`).
+#[inline]
 pub fn next(lo: Bound<&[u8]>, hi: Bound<&[u8]>, backward: bool) -> Option<(Vec<u8>, Vec<u8>)> {
     let (lo, mut flags) = match lo {
         Bound::Included(k) => (k, 0),
@@ -101,6 +127,7 @@ pub fn next(lo: Bound<&[u8]>, hi: Bound<&[u8]>, backward: bool) -> Option<(Vec<u
 
 /// The entries of this contract's storage between `lo` and `hi`, in key order (`.rev()` or
 /// `next_back` for the other way).
+#[inline]
 pub fn entries(lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Entries {
     let own = |b: Bound<&[u8]>| b.map(<[u8]>::to_vec);
     Entries {
@@ -111,6 +138,7 @@ pub fn entries(lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Entries {
 }
 
 /// The entries whose key starts with `prefix`, in key order.
+#[inline]
 pub fn prefix(prefix: &[u8]) -> Entries {
     let end = prefix_end(prefix);
     entries(
@@ -121,6 +149,7 @@ pub fn prefix(prefix: &[u8]) -> Entries {
 
 /// The least key above every key that starts with `prefix`; `None` if there is none (an
 /// empty or all-`0xff` prefix).
+#[inline]
 pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     let last = prefix.iter().rposition(|&b| b != 0xff)?;
     let mut end = prefix[..=last].to_vec();
@@ -130,7 +159,7 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
 
 /// A walk over raw entries (key, value), from both ends: each step narrows its bounds past
 /// the key it returned, so the walk holds no cursor in the host.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Entries {
     lo: Bound<Vec<u8>>,
     hi: Bound<Vec<u8>>,
@@ -138,6 +167,7 @@ pub struct Entries {
 }
 
 impl Entries {
+    #[inline]
     fn step(&mut self, backward: bool) -> Option<(Vec<u8>, Vec<u8>)> {
         if self.done {
             return None;
@@ -159,12 +189,14 @@ impl Entries {
 impl Iterator for Entries {
     type Item = (Vec<u8>, Vec<u8>);
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         self.step(false)
     }
 }
 
 impl DoubleEndedIterator for Entries {
+    #[inline]
     fn next_back(&mut self) -> Option<Self::Item> {
         self.step(true)
     }
@@ -182,9 +214,11 @@ macro_rules! ordered_int {
     ($($t:ty, $flip:expr;)*) => {$(
         /// Big-endian (a signed one with its sign bit flipped, so negatives sort first).
         impl OrderedKey for $t {
+            #[inline]
             fn encode(&self, out: &mut Vec<u8>) {
                 out.extend_from_slice(&(*self ^ $flip).to_be_bytes());
             }
+            #[inline]
             fn decode(bytes: &mut &[u8]) -> Option<Self> {
                 const N: usize = core::mem::size_of::<$t>();
                 let (head, rest) = bytes.split_first_chunk::<N>()?;
@@ -203,18 +237,22 @@ ordered_int! {
 /// Its 8 bytes big-endian (unlike [`Key`](super::Key)'s little-endian, kept for the C
 /// contracts' balances).
 impl OrderedKey for Name {
+    #[inline]
     fn encode(&self, out: &mut Vec<u8>) {
         self.0.encode(out);
     }
+    #[inline]
     fn decode(bytes: &mut &[u8]) -> Option<Self> {
         u64::decode(bytes).map(Name)
     }
 }
 
 impl<const N: usize> OrderedKey for [u8; N] {
+    #[inline]
     fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(self);
     }
+    #[inline]
     fn decode(bytes: &mut &[u8]) -> Option<Self> {
         let (head, rest) = bytes.split_first_chunk::<N>()?;
         *bytes = rest;
@@ -224,9 +262,11 @@ impl<const N: usize> OrderedKey for [u8; N] {
 
 /// The rest of the key: only as a tuple's last part.
 impl OrderedKey for Vec<u8> {
+    #[inline]
     fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(self);
     }
+    #[inline]
     fn decode(bytes: &mut &[u8]) -> Option<Self> {
         Some(core::mem::take(bytes).to_vec())
     }
@@ -234,30 +274,36 @@ impl OrderedKey for Vec<u8> {
 
 /// The rest of the key, UTF-8: only as a tuple's last part.
 impl OrderedKey for String {
+    #[inline]
     fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(self.as_bytes());
     }
+    #[inline]
     fn decode(bytes: &mut &[u8]) -> Option<Self> {
         String::from_utf8(core::mem::take(bytes).to_vec()).ok()
     }
 }
 
 impl<A: OrderedKey, B: OrderedKey> OrderedKey for (A, B) {
+    #[inline]
     fn encode(&self, out: &mut Vec<u8>) {
         self.0.encode(out);
         self.1.encode(out);
     }
+    #[inline]
     fn decode(bytes: &mut &[u8]) -> Option<Self> {
         Some((A::decode(bytes)?, B::decode(bytes)?))
     }
 }
 
 impl<A: OrderedKey, B: OrderedKey, C: OrderedKey> OrderedKey for (A, B, C) {
+    #[inline]
     fn encode(&self, out: &mut Vec<u8>) {
         self.0.encode(out);
         self.1.encode(out);
         self.2.encode(out);
     }
+    #[inline]
     fn decode(bytes: &mut &[u8]) -> Option<Self> {
         Some((A::decode(bytes)?, B::decode(bytes)?, C::decode(bytes)?))
     }
@@ -355,7 +401,6 @@ impl<K: OrderedKey, V: BorshSerialize + BorshDeserialize> Map<K, V> {
 }
 
 /// Typed entries of a [`Map`]; aborts on a key or value of another type.
-#[derive(Debug)]
 pub struct Iter<K, V> {
     raw: Entries,
     skip: usize,
