@@ -2,7 +2,9 @@
 //! seek per key, on each store, over the state `tally_bench::storebench::iterate` builds (a
 //! token's balances merged into the log store's run, then a fifth of them changed since).
 //! First it prints that workload's own table (seeks/s, walk keys/s, and the memory of the log
-//! store's order of unmerged keys, per key), from the same functions.
+//! store's order of unmerged keys, per key), from the same functions, then the same walk
+//! through a contract (`tally_bench::storebench::walk`: contracts/ordered.c, one `db_next`
+//! per key): keys per second and fuel per key.
 //!
 //! Run: `cargo bench -p tally-bench --bench store_iter` (`--features rocksdb` adds RocksDB).
 //! `TALLY_ITER_KEYS=N` sets the balances (default 1,000,000) and `TALLY_ITER_KEY_BYTES=N`
@@ -14,6 +16,7 @@ use criterion::{Criterion, criterion_group};
 use tally_bench::sampler::Rng;
 use tally_bench::storebench::Store;
 use tally_bench::storebench::iterate::{self, IterConfig};
+use tally_bench::storebench::walk;
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -76,6 +79,20 @@ fn main() {
         runs.push(iterate::run(store, dir.path(), &config).expect("the workload"));
     }
     eprintln!("{}", iterate::table(&config, &runs));
+    // Through the contract: memory and log stores (the chain's own; RocksDB is a store-level
+    // comparison). A walk of 1,000 keys, 21 times.
+    let contract_keys = env("TALLY_WALK_KEYS", 100_000);
+    eprintln!("contract walks of 1,000 keys over {contract_keys} keys (contracts/ordered.c):");
+    for store in [Store::Memory, Store::Log] {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let got = walk::run(store, dir.path(), contract_keys, 1_000, 21).expect("the walks");
+        eprintln!(
+            "  {:<8} {:>10.0} keys/s {:>8.0} fuel a key",
+            store.label(),
+            got.keys_per_second,
+            got.fuel_per_key
+        );
+    }
     benches();
     Criterion::default().configure_from_args().final_summary();
 }

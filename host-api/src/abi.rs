@@ -93,7 +93,8 @@ impl Charge {
 
 use crate::limits::{
     FUEL_PER_BYTE, FUEL_PER_CALL, FUEL_PER_EVENT, FUEL_PER_EVENT_BYTE, FUEL_PER_HOST_CALL,
-    FUEL_PER_KEY_READ, FUEL_PER_KEY_WRITE, FUEL_PER_NEW_KEY, FUEL_PER_STORED_BYTE,
+    FUEL_PER_KEY_READ, FUEL_PER_KEY_SEEK, FUEL_PER_KEY_WRITE, FUEL_PER_NEW_KEY,
+    FUEL_PER_STORED_BYTE,
 };
 use ValType::{I32, I64};
 
@@ -266,7 +267,31 @@ pub const IMPORTS: &[Import] = &[
         doc: "1 if the account exists, else 0",
         charge: Charge::flat(FUEL_PER_KEY_READ),
     },
+    Import {
+        name: "db_next",
+        params: &[I32, I32, I32, I32, I32, I32, I32, I32, I32],
+        results: &[I64],
+        doc: "the first key of this contract's namespace between bounds lo and hi (flags: NEXT_*), copied to key_dst and its value to val_dst; returns key length << 32 | value length, or -1 if none",
+        charge: Charge {
+            per_input_byte: FUEL_PER_BYTE,
+            per_output_byte: FUEL_PER_BYTE,
+            ..Charge::flat(FUEL_PER_KEY_SEEK)
+        },
+    },
 ];
+
+/// `db_next` flags: walk backward, from `hi` down (the last key of the range).
+pub const NEXT_BACKWARD: i32 = 1;
+/// `db_next` flags: the lower bound `lo` is exclusive (a forward walk passes its last key).
+pub const NEXT_LO_EXCLUSIVE: i32 = 2;
+/// `db_next` flags: the upper bound `hi` is inclusive.
+pub const NEXT_HI_INCLUSIVE: i32 = 4;
+/// `db_next` flags: no upper bound: `hi` is ignored, and the range runs to the namespace's
+/// end. (An empty inclusive `lo` is already no lower bound: the empty key sorts first.)
+pub const NEXT_HI_OPEN: i32 = 8;
+/// Every `db_next` flag: any other bit set aborts the call, so that later flags cannot change
+/// what an old contract's call means.
+pub const NEXT_FLAGS: i32 = NEXT_BACKWARD | NEXT_LO_EXCLUSIVE | NEXT_HI_INCLUSIVE | NEXT_HI_OPEN;
 
 /// Looks up an import of ABI v1 by name.
 pub fn import(name: &str) -> Option<&'static Import> {

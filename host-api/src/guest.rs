@@ -742,3 +742,8 @@ macro_rules! query {
         };
     };
 }
+
+/// Ordered reads of this contract's storage: raw and typed walks over `db_next`, both ways.
+/// (Declared last, so that no line of this file moves: panic locations inside it are part
+/// of the contracts built from it, whose committed builds must stay byte-identical.)
+pub mod range;

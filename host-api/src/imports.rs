@@ -17,14 +17,18 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use crate::abi::{Charge, charge as charge_of};
+use crate::abi::{
+    Charge, NEXT_BACKWARD, NEXT_FLAGS, NEXT_HI_INCLUSIVE, NEXT_HI_OPEN, NEXT_LO_EXCLUSIVE,
+    charge as charge_of,
+};
 use crate::error::{Abort, AbortCode, HostError};
 use crate::limits::{
-    FUEL_PER_DIRTY_CHUNK, FUEL_PER_MEMORY_GROW, MAX_ASSERT_MESSAGE_LEN, MAX_CONSOLE_LEN,
-    MAX_EVENT_LEN, MAX_KEY_LEN, MAX_MESSAGE_LEN, MAX_RETURN_LEN, MAX_STACK_BYTES, MAX_VALUE_LEN,
+    FUEL_PER_DIRTY_CHUNK, FUEL_PER_KEY_SEEK, FUEL_PER_MEMORY_GROW, MAX_ASSERT_MESSAGE_LEN,
+    MAX_CONSOLE_LEN, MAX_EVENT_LEN, MAX_KEY_LEN, MAX_MESSAGE_LEN, MAX_RETURN_LEN, MAX_STACK_BYTES,
+    MAX_VALUE_LEN,
 };
 use crate::memory::{DirtyChunks, guest_range, length, mark_bulk_write};
-use crate::{Call, CallKind, Host, Name, Upsert};
+use crate::{Call, CallKind, Host, Name, Upsert, Walk};
 
 // The prices of abi::IMPORTS, resolved at compile time (so they cost what literals would).
 const READ_MESSAGE: Charge = charge_of("read_message");
@@ -46,6 +50,7 @@ const BLOCK_TIME: Charge = charge_of("block_time");
 const BLOCK_HEIGHT: Charge = charge_of("block_height");
 const HAS_AUTH: Charge = charge_of("has_auth");
 const IS_ACCOUNT: Charge = charge_of("is_account");
+const DB_NEXT: Charge = charge_of("db_next");
 
 /// An action's console output, bounded by [`MAX_CONSOLE_LEN`].
 #[derive(Debug, Default)]
@@ -253,6 +258,80 @@ pub fn remove(g: &mut impl Guest, key: i32, klen: i32) -> Result<(), HostError> 
     let (data, ctx) = g.memory()?;
     let key = guest_range(data.len(), key, klen, "key")?;
     ctx.host()?.remove(&data[key])
+}
+
+/// `db_next(lo, lo_len, hi, hi_len, flags, key_dst, key_cap, val_dst, val_cap) -> i64`: the
+/// first key of the contract's namespace between `lo` and `hi` walking forward (the last,
+/// with [`NEXT_BACKWARD`]), bounds and keys relative to the namespace, as the action sees it.
+/// Copies up to `key_cap` bytes of the key to `key_dst` and up to `val_cap` of its value to
+/// `val_dst`, and returns their full lengths as `key_len << 32 | value_len` (so a contract
+/// whose buffer was short asks again with a bigger one: the call is stateless), or -1 if the
+/// range holds no key. Charged per call and per byte of the bounds, per byte of the key and
+/// the whole value found (as `load` is), and [`FUEL_PER_KEY_SEEK`] again per deleted key
+/// stepped over.
+#[allow(clippy::too_many_arguments)] // the import's own arguments
+pub fn db_next(
+    g: &mut impl Guest,
+    lo: i32,
+    lo_len: i32,
+    hi: i32,
+    hi_len: i32,
+    flags: i32,
+    key_dst: i32,
+    key_cap: i32,
+    val_dst: i32,
+    val_cap: i32,
+) -> Result<i64, HostError> {
+    let lo_len = length(lo_len, MAX_KEY_LEN, "lower bound")?;
+    let hi_len = length(hi_len, MAX_KEY_LEN, "upper bound")?;
+    g.charge(DB_NEXT.before(lo_len as u64 + hi_len as u64))?;
+    if flags & !NEXT_FLAGS != 0 {
+        return Err(Abort::new(
+            AbortCode::InvalidAction,
+            format!("db_next flags {flags:#x} set bits this ABI does not define (known: {NEXT_FLAGS:#x})"),
+        )
+        .into());
+    }
+    let key_cap = length(key_cap, u32::MAX >> 1, "key buffer")?;
+    let val_cap = length(val_cap, u32::MAX >> 1, "value buffer")?;
+    let (data, ctx) = g.memory()?;
+    let lo = guest_range(data.len(), lo, lo_len, "lower bound")?;
+    let hi = guest_range(data.len(), hi, hi_len, "upper bound")?;
+    let key_dst = guest_range(data.len(), key_dst, key_cap, "key buffer")?;
+    let val_dst = guest_range(data.len(), val_dst, val_cap, "value buffer")?;
+    let bound = |range, on: bool| match on {
+        true => core::ops::Bound::Excluded(&data[range]),
+        false => core::ops::Bound::Included(&data[range]),
+    };
+    let walk = Walk {
+        lo: bound(lo, flags & NEXT_LO_EXCLUSIVE != 0),
+        hi: match flags & NEXT_HI_OPEN != 0 {
+            true => core::ops::Bound::Unbounded,
+            false => bound(hi, flags & NEXT_HI_INCLUSIVE == 0),
+        },
+        backward: flags & NEXT_BACKWARD != 0,
+    };
+    let next = ctx.host()?.next(walk)?;
+    let (result, read) = match &next.entry {
+        None => (-1, 0),
+        Some((key, value)) => {
+            let (nk, nv) = (
+                key.len().min(key_cap as usize),
+                value.len().min(val_cap as usize),
+            );
+            data[key_dst.start..key_dst.start + nk].copy_from_slice(&key[..nk]);
+            data[val_dst.start..val_dst.start + nv].copy_from_slice(&value[..nv]);
+            let dirty = &mut ctx.state().dirty;
+            dirty.wrote(key_dst.start..key_dst.start + nk);
+            dirty.wrote(val_dst.start..val_dst.start + nv);
+            (
+                (key.len() as i64) << 32 | value.len() as i64,
+                (key.len() + value.len()) as u64,
+            )
+        }
+    };
+    g.charge(read * DB_NEXT.per_output_byte + u64::from(next.skipped) * FUEL_PER_KEY_SEEK)?;
+    Ok(result)
 }
 
 /// `assert(cond, msg, mlen)`: aborts the action with the message when `cond` is zero.
@@ -507,6 +586,8 @@ macro_rules! register_imports {
             block_height();
             has_auth(account: i64);
             is_account(account: i64);
+            db_next(lo: i32, lo_len: i32, hi: i32, hi_len: i32, flags: i32,
+                key_dst: i32, key_cap: i32, val_dst: i32, val_cap: i32);
         )
     };
 }

@@ -115,6 +115,29 @@ pub struct BlockInfo {
     pub height: u64,
 }
 
+/// One ordered read of a contract's namespace ([`Host::next`]): the first key between `lo`
+/// and `hi` (byte order) walking forward, or the last one walking `backward`. Stateless: to
+/// walk on, ask again with the key found as the exclusive bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Walk<'a> {
+    /// The lower bound, relative to the contract's namespace.
+    pub lo: core::ops::Bound<&'a [u8]>,
+    /// The upper bound, relative to the contract's namespace.
+    pub hi: core::ops::Bound<&'a [u8]>,
+    /// Walk from `hi` down.
+    pub backward: bool,
+}
+
+/// What [`Host::next`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Next {
+    /// The key (relative to the namespace) and its value, if the range holds one.
+    pub entry: Option<(alloc::vec::Vec<u8>, alloc::vec::Vec<u8>)>,
+    /// Keys the pending block deleted that the read stepped over, each a further seek the
+    /// contract pays for ([`limits::FUEL_PER_KEY_SEEK`]).
+    pub skipped: u32,
+}
+
 /// What a node provides to one running action.
 ///
 /// Keys are relative to the running contract: the implementation namespaces them by the
@@ -150,6 +173,14 @@ pub trait Host {
 
     /// Deletes `key` from this contract's namespace (a no-op if absent).
     fn remove(&mut self, key: &[u8]) -> Result<(), HostError>;
+
+    /// The first entry of this contract's namespace in `walk`'s range and direction, as the
+    /// action sees it (its own writes and deletes included). The default keeps no order: the
+    /// contract aborts.
+    fn next(&mut self, walk: Walk<'_>) -> Result<Next, HostError> {
+        let _ = walk;
+        Err(Abort::new(AbortCode::NoHandler, "this host keeps no ordered storage").into())
+    }
 
     /// Whether this action is authorized by `account`: a signer of the transaction for a
     /// top-level action, only the calling contract for a call.

@@ -33,6 +33,19 @@ pub const FUEL_PER_BYTE: u64 = 1;
 /// gas charges the same kind of flat read cost (`ReadCostFlat` 1,000).
 pub const FUEL_PER_KEY_READ: u64 = 1_000;
 
+/// Fuel per key a `db_next` seeks, on top of [`FUEL_PER_HOST_CALL`], and again for each key
+/// the pending block deleted that the seek steps over (each one more seek). A seek searches
+/// the store's sorted run and each tier of the log store's order of the keys changed since
+/// (a tier of 400,000 keys: 0.67 µs, `merge_tiers_and_seeks_are_timed` in
+/// `chain/src/store/log/order/tests.rs`) and the journal's sorted overlay, then copies the key
+/// and value out: a walk through `contracts/ordered.c` took 1.13 µs a key on the memory store
+/// and 1.43 µs on the log store over 1M keys (`cargo bench -p tally-bench --bench
+/// store_iter`, medians), which at ~0.3 ns a fuel is about 4,000, four times
+/// [`FUEL_PER_KEY_READ`]'s lookup. The key and value returned are charged [`FUEL_PER_BYTE`]
+/// each, so a contract walking a million keys pays for each (over 4 billion fuel, 400
+/// actions' worth).
+pub const FUEL_PER_KEY_SEEK: u64 = 4 * FUEL_PER_KEY_READ;
+
 /// Fuel per key a `store` or `remove` writes, on top of [`FUEL_PER_HOST_CALL`]: besides the
 /// lookup, a written key is sorted, hashed into the block's state checksum and appended to the
 /// store at commit (~1 µs per key). Cosmos SDK charges writes twice reads (`WriteCostFlat`

@@ -14,7 +14,9 @@
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
-use crate::{BlockInfo, Host, HostError, Name, Upsert};
+use core::ops::Bound;
+
+use crate::{BlockInfo, Host, HostError, Name, Next, Upsert, Walk};
 
 /// An action's view of state as a sorted map, so two runs can be compared by their final
 /// state; it records what the action printed.
@@ -70,6 +72,28 @@ impl Host for MapHost {
     fn remove(&mut self, key: &[u8]) -> Result<(), HostError> {
         self.state.remove(key);
         Ok(())
+    }
+
+    fn next(&mut self, walk: Walk<'_>) -> Result<Next, HostError> {
+        // BTreeMap::range panics on crossed bounds; a walk over them finds nothing.
+        let crossed = match (walk.lo, walk.hi) {
+            (Bound::Included(lo), Bound::Included(hi)) => lo > hi,
+            (
+                Bound::Included(lo) | Bound::Excluded(lo),
+                Bound::Included(hi) | Bound::Excluded(hi),
+            ) => lo >= hi,
+            _ => false,
+        };
+        let mut range = (!crossed).then(|| self.state.range::<[u8], _>((walk.lo, walk.hi)));
+        let found = match &mut range {
+            None => None,
+            Some(r) if walk.backward => r.next_back(),
+            Some(r) => r.next(),
+        };
+        Ok(Next {
+            entry: found.map(|(k, v)| (k.clone(), v.clone())),
+            skipped: 0,
+        })
     }
 
     fn is_authorized(&self, account: Name) -> bool {

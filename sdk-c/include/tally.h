@@ -94,6 +94,13 @@ TALLY_IMPORT("has_auth") int32_t has_auth(uint64_t account);
 /** \brief 1 if account `account` exists, else 0. */
 TALLY_IMPORT("is_account") int32_t is_account(uint64_t account);
 
+/** \brief The first key of this contract's storage between `lo` and `hi` (the last, with
+ * TALLY_NEXT_BACKWARD; bounds per `flags`): copies up to `key_cap` bytes of it to `key_dst`
+ * and up to `val_cap` bytes of its value to `val_dst`; returns the key's full length << 32 |
+ * the value's, or -1 if the range holds no key. Stateless: to walk on, pass the key found as
+ * an exclusive bound. The caller owns every buffer. Prefer the TallyRange helpers below. */
+TALLY_IMPORT("db_next") int64_t db_next(const void *lo, uint32_t lo_len, const void *hi, uint32_t hi_len, int32_t flags, void *key_dst, uint32_t key_cap, void *val_dst, uint32_t val_cap);
+
 /* ---- The EOS 2017 API ------------------------------------------------------------------- */
 
 /** An EOS-style 64-bit account name (up to 12 characters of a-z, 1-5 and '.'). */
@@ -481,6 +488,109 @@ static inline DataStream tally_returned(void) {
     tally_read_return(buffer, size);
     DataStream_init(&ds, buffer, size);
     return ds;
+}
+
+/* ---- Ordered iteration over this contract's storage (db_next) ---------------------------- */
+
+/** db_next flag: walk backward, from `hi` down. */
+#define TALLY_NEXT_BACKWARD 1
+/** db_next flag: `lo` is exclusive. */
+#define TALLY_NEXT_LO_EXCLUSIVE 2
+/** db_next flag: `hi` is inclusive. */
+#define TALLY_NEXT_HI_INCLUSIVE 4
+/** db_next flag: no upper bound (`hi` is ignored). An empty `lo` is no lower bound. */
+#define TALLY_NEXT_HI_OPEN 8
+/** The longest storage key, in bytes (host-api's MAX_KEY_LEN). */
+#define TALLY_MAX_KEY 256
+
+/** A walk over the keys between two bounds, from either end: tally_range_next takes the
+ * lowest key left, tally_range_prev the highest, each narrowing the bounds past it, so the
+ * walk sees the action's own writes and may delete the key it just got. Keys sort as byte
+ * strings: store integers big-endian (tally_put_be64) for them to sort as numbers. */
+typedef struct {
+    uint8_t lo[TALLY_MAX_KEY];
+    uint32_t lo_len;
+    uint8_t hi[TALLY_MAX_KEY];
+    uint32_t hi_len;
+    /** TALLY_NEXT_LO_EXCLUSIVE, TALLY_NEXT_HI_INCLUSIVE, TALLY_NEXT_HI_OPEN. */
+    int32_t flags;
+    /** The key the last step found, and its length. */
+    uint8_t key[TALLY_MAX_KEY];
+    uint32_t key_len;
+    /** The full length of its value (more than the buffer given when it did not fit). */
+    uint32_t value_len;
+} TallyRange;
+
+static inline void tally_copy(uint8_t *dst, const void *src, uint32_t len) {
+    for (uint32_t i = 0; i < len; i++) dst[i] = ((const uint8_t *)src)[i];
+}
+
+/** \brief A walk over the keys from `lo` to `hi`, bounds per `flags` (TALLY_NEXT_*; 0: `lo`
+ * included, `hi` excluded). Bounds longer than TALLY_MAX_KEY abort. */
+static inline void tally_range_init(TallyRange *r, const void *lo, uint32_t lo_len, const void *hi, uint32_t hi_len, int32_t flags) {
+    assert(lo_len <= TALLY_MAX_KEY && hi_len <= TALLY_MAX_KEY, "range bound longer than TALLY_MAX_KEY");
+    tally_copy(r->lo, lo, lo_len);
+    r->lo_len = lo_len;
+    tally_copy(r->hi, hi, hi_len);
+    r->hi_len = hi_len;
+    r->flags = flags & ~TALLY_NEXT_BACKWARD;
+    r->key_len = 0;
+    r->value_len = 0;
+}
+
+/** \brief A walk over the keys that start with `prefix`. */
+static inline void tally_range_prefix(TallyRange *r, const void *prefix, uint32_t len) {
+    uint32_t end = len;
+    tally_range_init(r, prefix, len, prefix, len, 0);
+    /* The upper bound: the prefix with its last byte below 0xff incremented, and what
+     * follows it dropped; none if every byte is 0xff. */
+    while (end > 0 && r->hi[end - 1] == 0xff) end--;
+    if (end == 0) {
+        r->flags |= TALLY_NEXT_HI_OPEN;
+    } else {
+        r->hi[end - 1]++;
+    }
+    r->hi_len = end;
+}
+
+static inline int tally_range_step(TallyRange *r, int32_t backward, void *value, uint32_t value_cap) {
+    int64_t found = db_next(r->lo, r->lo_len, r->hi, r->hi_len, r->flags | backward, r->key, TALLY_MAX_KEY, value, value_cap);
+    if (found < 0) return 0;
+    r->key_len = (uint32_t)(found >> 32);
+    r->value_len = (uint32_t)found;
+    if (backward) {
+        tally_copy(r->hi, r->key, r->key_len);
+        r->hi_len = r->key_len;
+        r->flags &= ~(TALLY_NEXT_HI_INCLUSIVE | TALLY_NEXT_HI_OPEN);
+    } else {
+        tally_copy(r->lo, r->key, r->key_len);
+        r->lo_len = r->key_len;
+        r->flags |= TALLY_NEXT_LO_EXCLUSIVE;
+    }
+    return 1;
+}
+
+/** \brief The lowest key left: 1 with r->key, r->key_len and up to `value_cap` bytes of its
+ * value in `value` (r->value_len is its full length), or 0 when none is left. */
+static inline int tally_range_next(TallyRange *r, void *value, uint32_t value_cap) {
+    return tally_range_step(r, 0, value, value_cap);
+}
+
+/** \brief The highest key left, like tally_range_next. */
+static inline int tally_range_prev(TallyRange *r, void *value, uint32_t value_cap) {
+    return tally_range_step(r, TALLY_NEXT_BACKWARD, value, value_cap);
+}
+
+/** \brief Writes `v` big-endian to `dst` (8 bytes): a key part that sorts as the number. */
+static inline void tally_put_be64(uint8_t *dst, uint64_t v) {
+    for (int i = 7; i >= 0; i--, v >>= 8) dst[i] = (uint8_t)v;
+}
+
+/** \brief Reads 8 bytes big-endian. */
+static inline uint64_t tally_get_be64(const uint8_t *src) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = v << 8 | src[i];
+    return v;
 }
 
 #ifdef __cplusplus

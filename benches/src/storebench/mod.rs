@@ -6,6 +6,7 @@
 //! peak memory is its own, and compares them with [`table`] and [`lines_svg`].
 
 pub mod iterate;
+pub mod walk;
 pub mod workload;
 
 use std::path::Path;

@@ -4,10 +4,12 @@
 //! from one contract to another runs through the same executor as a top-level action
 //! (docs/CONTRACTS.md).
 
+use std::ops::Bound;
 use tally_host_api::limits::MAX_CALL_DEPTH;
+
 use tally_host_api::{
-    Abort, AbortCode, BlockInfo, Call, CallKind, CallResult, Host, HostError, Name, NodeFault,
-    Upsert,
+    Abort, AbortCode, BlockInfo, Call, CallKind, CallResult, Host, HostError, Name, Next,
+    NodeFault, Upsert, Walk,
 };
 use tally_runtime::{Entry, Outcome};
 
@@ -15,6 +17,11 @@ use super::Exec;
 use super::system::SYSTEM;
 use crate::receipt::{CallTrace, Event};
 use crate::state::keys;
+use crate::store::{Direction, KeyRange, prefix_end};
+
+/// Contract storage keys are the state's keys past this many bytes: [`keys::CONTRACT`] and
+/// the account's name, big-endian.
+const NAMESPACE_LEN: usize = 9;
 
 /// Who authorizes a running contract.
 #[derive(Debug, Clone, Copy)]
@@ -179,6 +186,46 @@ impl Host for ActionHost<'_, '_> {
         let exec = &mut *self.exec;
         keys::contract_into(exec.key, self.frame.contract, key);
         Ok(exec.journal.set(exec.key, None)?)
+    }
+
+    fn next(&mut self, walk: Walk<'_>) -> Result<Next, HostError> {
+        let contract = self.frame.contract;
+        // Both bounds inside the namespace: every key between two keys that start with it
+        // starts with it, so a contract never sees another's keys (nor the chain's).
+        let namespace = keys::contract(contract, &[]);
+        let end = prefix_end(&namespace);
+        let (lo, hi) = (
+            walk.lo.map(|k| keys::contract(contract, k)),
+            walk.hi.map(|k| keys::contract(contract, k)),
+        );
+        let range = KeyRange::new(
+            match &lo {
+                Bound::Unbounded => Bound::Included(namespace.as_slice()),
+                bound => bound.as_ref().map(Vec::as_slice),
+            },
+            match &hi {
+                Bound::Unbounded => end.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
+                bound => bound.as_ref().map(Vec::as_slice),
+            },
+        );
+        let dir = match walk.backward {
+            false => Direction::Forward,
+            true => Direction::Backward,
+        };
+        let exec = &mut *self.exec;
+        // A store that fails is the node's fault, never the contract's: the block stops.
+        let seek = exec
+            .journal
+            .seek(exec.store, range, dir)
+            .map_err(NodeFault::new)?;
+        Ok(Next {
+            entry: seek.entry.map(|(mut key, value)| {
+                debug_assert!(key.starts_with(&namespace));
+                key.drain(..NAMESPACE_LEN);
+                (key, value)
+            }),
+            skipped: seek.skipped,
+        })
     }
 
     fn is_authorized(&self, account: Name) -> bool {

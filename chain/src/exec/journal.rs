@@ -19,8 +19,8 @@
 //! same journal type.
 
 use std::borrow::Cow;
-
 use std::hash::BuildHasher;
+use std::ops::Bound;
 
 use indexmap::IndexMap;
 use indexmap::map::RawEntryApiV1;
@@ -29,8 +29,11 @@ use tally_host_api::limits::{MAX_EVENTS_PER_TX, MAX_TX_WRITE_BYTES, MAX_TX_WRITE
 use tally_host_api::{Abort, AbortCode, Name};
 
 use super::code::Executor;
+use super::overlay_order::OverlayOrder;
 use crate::receipt::Event;
-use crate::store::{Change, StateStore, StoreResult, sort_prefix};
+use crate::store::{
+    Change, Direction, KeyRange, StateStore, StoreResult, comes_before, sort_prefix,
+};
 use crate::{KeyedHasher, KeyedMap};
 
 /// A value in the overlay: `None` means the pending block deleted the key.
@@ -84,6 +87,49 @@ pub(crate) struct BlockChanges {
     pub(crate) code: Vec<(Name, Executor)>,
 }
 
+/// What an ordered read through the journal found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Seek {
+    /// The first entry of the range walking the direction, as the running transaction sees
+    /// it, if there is one.
+    pub entry: Option<(Vec<u8>, Vec<u8>)>,
+    /// Keys the pending block deleted that the read stepped over to find it, each a further
+    /// seek (a contract pays for each: [`tally_host_api::limits::FUEL_PER_KEY_SEEK`]).
+    pub skipped: u32,
+}
+
+/// The keys an ordered read depended on: its range from the end it started at to the key it
+/// returned (the whole range if it found none). A speculative run that made it stands only if
+/// no earlier transaction of the block wrote or deleted a key in it, since an inserted key
+/// there would have been found first (a phantom), and a deleted one not found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Walked {
+    lo: Bound<Vec<u8>>,
+    hi: Bound<Vec<u8>>,
+}
+
+impl Walked {
+    /// What a read of `range` walking `dir` that found `found` walked.
+    fn new(range: KeyRange<'_>, dir: Direction, found: Option<&[u8]>) -> Self {
+        let owned = |b: Bound<&[u8]>| b.map(<[u8]>::to_vec);
+        let (mut lo, mut hi) = (owned(range.lo), owned(range.hi));
+        match (dir, found) {
+            (_, None) => {}
+            (Direction::Forward, Some(key)) => hi = Bound::Included(key.to_vec()),
+            (Direction::Backward, Some(key)) => lo = Bound::Included(key.to_vec()),
+        }
+        Self { lo, hi }
+    }
+
+    /// The keys walked.
+    pub(crate) fn range(&self) -> KeyRange<'_> {
+        KeyRange::new(
+            self.lo.as_ref().map(Vec::as_slice),
+            self.hi.as_ref().map(Vec::as_slice),
+        )
+    }
+}
+
 /// The pending block's state over a [`StateStore`].
 #[derive(Default)]
 pub struct Journal {
@@ -105,6 +151,10 @@ pub struct Journal {
     /// With [`Journal::recording`]: every key read from the store (not from the overlay), in
     /// order, repeats included.
     reads: Option<Vec<Vec<u8>>>,
+    /// With [`Journal::recording`]: what every ordered read walked.
+    walks: Vec<Walked>,
+    /// The overlay's keys in order, built on the block's first ordered read.
+    order: OverlayOrder,
 }
 
 impl Journal {
@@ -156,6 +206,67 @@ impl Journal {
         {
             reads.push(key.to_vec());
         }
+    }
+
+    /// The first entry of `range` walking `dir` as the running transaction sees it: the
+    /// nearer of the store's first key and the overlay's, a key the overlay deletes stepped
+    /// over (and counted in [`Seek::skipped`]), a key both hold with the overlay's value.
+    /// Keys only: the caller bounds `range` to a contract's namespace.
+    pub fn seek(
+        &mut self,
+        store: &dyn StateStore,
+        range: KeyRange<'_>,
+        dir: Direction,
+    ) -> StoreResult<Seek> {
+        self.order.catch_up(&self.overlay);
+        let mut skipped = 0u32;
+        // The last key stepped over: the walk goes on past it.
+        let mut past: Option<Vec<u8>> = None;
+        let mut stored: Option<(Vec<u8>, Vec<u8>)> = None;
+        let mut seek_store = true;
+        let found = loop {
+            let rest = past.as_deref().map_or(range, |k| range.past(k, dir));
+            if seek_store {
+                stored = store.seek(rest, dir)?;
+            }
+            let pending = self.order.first(&self.overlay, rest, dir);
+            let pending = pending.map(|i| self.overlay.get_index(i).expect("in the overlay"));
+            let store_first = match (&stored, pending) {
+                (None, None) => break None,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (Some((s, _)), Some((p, _))) => comes_before(s, p, dir),
+            };
+            if store_first {
+                // Not in the overlay: the overlay's first key of the range comes after it.
+                break stored.take();
+            }
+            let (key, slot) = pending.expect("the overlay's key comes first");
+            if let Some(value) = slot {
+                break Some((key.clone(), value.clone()));
+            }
+            // Deleted by the pending block: step over it, and over the store's copy of it.
+            skipped += 1;
+            seek_store = stored.as_ref().is_some_and(|(s, _)| s == key);
+            past = Some(key.clone());
+        };
+        if self.reads.is_some() {
+            let walked = Walked::new(range, dir, found.as_ref().map(|(k, _)| k.as_slice()));
+            self.walks.push(walked);
+        }
+        Ok(Seek {
+            entry: found,
+            skipped,
+        })
+    }
+
+    /// Whether the pending block wrote or deleted a key of `range` (a transaction's
+    /// included): what decides whether an ordered read made speculatively still stands.
+    pub(crate) fn wrote_in(&mut self, range: KeyRange<'_>) -> bool {
+        self.order.catch_up(&self.overlay);
+        self.order
+            .first(&self.overlay, range, Direction::Forward)
+            .is_some()
     }
 
     /// Sets (`Some`) or deletes (`None`) `key` in the running transaction, within the
@@ -297,6 +408,7 @@ impl Journal {
                 }
             }
         }
+        self.order.truncate(self.overlay.len());
     }
 
     /// Whether the pending block wrote `key` (a transaction's included).
@@ -346,20 +458,23 @@ impl Journal {
             .collect();
         keyed.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.0.cmp(&b.1.0)));
         self.read_cache.clear();
+        self.order.clear();
         BlockChanges {
             state: keyed.into_iter().map(|(_, change)| change).collect(),
             code: self.code.drain().collect(),
         }
     }
 
-    /// The changes of a speculative run, unsorted, and the keys it read; leaves the journal
-    /// empty for the next run.
-    pub(crate) fn take_run(&mut self) -> (Vec<Change>, Vec<Vec<u8>>) {
+    /// The changes of a speculative run, unsorted, the keys it read and the ranges its
+    /// ordered reads walked; leaves the journal empty for the next run.
+    pub(crate) fn take_run(&mut self) -> (Vec<Change>, Vec<Vec<u8>>, Vec<Walked>) {
         debug_assert!(self.undo.is_empty(), "a transaction is still running");
         self.read_cache.clear();
         self.code.clear();
+        self.order.clear();
         let reads = self.reads.as_mut().map(std::mem::take).unwrap_or_default();
-        (self.overlay.drain(..).collect(), reads)
+        let walks = std::mem::take(&mut self.walks);
+        (self.overlay.drain(..).collect(), reads, walks)
     }
 
     /// Forgets the pending block's changes (a block that was executed but not committed).
@@ -369,6 +484,8 @@ impl Journal {
         self.read_cache.clear();
         self.undo.clear();
         self.events.clear();
+        self.order.clear();
+        self.walks.clear();
         if let Some(reads) = &mut self.reads {
             reads.clear();
         }
@@ -481,6 +598,186 @@ mod tests {
         keys.sort();
         keys.dedup();
         assert_eq!(got, keys);
+    }
+
+    /// A store holding `changes`.
+    fn store_with(changes: Vec<Change>) -> MemoryStore {
+        let mut store = MemoryStore::new(1);
+        let record = crate::store::BlockRecord {
+            header: crate::block::BlockHeader {
+                height: 0,
+                previous: Default::default(),
+                timestamp_ms: 0,
+                transactions_root: [0; 32],
+                state_checksum: [0; 32],
+            },
+            body: Vec::new(),
+            changes,
+        };
+        store.commit(record, Default::default()).unwrap();
+        store
+    }
+
+    fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+        let mut x = seed | 1;
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
+    fn small_key(next: &mut impl FnMut() -> u64) -> Vec<u8> {
+        (0..next() % 4).map(|_| (next() % 4) as u8).collect()
+    }
+
+    fn bound(next: &mut impl FnMut() -> u64, key: &[u8]) -> Bound<Vec<u8>> {
+        match next() % 3 {
+            0 => Bound::Unbounded,
+            1 => Bound::Included(key.to_vec()),
+            _ => Bound::Excluded(key.to_vec()),
+        }
+    }
+
+    /// Random writes and deletes over committed state, in transactions committed, discarded
+    /// and undone to a call's mark, with the block's overlay growing past several runs: every
+    /// seek, both ways, finds what a sorted map of the transaction's view holds, and counts a
+    /// skip per deleted key it stepped over.
+    #[test]
+    fn seeks_through_the_journal_see_the_transaction_s_own_writes_and_deletes() {
+        for seed in 1..40 {
+            let mut next = xorshift(seed);
+            let committed: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = (0..next() % 40)
+                .map(|_| (small_key(&mut next), vec![1]))
+                .collect();
+            let store = store_with(
+                committed
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Some(v.clone())))
+                    .collect(),
+            );
+            let mut model = committed.clone();
+            let mut j = Journal::default();
+            for tx in 0..30 {
+                j.checkpoint();
+                let at_start = model.clone();
+                let mut at_mark = None;
+                for op in 0..next() % 60 {
+                    if op == 10 {
+                        at_mark = Some((j.mark(), model.clone()));
+                    }
+                    let key = small_key(&mut next);
+                    if next().is_multiple_of(3) {
+                        j.set(&key, None).unwrap();
+                        model.remove(&key);
+                    } else {
+                        let value = vec![tx as u8, op as u8];
+                        j.set(&key, Some(&value)).unwrap();
+                        model.insert(key, value);
+                    }
+                    if next().is_multiple_of(4) {
+                        check_seek(&mut next, &mut j, &store, &model);
+                    }
+                }
+                if let Some((mark, then)) = at_mark.filter(|_| next().is_multiple_of(2)) {
+                    j.revert_to(mark);
+                    model = then;
+                    check_seek(&mut next, &mut j, &store, &model);
+                }
+                if next().is_multiple_of(3) {
+                    j.discard_tx();
+                    model = at_start;
+                } else {
+                    j.commit_tx();
+                }
+                check_seek(&mut next, &mut j, &store, &model);
+            }
+        }
+    }
+
+    fn check_seek(
+        next: &mut impl FnMut() -> u64,
+        j: &mut Journal,
+        store: &MemoryStore,
+        model: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+    ) {
+        let (a, b) = (small_key(next), small_key(next));
+        let (lo, hi) = (bound(next, &a), bound(next, &b));
+        let range = KeyRange::new(
+            lo.as_ref().map(Vec::as_slice),
+            hi.as_ref().map(Vec::as_slice),
+        );
+        for dir in [Direction::Forward, Direction::Backward] {
+            let mut all = model.iter().filter(|(k, _)| range.contains(k));
+            let want = match dir {
+                Direction::Forward => all.next(),
+                Direction::Backward => all.next_back(),
+            };
+            let got = j.seek(store, range, dir).unwrap();
+            assert_eq!(
+                got.entry,
+                want.map(|(k, v)| (k.clone(), v.clone())),
+                "{range:?} {dir:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_seek_steps_over_keys_the_block_deleted_and_counts_them() {
+        let store = store_with(
+            [b"a", b"b", b"c", b"d"]
+                .iter()
+                .map(|k| (k.to_vec(), Some(b"1".to_vec())))
+                .collect(),
+        );
+        let mut j = Journal::default();
+        j.checkpoint();
+        j.set(b"a", None).unwrap();
+        j.set(b"b", None).unwrap();
+        // Deleted, but never in the store: stepped over all the same.
+        j.set(b"bb", None).unwrap();
+        let got = j.seek(&store, KeyRange::ALL, Direction::Forward).unwrap();
+        assert_eq!(got.entry, Some((b"c".to_vec(), b"1".to_vec())));
+        assert_eq!(got.skipped, 3);
+        j.set(b"d", None).unwrap();
+        j.set(b"c", None).unwrap();
+        let got = j.seek(&store, KeyRange::ALL, Direction::Backward).unwrap();
+        assert_eq!((got.entry, got.skipped), (None, 5));
+    }
+
+    /// A speculative journal records the range each seek walked, from where it started to the
+    /// key it found; a block journal says whether it wrote in such a range, deleted keys
+    /// included.
+    #[test]
+    fn a_recording_journal_notes_the_range_a_seek_walked() {
+        let store = store_with(vec![
+            (b"b".to_vec(), Some(b"1".to_vec())),
+            (b"d".to_vec(), Some(b"1".to_vec())),
+        ]);
+        let mut j = Journal::recording();
+        j.checkpoint();
+        let from_a = KeyRange::new(Bound::Included(b"a"), Bound::Unbounded);
+        j.seek(&store, from_a, Direction::Forward).unwrap();
+        j.seek(&store, KeyRange::ALL, Direction::Backward).unwrap();
+        j.commit_tx();
+        let (_, _, walks) = j.take_run();
+        let walked: Vec<KeyRange<'_>> = walks.iter().map(Walked::range).collect();
+        assert_eq!(
+            walked,
+            vec![
+                KeyRange::new(Bound::Included(b"a"), Bound::Included(b"b")),
+                KeyRange::new(Bound::Included(b"d"), Bound::Unbounded),
+            ]
+        );
+        let mut block = Journal::default();
+        block.write_block(b"c".to_vec(), None);
+        assert!(!block.wrote_in(walked[0]));
+        assert!(!block.wrote_in(walked[1]));
+        block.write_block(b"e".to_vec(), None);
+        assert!(block.wrote_in(walked[1]), "a deletion is a write");
+        block.write_block(b"ab".to_vec(), Some(b"new".to_vec()));
+        assert!(block.wrote_in(walked[0]), "a phantom");
     }
 
     #[test]

@@ -18,7 +18,7 @@ use tally_runtime::Runtime;
 use tally_host_api::limits::FUEL_PER_ACTION;
 
 use super::code::CodeMap;
-use super::journal::Journal;
+use super::journal::{Journal, Walked};
 use super::system::SYSTEM;
 use super::{Code, Exec, TxRun};
 use crate::chain::Chain;
@@ -31,6 +31,9 @@ pub(crate) struct Speculation {
     /// Every state key whose committed value it depended on (each action's code hash
     /// included).
     pub(crate) reads: Vec<Vec<u8>>,
+    /// The key ranges its ordered reads walked: a key written in one by an earlier
+    /// transaction of the block would have changed what it found.
+    pub(crate) walks: Vec<Walked>,
     /// Its writes, newest value per key (none if it failed).
     pub(crate) writes: Vec<Change>,
     /// What its actions did.
@@ -73,9 +76,10 @@ pub(crate) fn speculate(
                 // Each action gets the runtime's fuel per action, as it would with the whole
                 // block's budget left; finalizing checks that it would have.
                 let run = exec.run_tx(&tx.tx.transaction.actions, u64::MAX);
-                let (writes, reads) = journal.take_run();
+                let (writes, reads, walks) = journal.take_run();
                 Some(Speculation {
                     reads,
+                    walks,
                     writes,
                     run: run.ok()?,
                 })
@@ -130,14 +134,19 @@ impl Chain {
     }
 
     /// Whether a speculative run is what running the transaction now would give: no key it
-    /// read was written earlier in this block, and every action would get the full fuel it
-    /// had (`fuel` is what the block has left after the transaction's intrinsic charge; the
-    /// last action that ran had the least).
-    pub(crate) fn still_valid(&self, spec: &Speculation, fuel: u64) -> bool {
+    /// read was written earlier in this block, no key in a range its ordered reads walked was
+    /// written or deleted (a phantom), and every action would get the full fuel it had
+    /// (`fuel` is what the block has left after the transaction's intrinsic charge; the last
+    /// action that ran had the least).
+    pub(crate) fn still_valid(&mut self, spec: &Speculation, fuel: u64) -> bool {
         let before_last = spec.run.fuel_used - spec.run.last_action_fuel;
         fuel.checked_sub(before_last)
             .is_some_and(|left| left >= FUEL_PER_ACTION)
             && spec.reads.iter().all(|key| !self.journal.contains(key))
+            && spec
+                .walks
+                .iter()
+                .all(|walk| !self.journal.wrote_in(walk.range()))
     }
 
     /// Takes a speculative run that stands as the transaction's execution: its writes go into

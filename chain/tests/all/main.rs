@@ -10,6 +10,7 @@ mod dca;
 mod escrow;
 mod fuzz;
 mod hostile;
+mod ordered;
 mod parallel;
 mod registry;
 mod script;
