@@ -12,6 +12,7 @@ mod fuzz;
 mod hostile;
 mod ordered;
 mod parallel;
+mod poll;
 mod registry;
 mod script;
 mod store;
