@@ -294,6 +294,7 @@ pub fn db_next(
     }
     let key_cap = length(key_cap, u32::MAX >> 1, "key buffer")?;
     let val_cap = length(val_cap, u32::MAX >> 1, "value buffer")?;
+    let fuel_left = g.fuel()?;
     let (data, ctx) = g.memory()?;
     let lo = guest_range(data.len(), lo, lo_len, "lower bound")?;
     let hi = guest_range(data.len(), hi, hi_len, "upper bound")?;
@@ -310,6 +311,7 @@ pub fn db_next(
             false => bound(hi, flags & NEXT_HI_INCLUSIVE == 0),
         },
         backward: flags & NEXT_BACKWARD != 0,
+        max_skips: u32::try_from(fuel_left / FUEL_PER_KEY_SEEK).unwrap_or(u32::MAX),
     };
     let next = ctx.host()?.next(walk)?;
     let (result, read) = match &next.entry {

@@ -126,6 +126,11 @@ pub struct Walk<'a> {
     pub hi: core::ops::Bound<&'a [u8]>,
     /// Walk from `hi` down.
     pub backward: bool,
+    /// The most keys deleted by the pending block the walk may step over: as many further
+    /// seeks as the fuel left pays for ([`limits::FUEL_PER_KEY_SEEK`] each). Past it the host
+    /// stops and reports one more skip than it allowed, which the charge then refuses: the
+    /// node never steps over keys the contract cannot pay for.
+    pub max_skips: u32,
 }
 
 /// What [`Host::next`] found.

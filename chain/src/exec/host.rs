@@ -216,14 +216,26 @@ impl Host for ActionHost<'_, '_> {
         // A store that fails is the node's fault, never the contract's: the block stops.
         let seek = exec
             .journal
-            .seek(exec.store, range, dir)
+            .seek(exec.store, range, dir, walk.max_skips)
             .map_err(NodeFault::new)?;
-        Ok(Next {
-            entry: seek.entry.map(|(mut key, value)| {
-                debug_assert!(key.starts_with(&namespace));
+        let entry = match seek.entry {
+            // Every backend bounds a seek to its range; a key outside the namespace would be
+            // another contract's, so a store that returned one is broken, and the block stops
+            // rather than hand it over.
+            Some((key, _)) if !key.starts_with(&namespace) => {
+                return Err(NodeFault::new(std::io::Error::other(
+                    "a store seek returned a key outside the range it was given",
+                ))
+                .into());
+            }
+            Some((mut key, value)) => {
                 key.drain(..NAMESPACE_LEN);
-                (key, value)
-            }),
+                Some((key, value))
+            }
+            None => None,
+        };
+        Ok(Next {
+            entry,
             skipped: seek.skipped,
         })
     }

@@ -211,12 +211,15 @@ impl Journal {
     /// The first entry of `range` walking `dir` as the running transaction sees it: the
     /// nearer of the store's first key and the overlay's, a key the overlay deletes stepped
     /// over (and counted in [`Seek::skipped`]), a key both hold with the overlay's value.
-    /// Keys only: the caller bounds `range` to a contract's namespace.
+    /// Keys only: the caller bounds `range` to a contract's namespace. It steps over at most
+    /// `max_skips` deleted keys (what the contract's fuel pays for): at one more, it stops with
+    /// no entry and that count, having recorded the range walked so far.
     pub fn seek(
         &mut self,
         store: &dyn StateStore,
         range: KeyRange<'_>,
         dir: Direction,
+        max_skips: u32,
     ) -> StoreResult<Seek> {
         self.order.catch_up(&self.overlay);
         let mut skipped = 0u32;
@@ -249,10 +252,19 @@ impl Journal {
             skipped += 1;
             seek_store = stored.as_ref().is_some_and(|(s, _)| s == key);
             past = Some(key.clone());
+            if skipped > max_skips {
+                // The fuel left pays for no more: the charge for `skipped` fails the action.
+                // What it read so far decided that, so a speculative run records it.
+                break None;
+            }
         };
         if self.reads.is_some() {
-            let walked = Walked::new(range, dir, found.as_ref().map(|(k, _)| k.as_slice()));
-            self.walks.push(walked);
+            let last = match &found {
+                Some((key, _)) => Some(key.as_slice()),
+                None if skipped > max_skips => past.as_deref(),
+                None => None,
+            };
+            self.walks.push(Walked::new(range, dir, last));
         }
         Ok(Seek {
             entry: found,
@@ -714,7 +726,7 @@ mod tests {
                 Direction::Forward => all.next(),
                 Direction::Backward => all.next_back(),
             };
-            let got = j.seek(store, range, dir).unwrap();
+            let got = j.seek(store, range, dir, u32::MAX).unwrap();
             assert_eq!(
                 got.entry,
                 want.map(|(k, v)| (k.clone(), v.clone())),
@@ -737,13 +749,49 @@ mod tests {
         j.set(b"b", None).unwrap();
         // Deleted, but never in the store: stepped over all the same.
         j.set(b"bb", None).unwrap();
-        let got = j.seek(&store, KeyRange::ALL, Direction::Forward).unwrap();
+        let got = j
+            .seek(&store, KeyRange::ALL, Direction::Forward, u32::MAX)
+            .unwrap();
         assert_eq!(got.entry, Some((b"c".to_vec(), b"1".to_vec())));
         assert_eq!(got.skipped, 3);
         j.set(b"d", None).unwrap();
         j.set(b"c", None).unwrap();
-        let got = j.seek(&store, KeyRange::ALL, Direction::Backward).unwrap();
+        let got = j
+            .seek(&store, KeyRange::ALL, Direction::Backward, u32::MAX)
+            .unwrap();
         assert_eq!((got.entry, got.skipped), (None, 5));
+    }
+
+    /// A seek stops one skip past what the fuel pays for, before the work it cannot pay for,
+    /// with no entry; a recording journal notes the range walked up to where it stopped.
+    #[test]
+    fn issue_23_a_seek_steps_over_no_more_deleted_keys_than_it_may() {
+        let store = store_with(
+            [b"a", b"b", b"c", b"d", b"e"]
+                .iter()
+                .map(|k| (k.to_vec(), Some(b"1".to_vec())))
+                .collect(),
+        );
+        let mut j = Journal::recording();
+        j.checkpoint();
+        for key in [b"a", b"b", b"c", b"d"] {
+            j.set(key, None).unwrap();
+        }
+        let got = j
+            .seek(&store, KeyRange::ALL, Direction::Forward, 2)
+            .unwrap();
+        assert_eq!((got.entry, got.skipped), (None, 3));
+        let got = j
+            .seek(&store, KeyRange::ALL, Direction::Forward, 4)
+            .unwrap();
+        assert_eq!(got.entry, Some((b"e".to_vec(), b"1".to_vec())));
+        j.commit_tx();
+        let (_, _, walks) = j.take_run();
+        let walked: Vec<KeyRange<'_>> = walks.iter().map(Walked::range).collect();
+        assert_eq!(
+            walked[0],
+            KeyRange::new(Bound::Unbounded, Bound::Included(b"c"))
+        );
     }
 
     /// A speculative journal records the range each seek walked, from where it started to the
@@ -758,8 +806,10 @@ mod tests {
         let mut j = Journal::recording();
         j.checkpoint();
         let from_a = KeyRange::new(Bound::Included(b"a"), Bound::Unbounded);
-        j.seek(&store, from_a, Direction::Forward).unwrap();
-        j.seek(&store, KeyRange::ALL, Direction::Backward).unwrap();
+        j.seek(&store, from_a, Direction::Forward, u32::MAX)
+            .unwrap();
+        j.seek(&store, KeyRange::ALL, Direction::Backward, u32::MAX)
+            .unwrap();
         j.commit_tx();
         let (_, _, walks) = j.take_run();
         let walked: Vec<KeyRange<'_>> = walks.iter().map(Walked::range).collect();
