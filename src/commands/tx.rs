@@ -1,6 +1,7 @@
 //! `tally tx`: a committed transaction's receipt, events and call tree, from a local chain or
 //! a node.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -8,7 +9,9 @@ use clap::Args;
 use tally_chain::{Event, Name, SignedTransaction, TxId};
 
 use super::local::{Opened, Source, output};
+use super::query::code_hash;
 use super::receipt::{self, Committed};
+use super::target::find_abi;
 use crate::node::bundle;
 use crate::node::results::{BundleResult, RpcEvent, TX_EVENT_TYPE, TxSummary, events_of};
 use crate::node::rpc::{FoundTx, Rpc};
@@ -27,6 +30,7 @@ const INDEX_POLL: Duration = Duration::from_millis(100);
 #[command(after_help = "Examples:
   tally tx 3f2a...c9 --data ./chain
   tally tx 3f2a...c9 --rpc 127.0.0.1:26601 --json
+  tally tx 3f2a...c9 --rpc 127.0.0.1:26601 --wallet ./net   # events decoded with the kept ABIs
 
 ID is the transaction id `tally push` printed. On a local chain, each push keeps its receipt
 (with each action's fuel, console and calls) in DIR/receipts.jsonl; a transaction missing
@@ -42,6 +46,10 @@ pub struct TxArgs {
     /// A data directory or a node.
     #[command(flatten)]
     pub source: Source,
+    /// With --rpc: the wallet directory whose abi/ holds the ABIs of contracts deployed with
+    /// it (a devnet's directory), to decode the events; without it they print as hex.
+    #[arg(long, value_name = "DIR", requires = "rpc")]
+    pub wallet: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -145,7 +153,17 @@ pub fn run(args: TxArgs) -> anyhow::Result<()> {
             )
         })?;
     let committed = match args.source.open()? {
-        Opened::Node(rpc) => on_network(&rpc, &id)?,
+        Opened::Node(rpc) => {
+            let mut found = on_network(&rpc, &id)?;
+            if let Some(wallet) = &args.wallet {
+                // The ABI the wallet kept, while the contract still runs the code it was
+                // kept for; an event it does not declare stays hex.
+                found.decode_events(|contract| {
+                    find_abi(&wallet.join("abi"), contract, &[], |c| code_hash(&rpc, c)).ok()
+                });
+            }
+            found
+        }
         Opened::Local(local) => {
             let mut found =
                 receipt::find_local(&local.dir, &local.chain, &id)?.with_context(|| {
