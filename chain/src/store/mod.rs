@@ -563,6 +563,35 @@ pub(crate) fn sort_prefix(key: &[u8]) -> u128 {
     u128::from_be_bytes(bytes)
 }
 
+/// Of `n` sorted entries (the log store's run blocks, an order tier's chunks), how many start
+/// at or before `key` (`inclusive`) or before it, by binary search on their first keys'
+/// [`sort_prefix`]es (`prefixes`); only an equal prefix needs the whole first key
+/// (`first_key`), since prefix order never contradicts key order.
+pub(crate) fn starting_before<'a>(
+    prefixes: &[u128],
+    key: &[u8],
+    inclusive: bool,
+    first_key: impl Fn(usize) -> &'a [u8],
+) -> usize {
+    let prefix = sort_prefix(key);
+    let (mut lo, mut hi) = (0, prefixes.len());
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        let before = match prefixes[mid].cmp(&prefix) {
+            std::cmp::Ordering::Less => true,
+            std::cmp::Ordering::Greater => false,
+            std::cmp::Ordering::Equal if inclusive => first_key(mid) <= key,
+            std::cmp::Ordering::Equal => first_key(mid) < key,
+        };
+        if before {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

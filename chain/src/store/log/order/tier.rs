@@ -3,7 +3,7 @@
 
 use std::ops::Bound;
 
-use crate::store::{Direction, KeyRange, sort_prefix};
+use crate::store::{Direction, KeyRange, sort_prefix, starting_before};
 
 /// The bytes of front-coded keys a chunk aims at. A seek decodes up to two chunks per tier
 /// from their first key, so smaller chunks seek faster; each chunk also keeps its first key
@@ -258,23 +258,7 @@ impl Tier {
 
     /// How many chunks start at or before `key` (`inclusive`) or before it.
     fn chunks_starting_before(&self, key: &[u8], inclusive: bool) -> usize {
-        let prefix = sort_prefix(key);
-        let (mut lo, mut hi) = (0, self.prefixes.len());
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            let before = match self.prefixes[mid].cmp(&prefix) {
-                std::cmp::Ordering::Less => true,
-                std::cmp::Ordering::Greater => false,
-                std::cmp::Ordering::Equal if inclusive => self.first_key(mid) <= key,
-                std::cmp::Ordering::Equal => self.first_key(mid) < key,
-            };
-            if before {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        lo
+        starting_before(&self.prefixes, key, inclusive, |i| self.first_key(i))
     }
 
     /// The first key of `range` walking `dir`, into `out`; whether there is one.

@@ -11,7 +11,7 @@ use std::ops::Bound;
 
 use super::{BLOCK_BYTES, Run, entry_at};
 use crate::store::error::{StoreError, StoreResult};
-use crate::store::{Direction, KeyRange, sort_prefix};
+use crate::store::{Direction, KeyRange, starting_before};
 
 /// The last run block a thread's seeks read, checked against its checksum then.
 struct SeekBlock {
@@ -31,25 +31,7 @@ thread_local! {
 impl Run {
     /// How many blocks start at or before `key` (`inclusive`) or before it.
     fn blocks_starting_before(&self, key: &[u8], inclusive: bool) -> usize {
-        // Prefix order never contradicts key order, so only equal prefixes need the whole
-        // keys (as in `Run::get`).
-        let prefix = sort_prefix(key);
-        let (mut lo, mut hi) = (0, self.blocks.len());
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            let before = match self.first_prefixes[mid].cmp(&prefix) {
-                std::cmp::Ordering::Less => true,
-                std::cmp::Ordering::Greater => false,
-                std::cmp::Ordering::Equal if inclusive => self.first_key(mid) <= key,
-                std::cmp::Ordering::Equal => self.first_key(mid) < key,
-            };
-            if before {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        lo
+        starting_before(&self.first_prefixes, key, inclusive, |i| self.first_key(i))
     }
 
     /// Calls `found` with the first entry of `range` walking `dir` (`None` if the range
