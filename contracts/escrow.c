@@ -85,6 +85,9 @@ static void set_locked(AccountName token, uint64_t total) {
 static void on_open(const ApplyContext *ctx, const Open *msg) {
     require_auth(msg->buyer);
     assert(msg->amount > 0, "a deal holds a positive amount");
+    /* The token refuses a transfer to oneself: a deal paying the escrow could never settle. */
+    assert(msg->seller != ctx->receiver && msg->buyer != ctx->receiver,
+           "the escrow cannot be a party to its own deal");
     Deal deal;
     assert(!load_deal(msg->id, &deal), "a deal with this id exists: pick another id");
     uint64_t total = locked(msg->token) + msg->amount;

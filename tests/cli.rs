@@ -105,6 +105,41 @@ fn issue_23_build_of_a_c_contract_that_includes_stdio_says_contracts_have_no_lib
     );
 }
 
+/// Issue 23: `--stack-size` gives a C contract a bigger stack (the memory grows to hold it),
+/// and a size wasm-ld cannot use is refused with the one to use instead.
+#[test]
+fn issue_23_build_stack_size_gives_a_c_contract_a_bigger_stack() {
+    if !have_clang() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let source = tmp.path().join("deep.c");
+    std::fs::write(
+        &source,
+        "#include \"tally.h\"\n\
+         TALLY_EXPORT(\"apply\") void apply(uint64_t r, uint64_t c, uint64_t a) {\n\
+             volatile char big[60000];\n\
+             big[0] = 1;\n\
+             store(\"k\", 1, (const void *)big, 1);\n\
+         }\n",
+    )
+    .unwrap();
+    let src = source.to_str().unwrap();
+    let out = tally(&["build", src, "--stack-size", "131072"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = tally(&["build", src, "--stack-size", "1025"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("16-byte aligned") && err.contains("use 1040"),
+        "{err}"
+    );
+}
+
 #[test]
 fn build_rejects_a_missing_source_clearly() {
     let out = tally(&["build", "no/such/file.c"]);

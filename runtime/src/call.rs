@@ -215,7 +215,10 @@ fn shadow_stack_overflowed(store: &mut Store<ActionCtx>, err: &wasmtime::Error) 
     // 33 MiB, against 4 GiB): a global 0 that is some counter rather than a stack pointer
     // never gets there, and one that stayed inside the memory did not overflow.
     let memory = store.data().memory?.data_size(&*store) as u64;
-    (pointer > top && u64::from(pointer) >= memory).then(|| {
+    // A stack's top lies inside the memory, above 0: a global 0 that starts elsewhere is not
+    // one.
+    let a_stack = top > 0 && u64::from(top) <= memory;
+    (a_stack && pointer > top && u64::from(pointer) >= memory).then(|| {
         Abort::new(
             AbortCode::StackOverflow,
             format!(

@@ -77,6 +77,9 @@ pub struct BuildArgs {
 /// memory is at most `MAX_MEMORY_PAGES` pages, and its stack must leave room for its data.
 const MAX_STACK_SIZE: i64 = 1 << 20;
 
+/// The alignment wasm-ld requires of a stack size: the wasm32 C ABI's 16-byte stack alignment.
+const STACK_ALIGN: u32 = 16;
+
 fn clang() -> String {
     std::env::var("TALLY_CLANG").unwrap_or_else(|_| "clang".to_string())
 }
@@ -118,10 +121,13 @@ pub fn compile_c(
     let sdk = tempfile::tempdir().context("cannot create a temporary directory")?;
     std::fs::write(sdk.path().join("tally.h"), TALLY_H).context("cannot write tally.h")?;
     let stack = stack_size.map(|bytes| format!("-Wl,-z,stack-size={bytes}"));
-    let flags = C_FLAGS.iter().map(|&flag| match flag {
-        "-Wl,--strip-all" if names => "-Wl,--strip-debug",
-        "-Wl,-z,stack-size=8192" if stack.is_some() => stack.as_deref().unwrap_or(flag),
-        other => other,
+    let flags = C_FLAGS.iter().filter_map(|&flag| match flag {
+        "-Wl,--strip-all" if names => Some("-Wl,--strip-debug"),
+        "-Wl,-z,stack-size=8192" if stack.is_some() => stack.as_deref(),
+        // A bigger stack needs more than the one page: wasm-ld sizes the memory to the stack
+        // and the data when not told.
+        "-Wl,--initial-memory=65536" if stack.is_some() => None,
+        other => Some(other),
     });
     let out = Command::new(&clang)
         .args(flags)
@@ -359,6 +365,15 @@ fn default_output(source: &Path) -> PathBuf {
 }
 
 pub fn run(args: BuildArgs) -> anyhow::Result<()> {
+    if let Some(bytes) = args.stack_size
+        && bytes % STACK_ALIGN != 0
+    {
+        bail!(
+            "--stack-size {bytes}: the stack is {STACK_ALIGN}-byte aligned (wasm32's ABI); use \
+             {}",
+            bytes.next_multiple_of(STACK_ALIGN)
+        );
+    }
     let output = args
         .output
         .clone()

@@ -70,13 +70,17 @@ pub fn link(project: &Path, root: &Path) -> anyhow::Result<()> {
     let parent = link.parent().expect("SDK_LINK has a parent");
     std::fs::create_dir_all(parent)
         .with_context(|| format!("cannot create {}", parent.display()))?;
-    if link.symlink_metadata().is_ok() {
-        std::fs::remove_file(&link).with_context(|| {
-            format!(
-                "{} exists and is not a link: move it away, then build again",
+    if let Ok(meta) = link.symlink_metadata() {
+        // Only a link is ours to replace: a file or directory there is the author's.
+        if !meta.file_type().is_symlink() {
+            bail!(
+                "{} exists and is not a link: move it away (tally keeps a link to Tally's \
+                 crates there), then build again",
                 link.display()
-            )
-        })?;
+            );
+        }
+        std::fs::remove_file(&link)
+            .with_context(|| format!("cannot replace the link {}", link.display()))?;
     }
     std::os::unix::fs::symlink(root, &link)
         .with_context(|| format!("cannot link {} to {}", link.display(), root.display()))
@@ -87,7 +91,12 @@ pub fn link(project: &Path, root: &Path) -> anyhow::Result<()> {
 /// moved), makes it again and says so.
 pub fn ensure_linked(package: &Path) -> anyhow::Result<()> {
     let manifest = std::fs::read_to_string(package.join("Cargo.toml")).unwrap_or_default();
-    if !manifest.contains(SDK_LINK) || is_checkout(&package.join(SDK_LINK)) {
+    // A dependency's path through the link, not a mention of it in a comment.
+    let uses_link = manifest.lines().any(|line| {
+        let line = line.split('#').next().unwrap_or_default();
+        line.contains(&format!("path = \"{SDK_LINK}/"))
+    });
+    if !uses_link || is_checkout(&package.join(SDK_LINK)) {
         return Ok(());
     }
     let root = root(None)?;
@@ -126,10 +135,20 @@ mod tests {
             std::fs::read_link(project.join(SDK_LINK)).unwrap(),
             built_from
         );
-        // A project that does not use the link gets none.
+        // A project that does not use the link gets none, even if it mentions it.
         let other = tempfile::tempdir().unwrap();
-        std::fs::write(other.path().join("Cargo.toml"), "[package]\n").unwrap();
+        std::fs::write(
+            other.path().join("Cargo.toml"),
+            "[package]\n# no path = \".tally/sdk/host-api\" here\n",
+        )
+        .unwrap();
         ensure_linked(other.path()).unwrap();
         assert!(other.path().join(SDK_LINK).symlink_metadata().is_err());
+        // A file where the link goes is the author's: refused, and kept.
+        std::fs::remove_file(project.join(SDK_LINK)).unwrap();
+        std::fs::write(project.join(SDK_LINK), "mine").unwrap();
+        let err = format!("{:#}", ensure_linked(project).unwrap_err());
+        assert!(err.contains("is not a link"), "{err}");
+        assert_eq!(std::fs::read(project.join(SDK_LINK)).unwrap(), b"mine");
     }
 }

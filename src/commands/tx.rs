@@ -47,7 +47,9 @@ pub struct TxArgs {
     #[command(flatten)]
     pub source: Source,
     /// With --rpc: the wallet directory whose abi/ holds the ABIs of contracts deployed with
-    /// it (a devnet's directory), to decode the events; without it they print as hex.
+    /// it (a devnet's directory), to decode the events; without it they print as hex. An ABI
+    /// is used while its contract runs the code it was kept for, so an event emitted before
+    /// an upgrade is decoded with the new code's ABI.
     #[arg(long, value_name = "DIR", requires = "rpc")]
     pub wallet: Option<PathBuf>,
     /// Print JSON.

@@ -161,6 +161,22 @@ fn issue_23_an_escrow_deal_must_be_funded_and_its_id_is_not_reused() {
         "{}",
         receipt.report()
     );
+    // The escrow cannot be the seller: the token refuses transfers to oneself, so such a
+    // deal could never be released.
+    let mut to_self = Open::decode(&open(10, "alice")).unwrap();
+    to_self.seller = name("escrow");
+    let receipt = push_tx(
+        &mut chain,
+        &[
+            transfer("tokena", "alice", "escrow", AMOUNT),
+            ("escrow", "open", "alice", to_self.encode()),
+        ],
+    );
+    assert!(
+        failure_of(&receipt).contains("cannot be a party"),
+        "{}",
+        receipt.report()
+    );
     // A buyer who does not sign opens nothing.
     let receipt = push_tx(
         &mut chain,

@@ -15,6 +15,12 @@
 //! `tally keys poll polls`, `tally keys poll 'votes[7]'`. No index of its own is kept: the
 //! store's order is the index.
 //!
+//! Costs grow with what is walked, and every walk is paid (about 4,600 fuel a key): `results`
+//! over a poll's votes, `open` over every poll kept, `remove` over a poll's votes, each
+//! within one action's or query's 10,000,000 fuel, so about 2,000 votes a poll and 2,000
+//! polls kept. A poll meant for more would keep a counter per option (updated by `vote`)
+//! and remove in batches; this one shows walks.
+//!
 //! Build: `tally build contracts/poll`. After changing the ABI:
 //! `tally abigen contracts/poll.abi.json --lang rust -o contracts/poll/src/abi.rs`.
 #![no_std]
