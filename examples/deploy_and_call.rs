@@ -31,12 +31,11 @@ const SIMPLECOIN_WASM: &[u8] = include_bytes!("../contracts/simplecoin.wasm");
 /// the library's one block path (prepare, execute, commit).
 fn push(chain: &mut Chain, actions: Vec<Action>, signer: Name, key: &ed25519_dalek::SigningKey) {
     let (ref_block_num, ref_block_prefix) = chain.tapos();
-    let tx = Transaction {
-        expiration_ms: chain.next_block_time_ms() + 30_000,
-        ref_block_num,
-        ref_block_prefix,
+    let tx = Transaction::new(
+        chain.next_block_time_ms() + 30_000,
+        (ref_block_num, ref_block_prefix),
         actions,
-    };
+    );
     let block = chain
         .run_block(vec![SignedTransaction::sign(tx, &[(signer, key)])])
         .expect("the node works");

@@ -988,10 +988,10 @@ TALLY_EXPORT("apply") void apply(uint64_t receiver, uint64_t code, uint64_t acti
         let good = std::fs::read_to_string(&chain_json).unwrap();
         std::fs::write(
             &chain_json,
-            good.replace("\"version\": 1", "\"version\": 2"),
+            good.replace("\"version\": 2", "\"version\": 3"),
         )
         .unwrap();
-        fails(&["verify", "--data", d], "layout version 2");
+        fails(&["verify", "--data", d], "layout version 3");
         std::fs::write(&chain_json, &good).unwrap();
         // Nothing above committed a block.
         assert_eq!(ok(&["blocks", "--data", d])["head"], height);

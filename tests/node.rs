@@ -268,17 +268,16 @@ fn transfer(
     }
     .encode();
     data.extend(std::iter::repeat_n(0u8, data_pad));
-    let tx = Transaction {
-        expiration_ms: tapos.2 + 60_000,
-        ref_block_num: tapos.0,
-        ref_block_prefix: tapos.1,
-        actions: vec![Action {
+    let tx = Transaction::new(
+        tapos.2 + 60_000,
+        (tapos.0, tapos.1),
+        vec![Action {
             account: workload::SIMPLECOIN,
             name: workload::TRANSFER,
             authorization: vec![from_name],
             data,
         }],
-    };
+    );
     let key = tally_chain::crypto::derived_key(1, from % workload::KEY_POOL);
     SignedTransaction::sign(tx, &[(from_name, &key)])
 }

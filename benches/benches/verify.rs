@@ -159,17 +159,16 @@ fn signed_block(n: usize) -> Vec<SignedTransaction> {
         .into_par_iter()
         .map(|i| {
             let signer = Name(1 + (i as u64 % KEY_POOL));
-            let tx = Transaction {
-                expiration_ms: i as u64,
-                ref_block_num: 0,
-                ref_block_prefix: 0,
-                actions: vec![Action {
+            let tx = Transaction::new(
+                i as u64,
+                (0, 0),
+                vec![Action {
                     account: Name(7),
                     name: Name(8),
                     authorization: vec![signer],
                     data: (i as u64).to_le_bytes().to_vec(),
                 }],
-            };
+            );
             SignedTransaction::sign(tx, &[(signer, &keys[i % keys.len()])])
         })
         .collect()

@@ -232,6 +232,9 @@ pub fn chain() -> Result<Chain, ChainError> {
     }
     let spin = HOSTILE.iter().find(|h| h.name == "spin").expect("spin");
     genesis.deploy(SPIN_CALLEE, &spin.wasm())?;
+    // The payer of the hostile transactions (nobody authorizes them): a funded attacker pays
+    // the standard prices for each.
+    genesis.fund(tally_chain::system::SYSTEM, crate::workload::SYSTEM_FUNDS);
     let mut chain = genesis.finish()?;
     // One thread, in order: the worst case for a node is not sharing the work.
     chain.set_pipeline(Pipeline {
@@ -246,17 +249,16 @@ pub fn block(chain: &Chain, hostile: &Hostile) -> Vec<SignedTransaction> {
     let (ref_block_num, ref_block_prefix) = chain.tapos();
     (0..BLOCK_TXS as u64)
         .map(|i| {
-            SignedTransaction::unsigned(Transaction {
-                expiration_ms: chain.next_block_time_ms() + 30_000,
-                ref_block_num,
-                ref_block_prefix,
-                actions: vec![Action {
+            SignedTransaction::unsigned(Transaction::new(
+                chain.next_block_time_ms() + 30_000,
+                (ref_block_num, ref_block_prefix),
+                vec![Action {
                     account: hostile.account(),
                     name: "go".parse().expect("valid name"),
                     authorization: vec![],
                     data: i.to_le_bytes().to_vec(),
                 }],
-            })
+            ))
         })
         .collect()
 }

@@ -142,6 +142,22 @@ pub struct MachineReport {
     pub cores: usize,
 }
 
+/// What a `tally bench` run paid in fees.
+#[derive(Debug, Clone, Serialize)]
+pub struct FeesReport {
+    /// `standard`, or `free` (the zero schedule).
+    pub schedule: &'static str,
+    /// Coins the run's fees burned.
+    pub burned: u64,
+    /// Of those, per transfer.
+    pub per_transfer: f64,
+    /// The prices the next block would pay, per dimension.
+    pub prices: [u64; 5],
+    /// Whether every native balance and the coins burned add up to the genesis supply (the
+    /// run fails if not).
+    pub conserved: bool,
+}
+
 /// Everything a `tally bench` run reports.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -161,6 +177,8 @@ pub struct Report {
     /// the pool's included), checked against genesis's (`None` when no baseline was asked
     /// for: the check reads every account).
     pub accounts_supply: Option<u64>,
+    /// What the transfers paid in fees (set by `tally bench` after its conservation check).
+    pub fees: Option<FeesReport>,
     /// Pipeline switches.
     pub pipeline: PipelineReport,
     /// Worker threads.
@@ -249,6 +267,17 @@ impl Report {
                 },
             ),
             (&per_unit, format!("{:.2}", self.us_per_transfer)),
+            (
+                "fees",
+                match &self.fees {
+                    Some(f) if f.schedule == "free" => "none (--free)".into(),
+                    Some(f) => format!(
+                        "{} coins burned, {:.0} per {unit}; balances + burned = genesis supply",
+                        f.burned, f.per_transfer
+                    ),
+                    None => "-".into(),
+                },
+            ),
             (
                 "parallel execution",
                 if self.parallel.speculated == 0 {

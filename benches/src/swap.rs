@@ -127,6 +127,9 @@ pub fn chain(traders: u64) -> Result<Chain, ChainError> {
             genesis.allocate(token, &trader, &TRADER_BALANCE.to_le_bytes());
         }
     }
+    for i in 0..traders {
+        genesis.fund(account_name(i), crate::workload::NATIVE_FUNDS);
+    }
     let mut chain = genesis.finish()?;
     chain.set_pipeline(Pipeline {
         parallel_execute: false,
@@ -140,12 +143,11 @@ pub fn block(chain: &Chain, traders: u64, first: u64, n: u64) -> Vec<SignedTrans
     let (ref_block_num, ref_block_prefix) = chain.tapos();
     (first..first + n)
         .map(|k| {
-            SignedTransaction::unsigned(Transaction {
-                expiration_ms: chain.next_block_time_ms() + 30_000,
-                ref_block_num,
-                ref_block_prefix,
-                actions: actions(account_name(k % traders), k),
-            })
+            SignedTransaction::unsigned(Transaction::new(
+                chain.next_block_time_ms() + 30_000,
+                (ref_block_num, ref_block_prefix),
+                actions(account_name(k % traders), k),
+            ))
         })
         .collect()
 }

@@ -10,8 +10,8 @@ use rayon::prelude::*;
 use tally_chain::state::keys;
 use tally_chain::store::{ChangeFn, ChangeSource, Durability};
 use tally_chain::{
-    Action, Chain, ChainConfig, ChainError, Pipeline, PreparedTx, SignedTransaction, StateStore,
-    Transaction, Transfer, TxId, crypto, prepare_block,
+    Action, Chain, ChainConfig, ChainError, FeeSchedule, Pipeline, PreparedTx, SignedTransaction,
+    StateStore, Transaction, Transfer, TxId, crypto, prepare_block,
 };
 use tally_host_api::Name;
 use tally_runtime::Runtime;
@@ -108,6 +108,15 @@ impl BenchContract {
 /// Coins each benchmark account starts with: enough that transfers of one coin rarely fail.
 pub const INITIAL_BALANCE: u64 = 1_000_000;
 
+/// Native coins (which pay fees) every benchmark and devnet account starts with: a
+/// transfer's fee at the standard schedule's starting prices is ~1,500, so this pays for
+/// over 600 million of them, whatever the prices do during a run.
+pub const NATIVE_FUNDS: u64 = 1_000_000_000_000;
+
+/// Native coins the system account starts with on a devnet or benchmark chain: what it can
+/// give new accounts.
+pub const SYSTEM_FUNDS: u64 = 1_000_000_000_000_000;
+
 /// A simplecoin balance (`None` if the account has none).
 pub fn balance(chain: &Chain, contract: Name, account: Name) -> Result<Option<u64>, ChainError> {
     let value = chain.get(contract, &account.0.to_le_bytes())?;
@@ -161,6 +170,10 @@ pub struct BenchConfig {
     pub durability: Durability,
     /// The contract the transfers go through.
     pub contract: BenchContract,
+    /// How the chain prices its use: every transfer pays its fee like any sender's
+    /// ([`FeeSchedule::STANDARD`]), or nothing ([`FeeSchedule::ZERO`], to measure what fees
+    /// cost).
+    pub fees: FeeSchedule,
 }
 
 impl Default for BenchConfig {
@@ -175,6 +188,7 @@ impl Default for BenchConfig {
             pipeline: Pipeline::ALL,
             durability: Durability::Background,
             contract: BenchContract::Simplecoin,
+            fees: FeeSchedule::STANDARD,
         }
     }
 }
@@ -257,14 +271,12 @@ impl TransferGen {
             .map(|_| {
                 let k = self.next;
                 let (from, to) = self.draw();
-                let tx = Transaction {
+                let tx = Transaction::new(
                     expiration_ms,
-                    ref_block_num,
-                    ref_block_prefix,
-                    actions: self
-                        .contract
+                    (ref_block_num, ref_block_prefix),
+                    self.contract
                         .actions(k, account_name(from), account_name(to)),
-                };
+                );
                 (from, tx)
             })
             .collect();
@@ -360,18 +372,23 @@ pub fn create(
         }
     }
     let deploy = start.elapsed();
+    // The payer of transactions nobody authorizes (the hostile and walk benchmarks).
+    genesis.fund(tally_chain::system::SYSTEM, SYSTEM_FUNDS);
     let accounts = BenchAccounts::new(config);
     Ok((genesis.finish_with(&accounts)?, deploy))
 }
 
 /// The benchmark's accounts as genesis changes, streamed in key order so that ten million of
-/// them are never all in memory: each account's balance and (signed runs) its public key.
+/// them are never all in memory: each account's balance, its native coins
+/// ([`NATIVE_FUNDS`], which pay its fees) and (signed runs) its public key.
 /// These are the keys [`tally_chain::GenesisBuilder::allocate`] and
 /// [`tally_chain::GenesisBuilder::account`] would write, so the genesis is the same.
 struct BenchAccounts {
-    /// (name, account number) by name: the order of their `keys::account` keys (the name
-    /// big-endian). Empty for unsigned runs.
+    /// (name, account number) by name: the order of their `keys::account` and
+    /// `keys::balance` keys (the name big-endian).
     by_name: Vec<(u64, u32)>,
+    /// Whether the accounts' public keys are registered (signed runs).
+    signed: bool,
     /// Names by their little-endian bytes: the order of their balance keys.
     by_balance_key: Vec<u64>,
     /// The public keys of the pool accounts share ([`KEY_POOL`]).
@@ -389,28 +406,27 @@ impl BenchAccounts {
             .map(|i| account_name(i).0.swap_bytes())
             .collect();
         by_balance_key.par_sort_unstable();
-        let (by_name, public_keys) = if config.signed {
-            let mut by_name: Vec<(u64, u32)> = (0..n)
-                .into_par_iter()
-                .map(|i| (account_name(i).0, i as u32))
-                .collect();
-            by_name.par_sort_unstable();
-            let keys = (0..KEY_POOL.min(n))
+        let mut by_name: Vec<(u64, u32)> = (0..n)
+            .into_par_iter()
+            .map(|i| (account_name(i).0, i as u32))
+            .collect();
+        by_name.par_sort_unstable();
+        let public_keys = match config.signed {
+            true => (0..KEY_POOL.min(n))
                 .into_par_iter()
                 .map(|i| {
                     crypto::derived_key(config.seed, i)
                         .verifying_key()
                         .to_bytes()
                 })
-                .collect();
-            (by_name, keys)
-        } else {
-            (Vec::new(), Vec::new())
+                .collect(),
+            false => Vec::new(),
         };
         let mut contracts = config.contract.balance_contracts().to_vec();
         contracts.sort_by_key(|&c| keys::contract(c, &[]));
         Self {
             by_name,
+            signed: config.signed,
             by_balance_key,
             public_keys,
             contracts,
@@ -420,18 +436,29 @@ impl BenchAccounts {
 
 impl ChangeSource for BenchAccounts {
     fn len(&self) -> u64 {
-        (self.by_name.len() + self.contracts.len() * self.by_balance_key.len()) as u64
+        let keys = if self.signed { 2 } else { 1 };
+        (keys * self.by_name.len() + self.contracts.len() * self.by_balance_key.len()) as u64
     }
 
     fn for_each(&self, f: &mut ChangeFn<'_>) -> std::io::Result<()> {
         // Account keys ([ACCOUNT, name]) sort before contract storage ([CONTRACT, …]).
         let mut key = Vec::with_capacity(32);
-        for &(name, i) in &self.by_name {
+        if self.signed {
+            for &(name, i) in &self.by_name {
+                key.clear();
+                key.push(keys::ACCOUNT); // keys::account, without its allocation
+                key.extend_from_slice(&name.to_be_bytes());
+                let public = &self.public_keys[(i as u64 % KEY_POOL) as usize];
+                f(&key, Some(public))?;
+            }
+        }
+        // Native balances ([BALANCE, name]) sort between accounts and contract storage.
+        let coins = NATIVE_FUNDS.to_le_bytes();
+        for &(name, _) in &self.by_name {
             key.clear();
-            key.push(keys::ACCOUNT); // keys::account, without its allocation
+            key.push(keys::BALANCE); // keys::balance, without its allocation
             key.extend_from_slice(&name.to_be_bytes());
-            let public = &self.public_keys[(i as u64 % KEY_POOL) as usize];
-            f(&key, Some(public))?;
+            f(&key, Some(&coins))?;
         }
         let balance = INITIAL_BALANCE.to_le_bytes();
         for &contract in &self.contracts {
@@ -459,6 +486,22 @@ pub fn run(
         progress(run.done);
     }
     Ok(run.finish())
+}
+
+/// The native coins of a benchmark chain made by [`create`] with `config`: what every balance
+/// and the coins burned add up to at any height.
+pub fn native_supply(config: &BenchConfig) -> u128 {
+    u128::from(config.accounts) * u128::from(NATIVE_FUNDS) + u128::from(SYSTEM_FUNDS)
+}
+
+/// Every native coin now: each benchmark account's balance, the system account's, and what
+/// fees burned. Equal to [`native_supply`] after any run, or a fee was lost or minted.
+pub fn native_total(chain: &Chain, config: &BenchConfig) -> Result<u128, ChainError> {
+    let mut total = u128::from(chain.native_balance(tally_chain::system::SYSTEM)?);
+    for i in 0..config.accounts {
+        total += u128::from(chain.native_balance(account_name(i))?);
+    }
+    Ok(total + u128::from(chain.fee_state()?.burned))
 }
 
 /// Sum of every benchmark account's balance, which transfers between them conserve: it is

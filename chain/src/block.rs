@@ -6,7 +6,7 @@ use borsh::{BorshDeserialize, BorshSerialize};
 pub type BlockId = [u8; 32];
 
 /// What a block commits to.
-#[derive(Debug, Clone, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
 pub struct BlockHeader {
     /// Height; genesis is 0.
     pub height: u64,
@@ -18,6 +18,14 @@ pub struct BlockHeader {
     /// BLAKE3 over the signed bytes and outcomes of the block's transactions, in order
     /// ([`crate::BlockBody::transactions_root`]).
     pub transactions_root: [u8; 32],
+    /// The account that proposed the block, which its tips paid.
+    pub proposer: tally_host_api::Name,
+    /// The price per unit of each fee dimension its transactions paid
+    /// ([`crate::fee::Dimension`] order, in [`crate::fee::PRICE_SCALE`]ths of a coin unit).
+    pub prices: crate::fee::Prices,
+    /// What its transactions used of each dimension: with `prices`, what the next block's
+    /// prices are computed from.
+    pub usage: crate::fee::Usage,
     /// BLAKE3(previous block's checksum ‖ BLAKE3(this block's state changes, sorted by key)).
     /// It depends only on the logical changes, never on how a store lays them out.
     pub state_checksum: [u8; 32],

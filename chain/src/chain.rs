@@ -16,11 +16,13 @@ use tally_runtime::Runtime;
 use crate::KeyedSet;
 use crate::block::{BlockHeader, BlockId, chain_checksum};
 use crate::config::ChainConfig;
-use crate::error::ChainError;
+use crate::error::{ChainError, TxError};
 use crate::exec::code::{CodeMap, Executor, NativeContract};
 use crate::exec::journal::Journal;
 use crate::exec::speculate::Speculation;
-use crate::phase::finalize::Block;
+use crate::exec::system::SYSTEM;
+use crate::fee::FeeState;
+use crate::phase::finalize::{Block, read_balance};
 use crate::pipeline::{Pipeline, PreparedTx, prepare_block};
 use crate::receipt::{ExecutedBlock, TxResult};
 use crate::state::keys;
@@ -100,6 +102,7 @@ impl Chain {
         store: Box<dyn StateStore>,
         config: ChainConfig,
     ) -> Result<Self, ChainError> {
+        config.fees.validate().map_err(ChainError::Config)?;
         let head = store.head().cloned().ok_or(ChainError::NoGenesis)?;
         let mut chain = Self::new(runtime, store, config, head);
         chain.window = ReplayWindow::load(
@@ -262,9 +265,23 @@ impl Chain {
     ///
     /// `Err` is the node's own fault (a store that failed, a corrupt state): the block must
     /// then not be committed, and the node should stop.
+    ///
+    /// Its tips go to the system account; [`Chain::execute_block_by`] names the proposer.
     pub fn execute_block(
         &mut self,
         time_ms: u64,
+        txs: &[PreparedTx],
+    ) -> Result<ExecutedBlock, ChainError> {
+        self.execute_block_by(time_ms, SYSTEM, txs)
+    }
+
+    /// [`Chain::execute_block`] for a block proposed by `proposer`, whose balance takes the
+    /// block's tips: under consensus, the account the network maps the block's proposer to,
+    /// the same on every node.
+    pub fn execute_block_by(
+        &mut self,
+        time_ms: u64,
+        proposer: Name,
         txs: &[PreparedTx],
     ) -> Result<ExecutedBlock, ChainError> {
         if self.executed.is_some() {
@@ -276,14 +293,60 @@ impl Chain {
                 head_ms: self.head.timestamp_ms,
             });
         }
-        let mut block = Block::new(self.head.height + 1, time_ms, txs.len());
-        let run = self.run_transactions(&mut block, txs);
+        let fees = self.fee_state()?;
+        let mut block = Block::new(
+            self.head.height + 1,
+            time_ms,
+            proposer,
+            fees.prices,
+            self.config.fees.max,
+            txs.len(),
+        );
+        let run = self
+            .run_transactions(&mut block, txs)
+            .and_then(|()| self.settle_fees(&block, &fees));
         if let Err(e) = run {
             // The one abort path: nothing of the block stays.
             self.journal.clear();
             return Err(e);
         }
         Ok(self.seal(block))
+    }
+
+    /// The committed fee state: the prices the next block pays, the last block's usage, the
+    /// coins burned so far.
+    pub fn fee_state(&self) -> Result<FeeState, ChainError> {
+        match self.store.get(&keys::fees())? {
+            None => Ok(FeeState::genesis(&self.config.fees)),
+            Some(bytes) => borsh::from_slice(&bytes)
+                .map_err(|e| ChainError::Corrupt(format!("the fee state: {e}"))),
+        }
+    }
+
+    /// The committed native balance of `account`.
+    pub fn native_balance(&self, account: Name) -> Result<u64, ChainError> {
+        let value = self.store.get(&keys::balance(account))?;
+        read_balance(value.as_deref(), account)
+    }
+
+    /// Ends the block's fees: its tips to its proposer, and the next block's prices, its
+    /// usage and the coins burned so far into the fee state.
+    fn settle_fees(&mut self, block: &Block, fees: &FeeState) -> Result<(), ChainError> {
+        if block.tips > 0 {
+            let balance = self.balance(block.proposer)?;
+            // Every coin was in a balance at genesis, whose sum fits in a u64.
+            self.set_balance(block.proposer, balance.saturating_add(block.tips));
+        }
+        let next = FeeState {
+            prices: self.config.fees.next_prices(&block.prices, &block.used),
+            usage: block.used,
+            burned: fees.burned.saturating_add(block.burned),
+        };
+        self.journal.write_block(
+            keys::fees().to_vec(),
+            Some(borsh::to_vec(&next).expect("in memory")),
+        );
+        Ok(())
     }
 
     /// Validates, authorizes, executes and finalizes each transaction of the block in order.
@@ -297,7 +360,7 @@ impl Chain {
             self.window.contains_many(&ids)
         });
         self.block_ids.clear();
-        let mut speculations = self.speculate(txs, block.info())?;
+        let mut speculations = self.speculate(txs, block.info(), &block.prices)?;
         for (i, tx) in txs.iter().enumerate() {
             let known = in_window.as_ref().map(|w| w[i]);
             let spec = speculations.as_mut().and_then(|s| s[i].take());
@@ -322,18 +385,28 @@ impl Chain {
         if let Err(e) = self.authorize(tx)? {
             return Ok(TxResult::Rejected(e));
         }
-        let Some(fuel) = block.fuel_for(tx) else {
-            return Ok(TxResult::Rejected(crate::error::TxError::BlockFull));
+        let fuel = match block.fuel_for(tx) {
+            Ok(fuel) => fuel,
+            Err(dimension) => return Ok(TxResult::Rejected(TxError::BlockFull(dimension))),
         };
+        let terms = block.fee_terms(tx);
+        if let Err(e) = terms.check() {
+            return Ok(TxResult::Rejected(e));
+        }
+        let payment = match self.reserve_fee(tx)? {
+            Ok(payment) => payment,
+            Err(e) => return Ok(TxResult::Rejected(e)),
+        };
+        let fuel = fuel.min(terms.fuel_cap());
         block.speculated += u32::from(spec.is_some());
         let run = match spec.filter(|spec| self.still_valid(spec, fuel)) {
             Some(spec) => {
                 block.confirmed += 1;
                 self.adopt(spec)
             }
-            None => self.execute(tx, fuel, block.info())?,
+            None => self.execute(tx, fuel, block)?,
         };
-        Ok(TxResult::Included(self.finalize(block, tx, run)))
+        Ok(TxResult::Included(self.finalize(block, tx, run, payment)?))
     }
 
     /// Ends the executed block: writes the replay window's state, sorts the block's changes
@@ -354,6 +427,9 @@ impl Chain {
             previous: self.head_id,
             timestamp_ms: block.time_ms,
             transactions_root,
+            proposer: block.proposer,
+            prices: block.prices,
+            usage: block.used,
             state_checksum: chain_checksum(
                 &self.head.state_checksum,
                 changes

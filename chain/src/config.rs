@@ -1,5 +1,7 @@
 //! How a chain is configured: the parameters fixed at genesis.
 
+use crate::fee::FeeSchedule;
+
 /// Chain parameters fixed at genesis.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChainConfig {
@@ -17,6 +19,10 @@ pub struct ChainConfig {
     /// Whether signatures and authorities are checked. Off only to measure execution alone:
     /// a chain that does not check signatures trusts every `authorization` list.
     pub check_signatures: bool,
+    /// How the chain prices its use ([`FeeSchedule::STANDARD`] by default).
+    /// [`FeeSchedule::ZERO`] makes use free: only for a private chain whose senders are all
+    /// trusted, since on a public network anyone could then fill every block at no cost.
+    pub fees: FeeSchedule,
 }
 
 impl Default for ChainConfig {
@@ -28,6 +34,7 @@ impl Default for ChainConfig {
             max_tx_lifetime_ms: 120_000,
             retain_blocks: 512,
             check_signatures: true,
+            fees: FeeSchedule::STANDARD,
         }
     }
 }

@@ -46,14 +46,16 @@ pub enum TxError {
     /// A signature does not verify against the public key it carries.
     #[error("bad signature from {0}: it does not verify against its public key")]
     BadSignature(Name),
-    /// An authorizing account did not sign.
-    #[error("missing signature: {0} authorizes an action but did not sign")]
+    /// The payer or an authorizing account did not sign.
+    #[error(
+        "missing signature: {0} pays the fee or authorizes an action, but did not sign (sign the transaction with its key)"
+    )]
     MissingSignature(Name),
     /// An account signed with a key that is not its registered key.
     #[error("wrong key: {0} signed with a key that is not its registered key")]
     WrongKey(Name),
     /// A signature from an account that authorizes no action.
-    #[error("unneeded signature from {0}: it authorizes no action")]
+    #[error("unneeded signature from {0}: it neither pays the fee nor authorizes an action")]
     UnneededSignature(Name),
     /// The signatures are not in the one order a transaction's encoding allows: the order in
     /// which their accounts first authorize an action, each account once.
@@ -62,6 +64,29 @@ pub enum TxError {
          action, each once (`SignedTransaction::sign` does)"
     )]
     SignatureOrder(Name),
+    /// The payer's native balance cannot cover the transaction's max fee.
+    #[error(
+        "the payer {payer} has {balance} coins, less than the transaction's max fee {max_fee}: fund it, or lower the max fee (`tally fees` shows the prices)"
+    )]
+    CannotPay {
+        /// The payer.
+        payer: Name,
+        /// Its balance before the transaction.
+        balance: u64,
+        /// The transaction's max fee.
+        max_fee: u64,
+    },
+    /// The max fee does not cover what the transaction costs before any action runs (its
+    /// bytes and intrinsic fuel at the block's prices).
+    #[error(
+        "the max fee {max_fee} does not cover the {needed} this transaction costs before any action runs at this block's prices: raise --max-fee (`tally fees` shows the prices)"
+    )]
+    MaxFeeTooLow {
+        /// What its size and intrinsic fuel cost.
+        needed: u64,
+        /// Its max fee.
+        max_fee: u64,
+    },
     /// An authorizing account does not exist.
     #[error("unknown account {0}")]
     UnknownAccount(Name),
@@ -99,9 +124,10 @@ pub enum TxError {
     /// The bytes are not a transaction (bad borsh, trailing bytes).
     #[error("malformed transaction: {0}")]
     Malformed(String),
-    /// The block's fuel budget is spent; the transaction may go in a later block.
-    #[error("the block's fuel budget is spent; submit the transaction again for a later block")]
-    BlockFull,
+    /// One of the block's five budgets (bandwidth, compute, read, allocate, write) is spent;
+    /// the transaction may go in a later block.
+    #[error("the block's {0} budget is spent; submit the transaction again for a later block")]
+    BlockFull(&'static str),
 }
 
 /// An error of a chain operation.

@@ -33,6 +33,9 @@ pub struct GenesisAccount {
     /// Its ed25519 public key, hex.
     #[serde(with = "hex_array")]
     pub key: [u8; 32],
+    /// Its native coins, which pay its transactions' fees.
+    #[serde(default)]
+    pub balance: u64,
 }
 
 /// A contract deployed at genesis (its `onInit` runs).
@@ -81,6 +84,7 @@ impl Genesis {
             accounts: vec![GenesisAccount {
                 name: system::SYSTEM,
                 key,
+                balance: 0,
             }],
             ..Self::default()
         }
@@ -103,6 +107,13 @@ impl GenesisBuilder {
         self.chain
             .journal
             .write_block(keys::account(account), Some(key.to_vec()));
+    }
+
+    /// Gives `account` `coins` native coins (replacing any balance given before). The sum of
+    /// every balance at genesis is the chain's supply, for ever: fees burn coins, tips move
+    /// them, nothing mints them.
+    pub fn fund(&mut self, account: Name, coins: u64) {
+        self.chain.set_balance(account, coins);
     }
 
     /// Writes `value` under `contract`'s storage key `key`.
@@ -156,6 +167,9 @@ impl GenesisBuilder {
     pub fn apply(&mut self, genesis: &Genesis) -> Result<(), ChainError> {
         for a in &genesis.accounts {
             self.account(a.name, a.key);
+            if a.balance > 0 {
+                self.fund(a.name, a.balance);
+            }
         }
         for c in &genesis.contracts {
             self.deploy(c.account, &c.code)?;
@@ -199,6 +213,7 @@ impl Chain {
         store: Box<dyn StateStore>,
         config: ChainConfig,
     ) -> Result<GenesisBuilder, ChainError> {
+        config.fees.validate().map_err(ChainError::Config)?;
         if let Some(head) = store.head() {
             return Err(ChainError::Config(format!(
                 "the store already holds a chain (at block {}); open it instead",
@@ -210,6 +225,9 @@ impl Chain {
             previous: [0; 32],
             timestamp_ms: config.genesis_time_ms,
             transactions_root: BlockBody::default().root(),
+            proposer: system::SYSTEM,
+            prices: config.fees.start_price,
+            usage: crate::fee::Usage::default(),
             state_checksum: [0; 32],
         };
         Ok(GenesisBuilder::new(Self::new(runtime, store, config, head)))
@@ -237,9 +255,22 @@ impl Chain {
             bulk,
         };
         let mut hasher = ChangeHasher::new();
+        // The supply: every coin there will ever be is in a genesis balance, so it must fit
+        // where a balance does.
+        let mut supply = 0u64;
         changes
             .for_each(&mut |k, v| {
                 hasher.add(k, v);
+                if k.first() == Some(&keys::BALANCE) {
+                    let account = Name(u64::from_be_bytes(k[1..].try_into().map_err(|_| {
+                        io::Error::other("a balance key is not a balance prefix and a name")
+                    })?));
+                    let coins = crate::phase::finalize::read_balance(v, account)
+                        .map_err(io::Error::other)?;
+                    supply = supply.checked_add(coins).ok_or_else(|| {
+                        io::Error::other("the genesis balances add up to more than 2^64 - 1 coins")
+                    })?;
+                }
                 Ok(())
             })
             .map_err(|e| ChainError::Config(format!("genesis: {e}")))?;

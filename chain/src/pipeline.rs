@@ -179,17 +179,16 @@ mod tests {
 
     #[test]
     fn the_id_from_the_encoding_is_the_transactions_id() {
-        let tx = Transaction {
-            expiration_ms: 5,
-            ref_block_num: 1,
-            ref_block_prefix: 2,
-            actions: vec![Action {
+        let tx = Transaction::new(
+            5,
+            (1, 2),
+            vec![Action {
                 account: Name(1),
                 name: Name(2),
                 authorization: vec![Name(3)],
                 data: vec![1, 2, 3],
             }],
-        };
+        );
         let key = crypto::derived_key(1, 1);
         let signed = SignedTransaction::sign(tx.clone(), &[(Name(3), &key)]);
         let prepared = PreparedTx::new(signed.clone());

@@ -20,6 +20,11 @@ pub struct TxReceipt {
     pub failed_action: Option<usize>,
     /// Fuel it used: its intrinsic charge and all its actions'.
     pub fuel_used: u64,
+    /// What it used of each fee dimension ([`crate::fee::Dimension`]), whether it
+    /// succeeded or not.
+    pub usage: crate::fee::Usage,
+    /// What its payer paid for that (charged whether it succeeded or not).
+    pub fee: crate::fee::Fee,
     /// The events its actions emitted, in order (none if it failed). The block body commits
     /// to them, so the transactions root covers them.
     pub events: Vec<Event>,

@@ -21,6 +21,12 @@ pub mod keys {
     /// the ids of the transactions it included, until all of them have expired
     /// ([`crate::window`]).
     pub const RECENT_IDS: u8 = 0x04;
+    /// `[BALANCE, account]` → the account's native coins (u64, little-endian), which pay its
+    /// transactions' fees. No key: none.
+    pub const BALANCE: u8 = 0x05;
+    /// `[FEES]` → the chain's [`crate::fee::FeeState`] (borsh): the next block's prices, the
+    /// last block's usage, the coins burned so far. No key: the schedule's starting prices.
+    pub const FEES: u8 = 0x06;
     /// `[CONTRACT, account, key…]` → a contract's own storage.
     pub const CONTRACT: u8 = 0x10;
 
@@ -39,6 +45,16 @@ pub mod keys {
     /// The key of `account`'s code hash.
     pub fn code_hash(account: Name) -> Vec<u8> {
         with_name(CODE_HASH, account)
+    }
+
+    /// The key of `account`'s native balance.
+    pub fn balance(account: Name) -> Vec<u8> {
+        with_name(BALANCE, account)
+    }
+
+    /// The key of the chain's fee state.
+    pub const fn fees() -> [u8; 1] {
+        [FEES]
     }
 
     /// The key of the code with `hash`.

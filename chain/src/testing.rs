@@ -110,7 +110,8 @@ impl TestChain {
         })
         .expect("the runtime starts");
         let system = key_of(SYSTEM);
-        let genesis = Genesis::with_system_key(system.verifying_key().to_bytes());
+        let mut genesis = Genesis::with_system_key(system.verifying_key().to_bytes());
+        genesis.accounts[0].balance = Self::SUPPLY;
         let chain = Chain::create(
             Arc::new(runtime),
             Box::new(MemoryStore::new(RETAINED_BLOCKS)),
@@ -149,7 +150,15 @@ impl TestChain {
             .is_some()
     }
 
-    /// Creates `account` (signed by the system account) with a key the harness keeps.
+    /// The native coins the system account holds at genesis: every coin of the chain.
+    pub const SUPPLY: u64 = 1 << 60;
+
+    /// The native coins [`TestChain::create_account`] gives each new account from the system
+    /// account's: enough for a million transfers at the standard schedule's starting prices.
+    pub const FUNDS: u64 = 1 << 40;
+
+    /// Creates `account` (signed by the system account) with a key the harness keeps, and
+    /// gives it [`TestChain::FUNDS`] native coins to pay its fees.
     ///
     /// # Panics
     /// If the account exists already.
@@ -167,8 +176,19 @@ impl TestChain {
             authorization: vec![SYSTEM],
             data: borsh::to_vec(&new).expect("encoding into a Vec cannot fail"),
         };
+        let fund = Action {
+            account: SYSTEM,
+            name: crate::system::TRANSFER,
+            authorization: vec![SYSTEM],
+            data: borsh::to_vec(&crate::system::NativeTransfer {
+                from: SYSTEM,
+                to: account,
+                amount: Self::FUNDS,
+            })
+            .expect("encoding into a Vec cannot fail"),
+        };
         self.keys.insert(account, key);
-        let receipt = self.push_actions(vec![action]);
+        let receipt = self.push_actions(vec![action, fund]);
         assert!(
             receipt.is_success(),
             "creating account {account}: {}",
@@ -317,8 +337,10 @@ impl TestChain {
             .expect("a memory store cannot fail")
     }
 
-    /// A transaction of `actions` for the next block, signed by every account that
-    /// authorizes one of them (those the harness has no key for are left unsigned).
+    /// A transaction of `actions` for the next block, paid for by the first account that
+    /// authorizes one (the system account if none does), signed by the payer and every
+    /// account that authorizes one of them (those the harness has no key for are left
+    /// unsigned).
     pub fn transaction(&mut self, actions: Vec<Action>) -> SignedTransaction {
         let (ref_block_num, ref_block_prefix) = self.chain.tapos();
         // Up to half the lifetime later than the shortest expiration: a different one for
@@ -328,17 +350,9 @@ impl TestChain {
         let expiration_ms =
             self.chain.next_block_time_ms() + lifetime - spread + self.built % spread;
         self.built += 1;
-        let transaction = Transaction {
-            expiration_ms,
-            ref_block_num,
-            ref_block_prefix,
-            actions,
-        };
-        let mut signers: Vec<Name> = transaction
-            .actions
-            .iter()
-            .flat_map(|a| a.authorization.iter().copied())
-            .collect();
+        let transaction =
+            Transaction::new(expiration_ms, (ref_block_num, ref_block_prefix), actions);
+        let mut signers: Vec<Name> = transaction.signers().collect();
         signers.sort();
         signers.dedup();
         let keys: Vec<(Name, &SigningKey)> = signers

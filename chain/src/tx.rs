@@ -33,13 +33,60 @@ pub struct Transaction {
     pub ref_block_prefix: u32,
     /// The actions, run in order.
     pub actions: Vec<Action>,
+    /// The account that pays the transaction's fee, from its native balance. It must sign
+    /// (its signature comes first), whether or not it authorizes an action: a transaction
+    /// nobody signs is refused at decode.
+    pub payer: Name,
+    /// The most the payer will pay, in coin units: the fee at the block's prices plus the
+    /// tip, cut to this. A transaction whose fee at the block's prices exceeds it fails and
+    /// pays it; one whose payer's balance is below it is not included.
+    pub max_fee: u64,
+    /// What the payer offers the block's proposer on top of the fee, in coin units.
+    pub tip: u64,
 }
+
+/// A max fee that covers any ordinary transaction at a public network's starting prices
+/// (a token transfer costs ~1,500 coin units at [`crate::fee::FeeSchedule::STANDARD`]'s
+/// starting prices; the largest `setcode` about 1.1 M for its bytes and 1.1 M for its fuel),
+/// with room for prices 4x higher: what `tally push` and the SDKs offer unless told.
+pub const DEFAULT_MAX_FEE: u64 = 10_000_000;
 
 /// A transaction id: the BLAKE3 hash of the unsigned transaction's borsh encoding. Signatures sign it,
 /// and duplicates are detected by it; blocks commit to the signed bytes as well.
 pub type TxId = [u8; 32];
 
 impl Transaction {
+    /// A transaction of `actions` valid until `expiration_ms`, bound to the block `tapos`
+    /// names, paid for by the first account that authorizes an action (`payer` otherwise
+    /// unset: the system account) with [`DEFAULT_MAX_FEE`] and no tip.
+    pub fn new(expiration_ms: u64, tapos: (u16, u32), actions: Vec<Action>) -> Self {
+        let payer = actions
+            .iter()
+            .flat_map(|a| a.authorization.first())
+            .copied()
+            .next()
+            .unwrap_or(crate::system::SYSTEM);
+        Self {
+            expiration_ms,
+            ref_block_num: tapos.0,
+            ref_block_prefix: tapos.1,
+            actions,
+            payer,
+            max_fee: DEFAULT_MAX_FEE,
+            tip: 0,
+        }
+    }
+
+    /// The accounts that must sign it, in the order their signatures go: the payer, then
+    /// each authorizing account where it first authorizes an action (repeats included).
+    pub fn signers(&self) -> impl Iterator<Item = Name> + Clone + '_ {
+        std::iter::once(self.payer).chain(
+            self.actions
+                .iter()
+                .flat_map(|a| a.authorization.iter().copied()),
+        )
+    }
+
     /// Its deterministic encoding.
     pub fn encode(&self) -> Vec<u8> {
         borsh::to_vec(self).expect("encoding into a Vec cannot fail")
@@ -137,9 +184,9 @@ impl SignedTransaction {
     }
 
     /// Decodes a transaction received from outside (a client, a peer, a block) and admits it:
-    /// its size is checked before anything is decoded, trailing bytes are refused, and then
-    /// every structural limit of [`SignedTransaction::check_limits`] applies. Nothing that
-    /// fails here can be included in a block.
+    /// its size is checked before anything is decoded, trailing bytes are refused, then
+    /// every structural limit of [`SignedTransaction::check_limits`] applies, and its payer
+    /// must have signed it. Nothing that fails here can be included in a block.
     pub fn decode(bytes: &[u8]) -> Result<Self, TxError> {
         if bytes.len() > MAX_TX_BYTES {
             return Err(TxError::TooLarge {
@@ -149,13 +196,19 @@ impl SignedTransaction {
         }
         let tx: Self = borsh::from_slice(bytes).map_err(|e| TxError::Malformed(e.to_string()))?;
         tx.check_limits(bytes.len())?;
+        // Checked here, not in `check_limits`: a chain that does not check signatures (a
+        // benchmark of execution alone) builds unsigned transactions in process, but nothing
+        // from outside is ever unsigned.
+        if tx.signatures.first().map(|s| s.account) != Some(tx.transaction.payer) {
+            return Err(TxError::MissingSignature(tx.transaction.payer));
+        }
         Ok(tx)
     }
 
     /// The admission limits on a transaction whose encoding is `encoded_len` bytes: its size,
     /// its number of actions, each action's authorizations and data, and its signatures, which
-    /// must be in the canonical order: by where their account first authorizes an action,
-    /// each account once. A transaction then has exactly one valid encoding: reordering the
+    /// must be in the canonical order: the payer's first, then by where their account first
+    /// authorizes an action, each account once. A transaction then has exactly one valid encoding: reordering the
     /// signatures of a valid one would otherwise give other signed bytes, and another block
     /// root, for the same transaction id.
     pub fn check_limits(&self, encoded_len: usize) -> Result<(), TxError> {
@@ -227,14 +280,11 @@ impl SignedTransaction {
     }
 }
 
-/// Where `account` first authorizes an action of `tx`, counting authorizations across its
-/// actions in order; `None` if it authorizes none. Admission bounds the search to
-/// `MAX_ACTIONS_PER_TX` x `MAX_SIGNATURES_PER_TX` names.
+/// Where `account` first comes among `tx`'s [signers](Transaction::signers): 0 for the
+/// payer; `None` if it need not sign. Admission bounds the search to `MAX_ACTIONS_PER_TX` x
+/// `MAX_SIGNATURES_PER_TX` names.
 fn first_authorization(tx: &Transaction, account: Name) -> Option<usize> {
-    tx.actions
-        .iter()
-        .flat_map(|a| a.authorization.iter())
-        .position(|&a| a == account)
+    tx.signers().position(|a| a == account)
 }
 
 /// What a block holds besides its header: the exact signed bytes of each included

@@ -3,7 +3,7 @@
 use clap::{Args, Subcommand};
 use serde_json::json;
 use tally_chain::Action;
-use tally_chain::system::{NEWACCOUNT, NewAccount, SYSTEM};
+use tally_chain::system::{NEWACCOUNT, NativeTransfer, NewAccount, SYSTEM, TRANSFER};
 
 use super::local::{output, parse_name};
 use super::push::fail_on;
@@ -35,6 +35,11 @@ removed again if the transaction fails or is refused.")]
         /// The account that creates it and signs (its key must be in the keystore).
         #[arg(long, default_value = "tally")]
         creator: String,
+        /// Native coins the creator gives it, which pay its transactions' fees (a token
+        /// transfer costs ~1,500 at the standard schedule's starting prices; `tally fees`
+        /// shows the prices). 0 creates it without coins.
+        #[arg(long, default_value_t = DEFAULT_FUNDS, value_name = "COINS")]
+        fund: u64,
         /// A local chain, or a network.
         #[command(flatten)]
         dest: Dest,
@@ -44,10 +49,15 @@ removed again if the transaction fails or is refused.")]
     },
 }
 
+/// Native coins `tally account create` gives a new account unless told: about 600,000 token
+/// transfers at the standard schedule's starting prices.
+const DEFAULT_FUNDS: u64 = 1_000_000_000;
+
 pub fn run(args: AccountArgs) -> anyhow::Result<()> {
     let AccountCommand::Create {
         name,
         creator,
+        fund,
         dest,
         json,
     } = args.command;
@@ -71,10 +81,23 @@ pub fn run(args: AccountArgs) -> anyhow::Result<()> {
         authorization: vec![creator],
         data: borsh::to_vec(&new)?,
     };
+    let mut actions = vec![action];
+    if fund > 0 {
+        actions.push(Action {
+            account: SYSTEM,
+            name: TRANSFER,
+            authorization: vec![creator],
+            data: borsh::to_vec(&NativeTransfer {
+                from: creator,
+                to: name,
+                amount: fund,
+            })?,
+        });
+    }
     target.keystore().insert(name, &key);
     target.save_keystore()?;
     let committed = target
-        .push(vec![action], &[creator])
+        .push(actions, &[creator])
         .and_then(|c| fail_on(&c.receipt).map(|()| c));
     let committed = match committed {
         Ok(c) => c,
@@ -90,9 +113,10 @@ pub fn run(args: AccountArgs) -> anyhow::Result<()> {
     output(
         json,
         json!({ "account": name.to_string(), "public_key": hex::encode(new.key),
+                "funds": fund, "fee": committed.receipt.fee.total(),
                 "block": committed.height, "transaction": hex::encode(committed.receipt.id) }),
         format!(
-            "created {name} in block {}\n  public key {}\n",
+            "created {name} in block {}\n  public key {}\n  funds      {fund} coins from {creator}\n",
             committed.height,
             hex::encode(new.key)
         ),

@@ -13,11 +13,12 @@ use serde_json::json;
 use tally_bench::baseline;
 use tally_bench::proc::{cpu_model, peak_rss_bytes};
 use tally_bench::report::{
-    BaselineReport, BlockPoint, ConfigReport, MachineReport, ParallelReport, PipelineReport, Report,
+    BaselineReport, BlockPoint, ConfigReport, FeesReport, MachineReport, ParallelReport,
+    PipelineReport, Report,
 };
 use tally_bench::sampler::Distribution;
 use tally_bench::workload::{self, BenchConfig, BenchReport};
-use tally_chain::{Access, Chain, ChainConfig, Pipeline};
+use tally_chain::{Access, Chain, ChainConfig, FeeSchedule, Pipeline};
 use tally_runtime::{Runtime, RuntimeConfig};
 
 use crate::common::store::{StoreKind, open_store};
@@ -72,6 +73,12 @@ pub struct BenchArgs {
     /// Skip signing and verification: measures execution alone.
     #[arg(long)]
     pub unsigned: bool,
+    /// Charge no fees (a zero fee schedule, as a private chain may choose): with and without
+    /// it, the difference is what fees cost. By default every transfer pays its fee in five
+    /// dimensions at the standard schedule's prices, like any sender's (but with --baseline,
+    /// which compares engines on one state, and a native contract burns no fuel).
+    #[arg(long)]
+    pub free: bool,
     /// Keep the store in DIR (default: a temporary directory). Rerunning the same command on
     /// DIR resumes the run where it stopped.
     #[arg(long, value_name = "DIR")]
@@ -193,7 +200,16 @@ fn bench_marker(config: &BenchConfig, store: StoreKind) -> serde_json::Value {
         "signed": config.signed,
         "store": store.label(),
         "contract": config.contract.label(),
+        "fees": fees_label(&config.fees),
     })
+}
+
+/// The name of a benchmark's fee schedule, in reports and markers.
+pub fn fees_label(fees: &FeeSchedule) -> &'static str {
+    match fees.is_zero() {
+        true => "free",
+        false => "standard",
+    }
 }
 
 /// The workload `args` ask for, with the pipeline stages they leave on.
@@ -218,6 +234,12 @@ fn bench_config(args: &BenchArgs) -> BenchConfig {
             Durability::Background
         },
         contract: args.contract.into(),
+        // Baselines compare engines on one state: a native contract burns no fuel, so with
+        // fees its payers would end with other balances than the wasm contract's.
+        fees: match args.free || !args.baseline.is_empty() {
+            true => FeeSchedule::ZERO,
+            false => FeeSchedule::STANDARD,
+        },
     }
 }
 
@@ -472,6 +494,7 @@ fn report(
         verify_ceiling_tps: run.verify_ceiling_tps(),
         baselines,
         accounts_supply,
+        fees: None,
         pipeline: PipelineReport {
             batch_verify: pipeline.batch_verify,
             batch_dedup: pipeline.batch_dedup,
@@ -574,6 +597,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let config = bench_config(&args);
     let chain_config = ChainConfig {
         check_signatures: config.signed,
+        fees: config.fees,
         ..ChainConfig::default()
     };
     let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
@@ -634,6 +658,23 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         );
         Some(supply)
     };
+    // Fees move coins and burn them, never create or lose one: checked on every run (one read
+    // per account, after the timed section).
+    let native = workload::native_total(&chain, &config)?;
+    anyhow::ensure!(
+        native == workload::native_supply(&config),
+        "the native balances and the coins burned add up to {native} at the end, not the {} \
+         genesis gave: fee accounting lost or minted coins",
+        workload::native_supply(&config)
+    );
+    let fee_state = chain.fee_state()?;
+    let fees = FeesReport {
+        schedule: fees_label(&config.fees),
+        burned: fee_state.burned,
+        per_transfer: fee_state.burned as f64 / run.transfers.max(1) as f64,
+        prices: fee_state.prices,
+        conserved: true,
+    };
     #[allow(unused_mut)]
     let mut baselines = baseline_reports(&run, &engines, base_reports, &base_chains, &config)?;
     #[cfg(feature = "evm")]
@@ -647,6 +688,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         resumed,
         disk_bytes: chain.store().disk_bytes(),
     };
-    let report = report(&args, &config, &run, baselines, accounts_supply, costs);
+    let mut report = report(&args, &config, &run, baselines, accounts_supply, costs);
+    report.fees = Some(fees);
     write_outputs(&args, &config, &run, &report)
 }

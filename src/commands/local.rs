@@ -18,7 +18,8 @@ use anyhow::{Context, bail};
 use ed25519_dalek::SigningKey;
 use serde::{Deserialize, Serialize};
 use tally_chain::{
-    Access, Action, Chain, ChainConfig, Genesis, Name, SignedTransaction, Transaction, TxResult,
+    Access, Action, Chain, ChainConfig, FeeSchedule, Genesis, Name, SignedTransaction, Transaction,
+    TxResult,
 };
 use tally_runtime::{Runtime, RuntimeConfig};
 
@@ -27,8 +28,13 @@ use super::target::TX_LIFETIME_MS;
 use crate::common::fs::write_atomic;
 use crate::common::store::{StoreKind, open_store};
 
-/// Version of the data-directory layout.
-const LAYOUT_VERSION: u32 = 1;
+/// Version of the data-directory layout: 2 added the fee schedule to chain.json (and the
+/// store's blocks carry fees).
+const LAYOUT_VERSION: u32 = 2;
+
+/// Native coins a local chain's system account holds at genesis: every coin of the chain,
+/// which it hands out to the accounts it creates (`tally account create --fund`).
+pub const SUPPLY: u64 = 1_000_000_000_000_000_000;
 
 /// `DIR/chain.json`.
 #[derive(Debug, Serialize, Deserialize)]
@@ -40,6 +46,8 @@ pub struct ChainFile {
     pub max_tx_lifetime_ms: u64,
     pub retain_blocks: u64,
     pub system_key: String,
+    /// How the chain prices its use (`FeeSchedule::STANDARD` for a new directory).
+    pub fees: FeeSchedule,
 }
 
 impl ChainFile {
@@ -50,6 +58,7 @@ impl ChainFile {
             max_tx_lifetime_ms: self.max_tx_lifetime_ms,
             retain_blocks: self.retain_blocks,
             check_signatures: true,
+            fees: self.fees,
         }
     }
 
@@ -200,6 +209,7 @@ impl Local {
             max_tx_lifetime_ms: defaults.max_tx_lifetime_ms,
             retain_blocks: defaults.retain_blocks,
             system_key: hex::encode(system.verifying_key().to_bytes()),
+            fees: defaults.fees,
         };
         let mut keystore = Keystore::default();
         keystore.insert(tally_chain::system::SYSTEM, &system);
@@ -208,7 +218,8 @@ impl Local {
             serde_json::to_string_pretty(&keystore)?.as_bytes(),
             0o600,
         )?;
-        let genesis = Genesis::with_system_key(system.verifying_key().to_bytes());
+        let mut genesis = Genesis::with_system_key(system.verifying_key().to_bytes());
+        genesis.accounts[0].balance = SUPPLY;
         let config = file.config();
         let store = open_store(
             file.store_kind()?,
@@ -273,17 +284,16 @@ impl Local {
         actions: Vec<Action>,
         signers: &[Name],
     ) -> anyhow::Result<SignedTransaction> {
-        let keys = signers
+        let (ref_block_num, ref_block_prefix) = self.chain.tapos();
+        let tx = Transaction::new(
+            self.chain.next_block_time_ms() + TX_LIFETIME_MS,
+            (ref_block_num, ref_block_prefix),
+            actions,
+        );
+        let keys = with_payer(signers, tx.payer)
             .iter()
             .map(|s| Ok((*s, self.keystore.key(*s)?)))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let (ref_block_num, ref_block_prefix) = self.chain.tapos();
-        let tx = Transaction {
-            expiration_ms: self.chain.next_block_time_ms() + TX_LIFETIME_MS,
-            ref_block_num,
-            ref_block_prefix,
-            actions,
-        };
         let refs: Vec<(Name, &SigningKey)> = keys.iter().map(|(n, k)| (*n, k)).collect();
         Ok(SignedTransaction::sign(tx, &refs))
     }
@@ -295,6 +305,15 @@ impl Local {
         })
         .ok()
     }
+}
+
+/// `signers` and the payer, who signs too.
+pub fn with_payer(signers: &[Name], payer: Name) -> Vec<Name> {
+    let mut all = signers.to_vec();
+    if !all.contains(&payer) {
+        all.push(payer);
+    }
+    all
 }
 
 /// Opens the chain of a local-chain directory, or of a `tally bench --data` directory (which
@@ -312,6 +331,10 @@ pub fn open_chain(dir: &Path) -> anyhow::Result<Chain> {
         };
         let config = ChainConfig {
             check_signatures: marker["signed"].as_bool().unwrap_or(true),
+            fees: match marker["fees"].as_str() {
+                Some("free") => FeeSchedule::ZERO,
+                _ => FeeSchedule::STANDARD,
+            },
             ..ChainConfig::default()
         };
         let runtime = Arc::new(Runtime::new(RuntimeConfig::default())?);

@@ -8,6 +8,7 @@ mod blocks;
 mod build;
 mod deploy;
 mod devnet;
+pub mod fees;
 mod get;
 mod init;
 mod keys;
@@ -68,6 +69,8 @@ pub enum Command {
     Query(query::QueryArgs),
     /// Show the sha256 of the code an account runs.
     Code(query::CodeArgs),
+    /// Show the fee prices of the five dimensions and the last blocks' usage.
+    Fees(fees::FeesArgs),
     /// List the stored blocks.
     Blocks(blocks::BlocksArgs),
     /// Verify every stored block and the state.
@@ -109,6 +112,7 @@ impl Command {
             Command::Balance(args) => get::run_balance(args),
             Command::Query(args) => query::run(args),
             Command::Code(args) => query::run_code(args),
+            Command::Fees(args) => fees::run(args),
             Command::Blocks(args) => blocks::run(args),
             Command::Verify(args) => blocks::run_verify(args),
             Command::Node(args) => node::run(args),

@@ -446,6 +446,8 @@ impl Record {
             },
             failed_action: self.failed_action,
             fuel_used: self.fuel_used,
+            usage: Default::default(),
+            fee: Default::default(),
             events: self
                 .events
                 .into_iter()
@@ -562,6 +564,8 @@ pub fn find_local(dir: &Path, chain: &Chain, id: &TxId) -> anyhow::Result<Option
             },
             failed_action: None,
             fuel_used: 0,
+            usage: Default::default(),
+            fee: Default::default(),
             events: body.events.get(i).cloned().unwrap_or_default(),
             console: Vec::new(),
             trace: None,
@@ -593,6 +597,8 @@ mod tests {
             outcome: Outcome::Failure(abort.clone()),
             failed_action: Some(1),
             fuel_used: 12_345,
+            usage: Default::default(),
+            fee: Default::default(),
             events: vec![Event {
                 contract: n("swap"),
                 name: n("swapped"),

@@ -226,19 +226,18 @@ impl Target {
 impl Network {
     /// `actions` referencing the node's head, signed with the wallet's keys of `signers`.
     fn sign(&self, actions: Vec<Action>, signers: &[Name]) -> anyhow::Result<SignedTransaction> {
-        let keys = signers
+        let head = self.rpc.head()?;
+        let tx = Transaction::new(
+            head.time_ms + TX_LIFETIME_MS.min(head.max_lifetime_ms / 2),
+            (head.ref_block_num, head.ref_block_prefix),
+            actions,
+        );
+        let keys = super::local::with_payer(signers, tx.payer)
             .iter()
             .map(|s| Ok((*s, self.wallet.keystore.key(*s)?)))
             .collect::<anyhow::Result<Vec<_>>>()
             .with_context(|| format!("wallet {}", self.wallet.dir.display()))?;
-        let head = self.rpc.head()?;
         let refs: Vec<(Name, &SigningKey)> = keys.iter().map(|(n, k)| (*n, k)).collect();
-        let tx = Transaction {
-            expiration_ms: head.time_ms + TX_LIFETIME_MS.min(head.max_lifetime_ms / 2),
-            ref_block_num: head.ref_block_num,
-            ref_block_prefix: head.ref_block_prefix,
-            actions,
-        };
         Ok(SignedTransaction::sign(tx, &refs))
     }
 

@@ -368,6 +368,34 @@ impl App {
         }
     }
 
+    /// `fees`: data is how many of the last blocks to list (u64 little-endian, at most
+    /// [`MAX_BLOCKS`](crate::commands::fees::MAX_BLOCKS); empty: the default); the value is a
+    /// [`FeesView`](crate::commands::fees::FeesView), JSON.
+    fn query_fees(ledger: &Ledger, data: &[u8], height: i64) -> ResponseQuery {
+        use crate::commands::fees::{DEFAULT_BLOCKS, MAX_BLOCKS};
+        let blocks = match data {
+            [] => DEFAULT_BLOCKS,
+            bytes => match <[u8; 8]>::try_from(bytes) {
+                Ok(b) => u64::from_le_bytes(b).min(MAX_BLOCKS),
+                Err(_) => {
+                    return ResponseQuery {
+                        code: code::BAD_QUERY,
+                        log: "fees: data is a block count, u64 little-endian".into(),
+                        ..Default::default()
+                    };
+                }
+            },
+        };
+        match ledger.fees(blocks) {
+            Ok(view) => ResponseQuery {
+                value: serde_json::to_vec(&view).expect("serialisable").into(),
+                height,
+                ..Default::default()
+            },
+            Err(e) => fatal("reading state", e),
+        }
+    }
+
     /// `account`: data is an account's 8-byte name; the value is its public key.
     fn query_account(ledger: &Ledger, data: &[u8], height: i64) -> ResponseQuery {
         let Ok(account) = <[u8; 8]>::try_from(data) else {
@@ -710,11 +738,12 @@ impl Application for App {
             "code" => return Self::query_code(l, &req.data, height),
             "keys" => return Self::query_keys(l, &req.data, height),
             "account" => return Self::query_account(l, &req.data, height),
+            "fees" => return Self::query_fees(l, &req.data, height),
             other => {
                 return ResponseQuery {
                     code: code::BAD_QUERY,
                     log: format!(
-                        "unknown query path {other:?}: Tally answers \"head\", \"get\", \"query\", \"code\", \"keys\", \"account\" and \"stats\""
+                        "unknown query path {other:?}: Tally answers \"head\", \"get\", \"query\", \"code\", \"keys\", \"account\", \"fees\" and \"stats\""
                     ),
                     ..Default::default()
                 };

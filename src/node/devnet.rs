@@ -213,12 +213,14 @@ pub fn genesis(accounts: u64, seed: u64, system_key: [u8; 32]) -> Genesis {
     let system = GenesisAccount {
         name: tally_chain::system::SYSTEM,
         key: system_key,
+        balance: workload::SYSTEM_FUNDS,
     };
     Genesis {
         accounts: std::iter::once(system)
             .chain((0..accounts).map(|i| GenesisAccount {
                 name: workload::account_name(i),
                 key: keys[(i % workload::KEY_POOL) as usize],
+                balance: workload::NATIVE_FUNDS,
             }))
             .collect(),
         contracts: vec![GenesisContract {

@@ -253,6 +253,11 @@ impl Ledger {
         page(&self.chain, request, MAX_KEYS_PER_QUERY, MAX_PAGE_BYTES)
     }
 
+    /// The fee prices, the schedule and the last `blocks` blocks' usage (`tally fees`).
+    pub fn fees(&self, blocks: u64) -> Result<crate::commands::fees::FeesView, ChainError> {
+        crate::commands::fees::view(&self.chain, blocks)
+    }
+
     /// The registered public key of `account`, if it exists.
     pub fn account_key(&self, account: Name) -> Result<Option<[u8; 32]>, ChainError> {
         self.chain.account_key(account)

@@ -213,17 +213,16 @@ fn sign_all(config: &LoadConfig, head: &Head) -> Vec<Vec<u8>> {
                 amount: 1,
                 memo: format!("{nonce:x}-{i}"),
             };
-            let tx = Transaction {
+            let tx = Transaction::new(
                 expiration_ms,
-                ref_block_num: head.ref_block_num,
-                ref_block_prefix: head.ref_block_prefix,
-                actions: vec![Action {
+                (head.ref_block_num, head.ref_block_prefix),
+                vec![Action {
                     account: workload::SIMPLECOIN,
                     name: workload::TRANSFER,
                     authorization: vec![from_name],
                     data: transfer.encode(),
                 }],
-            };
+            );
             let key = &keys[(from % workload::KEY_POOL) as usize];
             SignedTransaction::sign(tx, &[(from_name, key)]).encode()
         })

@@ -267,17 +267,16 @@ mod tests {
     const LIFETIME_MS: u64 = 120_000;
 
     fn tx(expiration_ms: u64, nonce: u8) -> PreparedTx {
-        PreparedTx::new(SignedTransaction::unsigned(Transaction {
+        PreparedTx::new(SignedTransaction::unsigned(Transaction::new(
             expiration_ms,
-            ref_block_num: 0,
-            ref_block_prefix: 0,
-            actions: vec![Action {
+            (0, 0),
+            vec![Action {
                 account: Name::from_str_const("simplecoin").unwrap(),
                 name: Name::from_str_const("transfer").unwrap(),
                 authorization: vec![],
                 data: vec![nonce],
             }],
-        }))
+        )))
     }
 
     fn pool() -> Mempool {

@@ -397,6 +397,7 @@ fn block(height: u64, changes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> BlockRecord {
             timestamp_ms: height * 500,
             transactions_root: [0; 32],
             state_checksum: [0; 32],
+            ..Default::default()
         },
         body: Vec::new(),
         changes,

@@ -88,17 +88,16 @@ fn walk(chain: &mut Chain, lo: Vec<u8>, limit: u32) -> anyhow::Result<u64> {
         limit,
     })?;
     let (ref_block_num, ref_block_prefix) = chain.tapos();
-    let tx = SignedTransaction::unsigned(Transaction {
-        expiration_ms: chain.next_block_time_ms() + 30_000,
-        ref_block_num,
-        ref_block_prefix,
-        actions: vec![Action {
+    let tx = SignedTransaction::unsigned(Transaction::new(
+        chain.next_block_time_ms() + 30_000,
+        (ref_block_num, ref_block_prefix),
+        vec![Action {
             account: ordered(),
             name: Name::from_str_const("walk").expect("a name"),
             authorization: Vec::new(),
             data,
         }],
-    });
+    ));
     let block = chain.run_block(vec![tx])?;
     let receipt = block.results[0]
         .receipt()

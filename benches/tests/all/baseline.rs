@@ -23,6 +23,7 @@ fn config(contract: BenchContract) -> BenchConfig {
         pipeline: Pipeline::ALL,
         durability: Durability::Background,
         contract,
+        fees: tally_chain::FeeSchedule::STANDARD,
     }
 }
 

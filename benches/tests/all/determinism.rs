@@ -25,6 +25,7 @@ fn config(transfers: u64) -> BenchConfig {
         pipeline: Pipeline::ALL,
         durability: Durability::Background,
         contract: BenchContract::Simplecoin,
+        fees: tally_chain::FeeSchedule::STANDARD,
     }
 }
 

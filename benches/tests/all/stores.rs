@@ -55,6 +55,7 @@ fn config() -> BenchConfig {
         pipeline: Pipeline::ALL,
         durability: Durability::Background,
         contract: BenchContract::Simplecoin,
+        fees: tally_chain::FeeSchedule::STANDARD,
     }
 }
 

@@ -52,6 +52,7 @@ fn bench_checksum(seed: u64, dist: Distribution) -> ([u8; 32], u64) {
         pipeline: Pipeline::ALL,
         durability: Durability::Background,
         contract: BenchContract::Simplecoin,
+        fees: tally_chain::FeeSchedule::STANDARD,
     };
     let report = workload::run(&mut memory_chain(&config), &config, &mut |_| {}).unwrap();
     assert_eq!(report.transfers, 3_000);
@@ -87,6 +88,7 @@ fn pipelined_head(
         pipeline,
         durability,
         contract: BenchContract::Simplecoin,
+        fees: tally_chain::FeeSchedule::STANDARD,
     };
     let mut chain = bench_chain(Box::new(store), ChainConfig::default(), &config);
     let pool = rayon::ThreadPoolBuilder::new()
@@ -139,6 +141,7 @@ fn the_native_baseline_reaches_the_contracts_state() {
         pipeline: Pipeline::ALL,
         durability: Durability::Background,
         contract: BenchContract::Simplecoin,
+        fees: tally_chain::FeeSchedule::STANDARD,
     };
     let wasm = workload::run(&mut memory_chain(&config), &config, &mut |_| {}).unwrap();
     let mut native = memory_chain(&config);
@@ -161,6 +164,7 @@ fn token_rs_and_simplecoin_give_the_same_balances() {
             pipeline: Pipeline::ALL,
             durability: Durability::Background,
             contract,
+            fees: tally_chain::FeeSchedule::STANDARD,
         };
         let mut chain = memory_chain(&config);
         let report = workload::run(&mut chain, &config, &mut |_| {}).unwrap();
@@ -186,6 +190,7 @@ fn benchmark_transfers_conserve_coins() {
         pipeline: Pipeline::ALL,
         durability: Durability::Background,
         contract: BenchContract::Simplecoin,
+        fees: tally_chain::FeeSchedule::STANDARD,
     };
     let mut chain = memory_chain(&config);
     workload::run(&mut chain, &config, &mut |_| {}).unwrap();
@@ -275,6 +280,7 @@ fn issue_14_the_streamed_genesis_is_the_genesis_written_key_by_key() {
             pipeline: Pipeline::ALL,
             durability: Durability::Background,
             contract: BenchContract::Simplecoin,
+            fees: tally_chain::FeeSchedule::STANDARD,
         };
         let what = format!("{accounts} accounts, signed {signed}");
         let expected = genesis_key_by_key(Box::new(MemoryStore::new(512)), &config);

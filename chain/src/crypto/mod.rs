@@ -209,11 +209,7 @@ pub fn check_signers(tx: &SignedTransaction) -> Result<(), TxError> {
     // Without allocating (it runs for every transaction): admission bounds the work to
     // MAX_SIGNATURES_PER_TX signatures against MAX_ACTIONS_PER_TX x MAX_SIGNATURES_PER_TX
     // authorizations.
-    let mut authorizations = tx
-        .transaction
-        .actions
-        .iter()
-        .flat_map(|a| a.authorization.iter().copied());
+    let mut authorizations = tx.transaction.signers();
     for (i, sig) in tx.signatures.iter().enumerate() {
         let repeated = tx.signatures[..i].iter().any(|s| s.account == sig.account);
         if repeated || !authorizations.clone().any(|a| a == sig.account) {

@@ -531,17 +531,16 @@ fn bisection_finds_exactly_the_invalid_signatures_of_a_large_batch() {
 }
 
 fn transaction(i: u64, signers: &[(Name, &SigningKey)]) -> SignedTransaction {
-    let tx = Transaction {
-        expiration_ms: i,
-        ref_block_num: 0,
-        ref_block_prefix: 0,
-        actions: vec![Action {
+    let tx = Transaction::new(
+        i,
+        (0, 0),
+        vec![Action {
             account: Name(1),
             name: Name(2),
             authorization: signers.iter().map(|(n, _)| *n).collect(),
             data: i.to_le_bytes().to_vec(),
         }],
-    };
+    );
     SignedTransaction::sign(tx, signers)
 }
 
@@ -623,19 +622,20 @@ fn verify_many_gives_the_single_result_for_any_thread_count() {
 fn exactly_the_authorizing_accounts_must_sign_checked_without_state() {
     let (alice, bob, carol) = (Name(1), Name(2), Name(3));
     let key = |i| derived_key(i, 1);
-    let tx = |auths: &[&[Name]]| Transaction {
-        expiration_ms: 5,
-        ref_block_num: 1,
-        ref_block_prefix: 2,
-        actions: auths
-            .iter()
-            .map(|a| Action {
-                account: Name(9),
-                name: Name(9),
-                authorization: a.to_vec(),
-                data: vec![],
-            })
-            .collect(),
+    let tx = |auths: &[&[Name]]| {
+        Transaction::new(
+            5,
+            (1, 2),
+            auths
+                .iter()
+                .map(|a| Action {
+                    account: Name(9),
+                    name: Name(9),
+                    authorization: a.to_vec(),
+                    data: vec![],
+                })
+                .collect(),
+        )
     };
     let cases: Vec<(&str, SignedTransaction, Result<(), TxError>)> = vec![
         (
@@ -667,9 +667,31 @@ fn exactly_the_authorizing_accounts_must_sign_checked_without_state() {
             Err(TxError::UnneededSignature(alice)),
         ),
         (
-            "nothing to authorize, nothing signed",
-            SignedTransaction::unsigned(tx(&[&[]])),
+            "a payer that authorizes nothing signs first",
+            SignedTransaction::sign(
+                Transaction {
+                    payer: carol,
+                    ..tx(&[&[alice]])
+                },
+                &[(alice, &key(1)), (carol, &key(3))],
+            ),
             Ok(()),
+        ),
+        (
+            "a payer that did not sign",
+            SignedTransaction::sign(
+                Transaction {
+                    payer: carol,
+                    ..tx(&[&[alice]])
+                },
+                &[(alice, &key(1))],
+            ),
+            Err(TxError::MissingSignature(carol)),
+        ),
+        (
+            "nothing to authorize, the payer (the system account) did not sign",
+            SignedTransaction::unsigned(tx(&[&[]])),
+            Err(TxError::MissingSignature(crate::system::SYSTEM)),
         ),
     ];
     let ids: Vec<TxId> = cases.iter().map(|(_, t, _)| t.transaction.id()).collect();

@@ -155,7 +155,7 @@ impl Host for ActionHost<'_, '_> {
         keys::contract_into(exec.key, self.frame.contract, key);
         // A store that fails is the node's fault, never the contract's: the block stops.
         exec.journal
-            .get(exec.store, exec.key)
+            .load(exec.store, exec.key)
             .map_err(|e| NodeFault::new(e).into())
     }
 
@@ -218,6 +218,14 @@ impl Host for ActionHost<'_, '_> {
             .journal
             .seek(exec.store, range, dir, walk.max_skips)
             .map_err(NodeFault::new)?;
+        // The seek and every key it stepped over, and the entry's bytes: what the fee's read
+        // dimension pays for (the fuel charge counts the same).
+        exec.journal.count_read(
+            1 + u64::from(seek.skipped),
+            seek.entry.as_ref().map_or(0, |(k, v)| {
+                (k.len().saturating_sub(NAMESPACE_LEN) + v.len()) as u64
+            }),
+        );
         let entry = match seek.entry {
             // Every backend bounds a seek to its range; a key outside the namespace would be
             // another contract's, so a store that returned one is broken, and the block stops

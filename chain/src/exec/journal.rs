@@ -148,6 +148,12 @@ pub struct Journal {
     /// Writes and bytes written by the running transaction, against the limits.
     tx_writes: u32,
     tx_bytes: u64,
+    /// What the running transaction read and created, for its fee (its writes are the two
+    /// counts above).
+    tx_reads: u64,
+    tx_read_bytes: u64,
+    tx_new_keys: u64,
+    tx_new_bytes: u64,
     /// With [`Journal::recording`]: every key read from the store (not from the overlay), in
     /// order, repeats included.
     reads: Option<Vec<Vec<u8>>>,
@@ -173,22 +179,50 @@ impl Journal {
         store: &'a dyn StateStore,
         key: &[u8],
     ) -> StoreResult<Option<&'a [u8]>> {
-        if let Some(slot) = self.overlay.get(key) {
-            return Ok(slot.as_deref());
+        self.read(store, key, false)
+    }
+
+    /// [`Journal::get`] for a contract's `load`: counted in the running transaction's reads,
+    /// which its fee pays for. (The chain's own reads, such as the code an action runs, are
+    /// not: whether one reaches the store differs between in-order and speculative runs.)
+    pub(crate) fn load<'a>(
+        &'a mut self,
+        store: &'a dyn StateStore,
+        key: &[u8],
+    ) -> StoreResult<Option<&'a [u8]>> {
+        self.read(store, key, true)
+    }
+
+    fn read<'a>(
+        &'a mut self,
+        store: &'a dyn StateStore,
+        key: &[u8],
+        counted: bool,
+    ) -> StoreResult<Option<&'a [u8]>> {
+        let value = match self.overlay.get(key) {
+            Some(slot) => slot.as_deref(),
+            None => {
+                if let Some(reads) = &mut self.reads {
+                    reads.push(key.to_vec());
+                }
+                if self.cached(key) {
+                    self.read_cache.get(key).map(Vec::as_slice)
+                } else {
+                    match store.get(key)? {
+                        None => None,
+                        Some(Cow::Borrowed(v)) => Some(v),
+                        Some(Cow::Owned(v)) => {
+                            Some(self.read_cache.entry(key.to_vec()).or_insert(v).as_slice())
+                        }
+                    }
+                }
+            }
+        };
+        if counted {
+            self.tx_reads += 1;
+            self.tx_read_bytes += value.map_or(0, |v| v.len() as u64);
         }
-        if let Some(reads) = &mut self.reads {
-            reads.push(key.to_vec());
-        }
-        if self.cached(key) {
-            return Ok(self.read_cache.get(key).map(Vec::as_slice));
-        }
-        match store.get(key)? {
-            None => Ok(None),
-            Some(Cow::Borrowed(v)) => Ok(Some(v)),
-            Some(Cow::Owned(v)) => Ok(Some(
-                self.read_cache.entry(key.to_vec()).or_insert(v).as_slice(),
-            )),
-        }
+        Ok(value)
     }
 
     /// Whether the read cache holds `key`. The memory and log stores lend their values, so it
@@ -330,6 +364,11 @@ impl Journal {
                     return Ok(Err(abort));
                 }
                 let previous = entry.insert(Some(value.to_vec()));
+                if previous.is_none() {
+                    // Deleted earlier in the block: writing it creates it again.
+                    self.tx_new_keys += 1;
+                    self.tx_new_bytes += (key.len() + value.len()) as u64;
+                }
                 (
                     previous.is_some(),
                     Undo::Write(entry.index(), Some(previous)),
@@ -345,6 +384,10 @@ impl Journal {
                     count_write(&mut self.tx_writes, &mut self.tx_bytes, key, Some(value))
                 {
                     return Ok(Err(abort));
+                }
+                if !existed {
+                    self.tx_new_keys += 1;
+                    self.tx_new_bytes += (key.len() + value.len()) as u64;
                 }
                 let index = entry.index();
                 entry.insert_hashed_nocheck(hash, key.to_vec(), Some(value.to_vec()));
@@ -443,6 +486,37 @@ impl Journal {
         self.events.clear();
         self.tx_writes = 0;
         self.tx_bytes = 0;
+        self.tx_reads = 0;
+        self.tx_read_bytes = 0;
+        self.tx_new_keys = 0;
+        self.tx_new_bytes = 0;
+    }
+
+    /// Counts `keys` read by the running transaction's contracts, returning `bytes`: what
+    /// its fee's read dimension pays for.
+    pub(crate) fn count_read(&mut self, keys: u64, bytes: u64) {
+        self.tx_reads += keys;
+        self.tx_read_bytes += bytes;
+    }
+
+    /// Counts a key of `bytes` (key and value) the running transaction created outside
+    /// [`Journal::upsert`] (which tells new keys by itself): an account, a contract's code.
+    pub(crate) fn count_new_key(&mut self, bytes: u64) {
+        self.tx_new_keys += 1;
+        self.tx_new_bytes += bytes;
+    }
+
+    /// What the running transaction has read, created and written so far, whether its
+    /// changes stay or not: the state part of its fee.
+    pub(crate) fn counts(&self) -> crate::fee::StateCounts {
+        crate::fee::StateCounts {
+            reads: self.tx_reads,
+            read_bytes: self.tx_read_bytes,
+            new_keys: self.tx_new_keys,
+            new_bytes: self.tx_new_bytes,
+            writes: u64::from(self.tx_writes),
+            write_bytes: self.tx_bytes,
+        }
     }
 
     /// Keeps the running transaction's changes in the pending block (its events are taken
@@ -546,6 +620,7 @@ mod tests {
                 timestamp_ms: 0,
                 transactions_root: [0; 32],
                 state_checksum: [0; 32],
+                ..Default::default()
             },
             body: Vec::new(),
             changes: vec![(b"a".to_vec(), Some(b"1".to_vec()))],
@@ -622,6 +697,7 @@ mod tests {
                 timestamp_ms: 0,
                 transactions_root: [0; 32],
                 state_checksum: [0; 32],
+                ..Default::default()
             },
             body: Vec::new(),
             changes,

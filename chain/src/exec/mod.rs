@@ -15,7 +15,8 @@ use tally_host_api::limits::MAX_CONTRACTS_PER_TX;
 use tally_host_api::{Abort, AbortCode, BlockInfo, HostError, Name};
 use tally_runtime::{Budget, CodeHash, Contract, Entry, Outcome, Receipt, Runtime};
 
-use crate::error::ChainError;
+use crate::error::{ChainError, TxError};
+use crate::fee::{self, Dimension, Fee, Prices, Usage};
 use crate::receipt::{ActionTrace, CallTrace, Event};
 use crate::state::keys;
 use crate::store::StateStore;
@@ -138,6 +139,59 @@ pub(crate) struct TxRun {
     pub(crate) console: Vec<u8>,
     /// Each action's fuel, console and trap, when the runtime traces.
     pub(crate) actions: Option<Vec<ActionTrace>>,
+    /// What it used of each dimension, its intrinsic charge and size included.
+    pub(crate) usage: Usage,
+    /// What it pays for that.
+    pub(crate) fee: Fee,
+}
+
+/// What a transaction's fee depends on besides what its actions do: the block's prices, its
+/// offer, its size and its intrinsic fuel.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FeeTerms {
+    pub(crate) prices: Prices,
+    pub(crate) max_fee: u64,
+    pub(crate) tip: u64,
+    pub(crate) bytes: u64,
+    pub(crate) intrinsic_fuel: u64,
+}
+
+impl FeeTerms {
+    /// What the transaction costs before any action runs: its bytes and intrinsic fuel.
+    fn intrinsic_fee(&self) -> u64 {
+        let mut usage = Usage::default();
+        usage.0[Dimension::Bandwidth as usize] = self.bytes;
+        usage.0[Dimension::Compute as usize] = self.intrinsic_fuel;
+        fee::base_fee(&self.prices, &usage)
+    }
+
+    /// Refuses a transaction whose max fee cannot pay for its own size and intrinsic fuel.
+    pub(crate) fn check(&self) -> Result<(), TxError> {
+        let needed = self.intrinsic_fee();
+        match needed <= self.max_fee {
+            true => Ok(()),
+            false => Err(TxError::MaxFeeTooLow {
+                needed,
+                max_fee: self.max_fee,
+            }),
+        }
+    }
+
+    /// The most fuel the transaction's actions may burn: what its max fee buys at the compute
+    /// price once its intrinsic cost and its tip are set aside, so a spinning transaction
+    /// stops when its fee runs out, not after (unbounded when compute is free).
+    pub(crate) fn fuel_cap(&self) -> u64 {
+        let price = self.prices[Dimension::Compute as usize];
+        if price == 0 {
+            return u64::MAX;
+        }
+        let budget = self
+            .max_fee
+            .saturating_sub(self.intrinsic_fee())
+            .saturating_sub(self.tip);
+        let budget = u128::from(budget);
+        u64::try_from(budget * u128::from(fee::PRICE_SCALE) / u128::from(price)).unwrap_or(u64::MAX)
+    }
 }
 
 impl TxRun {
@@ -150,6 +204,8 @@ impl TxRun {
             events: Vec::new(),
             console: Vec::new(),
             actions: traced.then(Vec::new),
+            usage: Usage::default(),
+            fee: Fee::default(),
         }
     }
 
@@ -183,7 +239,16 @@ impl Exec<'_> {
     /// the runtime's fuel per action): all their writes stay, or, if one fails, none.
     /// A contract failure is an `Ok` run with a failed outcome; `Err` is the node's own fault,
     /// and the transaction's writes are then discarded too.
-    pub(crate) fn run_tx(&mut self, actions: &[Action], fuel: u64) -> Result<TxRun, ChainError> {
+    ///
+    /// The transaction's usage and fee are computed here, from `terms` and what the journal
+    /// counted, before its writes are kept or dropped: one whose fee at the block's prices
+    /// exceeds its max fee fails after its last action, its writes dropped, and pays its max.
+    pub(crate) fn run_tx(
+        &mut self,
+        actions: &[Action],
+        fuel: u64,
+        terms: &FeeTerms,
+    ) -> Result<TxRun, ChainError> {
         self.journal.checkpoint();
         // Forgets what an earlier transaction entered, without zeroing the array again.
         self.entered.len = 0;
@@ -201,6 +266,24 @@ impl Exec<'_> {
             if !run.push(index, receipt, calls) {
                 break;
             }
+        }
+        run.usage = Usage::of_tx(
+            terms.bytes,
+            terms.intrinsic_fuel.saturating_add(run.fuel_used),
+            &self.journal.counts(),
+        );
+        let (fee, exceeded) = fee::charge(&terms.prices, &run.usage, terms.tip, terms.max_fee);
+        run.fee = fee;
+        if exceeded && run.failed_action.is_none() {
+            run.outcome = Outcome::Failure(Abort::new(
+                AbortCode::LimitExceeded,
+                format!(
+                    "the fee at this block's prices, {}, exceeds the max fee {}",
+                    fee::base_fee(&terms.prices, &run.usage),
+                    terms.max_fee
+                ),
+            ));
+            run.failed_action = Some(actions.len() - 1);
         }
         match run.failed_action {
             None => {

@@ -23,6 +23,8 @@ use super::system::SYSTEM;
 use super::{Code, Exec, TxRun};
 use crate::chain::Chain;
 use crate::error::ChainError;
+use crate::fee::Prices;
+use crate::phase::finalize::fee_terms;
 use crate::pipeline::{Check, PreparedTx};
 use crate::store::{Change, StateStore};
 
@@ -38,6 +40,8 @@ pub(crate) struct Speculation {
     pub(crate) writes: Vec<Change>,
     /// What its actions did.
     pub(crate) run: TxRun,
+    /// The fuel it ran with: what its max fee buys.
+    pub(crate) fuel: u64,
 }
 
 /// Whether `tx` may run speculatively: it is admitted and calls no system action.
@@ -64,6 +68,7 @@ pub(crate) fn speculate(
     code: &CodeMap,
     txs: &[PreparedTx],
     block: BlockInfo,
+    prices: &Prices,
 ) -> Vec<Option<Speculation>> {
     txs.par_iter()
         .map_init(
@@ -72,16 +77,21 @@ pub(crate) fn speculate(
                 if !speculable(tx) {
                     return None;
                 }
+                let terms = fee_terms(prices, tx);
+                terms.check().ok()?;
                 let mut exec = Exec::new(runtime, store, journal, Code::Cached(code), key, block);
-                // Each action gets the runtime's fuel per action, as it would with the whole
-                // block's budget left; finalizing checks that it would have.
-                let run = exec.run_tx(&tx.tx.transaction.actions, u64::MAX);
+                // Each action gets the runtime's fuel per action, or what the max fee buys, as
+                // it would with the whole block's budget left; finalizing checks that it would
+                // have.
+                let fuel = terms.fuel_cap();
+                let run = exec.run_tx(&tx.tx.transaction.actions, fuel, &terms);
                 let (writes, reads, walks) = journal.take_run();
                 Some(Speculation {
                     reads,
                     walks,
                     writes,
                     run: run.ok()?,
+                    fuel,
                 })
             },
         )
@@ -95,6 +105,7 @@ impl Chain {
         &mut self,
         txs: &[PreparedTx],
         block: BlockInfo,
+        prices: &Prices,
     ) -> Result<Option<Vec<Option<Speculation>>>, ChainError> {
         // A traced chain runs sequentially: speculative runs keep no per-action traces, and
         // whether a block speculates never changes its result.
@@ -128,7 +139,14 @@ impl Chain {
                 }
             }
         }
-        let runs = speculate(&self.runtime, self.store.as_ref(), &self.code, txs, block);
+        let runs = speculate(
+            &self.runtime,
+            self.store.as_ref(),
+            &self.code,
+            txs,
+            block,
+            prices,
+        );
         drop(held);
         Ok(Some(runs))
     }
@@ -136,12 +154,15 @@ impl Chain {
     /// Whether a speculative run is what running the transaction now would give: no key it
     /// read was written earlier in this block, no key in a range its ordered reads walked was
     /// written or deleted (a phantom), and every action would get the full fuel it had
-    /// (`fuel` is what the block has left after the transaction's intrinsic charge; the last
-    /// action that ran had the least).
+    /// (`fuel` is what it gets now: what the block has left after its intrinsic charge, or
+    /// what its max fee buys. It ran with the same, or the last action that ran, which had
+    /// the least, had a whole action's fuel either way).
     pub(crate) fn still_valid(&mut self, spec: &Speculation, fuel: u64) -> bool {
         let before_last = spec.run.fuel_used - spec.run.last_action_fuel;
-        fuel.checked_sub(before_last)
-            .is_some_and(|left| left >= FUEL_PER_ACTION)
+        (fuel == spec.fuel
+            || fuel
+                .checked_sub(before_last)
+                .is_some_and(|left| left >= FUEL_PER_ACTION))
             && spec.reads.iter().all(|key| !self.journal.contains(key))
             && spec
                 .walks

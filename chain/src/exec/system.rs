@@ -1,4 +1,5 @@
-//! The native system contract at account `tally`: creating accounts and deploying code.
+//! The native system contract at account `tally`: creating accounts, deploying code and
+//! moving native coins (which pay fees, [`crate::fee`]).
 
 use borsh::{BorshDeserialize, BorshSerialize};
 use std::sync::Arc;
@@ -51,6 +52,24 @@ pub const SETCODE: Name = match Name::from_str_const("setcode") {
     Err(_) => panic!("valid name"),
 };
 
+/// `transfer`: moves `amount` native coins from `from` (who must authorize) to the existing
+/// account `to`.
+#[derive(Debug, Clone, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
+pub struct NativeTransfer {
+    /// The sender; it must authorize the action.
+    pub from: Name,
+    /// The recipient, an existing account.
+    pub to: Name,
+    /// Coins moved.
+    pub amount: u64,
+}
+
+/// The `transfer` action name (of native coins).
+pub const TRANSFER: Name = match Name::from_str_const("transfer") {
+    Ok(n) => n,
+    Err(_) => panic!("valid name"),
+};
+
 /// The system's own failures, as receipts.
 pub(crate) fn invalid(message: impl Into<String>) -> Abort {
     Abort::new(AbortCode::InvalidAction, message)
@@ -96,10 +115,27 @@ pub(crate) fn apply(env: &mut Exec<'_>, action: &Action, fuel: u64) -> Result<Re
                 FUEL_PER_SYSTEM_ACTION,
             ));
         }
-        if let Err(abort) = env.journal.set(&keys::account(new.name), Some(&new.key)) {
+        let key = keys::account(new.name);
+        if let Err(abort) = env.journal.set(&key, Some(&new.key)) {
             return Ok(Receipt::failed(abort, FUEL_PER_SYSTEM_ACTION));
         }
+        env.journal
+            .count_new_key((key.len() + new.key.len()) as u64);
         Ok(Receipt::success(FUEL_PER_SYSTEM_ACTION))
+    } else if action.name == TRANSFER {
+        let Ok(t) = borsh::from_slice::<NativeTransfer>(&action.data) else {
+            return Ok(Receipt::failed(
+                invalid("bad transfer data"),
+                FUEL_PER_SYSTEM_ACTION,
+            ));
+        };
+        if !authorized(t.from) {
+            return Ok(unauthorized(t.from));
+        }
+        native_transfer(env, &t).map(|result| match result {
+            Ok(()) => Receipt::success(FUEL_PER_SYSTEM_ACTION),
+            Err(abort) => Receipt::failed(abort, FUEL_PER_SYSTEM_ACTION),
+        })
     } else if action.name == SETCODE {
         let Ok(set) = borsh::from_slice::<SetCode>(&action.data) else {
             return Ok(Receipt::failed(
@@ -120,6 +156,50 @@ pub(crate) fn apply(env: &mut Exec<'_>, action: &Action, fuel: u64) -> Result<Re
             FUEL_PER_SYSTEM_ACTION,
         ))
     }
+}
+
+/// Moves native coins as `t` says, within the running transaction (a failure later in it
+/// moves them back). The payer's max fee is already set aside, so a transaction cannot move
+/// away the coins its fee needs.
+fn native_transfer(
+    env: &mut Exec<'_>,
+    t: &NativeTransfer,
+) -> Result<Result<(), Abort>, ChainError> {
+    if t.from == t.to {
+        return Ok(Err(invalid("a transfer to oneself moves nothing")));
+    }
+    if env.journal.get(env.store, &keys::account(t.to))?.is_none() {
+        return Ok(Err(invalid(format!(
+            "account {} does not exist: create it first",
+            t.to
+        ))));
+    }
+    let balance = |env: &mut Exec<'_>, account: Name| -> Result<u64, ChainError> {
+        let value = env.journal.get(env.store, &keys::balance(account))?;
+        crate::phase::finalize::read_balance(value, account)
+    };
+    let from = balance(env, t.from)?;
+    let Some(left) = from.checked_sub(t.amount) else {
+        return Ok(Err(invalid(format!(
+            "{} has {from} coins (its transaction's max fee set aside), less than {}",
+            t.from, t.amount
+        ))));
+    };
+    let to_is_new = env.journal.get(env.store, &keys::balance(t.to))?.is_none();
+    let to = balance(env, t.to)?;
+    // Every coin was in a genesis balance, whose sum fits in a u64.
+    let to = to.saturating_add(t.amount);
+    for (account, coins) in [(t.from, left), (t.to, to)] {
+        let key = keys::balance(account);
+        if let Err(abort) = env.journal.set(&key, Some(&coins.to_le_bytes())) {
+            return Ok(Err(abort));
+        }
+    }
+    if to_is_new {
+        env.journal
+            .count_new_key((keys::balance(t.to).len() + 8) as u64);
+    }
+    Ok(Ok(()))
 }
 
 /// Validates and compiles `code`, records it for `account` and runs its `onInit`, with at
@@ -166,12 +246,17 @@ pub(crate) fn install(
         .journal
         .get(env.store, &keys::code_hash(account))?
         .is_some();
-    for (key, value) in [
-        (keys::code_hash(account), &hash[..]),
-        (keys::code(&hash), code),
+    let code_key = keys::code(&hash);
+    let code_is_new = env.journal.get(env.store, &code_key)?.is_none();
+    for (key, value, new) in [
+        (keys::code_hash(account), &hash[..], !upgrade),
+        (code_key, code, code_is_new),
     ] {
         if let Err(abort) = env.journal.set(&key, Some(value)) {
             return Ok(Receipt::failed(abort, 0));
+        }
+        if new {
+            env.journal.count_new_key((key.len() + value.len()) as u64);
         }
     }
     let executor = env.code.map().deployed(account, contract.clone());

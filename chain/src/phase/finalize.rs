@@ -1,15 +1,19 @@
 //! Finalize: what an executed transaction leaves in its block. One path for a transaction run
-//! in order and for one whose speculative run stands: its fuel is charged to the block, its
-//! id recorded, its signed bytes appended to the body and its receipt built.
+//! in order and for one whose speculative run stands: its usage is charged to the block and
+//! its fee to its payer, its id recorded, its signed bytes appended to the body and its
+//! receipt built.
 
-use tally_host_api::BlockInfo;
-use tally_host_api::limits::{FUEL_PER_ACTION, FUEL_PER_TX, FUEL_PER_TX_BYTE, MAX_BLOCK_FUEL};
+use tally_host_api::limits::{FUEL_PER_ACTION, FUEL_PER_TX, FUEL_PER_TX_BYTE};
+use tally_host_api::{BlockInfo, Name};
 
 use crate::chain::Chain;
-use crate::error::ChainError;
-use crate::exec::{Code, Exec, TxRun};
+use crate::error::{ChainError, TxError};
+use crate::exec::system::SYSTEM;
+use crate::exec::{Code, Exec, FeeTerms, TxRun};
+use crate::fee::{DIMENSIONS, Dimension, Prices, Usage};
 use crate::pipeline::PreparedTx;
 use crate::receipt::{Event, TxReceipt, TxResult, TxTrace};
+use crate::state::keys;
 use crate::tx::{BlockBody, TxId};
 
 /// The block being executed.
@@ -18,8 +22,17 @@ pub(crate) struct Block {
     pub(crate) height: u64,
     /// Its time.
     pub(crate) time_ms: u64,
-    /// What is left of its fuel budget.
-    fuel_left: u64,
+    /// Who proposed it: its tips are credited to this account.
+    pub(crate) proposer: Name,
+    /// The prices its transactions pay.
+    pub(crate) prices: Prices,
+    /// The most it may use of each dimension.
+    max: [u64; DIMENSIONS],
+    /// What its transactions used so far.
+    pub(crate) used: Usage,
+    /// Coins burned and tipped by its transactions so far.
+    pub(crate) burned: u64,
+    pub(crate) tips: u64,
     /// Its body so far.
     pub(crate) body: BodyBuilder,
     /// One result per transaction so far.
@@ -30,12 +43,25 @@ pub(crate) struct Block {
 }
 
 impl Block {
-    /// An empty block `height` at `time_ms`, for `txs` transactions.
-    pub(crate) fn new(height: u64, time_ms: u64, txs: usize) -> Self {
+    /// An empty block `height` at `time_ms` proposed by `proposer`, for `txs` transactions,
+    /// at `prices`, within `max`.
+    pub(crate) fn new(
+        height: u64,
+        time_ms: u64,
+        proposer: Name,
+        prices: Prices,
+        max: [u64; DIMENSIONS],
+        txs: usize,
+    ) -> Self {
         Self {
             height,
             time_ms,
-            fuel_left: MAX_BLOCK_FUEL,
+            proposer,
+            prices,
+            max,
+            used: Usage::default(),
+            burned: 0,
+            tips: 0,
             body: BodyBuilder::default(),
             results: Vec::with_capacity(txs),
             speculated: 0,
@@ -51,11 +77,48 @@ impl Block {
         }
     }
 
-    /// The fuel `tx`'s actions may use once it paid for its size, or `None` if the block
-    /// cannot give it that and one action's worth (it may go in a later block).
-    pub(crate) fn fuel_for(&self, tx: &PreparedTx) -> Option<u64> {
-        let left = self.fuel_left.checked_sub(intrinsic_fuel(tx))?;
-        (left >= FUEL_PER_ACTION).then_some(left)
+    /// The fuel `tx`'s actions may use once it paid for its size, or the dimension whose
+    /// budget is spent if the block cannot take it (it may go in a later block): its bytes
+    /// must fit, compute must have its intrinsic charge and one action's worth left, and
+    /// read, allocate and write must not be full. (Those three are known only once a
+    /// transaction ran, so the last one in may take a block past them by one transaction's
+    /// use, which the per-transaction limits bound: `MAX_TX_WRITES`, `MAX_TX_WRITE_BYTES`, and
+    /// fuel for reads.)
+    pub(crate) fn fuel_for(&self, tx: &PreparedTx) -> Result<u64, &'static str> {
+        let used = |d: Dimension| self.used.get(d);
+        let max = |d: Dimension| self.max[d as usize];
+        let bandwidth = Dimension::Bandwidth;
+        if used(bandwidth).saturating_add(tx.bytes.len() as u64) > max(bandwidth) {
+            return Err(bandwidth.name());
+        }
+        for d in [Dimension::Read, Dimension::Allocate, Dimension::Write] {
+            if used(d) >= max(d) {
+                return Err(d.name());
+            }
+        }
+        let compute = Dimension::Compute;
+        max(compute)
+            .saturating_sub(used(compute))
+            .checked_sub(intrinsic_fuel(tx))
+            .filter(|&left| left >= FUEL_PER_ACTION)
+            .ok_or(compute.name())
+    }
+
+    /// What `tx`'s fee depends on besides what its actions do.
+    pub(crate) fn fee_terms(&self, tx: &PreparedTx) -> FeeTerms {
+        fee_terms(&self.prices, tx)
+    }
+}
+
+/// What `tx`'s fee at `prices` depends on besides what its actions do.
+pub(crate) fn fee_terms(prices: &Prices, tx: &PreparedTx) -> FeeTerms {
+    let t = &tx.tx.transaction;
+    FeeTerms {
+        prices: *prices,
+        max_fee: t.max_fee,
+        tip: t.tip,
+        bytes: tx.bytes.len() as u64,
+        intrinsic_fuel: intrinsic_fuel(tx),
     }
 }
 
@@ -107,7 +170,7 @@ impl Chain {
         &mut self,
         tx: &PreparedTx,
         fuel: u64,
-        block: BlockInfo,
+        block: &Block,
     ) -> Result<TxRun, ChainError> {
         Exec::new(
             &self.runtime,
@@ -115,31 +178,118 @@ impl Chain {
             &mut self.journal,
             Code::Load(&mut self.code),
             &mut self.key,
-            block,
+            block.info(),
         )
-        .run_tx(&tx.tx.transaction.actions, fuel)
+        .run_tx(&tx.tx.transaction.actions, fuel, &block.fee_terms(tx))
     }
 
-    /// Charges the block for `tx`, records its id and body, and builds its receipt.
-    pub(crate) fn finalize(&mut self, block: &mut Block, tx: &PreparedTx, run: TxRun) -> TxReceipt {
+    /// The native balance of `account` as the block sees it.
+    pub(crate) fn balance(&mut self, account: Name) -> Result<u64, ChainError> {
+        read_balance(
+            self.journal
+                .get(self.store.as_ref(), &keys::balance(account))?,
+            account,
+        )
+    }
+
+    /// Sets the native balance of `account` in the pending block, outside any transaction.
+    pub(crate) fn set_balance(&mut self, account: Name, balance: u64) {
+        self.journal
+            .write_block(keys::balance(account), Some(balance.to_le_bytes().to_vec()));
+    }
+
+    /// Whether `tx`'s payer can cover its max fee now: a transaction that could not is not
+    /// included (the mempool refuses it earlier). When it can, and the transaction runs a
+    /// system action (the only kind that moves native coins), the max fee is set aside from
+    /// the payer's balance first, so the transaction cannot move away the coins its fee needs.
+    pub(crate) fn reserve_fee(
+        &mut self,
+        tx: &PreparedTx,
+    ) -> Result<Result<Payment, TxError>, ChainError> {
+        let t = &tx.tx.transaction;
+        if t.max_fee == 0 {
+            // Every balance covers nothing (and the payer's need not be read).
+            return Ok(Ok(Payment::Free));
+        }
+        let balance = self.balance(t.payer)?;
+        if balance < t.max_fee {
+            return Ok(Err(TxError::CannotPay {
+                payer: t.payer,
+                balance,
+                max_fee: t.max_fee,
+            }));
+        }
+        if t.actions.iter().any(|a| a.account == SYSTEM) {
+            self.set_balance(t.payer, balance - t.max_fee);
+            return Ok(Ok(Payment::Reserved));
+        }
+        Ok(Ok(Payment::Before(balance)))
+    }
+
+    /// Charges the block for `tx` and its payer for its fee, records its id and body, and
+    /// builds its receipt.
+    pub(crate) fn finalize(
+        &mut self,
+        block: &mut Block,
+        tx: &PreparedTx,
+        run: TxRun,
+        payment: Payment,
+    ) -> Result<TxReceipt, ChainError> {
         let intrinsic = intrinsic_fuel(tx);
         let fuel_used = intrinsic + run.fuel_used;
-        block.fuel_left -= fuel_used.min(block.fuel_left);
+        block.used.add(&run.usage);
+        let t = &tx.tx.transaction;
+        let paid = run.fee.total();
+        // The fee never exceeds the max fee, which the payer's balance covered.
+        match payment {
+            Payment::Free => debug_assert_eq!(paid, 0),
+            Payment::Before(balance) => self.set_balance(t.payer, balance - paid),
+            Payment::Reserved => {
+                let balance = self.balance(t.payer)?;
+                self.set_balance(t.payer, balance.saturating_add(t.max_fee - paid));
+            }
+        }
+        block.burned += run.fee.burned;
+        block.tips += run.fee.tip;
         self.block_ids.insert(tx.id);
         block
             .body
             .push(tx, run.failed_action.is_none(), &run.events);
-        TxReceipt {
+        Ok(TxReceipt {
             id: tx.id,
             outcome: run.outcome,
             failed_action: run.failed_action,
             fuel_used,
+            usage: run.usage,
+            fee: run.fee,
             events: run.events,
             console: run.console,
             trace: run.actions.map(|actions| TxTrace {
                 intrinsic_fuel: intrinsic,
                 actions,
             }),
-        }
+        })
+    }
+}
+
+/// How a transaction's payer pays, decided before it runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Payment {
+    /// Its max fee is zero: it pays nothing.
+    Free,
+    /// The payer had this balance, which nothing in the transaction can change.
+    Before(u64),
+    /// The max fee was set aside from the payer's balance; what the fee leaves of it goes back.
+    Reserved,
+}
+
+/// A native balance from its stored bytes (none: zero).
+pub(crate) fn read_balance(value: Option<&[u8]>, account: Name) -> Result<u64, ChainError> {
+    match value {
+        None => Ok(0),
+        Some(bytes) => bytes
+            .try_into()
+            .map(u64::from_le_bytes)
+            .map_err(|_| ChainError::Corrupt(format!("the balance of {account} is not 8 bytes"))),
     }
 }

@@ -29,11 +29,13 @@ fn chain() -> Chain {
         accounts: vec![tally_chain::genesis::GenesisAccount {
             name: name("alice"),
             key: [7; 32],
+            balance: 1_000_000_000_000,
         }],
         ..Default::default()
     };
     let config = tally_chain::ChainConfig {
         check_signatures: false,
+        fees: tally_chain::FeeSchedule::ZERO,
         ..Default::default()
     };
     chain_with(config, &genesis, &contracts)
@@ -627,6 +629,7 @@ fn random_call_trees_give_one_history_on_every_path() {
                         store,
                         tally_chain::ChainConfig {
                             check_signatures: false,
+                            fees: tally_chain::FeeSchedule::ZERO,
                             ..Default::default()
                         },
                     )
@@ -676,6 +679,7 @@ fn a_traced_receipt_shows_the_call_tree_with_each_frames_fuel_status_and_events(
         Box::new(tally_chain::MemoryStore::new(16)),
         tally_chain::ChainConfig {
             check_signatures: false,
+            fees: tally_chain::FeeSchedule::ZERO,
             ..Default::default()
         },
     )

@@ -316,6 +316,7 @@ fn issue_10_the_chain_keeps_no_contract_the_runtimes_cache_evicted() {
     );
     let config = ChainConfig {
         check_signatures: false,
+        fees: tally_chain::FeeSchedule::ZERO,
         ..ChainConfig::default()
     };
     let accounts = [name("one"), name("two"), name("three")];
@@ -391,6 +392,7 @@ fn issue_11_a_store_fault_aborts_the_block_and_is_never_a_receipt() {
     };
     let config = ChainConfig {
         check_signatures: false,
+        fees: tally_chain::FeeSchedule::ZERO,
         ..ChainConfig::default()
     };
     let mut builder = Chain::genesis(runtime(), Box::new(store), config).unwrap();
@@ -401,7 +403,9 @@ fn issue_11_a_store_fault_aborts_the_block_and_is_never_a_receipt() {
     let prepared = prepare_block(vec![tx.clone()], false, &chain.pipeline());
     fail.store(true, Ordering::Relaxed);
     match chain.execute_block(chain.next_block_time_ms(), &prepared) {
-        Err(ChainError::Runtime(RuntimeError::Host(_))) => {}
+        // The fault surfaces where the block first reads the store: its fee state, or a
+        // contract's read.
+        Err(ChainError::Runtime(RuntimeError::Host(_)) | ChainError::Store(_)) => {}
         other => panic!("expected a node fault, got {other:?}"),
     }
     assert_eq!(chain.head(), &head, "nothing was committed");
@@ -439,7 +443,7 @@ fn issue_10_a_block_stops_taking_transactions_when_its_fuel_is_spent() {
                 fuel += r.fuel_used;
                 included += 1;
             }
-            TxResult::Rejected(TxError::BlockFull) => full += 1,
+            TxResult::Rejected(TxError::BlockFull(_)) => full += 1,
             other => panic!("{other:?}"),
         }
     }
@@ -470,10 +474,12 @@ mod signed {
                 GenesisAccount {
                     name: name("alice"),
                     key: alice.verifying_key().to_bytes(),
+                    balance: 1_000_000_000_000,
                 },
                 GenesisAccount {
                     name: name("bob"),
                     key: bob.verifying_key().to_bytes(),
+                    balance: 1_000_000_000_000,
                 },
             ],
             contracts: vec![],
@@ -577,7 +583,18 @@ mod signed {
             key: dave.verifying_key().to_bytes(),
         };
         let newaccount = action(SYSTEM, NEWACCOUNT, &[SYSTEM], borsh::to_vec(&new).unwrap());
-        let tx = envelope(&chain, vec![newaccount.clone()]);
+        let fund = tally_chain::system::NativeTransfer {
+            from: SYSTEM,
+            to: name("dave"),
+            amount: 1 << 40,
+        };
+        let fund = action(
+            SYSTEM,
+            tally_chain::system::TRANSFER,
+            &[SYSTEM],
+            borsh::to_vec(&fund).unwrap(),
+        );
+        let tx = envelope(&chain, vec![newaccount.clone(), fund]);
         let tx = SignedTransaction::sign(tx, &[(SYSTEM, &system_key)]);
         assert!(push(&mut chain, tx).is_success());
         // Creating it again fails as a receipt, not a rejection.
@@ -687,10 +704,12 @@ mod tampering {
                 GenesisAccount {
                     name: name("alice"),
                     key: a.verifying_key().to_bytes(),
+                    balance: 1_000_000_000_000,
                 },
                 GenesisAccount {
                     name: name("bob"),
                     key: b.verifying_key().to_bytes(),
+                    balance: 1_000_000_000_000,
                 },
             ],
             ..Genesis::default()
@@ -923,6 +942,7 @@ mod tampering {
                 &head.state_checksum,
                 changes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
             ),
+            ..Default::default()
         };
         let forged = BlockRecord {
             header,
@@ -960,6 +980,7 @@ mod tracing {
         );
         let config = ChainConfig {
             check_signatures: false,
+            fees: tally_chain::FeeSchedule::ZERO,
             ..ChainConfig::default()
         };
         let mut builder = Chain::genesis(runtime, Box::new(MemoryStore::new(512)), config).unwrap();
@@ -1056,6 +1077,7 @@ fn issue_20_a_restarted_chain_decides_every_transaction_as_one_that_never_stoppe
     let window = TAPOS_WINDOW as u64;
     let config = ChainConfig {
         check_signatures: false,
+        fees: tally_chain::FeeSchedule::ZERO,
         retain_blocks: RETAIN,
         max_tx_lifetime_ms: LIFETIME_MS,
         ..ChainConfig::default()
@@ -1090,21 +1112,23 @@ fn issue_20_a_restarted_chain_decides_every_transaction_as_one_that_never_stoppe
             for (i, at) in refs.into_iter().flatten().enumerate() {
                 let id = &ids[at as usize];
                 let tx = Transaction {
-                    expiration_ms: time + LIFETIME_MS,
-                    ref_block_num: at as u16,
-                    ref_block_prefix: ref_prefix(id),
-                    actions: vec![action(
-                        simplecoin(),
-                        transfer(),
-                        &[],
-                        Transfer {
-                            from: simplecoin(),
-                            to: name("alice"),
-                            amount: height,
-                            memo: format!("{i}"),
-                        }
-                        .encode(),
-                    )],
+                    max_fee: 0,
+                    ..Transaction::new(
+                        time + LIFETIME_MS,
+                        (at as u16, ref_prefix(id)),
+                        vec![action(
+                            simplecoin(),
+                            transfer(),
+                            &[],
+                            Transfer {
+                                from: simplecoin(),
+                                to: name("alice"),
+                                amount: height,
+                                memo: format!("{i}"),
+                            }
+                            .encode(),
+                        )],
+                    )
                 };
                 txs.push(SignedTransaction::unsigned(tx));
             }

@@ -8,7 +8,7 @@
 
 use crate::common::{SIMPLECOIN_WASM, simplecoin, simplecoin_chain, transfer};
 use proptest::prelude::*;
-use tally_chain::{Action, Name, SignedTransaction, Transaction, TxSignature};
+use tally_chain::{Action, Name, SignedTransaction, Transaction, TxError, TxSignature};
 use tally_host_api::{AbortCode, Host, HostError};
 use tally_runtime::{Entry, Runtime, RuntimeConfig};
 
@@ -48,12 +48,7 @@ fn arb_tx() -> impl Strategy<Value = SignedTransaction> {
         prop::collection::vec((any::<u64>(), any::<[u8; 32]>(), any::<u8>()), 0..2),
     )
         .prop_map(|(exp, num, prefix, actions, sigs)| SignedTransaction {
-            transaction: Transaction {
-                expiration_ms: exp,
-                ref_block_num: num,
-                ref_block_prefix: prefix,
-                actions,
-            },
+            transaction: Transaction::new(exp, (num, prefix), actions),
             signatures: sigs
                 .into_iter()
                 .map(|(account, public_key, s)| TxSignature {
@@ -83,8 +78,15 @@ proptest! {
     #[test]
     fn transactions_round_trip(tx in arb_tx(), cut in any::<prop::sample::Index>()) {
         let bytes = tx.encode();
+        let payer_signed = tx.signatures.first().map(|s| s.account) == Some(tx.transaction.payer);
         match tx.check_limits(bytes.len()) {
-            Ok(()) => prop_assert_eq!(&SignedTransaction::decode(&bytes).unwrap(), &tx),
+            Ok(()) if payer_signed => {
+                prop_assert_eq!(&SignedTransaction::decode(&bytes).unwrap(), &tx)
+            }
+            Ok(()) => prop_assert_eq!(
+                SignedTransaction::decode(&bytes),
+                Err(TxError::MissingSignature(tx.transaction.payer))
+            ),
             Err(e) => prop_assert_eq!(SignedTransaction::decode(&bytes), Err(e)),
         }
         let cut = cut.index(bytes.len());

@@ -8,6 +8,7 @@ mod calls;
 mod chain;
 mod dca;
 mod escrow;
+mod fees;
 mod fuzz;
 mod hostile;
 mod ordered;

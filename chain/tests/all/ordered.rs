@@ -146,6 +146,7 @@ fn push(chain: &mut Chain, contract: Name, ops: &[Op]) -> TxResult {
 fn chain_on(store: Box<dyn StateStore>) -> Chain {
     let config = ChainConfig {
         check_signatures: false,
+        fees: tally_chain::FeeSchedule::ZERO,
         ..ChainConfig::default()
     };
     let mut builder = Chain::genesis(runtime(), store, config).unwrap();

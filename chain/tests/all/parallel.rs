@@ -115,7 +115,7 @@ fn heads(pipeline: Pipeline, threads: usize) -> (Vec<BlockId>, u32) {
             let full = executed
                 .results
                 .iter()
-                .filter(|r| matches!(r, TxResult::Rejected(TxError::BlockFull)))
+                .filter(|r| matches!(r, TxResult::Rejected(TxError::BlockFull(_))))
                 .count();
             assert!(full > 0, "the block's fuel budget was not reached");
             confirmed += executed.confirmed;

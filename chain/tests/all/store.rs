@@ -35,6 +35,7 @@ fn record(height: u64, n: usize) -> BlockRecord {
                 &[0; 32],
                 changes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
             ),
+            ..Default::default()
         },
         body: vec![height as u8; 40],
         changes,
@@ -515,6 +516,7 @@ impl Gen {
                 timestamp_ms: height,
                 transactions_root: [2; 32],
                 state_checksum: [3; 32],
+                ..Default::default()
             },
             body: vec![7; (self.next() % 64) as usize],
             changes,

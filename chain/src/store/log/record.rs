@@ -21,8 +21,9 @@ use crate::store::error::{StoreError, StoreResult};
 
 /// Bytes of a record header.
 pub const RECORD_HEADER_LEN: u64 = 12;
-/// Bytes of a borsh-encoded [`BlockHeader`].
-pub const BLOCK_HEADER_LEN: u64 = 112;
+/// Bytes of a borsh-encoded [`BlockHeader`]: height, previous id, time, transactions root,
+/// proposer, five prices, five usages, state checksum.
+pub const BLOCK_HEADER_LEN: u64 = 8 + 32 + 8 + 32 + 8 + 40 + 40 + 32;
 /// The payload's kind byte for a block record.
 pub const KIND_BLOCK: u8 = 1;
 /// Bytes before the borsh of the block: kind and `retain_from`.
@@ -500,6 +501,7 @@ mod tests {
                 timestamp_ms: 2,
                 transactions_root: [3; 32],
                 state_checksum: [4; 32],
+                ..Default::default()
             },
             body: vec![7; 33],
             changes: vec![

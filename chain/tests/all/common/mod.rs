@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
+use tally_chain::system::SYSTEM;
 use tally_chain::{
-    Action, Chain, ChainConfig, Genesis, MemoryStore, Name, SignedTransaction, Transaction,
-    TxResult,
+    Action, Chain, ChainConfig, FeeSchedule, Genesis, MemoryStore, Name, SignedTransaction,
+    Transaction, TxResult,
 };
 use tally_runtime::{Runtime, RuntimeConfig};
 
@@ -35,6 +36,15 @@ pub fn runtime() -> Arc<Runtime> {
 pub fn chain_with(config: ChainConfig, genesis: &Genesis, contracts: &[(Name, &[u8])]) -> Chain {
     let mut builder = Chain::genesis(runtime(), Box::new(MemoryStore::new(512)), config).unwrap();
     builder.apply(genesis).unwrap();
+    if !genesis
+        .accounts
+        .iter()
+        .any(|a| a.name == SYSTEM && a.balance > 0)
+    {
+        // Every coin of the chain, for the transactions nobody authorizes (paid by the system
+        // account).
+        builder.fund(SYSTEM, 1 << 60);
+    }
     for (account, code) in contracts {
         builder.deploy(*account, code).unwrap();
     }
@@ -43,8 +53,10 @@ pub fn chain_with(config: ChainConfig, genesis: &Genesis, contracts: &[(Name, &[
 
 /// A chain that does not check signatures, with `contracts` deployed at genesis.
 pub fn unsigned_chain(contracts: &[(Name, &[u8])]) -> Chain {
+    // Free: its transactions' payers are whoever they name, unfunded.
     let config = ChainConfig {
         check_signatures: false,
+        fees: FeeSchedule::ZERO,
         ..ChainConfig::default()
     };
     chain_with(config, &Genesis::default(), contracts)
@@ -57,13 +69,11 @@ pub fn simplecoin_chain() -> Chain {
 
 /// A transaction of `actions`, valid for the next block.
 pub fn envelope(chain: &Chain, actions: Vec<Action>) -> Transaction {
-    let (ref_block_num, ref_block_prefix) = chain.tapos();
-    Transaction {
-        expiration_ms: chain.next_block_time_ms() + 30_000,
-        ref_block_num,
-        ref_block_prefix,
-        actions,
+    let mut tx = Transaction::new(chain.next_block_time_ms() + 30_000, chain.tapos(), actions);
+    if chain.config().fees.is_zero() {
+        tx.max_fee = 0;
     }
+    tx
 }
 
 /// One action.
@@ -94,15 +104,15 @@ pub fn balance(chain: &Chain, contract: Name, account: Name) -> Option<u64> {
     Some(u64::from_le_bytes(value.get(..8)?.try_into().ok()?))
 }
 
-/// Every committed entry but the replay window's, which every block rewrites: what
-/// transactions and contracts can change, to show that one changed nothing.
+/// Every committed entry but the replay window's and the fee state, which every block
+/// rewrites: what transactions and contracts can change, to show that one changed nothing.
 pub fn user_state(chain: &Chain) -> Vec<(Vec<u8>, Vec<u8>)> {
-    use tally_chain::state::keys::{RECENT_IDS, TAPOS};
+    use tally_chain::state::keys::{FEES, RECENT_IDS, TAPOS};
     chain
         .store()
         .entries()
         .unwrap()
         .map(Result::unwrap)
-        .filter(|(k, _)| !matches!(k.first(), Some(&TAPOS | &RECENT_IDS)))
+        .filter(|(k, _)| !matches!(k.first(), Some(&TAPOS | &RECENT_IDS | &FEES)))
         .collect()
 }

@@ -109,6 +109,7 @@ fn block(height: u64, changes: Changes) -> BlockRecord {
             timestamp_ms: height,
             transactions_root: [2; 32],
             state_checksum: [3; 32],
+            ..Default::default()
         },
         body: Vec::new(),
         changes,

@@ -37,11 +37,11 @@ pub use writer::RunWriter;
 
 const MAGIC: &[u8; 8] = b"TALLYRUN";
 const END_MAGIC: &[u8; 8] = b"TALLYEND";
-/// The run format's version. Version 4 blocks its bloom filter ([`Bloom`]); version 3 runs
-/// are still read.
-pub const VERSION: u32 = 4;
+/// The run format's version. Version 4 blocks its bloom filter ([`Bloom`]); version 5's
+/// header holds the block header's fees (issue 24), so older runs are no longer read.
+pub const VERSION: u32 = 5;
 /// The oldest version this code reads.
-const OLDEST_VERSION: u32 = 3;
+const OLDEST_VERSION: u32 = 5;
 const FOOTER_LEN: u64 = 8 + 8 + 8 + 4 + 8;
 /// The size the run's data blocks aim for: one page, RocksDB's default `block_size`.
 pub const BLOCK_BYTES: usize = 4096;
@@ -85,8 +85,8 @@ fn entry_at(block: &[u8], at: usize) -> Option<(&[u8], &[u8], usize)> {
     Some((block.get(k..v)?, block.get(v..end)?, end))
 }
 
-/// The run header's length: magic, version, borsh of a [`BlockHeader`] (fixed 112 bytes).
-const HEADER_LEN: u64 = 12 + 112;
+/// The run header's length: magic, version, borsh of a [`BlockHeader`] (fixed length).
+const HEADER_LEN: u64 = 12 + super::record::BLOCK_HEADER_LEN;
 
 impl Run {
     /// Opens the run at `path`. Any failed check is corruption of `path`.
@@ -406,6 +406,7 @@ mod tests {
             timestamp_ms: 5,
             transactions_root: [2; 32],
             state_checksum: [3; 32],
+            ..Default::default()
         }
     }
 

@@ -216,6 +216,7 @@ mod tests {
             timestamp_ms: 0,
             transactions_root: [0; 32],
             state_checksum: [0; 32],
+            ..Default::default()
         };
         let mut w = RunWriter::new(fs.create(path).unwrap(), &header).unwrap();
         for (k, v) in &model {
@@ -261,6 +262,7 @@ mod tests {
             timestamp_ms: 0,
             transactions_root: [0; 32],
             state_checksum: [0; 32],
+            ..Default::default()
         };
         let mut w = RunWriter::new(fs.create(path).unwrap(), &header).unwrap();
         for i in 0..10_000u32 {

@@ -1,0 +1,545 @@
+//! Fees in five dimensions (issue 24): every transaction names a payer who signs, pays
+//! `Σ price × usage` plus its tip up to its max fee whether it succeeds or not, and each
+//! dimension's price moves toward its own target; coins are burned or tipped, never lost or
+//! minted; and all of it is the same on every path and thread count.
+
+use proptest::prelude::*;
+
+use crate::common::*;
+use tally_chain::fee::{Dimension, FeeSchedule, PRICE_SCALE};
+use tally_chain::genesis::GenesisAccount;
+use tally_chain::system::SYSTEM;
+use tally_chain::testing::TestChain;
+use tally_chain::{
+    Chain, ChainConfig, Genesis, Pipeline, SignedTransaction, Transaction, Transfer, TxError,
+    TxResult, prepare_block,
+};
+use tally_host_api::AbortCode;
+
+/// Coins each funded account starts with.
+const FUNDS: u64 = 1_000_000_000_000;
+
+/// Spins until its fuel runs out.
+fn spin() -> Vec<u8> {
+    wat::parse_str(
+        r#"(module (memory (export "memory") 1)
+             (func (export "apply") (param i64 i64 i64) (loop $l (br $l))))"#,
+    )
+    .unwrap()
+}
+
+/// Stores 100 new keys of 56 bytes, numbered from the 8-byte base in its message: state
+/// growth, the allocate dimension.
+fn grow() -> Vec<u8> {
+    wat::parse_str(
+        r#"(module
+          (import "env" "read_message" (func $read (param i32 i32) (result i32)))
+          (import "env" "store" (func $store (param i32 i32 i32 i32)))
+          (memory (export "memory") 1)
+          (func (export "apply") (param i64 i64 i64) (local $i i32)
+            (drop (call $read (i32.const 0) (i32.const 8)))
+            (block $done (loop $l
+              (br_if $done (i32.ge_u (local.get $i) (i32.const 100)))
+              (i64.store (i32.const 0) (i64.add (i64.load (i32.const 0)) (i64.const 1)))
+              (call $store (i32.const 0) (i32.const 8) (i32.const 64) (i32.const 56))
+              (local.set $i (i32.add (local.get $i) (i32.const 1)))
+              (br $l)))))"#,
+    )
+    .unwrap()
+}
+
+/// Accounts the unsigned fee chain funds.
+const PAYERS: [&str; 4] = ["alice", "bob", "carol", "dave"];
+
+/// A chain that prices its use as `fees` but does not check signatures (payers are whoever
+/// transactions name), with simplecoin, `spin` and `grow` deployed and [`PAYERS`] funded.
+fn fee_chain(fees: FeeSchedule) -> Chain {
+    let genesis = Genesis {
+        accounts: PAYERS
+            .iter()
+            .map(|p| GenesisAccount {
+                name: name(p),
+                key: [1; 32],
+                balance: FUNDS,
+            })
+            .collect(),
+        ..Genesis::default()
+    };
+    let config = ChainConfig {
+        check_signatures: false,
+        fees,
+        ..ChainConfig::default()
+    };
+    let (spin, grow) = (spin(), grow());
+    chain_with(
+        config,
+        &genesis,
+        &[
+            (simplecoin(), SIMPLECOIN_WASM),
+            (name("spin"), &spin),
+            (name("grow"), &grow),
+        ],
+    )
+}
+
+/// A simplecoin transfer of `amount` from `from` to `to`, paid by `from`.
+fn transfer_tx(chain: &Chain, from: &str, to: &str, amount: u64) -> SignedTransaction {
+    let t = Transfer {
+        from: name(from),
+        to: name(to),
+        amount,
+        memo: String::new(),
+    };
+    let a = action(simplecoin(), transfer(), &[name(from)], t.encode());
+    SignedTransaction::unsigned(envelope(chain, vec![a]))
+}
+
+/// A call of `contract`'s action `go` with `data`, paid by `payer` offering `max_fee`, `tip`.
+fn call_tx(
+    chain: &Chain,
+    contract: &str,
+    data: Vec<u8>,
+    payer: &str,
+    max_fee: u64,
+    tip: u64,
+) -> SignedTransaction {
+    let a = action(name(contract), name("go"), &[], data);
+    SignedTransaction::unsigned(Transaction {
+        payer: name(payer),
+        max_fee,
+        tip,
+        ..envelope(chain, vec![a])
+    })
+}
+
+fn native(chain: &Chain, account: &str) -> u64 {
+    chain.native_balance(name(account)).unwrap()
+}
+
+/// Every native coin: the payers', the system account's and the coins burned.
+fn coins(chain: &Chain) -> u128 {
+    let balances: u128 = PAYERS
+        .iter()
+        .chain(["simplecoin", "spin", "grow"].iter())
+        .map(|p| u128::from(native(chain, p)))
+        .sum();
+    balances
+        + u128::from(chain.native_balance(SYSTEM).unwrap())
+        + u128::from(chain.fee_state().unwrap().burned)
+}
+
+fn genesis_coins() -> u128 {
+    PAYERS.len() as u128 * u128::from(FUNDS) + (1u128 << 60)
+}
+
+#[test]
+fn issue_24_a_transaction_nobody_signs_is_refused_at_decode_and_the_payer_must_sign() {
+    let mut t = TestChain::new();
+    let alice = t.create_account("alice");
+    let sponsor = t.create_account("sponsor");
+    t.deploy("simplecoin", SIMPLECOIN_WASM);
+    // Unsigned: refused before it could be included.
+    let hit = action(simplecoin(), transfer(), &[alice], vec![]);
+    let unsigned = SignedTransaction::unsigned(t.transaction(vec![hit.clone()]).transaction);
+    assert_eq!(
+        SignedTransaction::decode(&unsigned.encode()),
+        Err(TxError::MissingSignature(alice))
+    );
+    let nobody = SignedTransaction::unsigned(
+        t.transaction(vec![action(simplecoin(), transfer(), &[], vec![])])
+            .transaction,
+    );
+    assert_eq!(
+        SignedTransaction::decode(&nobody.encode()),
+        Err(TxError::MissingSignature(SYSTEM))
+    );
+    // A sponsor pays for alice's action: it must sign too, first.
+    let tx = Transaction {
+        payer: sponsor,
+        ..t.transaction(vec![hit.clone()]).transaction
+    };
+    let alice_only = SignedTransaction::sign(tx.clone(), &[(alice, t.key(alice).unwrap())]);
+    assert_eq!(
+        SignedTransaction::decode(&alice_only.encode()),
+        Err(TxError::MissingSignature(sponsor))
+    );
+    match t.run_block(vec![alice_only]).results.pop().unwrap() {
+        TxResult::Rejected(TxError::MissingSignature(who)) => assert_eq!(who, sponsor),
+        other => panic!("expected the sponsor's missing signature, got {other:?}"),
+    }
+    let both = SignedTransaction::sign(
+        tx,
+        &[
+            (alice, t.key(alice).unwrap()),
+            (sponsor, t.key(sponsor).unwrap()),
+        ],
+    );
+    assert_eq!(both.signatures[0].account, sponsor, "the payer signs first");
+    SignedTransaction::decode(&both.encode()).unwrap();
+    let (alice_before, sponsor_before) = (
+        t.chain().native_balance(alice).unwrap(),
+        t.chain().native_balance(sponsor).unwrap(),
+    );
+    let receipt = t.run_block(vec![both]).results.pop().unwrap();
+    let receipt = receipt.receipt().expect("included");
+    assert!(receipt.fee.total() > 0);
+    assert_eq!(t.chain().native_balance(alice).unwrap(), alice_before);
+    assert_eq!(
+        t.chain().native_balance(sponsor).unwrap(),
+        sponsor_before - receipt.fee.total()
+    );
+}
+
+#[test]
+fn issue_24_a_failed_transaction_pays_its_fee_and_changes_nothing_else() {
+    let mut chain = fee_chain(FeeSchedule::STANDARD);
+    let before_state = user_state(&chain);
+    // bob holds no simplecoin: the transfer fails in the contract.
+    let tx = transfer_tx(&chain, "bob", "alice", 5);
+    let result = push(&mut chain, tx);
+    let receipt = result.receipt().expect("included");
+    assert!(!receipt.is_success());
+    let fee = receipt.fee;
+    assert!(fee.burned > 0 && fee.tip == 0);
+    assert_eq!(native(&chain, "bob"), FUNDS - fee.total());
+    // Its usage priced at the block's prices is its fee.
+    let prices = chain.head().prices;
+    let priced: u128 = (0..5)
+        .map(|i| u128::from(prices[i]) * u128::from(receipt.usage.0[i]))
+        .sum::<u128>()
+        / u128::from(PRICE_SCALE);
+    assert_eq!(u128::from(fee.burned), priced);
+    assert!(receipt.usage.get(Dimension::Bandwidth) > 100);
+    assert!(receipt.usage.get(Dimension::Compute) > 5_000);
+    assert!(
+        receipt.usage.get(Dimension::Read) > 0,
+        "it read bob's balance"
+    );
+    // Only bob's native balance changed.
+    let changed: Vec<_> = user_state(&chain)
+        .into_iter()
+        .filter(|kv| !before_state.contains(kv))
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(
+        changed,
+        vec![tally_chain::state::keys::balance(name("bob"))]
+    );
+    assert_eq!(coins(&chain), genesis_coins());
+}
+
+#[test]
+fn issue_24_a_spinning_transaction_stops_when_its_max_fee_is_spent_and_pays_no_more() {
+    let mut chain = fee_chain(FeeSchedule::STANDARD);
+    let max_fee = 50_000;
+    let tx = call_tx(&chain, "spin", vec![], "carol", max_fee, 7);
+    let result = push(&mut chain, tx);
+    let receipt = result.receipt().expect("included");
+    assert_eq!(
+        receipt.failure().map(|a| a.code),
+        Some(AbortCode::OutOfFuel),
+        "{:?}",
+        receipt.failure()
+    );
+    // The max fee bought its fuel: it ran out there, far below an action's 10M.
+    let compute_price = chain.head().prices[Dimension::Compute as usize];
+    let bought = u128::from(max_fee) * u128::from(PRICE_SCALE) / u128::from(compute_price);
+    assert!(
+        u128::from(receipt.fuel_used) <= bought + 10_000,
+        "{}",
+        receipt.fuel_used
+    );
+    assert!(receipt.fee.total() <= max_fee);
+    assert!(receipt.fee.total() > max_fee * 9 / 10, "{:?}", receipt.fee);
+    assert_eq!(native(&chain, "carol"), FUNDS - receipt.fee.total());
+    assert_eq!(coins(&chain), genesis_coins());
+}
+
+#[test]
+fn issue_24_a_transaction_whose_fee_exceeds_its_max_fails_and_pays_exactly_its_max() {
+    let mut chain = fee_chain(FeeSchedule::STANDARD);
+    // 100 new keys: ~13,700 allocate units, ~270,000 coins at the starting price; its fuel
+    // costs far less, so the max fee does not stop it early.
+    let max_fee = 50_000;
+    let tx = call_tx(
+        &chain,
+        "grow",
+        1u64.to_le_bytes().to_vec(),
+        "dave",
+        max_fee,
+        0,
+    );
+    let result = push(&mut chain, tx);
+    let receipt = result.receipt().expect("included");
+    let failure = receipt.failure().expect("it failed");
+    assert_eq!(failure.code, AbortCode::LimitExceeded);
+    assert!(
+        failure.message.contains("exceeds the max fee 50000"),
+        "{failure}"
+    );
+    assert_eq!((receipt.fee.burned, receipt.fee.tip), (max_fee, 0));
+    assert_eq!(native(&chain, "dave"), FUNDS - max_fee);
+    assert!(
+        chain
+            .get(name("grow"), &2u64.to_le_bytes())
+            .unwrap()
+            .is_none()
+    );
+    // With room in its max fee it succeeds and its keys stay.
+    let tx = call_tx(
+        &chain,
+        "grow",
+        1u64.to_le_bytes().to_vec(),
+        "dave",
+        10_000_000,
+        0,
+    );
+    let result = push(&mut chain, tx);
+    assert!(result.is_success(), "{result:?}");
+    assert!(
+        chain
+            .get(name("grow"), &2u64.to_le_bytes())
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[test]
+fn issue_24_a_payer_that_cannot_cover_its_max_fee_is_not_included() {
+    let mut chain = fee_chain(FeeSchedule::STANDARD);
+    let before = user_state(&chain);
+    let tx = call_tx(&chain, "spin", vec![], "alice", FUNDS + 1, 0);
+    match push(&mut chain, tx) {
+        TxResult::Rejected(TxError::CannotPay {
+            payer,
+            balance,
+            max_fee,
+        }) => assert_eq!((payer, balance, max_fee), (name("alice"), FUNDS, FUNDS + 1)),
+        other => panic!("expected CannotPay, got {other:?}"),
+    }
+    // A max fee below the transaction's own size and intrinsic fuel: refused too.
+    let tx = call_tx(&chain, "spin", vec![], "alice", 10, 0);
+    match push(&mut chain, tx) {
+        TxResult::Rejected(TxError::MaxFeeTooLow { max_fee: 10, .. }) => {}
+        other => panic!("expected MaxFeeTooLow, got {other:?}"),
+    }
+    assert_eq!(user_state(&chain), before);
+}
+
+#[test]
+fn issue_24_tips_go_to_the_proposer_named_for_the_block() {
+    let mut chain = fee_chain(FeeSchedule::STANDARD);
+    let txs = vec![
+        call_tx(
+            &chain,
+            "grow",
+            1u64.to_le_bytes().to_vec(),
+            "alice",
+            10_000_000,
+            1_000,
+        ),
+        call_tx(&chain, "spin", vec![], "bob", 30_000, 25),
+    ];
+    let prepared = prepare_block(txs, false, &chain.pipeline());
+    let block = chain
+        .execute_block_by(chain.next_block_time_ms(), name("carol"), &prepared)
+        .unwrap();
+    chain.commit(tally_chain::Durability::Immediate).unwrap();
+    let tips: u64 = block
+        .results
+        .iter()
+        .map(|r| r.receipt().unwrap().fee.tip)
+        .sum();
+    // alice's tip whole; bob's spin spends its max fee on fuel but what its tip needs.
+    assert_eq!(block.results[0].receipt().unwrap().fee.tip, 1_000);
+    assert!(tips >= 1_020, "{tips}");
+    assert_eq!(native(&chain, "carol"), FUNDS + tips);
+    assert_eq!(chain.head().proposer, name("carol"));
+    assert_eq!(coins(&chain), genesis_coins());
+}
+
+/// A schedule whose allocate target is three `grow` calls' worth of new keys (~41,000
+/// units at most a block), everything else standard.
+fn small_allocate() -> FeeSchedule {
+    let mut s = FeeSchedule::STANDARD;
+    s.target[Dimension::Allocate as usize] = 20_000;
+    s.max[Dimension::Allocate as usize] = 40_000;
+    s
+}
+
+#[test]
+fn issue_24_a_flood_of_new_keys_raises_the_allocate_price_and_not_a_transfers_fee() {
+    let mut chain = fee_chain(small_allocate());
+    // alice holds simplecoin to send.
+    let seed = transfer_tx(&chain, "simplecoin", "alice", 1_000);
+    let seed = SignedTransaction::unsigned(Transaction {
+        payer: name("bob"),
+        ..seed.transaction
+    });
+    assert!(push(&mut chain, seed).is_success());
+    let transfer_fee = |chain: &mut Chain| {
+        let r = push(chain, transfer_tx(chain, "alice", "bob", 1));
+        assert!(r.is_success(), "{r:?}");
+        r.receipt().unwrap().fee.total()
+    };
+    // The first transfer creates bob's simplecoin balance; the second is the reference.
+    transfer_fee(&mut chain);
+    let fee_before = transfer_fee(&mut chain);
+    let start = chain.fee_state().unwrap().prices;
+    let mut base = 0u64;
+    for _ in 0..12 {
+        // Four floods a block: the fourth finds allocate full and waits.
+        let txs: Vec<_> = (0..4)
+            .map(|i| {
+                base += 1_000;
+                call_tx(
+                    &chain,
+                    "grow",
+                    base.to_le_bytes().to_vec(),
+                    PAYERS[i],
+                    100_000_000,
+                    0,
+                )
+            })
+            .collect();
+        let block = chain.run_block(txs).unwrap();
+        assert!(matches!(
+            block.results[3],
+            TxResult::Rejected(TxError::BlockFull("allocate"))
+        ));
+        assert!(block.header.usage.get(Dimension::Allocate) >= 40_000);
+    }
+    let end = chain.fee_state().unwrap().prices;
+    let a = Dimension::Allocate as usize;
+    // Twelve blocks at ~2x target: each raised the price by ~1/8.
+    assert!(end[a] > start[a] * 3, "{} -> {}", start[a], end[a]);
+    for d in [
+        Dimension::Bandwidth,
+        Dimension::Compute,
+        Dimension::Read,
+        Dimension::Write,
+    ] {
+        assert_eq!(end[d as usize], start[d as usize], "{} moved", d.name());
+    }
+    // A transfer creates no key: its fee did not move.
+    assert_eq!(transfer_fee(&mut chain), fee_before);
+    // Empty blocks bring the allocate price back down, an eighth a block.
+    for _ in 0..40 {
+        chain.run_block(Vec::new()).unwrap();
+    }
+    assert_eq!(chain.fee_state().unwrap().prices, start);
+}
+
+/// A block of every kind of transaction fees treat differently, from a few payers (so that
+/// their balances are read and written by many transactions of the block).
+fn mixed_block(chain: &Chain, round: u64) -> Vec<SignedTransaction> {
+    let mut txs = Vec::new();
+    for i in 0..48u64 {
+        let payer = PAYERS[(i % 4) as usize];
+        txs.push(match i % 6 {
+            0 => transfer_tx(chain, payer, "bob", 1),
+            1 => call_tx(chain, "spin", vec![], payer, 20_000 + i, i),
+            2 => call_tx(
+                chain,
+                "grow",
+                (round * 1_000_000 + i * 1_000).to_le_bytes().to_vec(),
+                payer,
+                if i % 4 == 0 { 50_000 } else { 10_000_000 },
+                3,
+            ),
+            3 => SignedTransaction::unsigned(Transaction {
+                payer: name(payer),
+                ..transfer_tx(chain, "simplecoin", payer, 10).transaction
+            }),
+            4 => call_tx(chain, "spin", vec![], payer, FUNDS * 2, 0),
+            _ => call_tx(chain, "grow", vec![], payer, 5, 0),
+        });
+    }
+    txs
+}
+
+/// The heads of four mixed blocks under `pipeline` on `threads`, and how many transactions'
+/// speculative runs stood.
+fn mixed_heads(pipeline: Pipeline, threads: usize) -> (Vec<[u8; 32]>, u32) {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    pool.install(|| {
+        let mut chain = fee_chain(FeeSchedule::STANDARD);
+        chain.set_pipeline(pipeline);
+        let (mut heads, mut confirmed) = (Vec::new(), 0);
+        for round in 0..4 {
+            let txs = mixed_block(&chain, round);
+            confirmed += chain.run_block(txs).unwrap().confirmed;
+            heads.push(chain.head_id());
+        }
+        assert_eq!(coins(&chain), genesis_coins());
+        (heads, confirmed)
+    })
+}
+
+#[test]
+fn issue_24_fees_are_the_same_on_every_thread_count_and_pipeline() {
+    let (sequential, _) = mixed_heads(Pipeline::NONE, 1);
+    for threads in [1, 2, 4, 8] {
+        let (heads, confirmed) = mixed_heads(Pipeline::ALL, threads);
+        assert_eq!(heads, sequential, "{threads} threads");
+        // Speculative runs stood, their fees charged from their run's usage.
+        assert!(
+            threads == 1 || confirmed > 20,
+            "{threads} threads: {confirmed}"
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Whatever mix of transactions, max fees, tips and proposers: every coin is in a balance
+    /// or burned.
+    #[test]
+    fn issue_24_fees_conserve_coins(
+        blocks in prop::collection::vec(
+            prop::collection::vec((0u8..4, 0u8..4, 0u64..200_000, 0u64..5_000), 0..12),
+            1..6,
+        ),
+        proposer in 0usize..4,
+    ) {
+        let mut chain = fee_chain(FeeSchedule::STANDARD);
+        for (b, txs) in blocks.iter().enumerate() {
+            let txs: Vec<_> = txs
+                .iter()
+                .enumerate()
+                .map(|(i, &(kind, payer, max_fee, tip))| {
+                    let payer = PAYERS[payer as usize];
+                    let base = ((b * 100 + i) as u64 * 1_000).to_le_bytes().to_vec();
+                    match kind {
+                        0 => transfer_tx(&chain, payer, "carol", 1),
+                        1 => call_tx(&chain, "spin", vec![], payer, max_fee, tip),
+                        2 => call_tx(&chain, "grow", base, payer, max_fee * 10, tip),
+                        _ => call_tx(&chain, "grow", base, payer, max_fee, tip),
+                    }
+                })
+                .collect();
+            let prepared = prepare_block(txs, false, &chain.pipeline());
+            chain
+                .execute_block_by(chain.next_block_time_ms(), name(PAYERS[proposer]), &prepared)
+                .unwrap();
+            chain.commit(tally_chain::Durability::Immediate).unwrap();
+            prop_assert_eq!(coins(&chain), genesis_coins());
+        }
+    }
+}
+
+#[test]
+fn issue_24_a_zero_schedule_is_free_for_ever() {
+    let mut chain = fee_chain(FeeSchedule::ZERO);
+    for _ in 0..3 {
+        let txs = vec![call_tx(&chain, "spin", vec![], "alice", 0, 0); 2];
+        let block = chain.run_block(txs).unwrap();
+        assert!(block.results[0].receipt().unwrap().fee.total() == 0);
+    }
+    assert_eq!(chain.fee_state().unwrap().prices, [0; 5]);
+    assert_eq!(native(&chain, "alice"), FUNDS);
+}
