@@ -37,11 +37,13 @@ fn transfer(from: &str, to: &str, amount: u64) -> Transfer {
 fn replays_on_a_plain_chain(harness: &TestChain) {
     let system = harness.key("tally").unwrap().verifying_key().to_bytes();
     let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
+    let mut genesis = Genesis::with_system_key(system);
+    genesis.accounts[0].balance = TestChain::SUPPLY;
     let mut plain = Chain::create(
         runtime,
         Box::new(MemoryStore::new(512)),
         ChainConfig::default(),
-        &Genesis::with_system_key(system),
+        &genesis,
     )
     .unwrap();
     let source = harness.chain();

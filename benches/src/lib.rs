@@ -8,11 +8,13 @@
 //! - [`baseline`]: the same transfer in plain Rust, and the same `.wasm` under wasmi;
 //! - [`swap`]: trades on contracts/swap, a pool of two tokens: calls between contracts;
 //! - [`hostile`]: the worst blocks a hostile sender can build, one per resource it attacks;
+//! - [`flood`]: a funded attacker flooding one fee dimension (allocate), and what prices do;
 //! - [`proc`]: what the process uses (resident memory), read from `/proc`;
 //! - [`report`]: the report of a `tally bench` run, as JSON and as a table;
 //! - [`storebench`]: `tally storebench`'s storage workloads and their measurement.
 
 pub mod baseline;
+pub mod flood;
 pub mod hostile;
 pub mod proc;
 pub mod report;

@@ -504,6 +504,23 @@ pub fn native_total(chain: &Chain, config: &BenchConfig) -> Result<u128, ChainEr
     Ok(total + u128::from(chain.fee_state()?.burned))
 }
 
+/// A digest of every contract's storage (the `keys::CONTRACT` entries): what a baseline engine
+/// must reach. The whole state checksum also covers the blocks' fee usage, which differs by
+/// engine (a native contract burns no fuel).
+pub fn contract_state_digest(chain: &Chain) -> Result<[u8; 32], ChainError> {
+    use tally_chain::store::{Direction, KeyRange, digest_entries};
+    let lo = [keys::CONTRACT];
+    let hi = [keys::CONTRACT + 1];
+    let entries = chain.store().range(
+        KeyRange::new(
+            std::ops::Bound::Included(&lo[..]),
+            std::ops::Bound::Excluded(&hi[..]),
+        ),
+        Direction::Forward,
+    )?;
+    Ok(digest_entries(entries)?)
+}
+
 /// Sum of every benchmark account's balance, which transfers between them conserve: it is
 /// `accounts * INITIAL_BALANCE` after any run. One lookup per account.
 pub fn accounts_supply(chain: &Chain, config: &BenchConfig) -> Result<u64, ChainError> {

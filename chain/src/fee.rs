@@ -8,8 +8,10 @@
 //!   transaction's size, its fuel and the journal's counts of what it read, created and
 //!   wrote: the same numbers on every node and every path (sequential or speculative).
 //! - It pays `Σ price_d × used_d / PRICE_SCALE` plus its tip, never more than its max fee
-//!   ([`charge`]); a transaction whose fee would exceed its max fails, and pays its max. The
-//!   fee is charged whether its actions succeed or not.
+//!   ([`charge`]); its fuel is capped at what the max fee buys at the compute price, and one
+//!   whose fee would still exceed its max fails. The fee is charged whether its actions
+//!   succeed or not, but a failed transaction's writes are dropped, so it pays for (and its
+//!   block counts) only bandwidth, compute and read: allocate and write count kept state.
 //! - The base part is burned and the tip goes to the block's proposer; the chain keeps the
 //!   running total burned in state ([`FeeState`]), so `Σ balances + burned` is the genesis
 //!   supply at every height.

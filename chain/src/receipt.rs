@@ -195,6 +195,9 @@ fn display_or(frame: Option<&tally_runtime::TraceFrame>) -> String {
 }
 
 /// What a block did with one of the transactions it was given.
+// Unboxed: a block's results are one Vec written once per transaction, and boxing the
+// receipt (264 bytes with its fee) would add an allocation per transaction to the block path.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TxResult {
     /// Included in the block, successful or not.

@@ -40,6 +40,8 @@ use crate::common::store::{StoreKind, open_store};
   tally bench --sequential                      # every pipeline stage off, for comparison
   tally bench --plot run.svg                    # transfers/s and memory per block
   tally bench --contract swap --block-size 1000 --store memory --unsigned --sequential
+  tally bench --flood --block-size 1000 --plot flood.svg
+                                  # a funded flood of new state: each fee dimension's price
                                                 # trades on a token pool, executed on one core
                                                 # (a trade uses ~160,000 fuel: 1,500 fill a
                                                 # block; more are refused as the block is full)
@@ -73,6 +75,18 @@ pub struct BenchArgs {
     /// Skip signing and verification: measures execution alone.
     #[arg(long)]
     pub unsigned: bool,
+    /// Run the fee flood instead of the transfer benchmark: a funded attacker sends
+    /// --flood-txs transactions of new state (the allocate dimension) a block, beside
+    /// --block-size honest transfers, for --flood-blocks blocks; prints each dimension's price
+    /// over the run (--plot draws it, --json writes every block).
+    #[arg(long)]
+    pub flood: bool,
+    /// Blocks of the fee flood.
+    #[arg(long, default_value_t = 200, requires = "flood", value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub flood_blocks: u64,
+    /// Flood transactions a block (each stores 14 new keys of 64 KiB).
+    #[arg(long, default_value_t = 20, requires = "flood", value_parser = clap::value_parser!(u64).range(1..=1_000))]
+    pub flood_txs: u64,
     /// Charge no fees (a zero fee schedule, as a private chain may choose): with and without
     /// it, the difference is what fees cost. By default every transfer pays its fee in five
     /// dimensions at the standard schedule's prices, like any sender's (but with --baseline,
@@ -401,7 +415,7 @@ fn baseline_reports(
     run: &BenchReport,
     engines: &[baseline::Engine],
     base_reports: Vec<BenchReport>,
-    base_chains: &[Chain],
+    (chain, base_chains): (&Chain, &[Chain]),
     config: &BenchConfig,
 ) -> anyhow::Result<BTreeMap<String, BaselineReport>> {
     let expected_supply = config.accounts * workload::INITIAL_BALANCE;
@@ -417,7 +431,7 @@ fn baseline_reports(
             engine.label()
         );
         anyhow::ensure!(
-            base.state_checksum == run.state_checksum,
+            workload::contract_state_digest(base_chain)? == workload::contract_state_digest(chain)?,
             "the {} baseline reached another state than the contract",
             engine.label()
         );
@@ -546,6 +560,63 @@ fn report(
     }
 }
 
+/// `tally bench --flood`: the fee flood, its table, and its plot and JSON when asked.
+fn run_flood(args: &BenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !args.free && args.baseline.is_empty(),
+        "--flood shows how the standard schedule's prices answer a flood: it takes neither \
+         --free nor --baseline"
+    );
+    let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
+    let dir = args
+        .data
+        .clone()
+        .unwrap_or_else(|| temp.path().to_path_buf());
+    anyhow::ensure!(
+        !dir.join("store").exists(),
+        "{} already holds a store: the flood starts from genesis, give a new --data",
+        dir.display()
+    );
+    let store = open_store(args.store, &dir.join("store"), 16, Access::ReadWrite)?;
+    let bar = ProgressBar::new(args.flood_blocks).with_style(
+        ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} blocks")
+            .expect("a valid template"),
+    );
+    bar.set_message("fee flood");
+    let report = tally_bench::flood::run(
+        store,
+        args.flood_blocks,
+        args.block_size,
+        args.flood_txs,
+        &mut |done| bar.set_position(done),
+    )?;
+    bar.finish_and_clear();
+    let table = tally_bench::flood::table(&report);
+    if let Some(path) = &args.plot {
+        let title = format!(
+            "tally bench --flood: {} flood transactions and {} transfers a block, {} store",
+            report.floods_per_block,
+            report.transfers_per_block,
+            args.store.label()
+        );
+        std::fs::write(path, super::plot::flood_svg(&title, &report))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    match args.json.as_deref() {
+        Some(path) if path.as_os_str() == "-" => {
+            eprint!("{table}");
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        }
+        Some(path) => {
+            print!("{table}");
+            std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        None => print!("{table}"),
+    }
+    Ok(())
+}
+
 /// Writes the plot (`--plot`), then the table and the JSON (`--json`).
 fn write_outputs(
     args: &BenchArgs,
@@ -593,6 +664,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             .num_threads(threads as usize)
             .build_global()
             .context("cannot start the worker threads")?;
+    }
+    if args.flood {
+        return run_flood(&args);
     }
     let config = bench_config(&args);
     let chain_config = ChainConfig {
@@ -676,7 +750,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         conserved: true,
     };
     #[allow(unused_mut)]
-    let mut baselines = baseline_reports(&run, &engines, base_reports, &base_chains, &config)?;
+    let mut baselines = baseline_reports(
+        &run,
+        &engines,
+        base_reports,
+        (&chain, &base_chains),
+        &config,
+    )?;
     #[cfg(feature = "evm")]
     if let Some(evm) = evm {
         baselines.insert("evm".to_string(), evm_report(&run, evm, &chain)?);

@@ -124,11 +124,38 @@ fn runtime(dir: &Path, access: Access, trace: bool) -> anyhow::Result<Arc<Runtim
     })?))
 }
 
+/// What a transaction offers to pay (`tally push --payer --max-fee --tip`); unset: its first
+/// authorizer pays, up to [`tally_chain::tx::DEFAULT_MAX_FEE`], no tip.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Offer {
+    /// The paying account (it signs too).
+    pub payer: Option<Name>,
+    /// The most it pays.
+    pub max_fee: Option<u64>,
+    /// What it offers the block's proposer.
+    pub tip: u64,
+}
+
+impl Offer {
+    /// Sets `tx`'s payer, max fee and tip as offered.
+    pub fn apply(&self, tx: &mut Transaction) {
+        if let Some(payer) = self.payer {
+            tx.payer = payer;
+        }
+        if let Some(max_fee) = self.max_fee {
+            tx.max_fee = max_fee;
+        }
+        tx.tip = self.tip;
+    }
+}
+
 /// An opened local chain.
 pub struct Local {
     pub dir: PathBuf,
     pub keystore: Keystore,
     pub chain: Chain,
+    /// What its transactions offer to pay.
+    pub offer: Offer,
 }
 
 impl Local {
@@ -180,6 +207,7 @@ impl Local {
             dir: dir.to_path_buf(),
             keystore,
             chain,
+            offer: Offer::default(),
         })
     }
 
@@ -285,11 +313,12 @@ impl Local {
         signers: &[Name],
     ) -> anyhow::Result<SignedTransaction> {
         let (ref_block_num, ref_block_prefix) = self.chain.tapos();
-        let tx = Transaction::new(
+        let mut tx = Transaction::new(
             self.chain.next_block_time_ms() + TX_LIFETIME_MS,
             (ref_block_num, ref_block_prefix),
             actions,
         );
+        self.offer.apply(&mut tx);
         let keys = with_payer(signers, tx.payer)
             .iter()
             .map(|s| Ok((*s, self.keystore.key(*s)?)))

@@ -96,6 +96,143 @@ pub fn svg(title: &str, block_size: u64, total: u64, per_block: &[(f64, u64)]) -
     svg
 }
 
+/// A named series of `(x, y)` points and its colour.
+type Series<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
+
+/// One panel of several named series over blocks, each a polyline in its own colour, with a
+/// legend; y from 0 to the largest value.
+fn series_panel(
+    svg: &mut String,
+    top: f64,
+    title: &str,
+    unit: &str,
+    series: &[Series<'_>],
+) {
+    let all = || series.iter().flat_map(|s| s.2.iter());
+    let x_max = all().map(|p| p.0).fold(0.0, f64::max).max(1e-9);
+    let y_max = all().map(|p| p.1).fold(0.0, f64::max).max(1e-9) * 1.1;
+    let (left, bottom) = (MARGIN, top + PANEL);
+    let plot_w = WIDTH - 2.0 * MARGIN;
+    let _ = writeln!(
+        svg,
+        r##"<text x="{left}" y="{}" font-size="14" font-weight="bold">{title}</text>"##,
+        top - 8.0
+    );
+    let _ = writeln!(
+        svg,
+        r##"<rect x="{left}" y="{top}" width="{plot_w}" height="{PANEL}" fill="none" stroke="#999"/>"##
+    );
+    for (i, (name, colour, points)) in series.iter().enumerate() {
+        let path: Vec<String> = points
+            .iter()
+            .map(|(x, y)| {
+                format!(
+                    "{:.1},{:.1}",
+                    left + x / x_max * plot_w,
+                    bottom - y / y_max * PANEL
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            svg,
+            r##"<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{}"/>"##,
+            path.join(" ")
+        );
+        let _ = writeln!(
+            svg,
+            r##"<text x="{}" y="{}" font-size="11" fill="{colour}">{name}</text>"##,
+            left + 8.0,
+            top + 14.0 + 13.0 * i as f64
+        );
+    }
+    let _ = writeln!(
+        svg,
+        r##"<text x="{}" y="{}" font-size="11" text-anchor="end">{:.1} {unit}</text>"##,
+        left - 4.0,
+        top + 10.0,
+        y_max
+    );
+    let _ = writeln!(
+        svg,
+        r##"<text x="{}" y="{bottom}" font-size="11" text-anchor="end">0</text>"##,
+        left - 4.0
+    );
+    let _ = writeln!(
+        svg,
+        r##"<text x="{}" y="{}" font-size="11" text-anchor="end">block {x_max:.0}</text>"##,
+        left + plot_w,
+        bottom + 14.0
+    );
+}
+
+/// `tally bench --flood --plot`: each dimension's price relative to its first block's, and
+/// the mean fee of a transfer and of a flood transaction, over the blocks of the flood.
+pub fn flood_svg(title: &str, report: &tally_bench::flood::FloodReport) -> String {
+    use tally_chain::Dimension;
+    const COLOURS: [&str; 5] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"];
+    let Some(first) = report.blocks.first() else {
+        return String::new();
+    };
+    let prices: Vec<Series<'_>> = Dimension::ALL
+        .iter()
+        .map(|&d| {
+            let i = d as usize;
+            let points = report
+                .blocks
+                .iter()
+                .enumerate()
+                .map(|(n, b)| (n as f64, b.prices[i] as f64 / first.prices[i].max(1) as f64))
+                .collect();
+            (d.name(), COLOURS[i], points)
+        })
+        .collect();
+    let fees = vec![
+        (
+            "a transfer",
+            COLOURS[0],
+            report
+                .blocks
+                .iter()
+                .enumerate()
+                .map(|(n, b)| (n as f64, b.transfer_fee))
+                .collect(),
+        ),
+        (
+            "a flood transaction that kept its keys (0: none did)",
+            COLOURS[3],
+            report
+                .blocks
+                .iter()
+                .enumerate()
+                .map(|(n, b)| (n as f64, b.flood_fee / 1e3))
+                .collect(),
+        ),
+    ];
+    let height = 2.0 * PANEL + 3.0 * MARGIN;
+    let mut svg = format!(
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="sans-serif">
+<rect width="100%" height="100%" fill="white"/>
+<text x="{MARGIN}" y="20" font-size="13">{title}</text>
+"##
+    );
+    series_panel(
+        &mut svg,
+        MARGIN,
+        "price of each dimension, relative to block 1",
+        "x",
+        &prices,
+    );
+    series_panel(
+        &mut svg,
+        2.0 * MARGIN + PANEL,
+        "mean fee paid: a transfer (coins), a flood transaction (thousands of coins)",
+        "",
+        &fees,
+    );
+    svg.push_str("</svg>\n");
+    svg
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

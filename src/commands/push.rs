@@ -15,8 +15,10 @@ pub fn fail_on(receipt: &TxReceipt) -> anyhow::Result<()> {
     match &receipt.outcome {
         Outcome::Success => Ok(()),
         Outcome::Failure(abort) => bail!(
-            "transaction {} failed (included, no state changed): {abort}",
-            hex::encode(receipt.id)
+            "transaction {} failed (included: no state changed but its fee, {} coins, was paid): \
+             {abort}",
+            hex::encode(receipt.id),
+            receipt.fee.total()
         ),
     }
 }
@@ -39,6 +41,10 @@ pub fn fail_on(receipt: &TxReceipt) -> anyhow::Result<()> {
                                   # an argument read from a file (@@ for a literal @)
   tally push simplecoin transfer alice bob 5 memo --auth alice --data ./chain --dry-run
                                   # print the signed transaction (hex and JSON), send nothing
+  tally push simplecoin transfer alice bob 5 memo --auth alice --max-fee 5000 --tip 10 --data ./chain
+                                  # pay at most 5,000 coins, 10 of them to the block's proposer
+  tally push simplecoin transfer alice bob 5 memo --auth alice --payer sponsor --data ./chain
+                                  # sponsor pays (and signs first)
 
 Arguments follow the action's fields in the contract's ABI: a scalar as it is written
 (alice, -5, true, bytes in hex with or without 0x), a list, option or struct as JSON
@@ -48,6 +54,11 @@ trailing newline. The ABI is the file given with
 data directory or, with --rpc, in the wallet (DIR/abi/CONTRACT.json), provided the contract
 still runs the code it was deployed with. Every --action adds an action, run in order in the
 same transaction; every action is authorized by every --auth account.
+
+Every transaction pays a fee from its payer's native coins (the first --auth account unless
+--payer): Σ price × usage over five dimensions (bandwidth, compute, read, allocate, write;
+`tally fees` shows the prices), plus --tip, never more than --max-fee, whether it succeeds or
+fails. The fee is shown with the result.
 
 What the contract printed is shown after the result. --trace adds each action's fuel and,
 when an action fails, where in the contract it stopped: the function (by its name in the
@@ -95,6 +106,19 @@ pub struct PushArgs {
     /// Print the signed transaction, its bytes in hex and decoded, and send nothing.
     #[arg(long, conflicts_with = "trace")]
     pub dry_run: bool,
+    /// The account that pays the fee, from its native coins, and signs first (default: the
+    /// first --auth account).
+    #[arg(long, value_name = "ACCOUNT")]
+    pub payer: Option<String>,
+    /// The most the transaction may pay, in coins (default 10,000,000; a token transfer
+    /// costs ~1,500 at the standard starting prices: `tally fees` shows the prices). One whose
+    /// fee at the block's prices would be more fails, and pays this; one whose payer holds
+    /// less is not included.
+    #[arg(long, value_name = "COINS")]
+    pub max_fee: Option<u64>,
+    /// Coins offered to the block's proposer on top of the fee (within --max-fee).
+    #[arg(long, value_name = "COINS", default_value_t = 0)]
+    pub tip: u64,
 }
 
 /// The `--action CONTRACT ACTION ARGS...` options, each occurrence one action. (clap's
@@ -243,6 +267,11 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         .map(|a| parse_name(a))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut target = args.dest.open()?;
+    target.set_offer(super::local::Offer {
+        payer: args.payer.as_deref().map(parse_name).transpose()?,
+        max_fee: args.max_fee,
+        tip: args.tip,
+    });
     let actions = actions(&target, &args, &auth)?;
     if args.dry_run {
         let signed = target.sign(actions, &auth)?;

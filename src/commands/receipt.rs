@@ -112,6 +112,7 @@ impl Committed {
             "failure": self.failure(),
             "failed_action": r.failed_action,
             "fuel_used": known.then_some(r.fuel_used),
+            "fee": known.then(|| fee_json(r)),
             "console": r.console_text(),
             "events": r.events.iter().enumerate().map(|(i, e)| json!({
                 "contract": e.contract.to_string(),
@@ -148,14 +149,15 @@ impl Committed {
     }
 
     /// The line `tally push` ends with: `VERB ACTIONS in block N (transaction ID, F fuel)`,
-    /// then the events.
+    /// then the fee by dimension and the events.
     pub fn summary_text(&self, verb: &str) -> String {
         format!(
-            "{verb} {} in block {} (transaction {}, {} fuel)\n{}",
+            "{verb} {} in block {} (transaction {}, {} fuel)\n{}{}",
             self.actions_text(),
             self.height,
             hex::encode(self.receipt.id),
             self.receipt.fuel_used,
+            fee_text(&self.receipt),
             self.events_text()
         )
     }
@@ -313,9 +315,56 @@ struct Record {
     failure: Option<AbortRecord>,
     failed_action: Option<usize>,
     fuel_used: u64,
+    /// The fee dimensions' usage and the fee (absent in logs written before fees).
+    #[serde(default)]
+    usage: tally_chain::Usage,
+    #[serde(default)]
+    fee: tally_chain::Fee,
     events: Vec<EventRecord>,
     console: String,
     trace: Option<TraceRecord>,
+}
+
+/// A receipt's fee as JSON: the total, burned and tip, and each dimension's usage and part.
+pub fn fee_json(r: &TxReceipt) -> Value {
+    use tally_chain::Dimension;
+    let dimensions: serde_json::Map<String, Value> = Dimension::ALL
+        .iter()
+        .map(|&d| {
+            (
+                d.name().to_string(),
+                json!({ "used": r.usage.get(d), "unit": d.unit(),
+                        "paid": r.fee.per_dimension[d as usize] }),
+            )
+        })
+        .collect();
+    json!({ "total": r.fee.total(), "burned": r.fee.burned, "tip": r.fee.tip,
+            "dimensions": dimensions })
+}
+
+/// A receipt's fee in one line: the total, then what each dimension used and cost.
+pub fn fee_text(r: &TxReceipt) -> String {
+    use tally_chain::Dimension;
+    if r.fee.total() == 0 && r.usage == tally_chain::Usage::default() {
+        return String::new();
+    }
+    let parts: Vec<String> = Dimension::ALL
+        .iter()
+        .map(|&d| {
+            format!(
+                "{} {} {} ({})",
+                d.name(),
+                r.usage.get(d),
+                d.unit(),
+                r.fee.per_dimension[d as usize]
+            )
+        })
+        .collect();
+    let tip = match r.fee.tip {
+        0 => String::new(),
+        t => format!(" incl. tip {t}"),
+    };
+    format!("  fee {}{tip}: {}\n", r.fee.total(), parts.join(", "))
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -341,6 +390,8 @@ impl Record {
             failure: r.failure().map(AbortRecord::of),
             failed_action: r.failed_action,
             fuel_used: r.fuel_used,
+            usage: r.usage,
+            fee: r.fee,
             events: r
                 .events
                 .iter()
@@ -446,8 +497,8 @@ impl Record {
             },
             failed_action: self.failed_action,
             fuel_used: self.fuel_used,
-            usage: Default::default(),
-            fee: Default::default(),
+            usage: self.usage,
+            fee: self.fee,
             events: self
                 .events
                 .into_iter()

@@ -107,6 +107,8 @@ pub struct Network {
     pub rpc: Rpc,
     /// The wallet.
     pub wallet: Wallet,
+    /// What its transactions offer to pay.
+    pub offer: super::local::Offer,
 }
 
 /// A [`Dest`], opened.
@@ -124,6 +126,7 @@ impl Dest {
             (Some(url), _, Some(wallet)) => Ok(Target::Network(Network {
                 rpc: Rpc::new(url),
                 wallet: Wallet::open(wallet)?,
+                offer: Default::default(),
             })),
             (Some(_), _, None) => bail!(
                 "--rpc signs with the keys of a wallet directory: add --wallet DIR (a devnet's \
@@ -212,6 +215,14 @@ impl Target {
         }
     }
 
+    /// Makes its transactions offer `offer` (payer, max fee, tip).
+    pub fn set_offer(&mut self, offer: super::local::Offer) {
+        match self {
+            Target::Local(local) => local.offer = offer,
+            Target::Network(net) => net.offer = offer,
+        }
+    }
+
     /// Signs `actions` with the keys of `signers`, commits them as one transaction, and
     /// returns its receipt. `Err` when it could not be committed: refused by the node,
     /// rejected by its block, or not in a block within [`COMMIT_TIMEOUT`].
@@ -227,11 +238,12 @@ impl Network {
     /// `actions` referencing the node's head, signed with the wallet's keys of `signers`.
     fn sign(&self, actions: Vec<Action>, signers: &[Name]) -> anyhow::Result<SignedTransaction> {
         let head = self.rpc.head()?;
-        let tx = Transaction::new(
+        let mut tx = Transaction::new(
             head.time_ms + TX_LIFETIME_MS.min(head.max_lifetime_ms / 2),
             (head.ref_block_num, head.ref_block_prefix),
             actions,
         );
+        self.offer.apply(&mut tx);
         let keys = super::local::with_payer(signers, tx.payer)
             .iter()
             .map(|s| Ok((*s, self.wallet.keystore.key(*s)?)))

@@ -267,24 +267,33 @@ impl Exec<'_> {
                 break;
             }
         }
-        run.usage = Usage::of_tx(
-            terms.bytes,
-            terms.intrinsic_fuel.saturating_add(run.fuel_used),
-            &self.journal.counts(),
-        );
-        let (fee, exceeded) = fee::charge(&terms.prices, &run.usage, terms.tip, terms.max_fee);
-        run.fee = fee;
+        let fuel = terms.intrinsic_fuel.saturating_add(run.fuel_used);
+        let kept = Usage::of_tx(terms.bytes, fuel, &self.journal.counts());
+        let (fee, exceeded) = fee::charge(&terms.prices, &kept, terms.tip, terms.max_fee);
         if exceeded && run.failed_action.is_none() {
             run.outcome = Outcome::Failure(Abort::new(
                 AbortCode::LimitExceeded,
                 format!(
                     "the fee at this block's prices, {}, exceeds the max fee {}",
-                    fee::base_fee(&terms.prices, &run.usage),
+                    fee::base_fee(&terms.prices, &kept),
                     terms.max_fee
                 ),
             ));
             run.failed_action = Some(actions.len() - 1);
         }
+        (run.usage, run.fee) = match run.failed_action {
+            None => (kept, fee),
+            // Its writes are dropped: it allocated and wrote nothing, and pays for what it
+            // used of the rest. (Otherwise a flood whose fee outgrew its max fee would go on
+            // filling the allocate dimension, and raising its price, for a capped fee.)
+            Some(_) => {
+                let mut dropped = kept;
+                dropped.0[Dimension::Allocate as usize] = 0;
+                dropped.0[Dimension::Write as usize] = 0;
+                let (fee, _) = fee::charge(&terms.prices, &dropped, terms.tip, terms.max_fee);
+                (dropped, fee)
+            }
+        };
         match run.failed_action {
             None => {
                 run.events = self.journal.take_events();
