@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tally_chain::{
-    Action, Chain, ChainConfig, ChainError, Durability, MemoryStore, Name, Pipeline,
+    Action, Chain, ChainConfig, ChainError, Durability, FeeSchedule, MemoryStore, Name, Pipeline,
     SignedTransaction, Transaction, TxResult, prepare_block,
 };
 use tally_runtime::{Runtime, RuntimeConfig};
@@ -218,8 +218,18 @@ pub struct HostileRun {
 /// verification's) with every hostile contract deployed at genesis.
 pub fn chain() -> Result<Chain, ChainError> {
     let runtime = Arc::new(Runtime::new(RuntimeConfig::default())?);
+    // The standard schedule's block maxima (the five budgets bound each block), with prices
+    // all but held at their starting values (a full block moves one by its minimum step, a
+    // millionth of a coin unit): each block of the benchmark uses its budget in full,
+    // so the price would rise an eighth a block, and a run of hundreds of blocks would price
+    // the attacker out (which is the fee market working, but not the worst block a node can
+    // meet: an attacker with the coins pays any price).
     let config = ChainConfig {
         check_signatures: false,
+        fees: FeeSchedule {
+            change_denominator: u64::MAX,
+            ..FeeSchedule::STANDARD
+        },
         ..ChainConfig::default()
     };
     let mut genesis = Chain::genesis(runtime, Box::new(MemoryStore::new(16)), config)?;

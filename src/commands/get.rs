@@ -115,6 +115,7 @@ pub fn run(args: GetArgs) -> anyhow::Result<()> {
 #[command(after_help = "Examples:
   tally balance alice --data ./chain
   tally balance alice --contract mycoin --data ./chain
+  tally balance alice --native --data ./chain          # its native coins, which pay its fees
   tally balance u1 --rpc 127.0.0.1:26601              # ask a running node (tally devnet)")]
 pub struct BalanceArgs {
     /// The account.
@@ -122,6 +123,9 @@ pub struct BalanceArgs {
     /// The simplecoin-style contract.
     #[arg(long, default_value = "simplecoin")]
     pub contract: String,
+    /// Show the account's native coins instead, which pay its transactions' fees.
+    #[arg(long, conflicts_with = "contract")]
+    pub native: bool,
     /// A data directory or a node.
     #[command(flatten)]
     pub source: Source,
@@ -133,6 +137,20 @@ pub struct BalanceArgs {
 pub fn run_balance(args: BalanceArgs) -> anyhow::Result<()> {
     let (account, contract) = (parse_name(&args.account)?, parse_name(&args.contract)?);
     let opened = args.source.open()?;
+    if args.native {
+        if !opened.account_exists(account)? {
+            anyhow::bail!(
+                "there is no account {account}: check the name, or create it with \
+                 `tally account create {account}`"
+            );
+        }
+        let coins = opened.native_balance(account)?;
+        return output(
+            args.json,
+            json!({ "account": account.to_string(), "native": coins }),
+            format!("{account}: {coins} native coins\n"),
+        );
+    }
     let value = opened.get(contract, &account.0.to_le_bytes())?;
     if value.is_none() {
         // No balance: say so only where it is one; an unknown account or contract is a

@@ -157,6 +157,24 @@ impl Opened {
         }
     }
 
+    /// The native coins of `account`, which pay its fees (none: 0).
+    pub fn native_balance(&self, account: Name) -> anyhow::Result<u64> {
+        match self {
+            Opened::Node(rpc) => {
+                let (status, value, log) = rpc.query("native", &account.0.to_le_bytes())?;
+                anyhow::ensure!(
+                    status == code::OK,
+                    "the node refused the query (code {status}): {log}"
+                );
+                let bytes: [u8; 8] = value
+                    .try_into()
+                    .map_err(|_| anyhow::anyhow!("the node's native balance is not 8 bytes"))?;
+                Ok(u64::from_le_bytes(bytes))
+            }
+            Opened::Local(local) => Ok(local.chain.native_balance(account)?),
+        }
+    }
+
     /// The sha256 of the code `account` runs, if it runs any.
     pub fn code_hash(&self, account: Name) -> anyhow::Result<Option<[u8; 32]>> {
         match self {

@@ -396,6 +396,26 @@ impl App {
         }
     }
 
+    /// `native`: data is an account's 8-byte name (little-endian); the value is its native
+    /// coins, u64 little-endian (0 for an account with none).
+    fn query_native(ledger: &Ledger, data: &[u8], height: i64) -> ResponseQuery {
+        let Ok(name) = <[u8; 8]>::try_from(data) else {
+            return ResponseQuery {
+                code: code::BAD_QUERY,
+                log: "native: data is an account's 8-byte name, little-endian".into(),
+                ..Default::default()
+            };
+        };
+        match ledger.native_balance(Name(u64::from_le_bytes(name))) {
+            Ok(coins) => ResponseQuery {
+                value: coins.to_le_bytes().to_vec().into(),
+                height,
+                ..Default::default()
+            },
+            Err(e) => fatal("reading state", e),
+        }
+    }
+
     /// `account`: data is an account's 8-byte name; the value is its public key.
     fn query_account(ledger: &Ledger, data: &[u8], height: i64) -> ResponseQuery {
         let Ok(account) = <[u8; 8]>::try_from(data) else {
@@ -739,11 +759,12 @@ impl Application for App {
             "keys" => return Self::query_keys(l, &req.data, height),
             "account" => return Self::query_account(l, &req.data, height),
             "fees" => return Self::query_fees(l, &req.data, height),
+            "native" => return Self::query_native(l, &req.data, height),
             other => {
                 return ResponseQuery {
                     code: code::BAD_QUERY,
                     log: format!(
-                        "unknown query path {other:?}: Tally answers \"head\", \"get\", \"query\", \"code\", \"keys\", \"account\", \"fees\" and \"stats\""
+                        "unknown query path {other:?}: Tally answers \"head\", \"get\", \"query\", \"code\", \"keys\", \"account\", \"fees\", \"native\" and \"stats\""
                     ),
                     ..Default::default()
                 };

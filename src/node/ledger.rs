@@ -258,6 +258,11 @@ impl Ledger {
         crate::commands::fees::view(&self.chain, blocks)
     }
 
+    /// The native coins of `account`.
+    pub fn native_balance(&self, account: Name) -> Result<u64, ChainError> {
+        self.chain.native_balance(account)
+    }
+
     /// The registered public key of `account`, if it exists.
     pub fn account_key(&self, account: Name) -> Result<Option<[u8; 32]>, ChainError> {
         self.chain.account_key(account)
