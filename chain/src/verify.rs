@@ -206,7 +206,10 @@ impl Replay {
         let height = header.height;
         let pipeline = self.chain.pipeline();
         let prepared = prepare_block(body.transactions, config.check_signatures, &pipeline);
-        let executed = self.chain.execute_block(header.timestamp_ms, &prepared)?;
+        // The header names the proposer its tips went to (consensus chose it).
+        let executed =
+            self.chain
+                .execute_block_by(header.timestamp_ms, header.proposer, &prepared)?;
         for (result, success) in executed.results.iter().zip(&body.success) {
             let same = match result {
                 TxResult::Included(receipt) => receipt.is_success() == *success,

@@ -101,13 +101,7 @@ type Series<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
 
 /// One panel of several named series over blocks, each a polyline in its own colour, with a
 /// legend; y from 0 to the largest value.
-fn series_panel(
-    svg: &mut String,
-    top: f64,
-    title: &str,
-    unit: &str,
-    series: &[Series<'_>],
-) {
+fn series_panel(svg: &mut String, top: f64, title: &str, unit: &str, series: &[Series<'_>]) {
     let all = || series.iter().flat_map(|s| s.2.iter());
     let x_max = all().map(|p| p.0).fold(0.0, f64::max).max(1e-9);
     let y_max = all().map(|p| p.1).fold(0.0, f64::max).max(1e-9) * 1.1;

@@ -362,6 +362,31 @@ fn issue_24_tips_go_to_the_proposer_named_for_the_block() {
     assert_eq!(coins(&chain), genesis_coins());
 }
 
+#[test]
+fn issue_24_verify_replays_each_block_with_its_proposer() {
+    let mut chain = fee_chain(FeeSchedule::STANDARD);
+    for round in 0..3u64 {
+        let tx = call_tx(
+            &chain,
+            "grow",
+            (round * 1_000).to_le_bytes().to_vec(),
+            "alice",
+            10_000_000,
+            500,
+        );
+        let prepared = prepare_block(vec![tx], false, &chain.pipeline());
+        chain
+            .execute_block_by(chain.next_block_time_ms(), name("dave"), &prepared)
+            .unwrap();
+        chain.commit(tally_chain::Durability::Immediate).unwrap();
+    }
+    assert_eq!(native(&chain, "dave"), FUNDS + 1_500);
+    // Replayed with another proposer, the tips would land elsewhere and the checksums differ.
+    let report = tally_chain::verify::verify(chain.store(), runtime(), chain.config()).unwrap();
+    assert!(report.replayed);
+    assert_eq!((report.to, report.transactions), (3, 3));
+}
+
 /// A schedule whose allocate target is three `grow` calls' worth of new keys (~41,000
 /// units at most a block), everything else standard.
 fn small_allocate() -> FeeSchedule {
