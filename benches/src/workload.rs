@@ -109,7 +109,7 @@ impl BenchContract {
 pub const INITIAL_BALANCE: u64 = 1_000_000;
 
 /// Native coins (which pay fees) every benchmark and devnet account starts with: a
-/// transfer's fee at the standard schedule's starting prices is ~1,500, so this pays for
+/// transfer's fee at the standard schedule's starting prices is ~1,300, so this pays for
 /// over 600 million of them, whatever the prices do during a run.
 pub const NATIVE_FUNDS: u64 = 1_000_000_000_000;
 

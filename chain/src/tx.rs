@@ -46,7 +46,7 @@ pub struct Transaction {
 }
 
 /// A max fee that covers any ordinary transaction at a public network's starting prices
-/// (a token transfer costs ~1,500 coin units at [`crate::fee::FeeSchedule::STANDARD`]'s
+/// (a token transfer costs ~1,300 coin units at [`crate::fee::FeeSchedule::STANDARD`]'s
 /// starting prices; the largest `setcode` about 1.1 M for its bytes and 1.1 M for its fuel),
 /// with room for prices 4x higher: what `tally push` and the SDKs offer unless told.
 pub const DEFAULT_MAX_FEE: u64 = 10_000_000;

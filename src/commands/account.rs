@@ -36,7 +36,7 @@ removed again if the transaction fails or is refused.")]
         #[arg(long, default_value = "tally")]
         creator: String,
         /// Native coins the creator gives it, which pay its transactions' fees (a token
-        /// transfer costs ~1,500 at the standard schedule's starting prices; `tally fees`
+        /// transfer costs ~1,300 at the standard schedule's starting prices; `tally fees`
         /// shows the prices). 0 creates it without coins.
         #[arg(long, default_value_t = DEFAULT_FUNDS, value_name = "COINS")]
         fund: u64,

@@ -111,7 +111,7 @@ pub struct PushArgs {
     #[arg(long, value_name = "ACCOUNT")]
     pub payer: Option<String>,
     /// The most the transaction may pay, in coins (default 10,000,000; a token transfer
-    /// costs ~1,500 at the standard starting prices: `tally fees` shows the prices). One whose
+    /// costs ~1,300 at the standard starting prices: `tally fees` shows the prices). One whose
     /// fee at the block's prices would be more fails, and pays this; one whose payer holds
     /// less is not included.
     #[arg(long, value_name = "COINS")]
