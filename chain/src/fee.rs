@@ -197,9 +197,10 @@ pub struct FeeSchedule {
 
 impl FeeSchedule {
     /// The schedule a public network should start from. Targets are half the maxima
-    /// (EIP-1559's elasticity of 2). Starting prices make a token transfer (~320 bytes signed, ~30,000
-    /// fuel, 2 keys read and written) cost about 1,300 coin units (1,261 in `tally bench`), a quarter of it bandwidth
-    /// and a quarter compute; creating state costs five times writing it.
+    /// (EIP-1559's elasticity of 2). Starting prices make a token transfer (~320 bytes
+    /// signed, ~30,000 fuel, 2 keys read and written) cost about 1,300 coin units (1,261 in
+    /// `tally bench`), a quarter of it bandwidth and a quarter compute; creating state costs
+    /// five times writing it.
     pub const STANDARD: Self = {
         let max = MAX_BLOCK_USAGE;
         let price = [1_000_000, 10_000, 1_000_000, 20_000_000, 4_000_000];
