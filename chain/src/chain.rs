@@ -31,6 +31,26 @@ use crate::tx::{SignedTransaction, TxId};
 use crate::window::ReplayWindow;
 use tally_host_api::Name;
 
+/// Refuses a store whose genesis recorded another fee schedule than `fees`: the prices of
+/// every block would differ from its other nodes'.
+pub(crate) fn check_schedule(
+    store: &dyn StateStore,
+    fees: &crate::fee::FeeSchedule,
+) -> Result<(), ChainError> {
+    let Some(stored) = store.get(&[keys::FEE_SCHEDULE])? else {
+        return Ok(());
+    };
+    match borsh::from_slice::<crate::fee::FeeSchedule>(&stored) {
+        Ok(s) if s == *fees => Ok(()),
+        Ok(_) => Err(ChainError::Config(
+            "the store's chain was created with another fee schedule: open it with the \
+             schedule of its genesis"
+                .into(),
+        )),
+        Err(e) => Err(ChainError::Corrupt(format!("the fee schedule: {e}"))),
+    }
+}
+
 /// One entry of a contract's storage: its key (without the contract's namespace) and value.
 pub type ContractEntry = (Vec<u8>, Vec<u8>);
 
@@ -104,6 +124,7 @@ impl Chain {
     ) -> Result<Self, ChainError> {
         config.fees.validate().map_err(ChainError::Config)?;
         let head = store.head().cloned().ok_or(ChainError::NoGenesis)?;
+        check_schedule(store.as_ref(), &config.fees)?;
         let mut chain = Self::new(runtime, store, config, head);
         chain.window = ReplayWindow::load(
             chain.store.as_ref(),

@@ -87,6 +87,16 @@ pub enum TxError {
         /// Its max fee.
         max_fee: u64,
     },
+    /// Its tip is more than its max fee, which must cover the tip too.
+    #[error(
+        "the tip {tip} is more than the max fee {max_fee}, which includes it: raise --max-fee or lower --tip"
+    )]
+    TipAboveMaxFee {
+        /// Its tip.
+        tip: u64,
+        /// Its max fee.
+        max_fee: u64,
+    },
     /// An authorizing account does not exist.
     #[error("unknown account {0}")]
     UnknownAccount(Name),

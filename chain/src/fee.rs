@@ -21,7 +21,9 @@
 
 use borsh::{BorshDeserialize, BorshSerialize};
 use serde::{Deserialize, Serialize};
-use tally_host_api::limits::{MAX_BLOCK_FUEL, MAX_TX_BYTES};
+use tally_host_api::limits::{
+    FUEL_PER_ACTION, FUEL_PER_TX, FUEL_PER_TX_BYTE, MAX_BLOCK_FUEL, MAX_TX_BYTES,
+};
 
 /// How many dimensions a fee has.
 pub const DIMENSIONS: usize = 5;
@@ -180,8 +182,12 @@ pub(crate) struct StateCounts {
 /// A price per unit of each dimension, in [`PRICE_SCALE`]ths of a coin unit.
 pub type Prices = [u64; DIMENSIONS];
 
-/// How a chain prices its use: fixed at genesis ([`crate::ChainConfig::fees`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// How a chain prices its use: fixed at genesis ([`crate::ChainConfig::fees`]), which writes
+/// it into state (`keys::FEE_SCHEDULE`), so a node opened with another schedule is refused
+/// rather than diverging at its first block.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, BorshSerialize, BorshDeserialize,
+)]
 pub struct FeeSchedule {
     /// The usage per block each price steers toward.
     pub target: [u64; DIMENSIONS],
@@ -248,6 +254,14 @@ impl FeeSchedule {
                 ));
             }
         }
+        // A block must take at least one transaction of the largest size with an action's fuel.
+        let one_tx = FUEL_PER_TX + FUEL_PER_TX_BYTE * MAX_TX_BYTES as u64 + FUEL_PER_ACTION;
+        if self.max[Dimension::Compute as usize] < one_tx {
+            return Err(format!(
+                "the compute maximum must hold one transaction of the largest size and an \
+                 action's fuel ({one_tx} fuel)"
+            ));
+        }
         if self.max[Dimension::Bandwidth as usize] < MAX_TX_BYTES as u64 {
             return Err(format!(
                 "the bandwidth maximum must hold the largest transaction ({MAX_TX_BYTES} bytes)"
@@ -271,9 +285,11 @@ impl FeeSchedule {
         }
         let mut next = *prices;
         for (i, price) in next.iter_mut().enumerate() {
+            // Usage past the maximum (the last transaction a block takes may pass it) counts
+            // as the maximum: a price moves by at most 1/change_denominator a block.
             let (p, u, t) = (
                 u128::from(*price),
-                u128::from(used.0[i]),
+                u128::from(used.0[i].min(self.max[i])),
                 u128::from(self.target[i].max(1)),
             );
             let denominator = t * u128::from(self.change_denominator.max(1));
@@ -336,7 +352,8 @@ pub fn base_fee(prices: &Prices, usage: &Usage) -> u64 {
 
 /// What a transaction that used `usage` at `prices`, offering `tip` and at most `max_fee`,
 /// pays, and whether its base fee alone exceeds `max_fee` (the transaction then fails, and
-/// pays exactly `max_fee`, all of it burned). A tip is cut to what the max fee leaves.
+/// `run_tx` charges it again on what a failed transaction counts). A tip is cut to what the
+/// max fee leaves.
 pub fn charge(prices: &Prices, usage: &Usage, tip: u64, max_fee: u64) -> (Fee, bool) {
     let mut per_dimension = [0u64; DIMENSIONS];
     for (i, paid) in per_dimension.iter_mut().enumerate() {

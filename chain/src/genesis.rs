@@ -98,7 +98,18 @@ pub struct GenesisBuilder {
 }
 
 impl GenesisBuilder {
-    pub(crate) fn new(chain: Chain) -> Self {
+    pub(crate) fn new(mut chain: Chain) -> Self {
+        // The schedule is part of the chain: a node opened with another one is refused.
+        let schedule = borsh::to_vec(&chain.config.fees).expect("in memory");
+        chain
+            .journal
+            .write_block(vec![keys::FEE_SCHEDULE], Some(schedule));
+        Self { chain }
+    }
+
+    /// A builder for a genesis whose every change is recorded elsewhere (a replay of block 0,
+    /// `tally verify`): it writes nothing of its own, the schedule included.
+    pub(crate) fn recorded(chain: Chain) -> Self {
         Self { chain }
     }
 
@@ -231,6 +242,19 @@ impl Chain {
             state_checksum: [0; 32],
         };
         Ok(GenesisBuilder::new(Self::new(runtime, store, config, head)))
+    }
+
+    /// [`Chain::genesis`] for a replay of a recorded genesis: the builder writes nothing but
+    /// the recorded changes it is given.
+    pub(crate) fn genesis_recorded(
+        runtime: Arc<Runtime>,
+        store: Box<dyn StateStore>,
+        config: ChainConfig,
+    ) -> Result<GenesisBuilder, ChainError> {
+        let builder = Self::genesis(runtime, store, config)?;
+        let mut chain = builder.chain;
+        chain.journal.clear();
+        Ok(GenesisBuilder::recorded(chain))
     }
 
     /// Starts a new chain on an empty `store` from `genesis`.

@@ -27,6 +27,9 @@ pub mod keys {
     /// `[FEES]` → the chain's [`crate::fee::FeeState`] (borsh): the next block's prices, the
     /// last block's usage, the coins burned so far. No key: the schedule's starting prices.
     pub const FEES: u8 = 0x06;
+    /// `[FEE_SCHEDULE]` → the [`crate::fee::FeeSchedule`] the chain was created with (borsh),
+    /// written by genesis.
+    pub const FEE_SCHEDULE: u8 = 0x07;
     /// `[CONTRACT, account, key…]` → a contract's own storage.
     pub const CONTRACT: u8 = 0x10;
 

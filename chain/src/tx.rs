@@ -38,8 +38,9 @@ pub struct Transaction {
     /// nobody signs is refused at decode.
     pub payer: Name,
     /// The most the payer will pay, in coin units: the fee at the block's prices plus the
-    /// tip, cut to this. A transaction whose fee at the block's prices exceeds it fails and
-    /// pays it; one whose payer's balance is below it is not included.
+    /// tip, cut to this. Its fuel, reads and writes are bounded by what it buys; a transaction
+    /// whose fee at the block's prices still exceeds it fails (and pays for what it used, up
+    /// to this); one whose payer's balance is below it is not included.
     pub max_fee: u64,
     /// What the payer offers the block's proposer on top of the fee, in coin units.
     pub tip: u64,
@@ -227,6 +228,12 @@ impl SignedTransaction {
                 what: "actions",
                 count: actions.len(),
                 limit: MAX_ACTIONS_PER_TX,
+            });
+        }
+        if self.transaction.tip > self.transaction.max_fee {
+            return Err(TxError::TipAboveMaxFee {
+                tip: self.transaction.tip,
+                max_fee: self.transaction.max_fee,
             });
         }
         if self.signatures.len() > MAX_SIGNATURES_PER_TX {

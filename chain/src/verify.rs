@@ -179,9 +179,10 @@ impl Replay {
             retain_blocks: config.retain_blocks.max(2),
             ..config.clone()
         };
-        let builder = Chain::genesis(runtime, Box::new(scratch), replay_config)?;
+        let builder = Chain::genesis_recorded(runtime, Box::new(scratch), replay_config)?;
         let changes = StoredChanges::new(store, 0)?;
         let chain = builder.finish_with(&changes)?;
+        crate::chain::check_schedule(chain.store(), &config.fees)?;
         if chain.head() != &stored {
             return Err(corrupt(
                 "block 0: its recorded changes give another header".into(),

@@ -154,9 +154,10 @@ impl Host for ActionHost<'_, '_> {
         let exec = &mut *self.exec;
         keys::contract_into(exec.key, self.frame.contract, key);
         // A store that fails is the node's fault, never the contract's: the block stops.
-        exec.journal
+        Ok(exec
+            .journal
             .load(exec.store, exec.key)
-            .map_err(|e| NodeFault::new(e).into())
+            .map_err(NodeFault::new)??)
     }
 
     fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), HostError> {
@@ -225,7 +226,7 @@ impl Host for ActionHost<'_, '_> {
             seek.entry.as_ref().map_or(0, |(k, v)| {
                 (k.len().saturating_sub(NAMESPACE_LEN) + v.len()) as u64
             }),
-        );
+        )?;
         let entry = match seek.entry {
             // Every backend bounds a seek to its range; a key outside the namespace would be
             // another contract's, so a store that returned one is broken, and the block stops
@@ -351,7 +352,10 @@ impl Host for ActionHost<'_, '_> {
         let found = exec
             .journal
             .get(exec.store, &keys::account(account))
-            .map_err(NodeFault::new)?;
-        Ok(found.is_some())
+            .map_err(NodeFault::new)?
+            .is_some();
+        // A key looked up like any `load`: the read dimension pays for it.
+        exec.journal.count_read(1, 0)?;
+        Ok(found)
     }
 }

@@ -78,6 +78,32 @@ fn count_write(
     Ok(())
 }
 
+/// Whether state access of `counts` ((keys, bytes) read, created, written) at `prices` (read,
+/// allocate, write) costs more than `budget` (scaled by `PRICE_SCALE`; `u128::MAX`: no bound).
+fn over_budget(budget: u128, prices: [u64; 3], counts: [(u64, u64); 3]) -> bool {
+    if budget == u128::MAX {
+        return false;
+    }
+    let cost: u128 = counts
+        .iter()
+        .zip(prices)
+        .map(|(&(keys, bytes), price)| {
+            (u128::from(keys) * u128::from(crate::fee::KEY_UNITS) + u128::from(bytes))
+                * u128::from(price)
+        })
+        .sum();
+    cost > budget
+}
+
+/// The abort of a transaction whose state access outgrew what its max fee leaves.
+fn over_budget_abort() -> Abort {
+    Abort::new(
+        AbortCode::LimitExceeded,
+        "the transaction's reads and writes at this block's prices cost more than its max fee \
+         leaves: raise the max fee",
+    )
+}
+
 /// What a block changed: its state changes sorted by key, and the contracts it deployed
 /// (which the code map takes over once the block is committed).
 pub(crate) struct BlockChanges {
@@ -131,7 +157,6 @@ impl Walked {
 }
 
 /// The pending block's state over a [`StateStore`].
-#[derive(Default)]
 pub struct Journal {
     /// Writes of the pending block, the running transaction's included, in the order their
     /// keys were first written.
@@ -154,6 +179,11 @@ pub struct Journal {
     tx_read_bytes: u64,
     tx_new_keys: u64,
     tx_new_bytes: u64,
+    /// What the running transaction's reads, new keys and writes may cost, scaled by
+    /// `PRICE_SCALE`, at `state_prices` (read, allocate, write): what its max fee leaves
+    /// ([`Journal::set_fee_budget`]). Unlimited outside a transaction's run.
+    fee_budget: u128,
+    state_prices: [u64; 3],
     /// With [`Journal::recording`]: every key read from the store (not from the overlay), in
     /// order, repeats included.
     reads: Option<Vec<Vec<u8>>>,
@@ -161,6 +191,29 @@ pub struct Journal {
     walks: Vec<Walked>,
     /// The overlay's keys in order, built on the block's first ordered read.
     order: OverlayOrder,
+}
+
+impl Default for Journal {
+    fn default() -> Self {
+        Self {
+            overlay: IndexMap::default(),
+            code: KeyedMap::default(),
+            read_cache: KeyedMap::default(),
+            undo: Vec::new(),
+            events: Vec::new(),
+            tx_writes: 0,
+            tx_bytes: 0,
+            tx_reads: 0,
+            tx_read_bytes: 0,
+            tx_new_keys: 0,
+            tx_new_bytes: 0,
+            fee_budget: u128::MAX,
+            state_prices: [0; 3],
+            reads: None,
+            walks: Vec::new(),
+            order: OverlayOrder::default(),
+        }
+    }
 }
 
 impl Journal {
@@ -179,17 +232,21 @@ impl Journal {
         store: &'a dyn StateStore,
         key: &[u8],
     ) -> StoreResult<Option<&'a [u8]>> {
-        self.read(store, key, false)
+        Ok(self
+            .read(store, key, false)?
+            .expect("an uncounted read is never over budget"))
     }
 
     /// [`Journal::get`] for a contract's `load`: counted in the running transaction's reads,
     /// which its fee pays for. (The chain's own reads, such as the code an action runs, are
     /// not: whether one reaches the store differs between in-order and speculative runs.)
+    /// `Ok(Err)` when the read makes the transaction's state access cost more than its max
+    /// fee leaves ([`Journal::set_fee_budget`]).
     pub(crate) fn load<'a>(
         &'a mut self,
         store: &'a dyn StateStore,
         key: &[u8],
-    ) -> StoreResult<Option<&'a [u8]>> {
+    ) -> StoreResult<Result<Option<&'a [u8]>, Abort>> {
         self.read(store, key, true)
     }
 
@@ -198,7 +255,7 @@ impl Journal {
         store: &'a dyn StateStore,
         key: &[u8],
         counted: bool,
-    ) -> StoreResult<Option<&'a [u8]>> {
+    ) -> StoreResult<Result<Option<&'a [u8]>, Abort>> {
         let value = match self.overlay.get(key) {
             Some(slot) => slot.as_deref(),
             None => {
@@ -221,8 +278,20 @@ impl Journal {
         if counted {
             self.tx_reads += 1;
             self.tx_read_bytes += value.map_or(0, |v| v.len() as u64);
+            let over = over_budget(
+                self.fee_budget,
+                self.state_prices,
+                [
+                    (self.tx_reads, self.tx_read_bytes),
+                    (self.tx_new_keys, self.tx_new_bytes),
+                    (u64::from(self.tx_writes), self.tx_bytes),
+                ],
+            );
+            if over {
+                return Ok(Err(over_budget_abort()));
+            }
         }
-        Ok(value)
+        Ok(Ok(value))
     }
 
     /// Whether the read cache holds `key`. The memory and log stores lend their values, so it
@@ -336,7 +405,11 @@ impl Journal {
             }
         };
         self.undo.push(undo);
-        Ok(())
+        // Written, with its undo: the abort fails the action, which drops it.
+        match self.over_budget() {
+            true => Err(over_budget_abort()),
+            false => Ok(()),
+        }
     }
 
     /// Sets `key` to `value` like [`Journal::set`], and says whether the key held a value
@@ -395,6 +468,9 @@ impl Journal {
             }
         };
         self.undo.push(undo);
+        if self.over_budget() {
+            return Ok(Err(over_budget_abort()));
+        }
         Ok(Ok(existed))
     }
 
@@ -490,13 +566,47 @@ impl Journal {
         self.tx_read_bytes = 0;
         self.tx_new_keys = 0;
         self.tx_new_bytes = 0;
+        self.fee_budget = u128::MAX;
+    }
+
+    /// Bounds what the running transaction's state access may cost: `budget` coins at
+    /// `prices` ([`Journal::over_budget`]). Fuel has its own cap; this one keeps a transaction
+    /// from reading (or writing) far more than its max fee pays for, as a failed transaction
+    /// would otherwise fill the read dimension for the price of its compute.
+    pub(crate) fn set_fee_budget(&mut self, prices: &crate::fee::Prices, budget: u64) {
+        use crate::fee::{Dimension, PRICE_SCALE};
+        self.state_prices = [
+            prices[Dimension::Read as usize],
+            prices[Dimension::Allocate as usize],
+            prices[Dimension::Write as usize],
+        ];
+        self.fee_budget = u128::from(budget) * u128::from(PRICE_SCALE);
+    }
+
+    /// Whether the running transaction's reads, new keys and writes so far cost more than its
+    /// fee budget allows.
+    pub(crate) fn over_budget(&self) -> bool {
+        over_budget(
+            self.fee_budget,
+            self.state_prices,
+            [
+                (self.tx_reads, self.tx_read_bytes),
+                (self.tx_new_keys, self.tx_new_bytes),
+                (u64::from(self.tx_writes), self.tx_bytes),
+            ],
+        )
     }
 
     /// Counts `keys` read by the running transaction's contracts, returning `bytes`: what
     /// its fee's read dimension pays for.
-    pub(crate) fn count_read(&mut self, keys: u64, bytes: u64) {
+    /// `Err` when that makes its state access cost more than its max fee leaves.
+    pub(crate) fn count_read(&mut self, keys: u64, bytes: u64) -> Result<(), Abort> {
         self.tx_reads += keys;
         self.tx_read_bytes += bytes;
+        match self.over_budget() {
+            true => Err(over_budget_abort()),
+            false => Ok(()),
+        }
     }
 
     /// Counts a key of `bytes` (key and value) the running transaction created outside

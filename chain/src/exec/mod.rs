@@ -177,6 +177,14 @@ impl FeeTerms {
         }
     }
 
+    /// What the max fee leaves once the transaction's size, intrinsic fuel and tip are paid:
+    /// what its fuel may cost, and, apart, what its reads and writes may.
+    pub(crate) fn budget(&self) -> u64 {
+        self.max_fee
+            .saturating_sub(self.intrinsic_fee())
+            .saturating_sub(self.tip)
+    }
+
     /// The most fuel the transaction's actions may burn: what its max fee buys at the compute
     /// price once its intrinsic cost and its tip are set aside, so a spinning transaction
     /// stops when its fee runs out, not after (unbounded when compute is free).
@@ -185,11 +193,7 @@ impl FeeTerms {
         if price == 0 {
             return u64::MAX;
         }
-        let budget = self
-            .max_fee
-            .saturating_sub(self.intrinsic_fee())
-            .saturating_sub(self.tip);
-        let budget = u128::from(budget);
+        let budget = u128::from(self.budget());
         u64::try_from(budget * u128::from(fee::PRICE_SCALE) / u128::from(price)).unwrap_or(u64::MAX)
     }
 }
@@ -250,6 +254,7 @@ impl Exec<'_> {
         terms: &FeeTerms,
     ) -> Result<TxRun, ChainError> {
         self.journal.checkpoint();
+        self.journal.set_fee_budget(&terms.prices, terms.budget());
         // Forgets what an earlier transaction entered, without zeroing the array again.
         self.entered.len = 0;
         let mut run = TxRun::new(self.runtime.traces());

@@ -48,6 +48,29 @@ fn grow() -> Vec<u8> {
     .unwrap()
 }
 
+/// With message byte 1, stores a 64 KiB value under "k"; otherwise loads it 2,000 times:
+/// reads that cost little fuel and much in the read dimension.
+fn reader() -> Vec<u8> {
+    wat::parse_str(
+        r#"(module
+          (import "env" "read_message" (func $read (param i32 i32) (result i32)))
+          (import "env" "store" (func $store (param i32 i32 i32 i32)))
+          (import "env" "load" (func $load (param i32 i32 i32 i32) (result i32)))
+          (memory (export "memory") 2)
+          (data (i32.const 0) "k")
+          (func (export "apply") (param i64 i64 i64) (local $i i32)
+            (drop (call $read (i32.const 8) (i32.const 1)))
+            (if (i32.eq (i32.load8_u (i32.const 8)) (i32.const 1))
+              (then (call $store (i32.const 0) (i32.const 1) (i32.const 16) (i32.const 65536)) (return)))
+            (block $done (loop $l
+              (br_if $done (i32.ge_u (local.get $i) (i32.const 2000)))
+              (drop (call $load (i32.const 0) (i32.const 1) (i32.const 16) (i32.const 65536)))
+              (local.set $i (i32.add (local.get $i) (i32.const 1)))
+              (br $l)))))"#,
+    )
+    .unwrap()
+}
+
 /// Accounts the unsigned fee chain funds.
 const PAYERS: [&str; 4] = ["alice", "bob", "carol", "dave"];
 
@@ -70,7 +93,7 @@ fn fee_chain(fees: FeeSchedule) -> Chain {
         fees,
         ..ChainConfig::default()
     };
-    let (spin, grow) = (spin(), grow());
+    let (spin, grow, reader) = (spin(), grow(), reader());
     chain_with(
         config,
         &genesis,
@@ -78,6 +101,7 @@ fn fee_chain(fees: FeeSchedule) -> Chain {
             (simplecoin(), SIMPLECOIN_WASM),
             (name("spin"), &spin),
             (name("grow"), &grow),
+            (name("reader"), &reader),
         ],
     )
 }
@@ -120,7 +144,7 @@ fn native(chain: &Chain, account: &str) -> u64 {
 fn coins(chain: &Chain) -> u128 {
     let balances: u128 = PAYERS
         .iter()
-        .chain(["simplecoin", "spin", "grow"].iter())
+        .chain(["simplecoin", "spin", "grow", "reader"].iter())
         .map(|p| u128::from(native(chain, p)))
         .sum();
     balances
@@ -274,10 +298,8 @@ fn issue_24_a_transaction_whose_fee_exceeds_its_max_fails_and_pays_only_for_what
     let receipt = result.receipt().expect("included");
     let failure = receipt.failure().expect("it failed");
     assert_eq!(failure.code, AbortCode::LimitExceeded);
-    assert!(
-        failure.message.contains("exceeds the max fee 50000"),
-        "{failure}"
-    );
+    // Its new keys cost more than what its max fee leaves: it stops there.
+    assert!(failure.message.contains("max fee"), "{failure}");
     // Its keys were dropped: it pays for its bytes and fuel, not for state it never kept.
     assert_eq!(receipt.usage.get(Dimension::Allocate), 0);
     assert_eq!(receipt.usage.get(Dimension::Write), 0);
@@ -305,6 +327,71 @@ fn issue_24_a_transaction_whose_fee_exceeds_its_max_fails_and_pays_only_for_what
             .get(name("grow"), &2u64.to_le_bytes())
             .unwrap()
             .is_some()
+    );
+}
+
+#[test]
+fn issue_24_reads_stop_when_the_max_fee_is_spent_and_cannot_flood_the_read_dimension() {
+    let mut chain = fee_chain(FeeSchedule::STANDARD);
+    let tx = call_tx(&chain, "reader", vec![1], "alice", 10_000_000, 0);
+    assert!(push(&mut chain, tx).is_success());
+    // 2,000 loads of 64 KiB are ~131 M read units (131 M coins at the starting price) for
+    // ~133 M fuel (1.3 M coins): a max fee of 1.5 M would pay the fuel, not the reads.
+    let max_fee = 1_500_000;
+    let tx = call_tx(&chain, "reader", vec![0], "bob", max_fee, 0);
+    let block = chain.run_block(vec![tx]).unwrap();
+    let receipt = block.results[0].receipt().expect("included");
+    let failure = receipt.failure().expect("it failed");
+    assert_eq!(failure.code, AbortCode::LimitExceeded, "{failure}");
+    assert!(failure.message.contains("reads and writes"), "{failure}");
+    // It read no more than its max fee pays for, and paid for it.
+    let read = receipt.usage.get(Dimension::Read);
+    let read_price = chain.fee_state().unwrap().prices[Dimension::Read as usize];
+    assert!(
+        u128::from(read) * u128::from(read_price)
+            <= u128::from(max_fee + 66_000) * u128::from(PRICE_SCALE),
+        "{read}"
+    );
+    assert!(receipt.fee.total() > max_fee / 2, "{:?}", receipt.fee);
+    assert!(
+        block.header.usage.get(Dimension::Read)
+            < FeeSchedule::STANDARD.target[Dimension::Read as usize] / 10
+    );
+    assert_eq!(coins(&chain), genesis_coins());
+}
+
+#[test]
+fn issue_24_a_chain_opened_with_another_schedule_is_refused() {
+    let chain = fee_chain(FeeSchedule::STANDARD);
+    let store = chain.into_store();
+    let config = ChainConfig {
+        check_signatures: false,
+        fees: FeeSchedule::ZERO,
+        ..ChainConfig::default()
+    };
+    match Chain::open(runtime(), store, config) {
+        Err(tally_chain::ChainError::Config(e)) => assert!(e.contains("fee schedule"), "{e}"),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn issue_24_a_tip_above_the_max_fee_is_refused_at_decode() {
+    let mut t = TestChain::new();
+    let alice = t.create_account("alice");
+    let tx = Transaction {
+        max_fee: 10,
+        tip: 11,
+        ..t.transaction(vec![action(simplecoin(), transfer(), &[alice], vec![])])
+            .transaction
+    };
+    let signed = SignedTransaction::sign(tx, &[(alice, t.key(alice).unwrap())]);
+    assert_eq!(
+        SignedTransaction::decode(&signed.encode()),
+        Err(TxError::TipAboveMaxFee {
+            tip: 11,
+            max_fee: 10
+        })
     );
 }
 
