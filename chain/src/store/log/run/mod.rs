@@ -28,11 +28,14 @@ use crate::store::error::{StoreError, StoreResult};
 use crate::store::log::vfs::{VFile, Vfs};
 
 mod bloom;
+mod mask;
 mod seek;
 mod writer;
 
 pub(crate) use bloom::bloom_hash;
 use bloom::{BLOOM_BLOCK_BITS, Bloom, BloomLayout, MAX_BLOOM_HASHES};
+pub use mask::{EntryAt, RunMask};
+pub use seek::SeekCost;
 pub use writer::RunWriter;
 
 const MAGIC: &[u8; 8] = b"TALLYRUN";
@@ -191,6 +194,36 @@ impl Run {
 
     /// The value of `key`, reading at most one block into `buf`; with how many bytes it read.
     pub fn get(&self, key: &[u8], buf: &mut Vec<u8>) -> StoreResult<(Option<Vec<u8>>, u64)> {
+        let (found, read) = self.find(key, buf)?;
+        Ok((found.map(|(_, _, v)| buf[v.0..v.1].to_vec()), read))
+    }
+
+    /// Where `key`'s entry lies, if the run holds it, reading at most one block into `buf`.
+    pub fn position(&self, key: &[u8], buf: &mut Vec<u8>) -> StoreResult<Option<EntryAt>> {
+        let Some((block, index, _)) = self.find(key, buf)?.0 else {
+            return Ok(None);
+        };
+        // `find` decoded every entry up to this one: the rest decode too.
+        let mut entries = 0;
+        let mut at = 8;
+        while let Some((_, _, next)) = entry_at(buf, at) {
+            entries += 1;
+            at = next;
+        }
+        Ok(Some(EntryAt {
+            block,
+            index,
+            entries,
+        }))
+    }
+
+    /// `key`'s block, index in it and value (as a range of `buf`, which holds the block), if
+    /// the run holds it; with how many bytes it read.
+    fn find(
+        &self,
+        key: &[u8],
+        buf: &mut Vec<u8>,
+    ) -> StoreResult<(Option<(usize, usize, (usize, usize))>, u64)> {
         if self.blocks.is_empty() || !self.bloom.may_contain(bloom_hash(key)) {
             return Ok((None, 0));
         }
@@ -218,6 +251,7 @@ impl Run {
         self.read_block(i - 1, buf)?;
         let read = buf.len() as u64;
         let mut at = 8;
+        let mut index = 0;
         while at < buf.len() {
             let (k, v, next) = entry_at(buf, at).ok_or_else(|| {
                 StoreError::corrupted(
@@ -228,12 +262,21 @@ impl Run {
             })?;
             let order = sort_prefix(k).cmp(&prefix).then_with(|| k.cmp(key));
             match order {
-                std::cmp::Ordering::Equal => return Ok((Some(v.to_vec()), read)),
+                std::cmp::Ordering::Equal => {
+                    let value = (next - v.len(), next);
+                    return Ok((Some((i - 1, index, value)), read));
+                }
                 std::cmp::Ordering::Greater => break,
                 std::cmp::Ordering::Less => at = next,
             }
+            index += 1;
         }
         Ok((None, read))
+    }
+
+    /// Blocks in the run.
+    pub fn block_count(&self) -> usize {
+        self.blocks.len()
     }
 
     /// Every entry, in key order.
