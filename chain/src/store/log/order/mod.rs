@@ -38,6 +38,14 @@
 //! - **What a seek costs.** Per tier (a handful: the tiers of a generation shrink by
 //!   [`FANOUT`] each), a binary search over its chunks' 16-byte prefixes and a scan of one or
 //!   two chunks, in memory.
+//! - **Deleted keys (issue 23).** A key deleted since the run stays here (it hides the run's
+//!   entry, and the index says it is gone) until a merge covers its generation. Each tier
+//!   keeps which of its keys are live ([`super::live::LiveBits`], a bit a key and a summary
+//!   bit per 64), so a seek goes from the first key at its bound to the first live one in
+//!   O(log₆₄ n) word reads, however many deleted keys lie between, and decodes that one from
+//!   its chunk. A deletion marks the key dead in every tier that holds it (a binary search in
+//!   each: deletions pay for it); a put revives the open generation's copy only when that
+//!   generation holds a dead key of the same hash, so puts of live keys look in no tier.
 
 mod merge;
 #[cfg(test)]
