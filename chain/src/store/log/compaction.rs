@@ -14,7 +14,7 @@ use super::crash;
 use super::index::{Loc, SHARDS};
 use super::merge::{MergeBlock, MergeDone, MergeJob, run_merge};
 use super::record::{FileReader, RECORD_HEADER_LEN, read_prefix};
-use super::run::{Run, RunMask};
+use super::run::{KeptBlock, Run, RunMask};
 use super::worker::{Pending, Worker};
 use super::{BlockPos, LogStore, segment_path};
 
@@ -118,12 +118,12 @@ impl LogStore {
     /// wrote `run` ran, each deletion paid for.
     pub(super) fn set_run(&mut self, run: Arc<Run>) -> StoreResult<Option<Arc<Run>>> {
         let mut mask = RunMask::new(run.block_count());
-        let (mut buf, mut failed) = (Vec::new(), None);
+        let (mut kept, mut failed) = (KeptBlock::default(), None);
         self.order.for_each_dead(|key| {
             if failed.is_none() {
-                match run.position(key, &mut buf) {
-                    Ok(Some(at)) => mask.mask(at),
-                    Ok(None) => {}
+                match run.position(key, &mut kept) {
+                    Ok((Some(at), _)) => mask.mask(at),
+                    Ok((None, _)) => {}
                     Err(e) => failed = Some(e),
                 }
             }

@@ -85,7 +85,7 @@ use order::Order;
 use read::Reads;
 use record::RECORD_HEADER_LEN;
 use recovery::open_error;
-use run::{Run, RunMask};
+use run::{KeptBlock, Run, RunMask};
 use vfs::{RealFs, VFile, VLock, Vfs};
 use worker::Worker;
 use writer::{Durable, Syncing};
@@ -214,6 +214,8 @@ pub struct LogStore {
     run: Option<Arc<Run>>,
     /// The run's entries deleted since it was written.
     masked: RunMask,
+    /// The run block the last committed deletion read (to mask its entry).
+    deleting: KeptBlock,
     reads: Reads,
     syncing: Option<Syncing>,
     merging: Option<Merging>,
@@ -306,6 +308,7 @@ impl LogStore {
             hasher: KeyHash::default(),
             run: None,
             masked: RunMask::new(0),
+            deleting: KeptBlock::default(),
             syncing: None,
             merging: None,
             sync_worker: None,

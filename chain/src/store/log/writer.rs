@@ -221,10 +221,12 @@ impl LogStore {
         // it (issue 23). Deletions pay for the run block this reads; puts read nothing.
         if value.is_none()
             && let Some(run) = &self.run
-            && let Some(at) = run.position(key, &mut scratch.1)?
         {
-            read += scratch.1.len() as u64;
-            self.masked.mask(at);
+            let (at, n) = run.position(key, &mut self.deleting)?;
+            read += n;
+            if let Some(at) = at {
+                self.masked.mask(at);
+            }
         }
         *self.reads.disk_bytes.get_mut() += read;
         Ok(())

@@ -248,7 +248,7 @@ impl Order {
     pub fn note(&mut self, key: &[u8], hash: u64, previous: Option<Loc>, live: bool) {
         let new_to_open = previous.is_none_or(|p| p < self.open_from);
         if !live {
-            self.kill(key, hash);
+            self.kill(key, hash, !new_to_open);
         } else if !new_to_open && self.open_dead.contains_key(&hash) {
             self.revive(key, hash);
         }
@@ -260,25 +260,30 @@ impl Order {
         }
     }
 
-    /// Marks `key` dead in every tier of every generation that holds it.
-    fn kill(&mut self, key: &[u8], hash: u64) {
-        let open = self.open.tiers.iter().map(|t| (t, true));
-        let sealed = self.sealed.iter().flat_map(|(_, g)| &g.tiers);
-        for (tier, in_open) in open.chain(sealed.map(|t| (t, false))) {
-            let Some(at) = tier.locate(key) else { continue };
-            if !tier.set_live(at, false) {
-                continue;
+    /// Marks `key` dead in every tier that holds it: in the open generation if it is there
+    /// (`in_open`: its last change is in it), and in every sealed one. A generation holds a
+    /// key once, so the search of one stops at the first tier holding it.
+    fn kill(&mut self, key: &[u8], hash: u64, in_open: bool) {
+        let open: &[Arc<Tier>] = if in_open { &self.open.tiers } else { &[] };
+        let sealed = self.sealed.iter().map(|(_, g)| (&g.tiers[..], false));
+        for (tiers, is_open) in std::iter::once((open, true)).chain(sealed) {
+            // Newest first: the smallest tiers, and the one the last change entered.
+            for tier in tiers.iter().rev() {
+                let Some(at) = tier.locate(key) else { continue };
+                if tier.set_live(at, false) {
+                    if is_open {
+                        *self.open_dead.entry(hash).or_default() += 1;
+                    }
+                    note_merge_change(&mut self.merging, tier, key, false);
+                }
+                break;
             }
-            if in_open {
-                *self.open_dead.entry(hash).or_default() += 1;
-            }
-            note_merge_change(&mut self.merging, tier, key, false);
         }
     }
 
     /// Marks `key` live in the open generation's tier that holds it dead, if one does.
     fn revive(&mut self, key: &[u8], hash: u64) {
-        for tier in &self.open.tiers {
+        for tier in self.open.tiers.iter().rev() {
             let Some(at) = tier.locate(key) else { continue };
             if tier.set_live(at, true) {
                 note_merge_change(&mut self.merging, tier, key, true);
