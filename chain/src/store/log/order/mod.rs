@@ -435,7 +435,8 @@ impl Order {
                 .sum::<usize>()
     }
 
-    /// Bytes held on the heap: tiers, a merge's output so far, and the staged keys' buffers.
+    /// Bytes held on the heap: tiers, a merge's output so far, the staged keys' buffers and
+    /// the open generation's counts of dead keys by hash.
     pub fn heap_bytes(&self) -> usize {
         self.open.heap_bytes()
             + self
@@ -445,6 +446,7 @@ impl Order {
                 .sum::<usize>()
             + self.staged.heap_bytes()
             + self.merging.as_ref().map_or(0, |m| m.out.heap_bytes())
+            + self.open_dead.capacity() * 2 * std::mem::size_of::<u64>()
     }
 
     /// Finishes every merge the tiers' shape asks for (for tests and benchmarks).
