@@ -322,6 +322,11 @@ pub struct StoreStats {
     pub user_bytes_read: u64,
     /// Bytes read from files to answer them.
     pub disk_bytes_read: u64,
+    /// Deleted keys ordered reads ([`StateStore::seek`]) passed over one by one: keys read
+    /// and found deleted, and deleted run entries looked at in the blocks a seek read. The
+    /// log store keeps it to about two blocks' worth a seek however many deleted keys lie in
+    /// the range (issue 23); the other stores count none.
+    pub seek_steps: u64,
     /// Bytes read from files by background work (snapshots, compaction).
     pub background_bytes_read: u64,
     /// Snapshots written.

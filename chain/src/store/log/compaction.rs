@@ -14,7 +14,7 @@ use super::crash;
 use super::index::{Loc, SHARDS};
 use super::merge::{MergeBlock, MergeDone, MergeJob, run_merge};
 use super::record::{FileReader, RECORD_HEADER_LEN, read_prefix};
-use super::run::Run;
+use super::run::{KeptBlock, Run, RunMask};
 use super::worker::{Pending, Worker};
 use super::{BlockPos, LogStore, segment_path};
 
@@ -75,7 +75,12 @@ impl LogStore {
     pub(super) fn install(&mut self, done: MergeDone) -> Result<(), Poison> {
         let started = Instant::now();
         let run = Arc::new(Run::open(&*self.vfs, &done.path).at("opening", &done.path)?);
-        let old = self.run.replace(run);
+        // The order's generations sealed at or below this run's head hold nothing the run
+        // does not; what is left holds every key changed since, dead ones among them.
+        self.order.merged(done.height);
+        let old = self
+            .set_run(run)
+            .at("masking the deleted keys of", &done.path)?;
         self.stats.snapshots += 1;
         self.stats.disk_bytes_written += done.written;
         self.stats.background_bytes_read += done.read;
@@ -83,9 +88,6 @@ impl LogStore {
             .stats
             .longest_snapshot_ms
             .max(done.took.as_secs_f64() * 1e3);
-        // The order's generations sealed at or below this run's head hold nothing the run
-        // does not.
-        self.order.merged(done.height);
         crash::point("snapshot-installed");
         if let Some(old) = old {
             self.vfs.remove(old.path()).at("removing", old.path())?;
@@ -108,6 +110,29 @@ impl LogStore {
         self.sweep = Some(Sweep { next_shard: 0, end });
         self.note_pause(started);
         Ok(())
+    }
+
+    /// Makes `run` the store's run, masking its entries of keys the order holds dead (deleted
+    /// since: issue 23); returns the run it replaces. The masking costs a bloom probe per
+    /// dead key and a block read per one the run holds: keys deleted while the merge that
+    /// wrote `run` ran, each deletion paid for.
+    pub(super) fn set_run(&mut self, run: Arc<Run>) -> StoreResult<Option<Arc<Run>>> {
+        let mut mask = RunMask::new(run.block_count());
+        let (mut kept, mut failed) = (KeptBlock::default(), None);
+        self.order.for_each_dead(|key| {
+            if failed.is_none() {
+                match run.position(key, &mut kept) {
+                    Ok((Some(at), _)) => mask.mask(at),
+                    Ok((None, _)) => {}
+                    Err(e) => failed = Some(e),
+                }
+            }
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        self.masked = mask;
+        Ok(self.run.replace(run))
     }
 
     /// Drops merged keys from the index for a while; once all are gone, deletes dead

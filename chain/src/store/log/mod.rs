@@ -66,6 +66,7 @@ pub mod cache;
 pub mod crash;
 pub mod fault;
 pub mod index;
+mod live;
 pub mod merge;
 pub mod order;
 pub mod record;
@@ -84,7 +85,7 @@ use order::Order;
 use read::Reads;
 use record::RECORD_HEADER_LEN;
 use recovery::open_error;
-use run::Run;
+use run::{KeptBlock, Run, RunMask};
 use vfs::{RealFs, VFile, VLock, Vfs};
 use worker::Worker;
 use writer::{Durable, Syncing};
@@ -212,6 +213,10 @@ pub struct LogStore {
     /// The hash of keys in the index and the cache, seeded for this store.
     hasher: KeyHash,
     run: Option<Arc<Run>>,
+    /// The run's entries deleted since it was written.
+    masked: RunMask,
+    /// The run block the last committed deletion read (to mask its entry).
+    deleting: KeptBlock,
     reads: Reads,
     syncing: Option<Syncing>,
     merging: Option<Merging>,
@@ -303,6 +308,8 @@ impl LogStore {
             order: Order::default(),
             hasher: KeyHash::default(),
             run: None,
+            masked: RunMask::new(0),
+            deleting: KeptBlock::default(),
             syncing: None,
             merging: None,
             sync_worker: None,

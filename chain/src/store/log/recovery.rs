@@ -171,7 +171,8 @@ impl LogStore {
                     format!("the run holds block {} instead", run.head().height),
                 ));
             }
-            self.run = Some(Arc::new(run));
+            // Nothing is deleted since it yet: the replay below masks what is.
+            self.set_run(Arc::new(run))?;
             if !self.read_only {
                 for &old in &runs[..runs.len() - 1] {
                     self.vfs.remove(&run_path(&self.dir, old))?;

@@ -216,8 +216,19 @@ impl LogStore {
             Ok(scratch.0 == key)
         })?;
         cache.update(hash, key, value, loc);
+        self.order.note(key, hash, previous, value.is_some());
+        // A run entry deleted since the run is masked, so that seeks skip it without reading
+        // it (issue 23). Deletions pay for the run block this reads; puts read nothing.
+        if value.is_none()
+            && let Some(run) = &self.run
+        {
+            let (at, n) = run.position(key, &mut self.deleting)?;
+            read += n;
+            if let Some(at) = at {
+                self.masked.mask(at);
+            }
+        }
         *self.reads.disk_bytes.get_mut() += read;
-        self.order.note(key, previous);
         Ok(())
     }
 
@@ -390,7 +401,8 @@ impl LogStore {
         self.vfs
             .sync_dir(&self.dir)
             .at("syncing the directory", &self.dir)?;
-        self.run = Some(Arc::new(Run::open(&*self.vfs, &path).at("opening", &path)?));
+        let run = Arc::new(Run::open(&*self.vfs, &path).at("opening", &path)?);
+        self.set_run(run).at("masking the deleted keys of", &path)?;
         self.stats.disk_bytes_written += run_bytes;
         Ok(())
     }

@@ -10,6 +10,8 @@ struct TierCursor {
     chunk: usize,
     at: usize,
     key: Vec<u8>,
+    /// The key's position in the tier.
+    pos: usize,
     valid: bool,
 }
 
@@ -19,6 +21,7 @@ impl TierCursor {
             chunk: 0,
             at: 0,
             key: Vec::new(),
+            pos: usize::MAX,
             valid: true,
         };
         cursor.advance(tier);
@@ -27,6 +30,8 @@ impl TierCursor {
 
     /// Moves to the next key of `tier`.
     fn advance(&mut self, tier: &Tier) {
+        // From "before the first key" (`usize::MAX`) to 0, then on.
+        self.pos = self.pos.wrapping_add(1);
         while self.chunk < tier.chunks.len() {
             let chunk = tier.chunk(self.chunk);
             if self.at < chunk.len() {
@@ -50,6 +55,10 @@ pub(super) struct Merge {
     a: TierCursor,
     b: TierCursor,
     pub(super) out: TierWriter,
+    /// Keys whose liveness changed in `older` or `newer` while the merge was under way, with
+    /// their new liveness: the merge may have copied them already, so they are set again
+    /// in the merged tier once it is done.
+    pub(super) changed: Vec<(Vec<u8>, bool)>,
 }
 
 impl Merge {
@@ -63,6 +72,7 @@ impl Merge {
             a: TierCursor::new(&older),
             b: TierCursor::new(&newer),
             out: TierWriter::with_capacity(bytes, chunks),
+            changed: Vec::new(),
             older,
             newer,
         }
@@ -78,7 +88,14 @@ impl Merge {
             *budget -= 1;
             let take_a = !b.valid || (a.valid && a.key <= b.key);
             let take_b = !a.valid || (b.valid && b.key <= a.key);
-            self.out.push(if take_a { &a.key } else { &b.key });
+            // A key in both (never within a generation) is as the newer tier says.
+            let live = if take_b {
+                self.newer.is_live(b.pos)
+            } else {
+                self.older.is_live(a.pos)
+            };
+            self.out
+                .push_with(if take_a { &a.key } else { &b.key }, live);
             if take_a {
                 a.advance(&self.older);
             }
@@ -86,7 +103,13 @@ impl Merge {
                 b.advance(&self.newer);
             }
         }
-        Some(std::mem::take(&mut self.out).finish())
+        let merged = std::mem::take(&mut self.out).finish();
+        for (key, live) in self.changed.drain(..) {
+            if let Some(at) = merged.locate(&key) {
+                merged.set_live(at, live);
+            }
+        }
+        Some(merged)
     }
 }
 

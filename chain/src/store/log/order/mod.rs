@@ -38,13 +38,24 @@
 //! - **What a seek costs.** Per tier (a handful: the tiers of a generation shrink by
 //!   [`FANOUT`] each), a binary search over its chunks' 16-byte prefixes and a scan of one or
 //!   two chunks, in memory.
+//! - **Deleted keys (issue 23).** A key deleted since the run stays here (it hides the run's
+//!   entry, and the index says it is gone) until a merge covers its generation. Each tier
+//!   keeps which of its keys are live ([`super::live::LiveBits`], a bit a key and a summary
+//!   bit per 64), so a seek goes from the first key at its bound to the first live one in
+//!   O(log₆₄ n) word reads, however many deleted keys lie between, and decodes that one from
+//!   its chunk. A deletion marks the key dead in every tier that holds it (a binary search in
+//!   each: deletions pay for it); a put revives the open generation's copy only when that
+//!   generation holds a dead key of the same hash, so puts of live keys look in no tier. The
+//!   bits and each chunk's first key's position (4 bytes a chunk of about 30 keys) add about
+//!   a quarter of a byte a key.
 
 mod merge;
 #[cfg(test)]
 mod tests;
 mod tier;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use super::index::Loc;
@@ -76,17 +87,21 @@ pub const MERGE_KEYS_PER_KEY: usize = 8;
 /// of 40-byte keys), and freed above it: a genesis of millions of keys must not pin them.
 const STAGED_KEEP_BYTES: usize = 1 << 20;
 
-/// Keys back to back: the current block's keys that enter the order.
+/// Keys back to back: the current block's keys that enter the order, and whether each is
+/// live.
 #[derive(Default)]
 pub struct Staged {
     bytes: Vec<u8>,
     ends: Vec<u32>,
+    live: Vec<bool>,
 }
 
 impl Staged {
-    /// Adds `key`, which must sort after every key added since the last clear.
-    pub fn push(&mut self, key: &[u8]) {
+    /// Adds `key`, live or deleted, which must sort after every key added since the last
+    /// clear.
+    pub fn push(&mut self, key: &[u8], live: bool) {
         debug_assert!(self.is_empty() || self.key(self.len() - 1) < key);
+        self.live.push(live);
         self.bytes.extend_from_slice(key);
         let end = u32::try_from(self.bytes.len()).expect("a block's keys fit in 4 GiB");
         self.ends.push(end);
@@ -112,13 +127,46 @@ impl Staged {
     pub fn clear(&mut self) {
         self.bytes.clear();
         self.ends.clear();
+        self.live.clear();
         if self.heap_bytes() > STAGED_KEEP_BYTES {
             *self = Self::default();
         }
     }
 
     fn heap_bytes(&self) -> usize {
-        self.bytes.capacity() + self.ends.capacity() * std::mem::size_of::<u32>()
+        self.bytes.capacity()
+            + self.ends.capacity() * std::mem::size_of::<u32>()
+            + self.live.capacity()
+    }
+}
+
+/// Hashes a key's hash (already the store's seeded hash) as itself.
+#[derive(Default)]
+struct SameHash(u64);
+
+impl Hasher for SameHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// Notes, for a merge under way, that `key` became `live` or dead in `tier`, if the merge
+/// reads that tier.
+fn note_merge_change(merging: &mut Option<Merge>, tier: &Arc<Tier>, key: &[u8], live: bool) {
+    if let Some(merge) = merging
+        && (Arc::ptr_eq(&merge.older, tier) || Arc::ptr_eq(&merge.newer, tier))
+    {
+        merge.changed.push((key.to_vec(), live));
     }
 }
 
@@ -161,6 +209,11 @@ pub struct Order {
     merge_step_keys: usize,
     /// The merge under way, if any: one at a time.
     merging: Option<Merge>,
+    /// How many keys with each hash the open generation holds dead: a put of a key the open
+    /// generation already holds looks for its copy (to make it live again) only when its hash
+    /// is here, so puts of live keys, the common case, pay one lookup in an empty or small
+    /// map. A hash shared by two keys costs the other a useless look, never a wrong answer.
+    open_dead: HashMap<u64, u32, BuildHasherDefault<SameHash>>,
 }
 
 impl Default for Order {
@@ -180,15 +233,71 @@ impl Order {
             staged: Staged::default(),
             merge_step_keys,
             merging: None,
+            open_dead: HashMap::default(),
         }
     }
 
-    /// Notes a change of `key` whose previous change (per the index) was at `previous`:
-    /// the key enters the open generation unless it is there already. Keys are noted in
-    /// increasing order between [`Order::flush`]es.
-    pub fn note(&mut self, key: &[u8], previous: Option<Loc>) {
-        if previous.is_none_or(|p| p < self.open_from) {
-            self.staged.push(key);
+    /// Notes a change of `key` (whose hash is `hash`) that leaves it `live` or deleted, and
+    /// whose previous change (per the index) was at `previous`: the key enters the open
+    /// generation unless it is there already, and every copy of it the order holds is kept
+    /// as live as the key is, so that seeks skip deleted keys without reading them (issue
+    /// 23). Keys are noted in increasing order between [`Order::flush`]es.
+    ///
+    /// A deletion marks the key dead in every tier that holds it: a live copy left in an
+    /// older generation would be found by seeks. A put marks it live only in the open
+    /// generation: a dead copy left in an older one hides nothing, since the open one holds
+    /// the key live. So a put of a live key, the common case, looks in no tier.
+    pub fn note(&mut self, key: &[u8], hash: u64, previous: Option<Loc>, live: bool) {
+        let new_to_open = previous.is_none_or(|p| p < self.open_from);
+        if !live {
+            self.kill(key, hash, !new_to_open);
+        } else if !new_to_open && self.open_dead.contains_key(&hash) {
+            self.revive(key, hash);
+        }
+        if new_to_open {
+            self.staged.push(key, live);
+            if !live {
+                *self.open_dead.entry(hash).or_default() += 1;
+            }
+        }
+    }
+
+    /// Marks `key` dead in every tier that holds it: in the open generation if it is there
+    /// (`in_open`: its last change is in it), and in every sealed one. A generation holds a
+    /// key once, so the search of one stops at the first tier holding it.
+    fn kill(&mut self, key: &[u8], hash: u64, in_open: bool) {
+        let open: &[Arc<Tier>] = if in_open { &self.open.tiers } else { &[] };
+        let sealed = self.sealed.iter().map(|(_, g)| (&g.tiers[..], false));
+        for (tiers, is_open) in std::iter::once((open, true)).chain(sealed) {
+            // Newest first: the smallest tiers, and the one the last change entered.
+            for tier in tiers.iter().rev() {
+                let Some(at) = tier.locate(key) else { continue };
+                if tier.set_live(at, false) {
+                    if is_open {
+                        *self.open_dead.entry(hash).or_default() += 1;
+                    }
+                    note_merge_change(&mut self.merging, tier, key, false);
+                }
+                break;
+            }
+        }
+    }
+
+    /// Marks `key` live in the open generation's tier that holds it dead, if one does.
+    fn revive(&mut self, key: &[u8], hash: u64) {
+        for tier in self.open.tiers.iter().rev() {
+            let Some(at) = tier.locate(key) else { continue };
+            if tier.set_live(at, true) {
+                note_merge_change(&mut self.merging, tier, key, true);
+                if let Some(n) = self.open_dead.get_mut(&hash) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.open_dead.remove(&hash);
+                    }
+                }
+            }
+            // A generation holds a key once.
+            return;
         }
     }
 
@@ -203,7 +312,7 @@ impl Order {
             let bytes = self.staged.bytes.len() + 4 * added;
             let mut tier = TierWriter::with_capacity(bytes, bytes / CHUNK_BYTES + 1);
             for i in 0..added {
-                tier.push(self.staged.key(i));
+                tier.push_with(self.staged.key(i), self.staged.live[i]);
             }
             self.open.tiers.push(Arc::new(tier.finish()));
             self.staged.clear();
@@ -259,6 +368,7 @@ impl Order {
             self.sealed.push_back((through, open));
         }
         self.open_from = next;
+        self.open_dead.clear();
     }
 
     /// A run at `height` is installed: generations it covers whole go, and a merge of their
@@ -275,7 +385,17 @@ impl Order {
         }
     }
 
-    /// The first key of `range` walking `dir` in any tier of any generation, into `out`.
+    /// Every key some tier holds dead, into `f` (a key once per tier holding it), in no
+    /// particular order: what may hide a run's entry.
+    pub fn for_each_dead(&self, mut f: impl FnMut(&[u8])) {
+        let generations = std::iter::once(&self.open).chain(self.sealed.iter().map(|(_, g)| g));
+        for tier in generations.flat_map(|g| &g.tiers) {
+            tier.for_each_dead(&mut f);
+        }
+    }
+
+    /// The first live key of `range` walking `dir` in any tier of any generation, into
+    /// `out`: each tier's first live key, the nearest of them.
     pub fn seek(&self, range: KeyRange<'_>, dir: Direction, out: &mut Vec<u8>) -> bool {
         let mut found = false;
         let mut other = Vec::new();
@@ -315,7 +435,8 @@ impl Order {
                 .sum::<usize>()
     }
 
-    /// Bytes held on the heap: tiers, a merge's output so far, and the staged keys' buffers.
+    /// Bytes held on the heap: tiers, a merge's output so far, the staged keys' buffers and
+    /// the open generation's counts of dead keys by hash.
     pub fn heap_bytes(&self) -> usize {
         self.open.heap_bytes()
             + self
@@ -325,6 +446,7 @@ impl Order {
                 .sum::<usize>()
             + self.staged.heap_bytes()
             + self.merging.as_ref().map_or(0, |m| m.out.heap_bytes())
+            + self.open_dead.capacity() * 2 * std::mem::size_of::<u64>()
     }
 
     /// Finishes every merge the tiers' shape asks for (for tests and benchmarks).

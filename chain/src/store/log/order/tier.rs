@@ -3,6 +3,7 @@
 
 use std::ops::Bound;
 
+use super::super::live::LiveBits;
 use crate::store::{Direction, KeyRange, sort_prefix, starting_before};
 
 /// The bytes of front-coded keys a chunk aims at. A seek decodes up to two chunks per tier
@@ -90,7 +91,8 @@ fn entries(data: &[u8]) -> Entries<'_> {
 }
 
 /// An immutable sorted set of keys, front-coded in chunks of about [`CHUNK_BYTES`]: one
-/// block's new keys, or the merge of several blocks'.
+/// block's new keys, or the merge of several blocks', with which of them are deleted now
+/// (the one part that changes, as commits delete and re-create keys: issue 23).
 pub struct Tier {
     /// The chunks, in slabs of at most [`SLAB_BYTES`]. Each entry is two LEB128 lengths
     /// (shared with the key before it, 0 for a chunk's first, then the rest's) and the rest's
@@ -101,6 +103,10 @@ pub struct Tier {
     /// Each chunk's first key's 16-byte prefix (`store::sort_prefix`): a search compares
     /// these, and whole keys only on a tie.
     prefixes: Box<[u128]>,
+    /// Each chunk's first key's position in the tier.
+    firsts: Box<[u32]>,
+    /// Which keys are live (not deleted by the last change of them).
+    live: LiveBits,
     len: usize,
 }
 
@@ -129,6 +135,9 @@ pub struct TierWriter {
     expected: usize,
     chunks: Vec<ChunkAt>,
     prefixes: Vec<u128>,
+    firsts: Vec<u32>,
+    /// Each key's liveness, a bit a key.
+    live: Vec<u64>,
     previous: Vec<u8>,
     len: usize,
 }
@@ -148,6 +157,8 @@ impl TierWriter {
             expected: bytes,
             chunks: Vec::with_capacity(chunks),
             prefixes: Vec::with_capacity(chunks),
+            firsts: Vec::with_capacity(chunks),
+            live: Vec::new(),
             previous: Vec::new(),
             len: 0,
         }
@@ -171,10 +182,23 @@ impl TierWriter {
             end: start,
         });
         self.prefixes.push(sort_prefix(key));
+        self.firsts
+            .push(u32::try_from(self.len).expect("a tier under 4 G keys"));
     }
 
-    /// Adds `key`, which must sort after every key added before.
+    /// Adds `key`, live, which must sort after every key added before.
     pub fn push(&mut self, key: &[u8]) {
+        self.push_with(key, true);
+    }
+
+    /// Adds `key`, live or deleted, which must sort after every key added before.
+    pub fn push_with(&mut self, key: &[u8], live: bool) {
+        if self.len.is_multiple_of(64) {
+            self.live.push(0);
+        }
+        if live {
+            *self.live.last_mut().expect("pushed") |= 1 << (self.len % 64);
+        }
         debug_assert!(self.len == 0 || self.previous.as_slice() < key);
         let open = self.chunks.last().copied();
         let shared = if open.is_none_or(|c| (c.end - c.start) as usize >= CHUNK_BYTES) {
@@ -203,6 +227,8 @@ impl TierWriter {
             + self.slab.capacity()
             + self.chunks.capacity() * std::mem::size_of::<ChunkAt>()
             + self.prefixes.capacity() * std::mem::size_of::<u128>()
+            + self.firsts.capacity() * 4
+            + self.live.capacity() * 8
     }
 
     /// The tier.
@@ -210,10 +236,16 @@ impl TierWriter {
         if !self.slab.is_empty() {
             self.slabs.push(self.slab.into_boxed_slice());
         }
+        let mut live = self.live;
+        if live.is_empty() {
+            live.push(0);
+        }
         Tier {
             slabs: self.slabs.into_boxed_slice(),
             chunks: self.chunks.into_boxed_slice(),
             prefixes: self.prefixes.into_boxed_slice(),
+            firsts: self.firsts.into_boxed_slice(),
+            live: LiveBits::from_words(live, self.len),
             len: self.len,
         }
     }
@@ -237,6 +269,8 @@ impl Tier {
             + self.slabs.len() * std::mem::size_of::<Box<[u8]>>()
             + self.chunks.len() * std::mem::size_of::<ChunkAt>()
             + self.prefixes.len() * std::mem::size_of::<u128>()
+            + self.firsts.len() * 4
+            + self.live.heap_bytes()
     }
 
     pub(super) fn chunk(&self, i: usize) -> &[u8] {
@@ -261,7 +295,11 @@ impl Tier {
         starting_before(&self.prefixes, key, inclusive, |i| self.first_key(i))
     }
 
-    /// The first key of `range` walking `dir`, into `out`; whether there is one.
+    /// The first live key of `range` walking `dir`, into `out`; whether there is one. The
+    /// first key at or past the range's bound is found as before deletions were tracked (a
+    /// binary search over the chunks and a scan of one or two); dead keys from there on are
+    /// skipped through [`LiveBits`], in O(log₆₄ n) word reads however many there are, and
+    /// the live key found is decoded from its chunk.
     pub fn seek(&self, range: KeyRange<'_>, dir: Direction, out: &mut Vec<u8>) -> bool {
         match dir {
             Direction::Forward => self.seek_forward(range, out),
@@ -278,10 +316,17 @@ impl Tier {
             }
         };
         for i in first..(first + 2).min(self.chunks.len()) {
-            for (shared, suffix) in entries(self.chunk(i)) {
+            for (at, (shared, suffix)) in entries(self.chunk(i)).enumerate() {
                 out.truncate(shared);
                 out.extend_from_slice(suffix);
                 if range.above_lo(out) {
+                    let at = self.firsts[i] as usize + at;
+                    let Some(live) = self.live.next_live(at) else {
+                        return false;
+                    };
+                    if live != at {
+                        self.key_at(live, out);
+                    }
                     return range.below_hi(out);
                 }
             }
@@ -300,14 +345,69 @@ impl Tier {
             return false;
         };
         out.clear();
-        for (shared, suffix) in entries(self.chunk(i)) {
+        let mut last = self.firsts[i] as usize;
+        for (at, (shared, suffix)) in entries(self.chunk(i)).enumerate() {
             if !joined_below(&out[..shared], suffix, range.hi) {
                 break;
             }
             out.truncate(shared);
             out.extend_from_slice(suffix);
+            last = self.firsts[i] as usize + at;
+        }
+        let Some(live) = self.live.prev_live(last) else {
+            return false;
+        };
+        if live != last {
+            self.key_at(live, out);
         }
         range.above_lo(out)
+    }
+
+    /// The key at position `at`, into `out`.
+    fn key_at(&self, at: usize, out: &mut Vec<u8>) {
+        let chunk = self.firsts.partition_point(|&f| f as usize <= at) - 1;
+        let skip = at - self.firsts[chunk] as usize;
+        for (shared, suffix) in entries(self.chunk(chunk)).take(skip + 1) {
+            out.truncate(shared);
+            out.extend_from_slice(suffix);
+        }
+    }
+
+    /// The position of `key`, if the tier holds it.
+    pub fn locate(&self, key: &[u8]) -> Option<usize> {
+        let chunk = self.chunks_starting_before(key, true).checked_sub(1)?;
+        let mut at = Vec::new();
+        for (i, (shared, suffix)) in entries(self.chunk(chunk)).enumerate() {
+            let order = cmp_joined(&at[..shared], suffix, key);
+            if order.is_eq() {
+                return Some(self.firsts[chunk] as usize + i);
+            }
+            if order.is_gt() {
+                return None;
+            }
+            at.truncate(shared);
+            at.extend_from_slice(suffix);
+        }
+        None
+    }
+
+    /// Whether the key at `at` is live.
+    pub fn is_live(&self, at: usize) -> bool {
+        self.live.is_live(at)
+    }
+
+    /// Makes the key at `at` live or dead; whether that changed it.
+    pub fn set_live(&self, at: usize, live: bool) -> bool {
+        self.live.set(at, live)
+    }
+
+    /// Every dead key, in order, into `f`.
+    pub fn for_each_dead(&self, mut f: impl FnMut(&[u8])) {
+        let mut key = Vec::new();
+        for at in self.live.dead() {
+            self.key_at(at, &mut key);
+            f(&key);
+        }
     }
 
     /// Every key, in order, into `f`, or until `f` says stop.

@@ -28,11 +28,14 @@ use crate::store::error::{StoreError, StoreResult};
 use crate::store::log::vfs::{VFile, Vfs};
 
 mod bloom;
+mod mask;
 mod seek;
 mod writer;
 
 pub(crate) use bloom::bloom_hash;
 use bloom::{BLOOM_BLOCK_BITS, Bloom, BloomLayout, MAX_BLOOM_HASHES};
+pub use mask::{EntryAt, RunMask};
+pub use seek::SeekCost;
 pub use writer::RunWriter;
 
 const MAGIC: &[u8; 8] = b"TALLYRUN";
@@ -48,6 +51,17 @@ pub const BLOCK_BYTES: usize = 4096;
 /// Keys and values are bounded well below this by the host API; a run entry claiming more is
 /// damage.
 const MAX_ENTRY_BYTES: u64 = 1 << 30;
+
+/// A run block read for [`Run::position`], kept for the next call.
+#[derive(Default)]
+pub struct KeptBlock {
+    /// [`Run::id`] of its run (0: none).
+    run: u64,
+    block: usize,
+    buf: Vec<u8>,
+    /// Where each of its entries starts.
+    starts: Vec<usize>,
+}
 
 /// An open run: its sparse index and filter in memory, its blocks on disk.
 pub struct Run {
@@ -191,8 +205,69 @@ impl Run {
 
     /// The value of `key`, reading at most one block into `buf`; with how many bytes it read.
     pub fn get(&self, key: &[u8], buf: &mut Vec<u8>) -> StoreResult<(Option<Vec<u8>>, u64)> {
-        if self.blocks.is_empty() || !self.bloom.may_contain(bloom_hash(key)) {
+        let Some(block) = self.block_of(key) else {
             return Ok((None, 0));
+        };
+        self.read_block(block, buf)?;
+        let read = buf.len() as u64;
+        let prefix = sort_prefix(key);
+        let mut at = 8;
+        while at < buf.len() {
+            let (k, v, next) = entry_at(buf, at).ok_or_else(|| self.bad_entry(block))?;
+            let order = sort_prefix(k).cmp(&prefix).then_with(|| k.cmp(key));
+            match order {
+                std::cmp::Ordering::Equal => return Ok((Some(v.to_vec()), read)),
+                std::cmp::Ordering::Greater => break,
+                std::cmp::Ordering::Less => at = next,
+            }
+        }
+        Ok((None, read))
+    }
+
+    /// Where `key`'s entry lies, if the run holds it, reading at most one block into `kept`
+    /// (none if `kept` holds it already: a block's deletions are sorted, so consecutive ones
+    /// mostly fall in one run block, and each then costs a binary search of its entries);
+    /// with how many bytes it read.
+    pub fn position(
+        &self,
+        key: &[u8],
+        kept: &mut KeptBlock,
+    ) -> StoreResult<(Option<EntryAt>, u64)> {
+        let Some(block) = self.block_of(key) else {
+            return Ok((None, 0));
+        };
+        let mut read = 0;
+        if (kept.run, kept.block) != (self.id, block) {
+            kept.run = 0;
+            self.read_block(block, &mut kept.buf)?;
+            read = kept.buf.len() as u64;
+            kept.starts.clear();
+            let mut at = 8;
+            while at < kept.buf.len() {
+                let (_, _, next) = entry_at(&kept.buf, at).ok_or_else(|| self.bad_entry(block))?;
+                kept.starts.push(at);
+                at = next;
+            }
+            (kept.run, kept.block) = (self.id, block);
+        }
+        let key_at = |&at: &usize| {
+            let (k, _, _) = entry_at(&kept.buf, at).expect("decoded when read");
+            k
+        };
+        let found = kept.starts.binary_search_by(|at| key_at(at).cmp(key)).ok();
+        let at = found.map(|index| EntryAt {
+            block,
+            index,
+            entries: kept.starts.len(),
+        });
+        Ok((at, read))
+    }
+
+    /// The block that holds `key` if the run does: the last one starting at or before it,
+    /// unless the bloom filter says the run does not hold it.
+    fn block_of(&self, key: &[u8]) -> Option<usize> {
+        if self.blocks.is_empty() || !self.bloom.may_contain(bloom_hash(key)) {
+            return None;
         }
         // The number of blocks whose first key is <= key. Prefix order never contradicts key
         // order, so only equal prefixes need the whole keys.
@@ -211,29 +286,20 @@ impl Run {
                 hi = mid;
             }
         }
-        let i = lo;
-        if i == 0 {
-            return Ok((None, 0));
-        }
-        self.read_block(i - 1, buf)?;
-        let read = buf.len() as u64;
-        let mut at = 8;
-        while at < buf.len() {
-            let (k, v, next) = entry_at(buf, at).ok_or_else(|| {
-                StoreError::corrupted(
-                    &self.path,
-                    Some(self.blocks[i - 1].1),
-                    "a run entry does not decode",
-                )
-            })?;
-            let order = sort_prefix(k).cmp(&prefix).then_with(|| k.cmp(key));
-            match order {
-                std::cmp::Ordering::Equal => return Ok((Some(v.to_vec()), read)),
-                std::cmp::Ordering::Greater => break,
-                std::cmp::Ordering::Less => at = next,
-            }
-        }
-        Ok((None, read))
+        lo.checked_sub(1)
+    }
+
+    fn bad_entry(&self, block: usize) -> StoreError {
+        StoreError::corrupted(
+            &self.path,
+            Some(self.blocks[block].1),
+            "a run entry does not decode",
+        )
+    }
+
+    /// Blocks in the run.
+    pub fn block_count(&self) -> usize {
+        self.blocks.len()
     }
 
     /// Every entry, in key order.

@@ -9,7 +9,7 @@
 use std::cell::RefCell;
 use std::ops::Bound;
 
-use super::{BLOCK_BYTES, Run, entry_at};
+use super::{BLOCK_BYTES, Run, RunMask, entry_at};
 use crate::store::error::{StoreError, StoreResult};
 use crate::store::{Direction, KeyRange, starting_before};
 
@@ -34,23 +34,24 @@ impl Run {
         starting_before(&self.first_prefixes, key, inclusive, |i| self.first_key(i))
     }
 
-    /// Calls `found` with the first entry of `range` walking `dir` (`None` if the range
-    /// holds none here), read from at most two blocks, and returns what it returns with the
-    /// bytes read from the file (0 when the thread's last block served).
+    /// Calls `found` with the first entry of `range` walking `dir` that `mask` does not mask
+    /// (`None` if the range holds none here), read from at most two blocks however many
+    /// masked entries lie between, and returns what it returns with what the seek cost.
     pub fn seek_with<R>(
         &self,
         range: KeyRange<'_>,
         dir: Direction,
+        mask: &RunMask,
         found: impl FnOnce(Option<(&[u8], &[u8])>) -> R,
-    ) -> StoreResult<(R, u64)> {
+    ) -> StoreResult<(R, SeekCost)> {
+        let mut cost = SeekCost::default();
         if self.blocks.is_empty() {
-            return Ok((found(None), 0));
+            return Ok((found(None), cost));
         }
         SEEK_BLOCK.with_borrow_mut(|kept| {
-            let mut read = 0;
             let hit = match dir {
-                Direction::Forward => self.forward(range, kept, &mut read)?,
-                Direction::Backward => self.backward(range, kept, &mut read)?,
+                Direction::Forward => self.forward(range, mask, kept, &mut cost)?,
+                Direction::Backward => self.backward(range, mask, kept, &mut cost)?,
             };
             let entry = hit.map(|(k, v)| (&kept.buf[k.0..k.1], &kept.buf[v.0..v.1]));
             let result = found(entry.filter(|(k, _)| range.contains(k)));
@@ -63,18 +64,18 @@ impl Run {
                     buf: Vec::new(),
                 };
             }
-            Ok((result, read))
+            Ok((result, cost))
         })
     }
 
     /// Makes block `i` the thread's kept block, reading it unless it is already.
-    fn keep(&self, i: usize, kept: &mut SeekBlock, read: &mut u64) -> StoreResult<()> {
+    fn keep(&self, i: usize, kept: &mut SeekBlock, cost: &mut SeekCost) -> StoreResult<()> {
         if kept.run == self.id && kept.block == i {
             return Ok(());
         }
         kept.run = 0;
         self.read_block(i, &mut kept.buf)?;
-        *read += kept.buf.len() as u64;
+        cost.read += kept.buf.len() as u64;
         (kept.run, kept.block) = (self.id, i);
         Ok(())
     }
@@ -101,60 +102,94 @@ impl Run {
         })
     }
 
-    /// The smallest entry above `range.lo` (its upper bound checked by the caller).
+    /// The smallest entry above `range.lo` not masked (its upper bound checked by the
+    /// caller).
     fn forward(
         &self,
         range: KeyRange<'_>,
+        mask: &RunMask,
         kept: &mut SeekBlock,
-        read: &mut u64,
+        cost: &mut SeekCost,
     ) -> StoreResult<Option<(Span, Span)>> {
         // The block that may hold `lo`: the last one starting at or before it.
-        let first = match range.lo {
+        let mut i = match range.lo {
             Bound::Unbounded => 0,
             Bound::Included(lo) | Bound::Excluded(lo) => {
                 self.blocks_starting_before(lo, true).saturating_sub(1)
             }
         };
-        // The next block, if it comes to that, starts past `lo`.
-        for i in first..(first + 2).min(self.blocks.len()) {
-            self.keep(i, kept, read)?;
-            for entry in self.entries_of(i, &kept.buf) {
+        loop {
+            self.keep(i, kept, cost)?;
+            for (index, entry) in self.entries_of(i, &kept.buf).enumerate() {
                 let (k, v) = entry?;
                 if range.above_lo(&kept.buf[k.0..k.1]) {
+                    if mask.is_masked(i, index) {
+                        cost.skipped += 1;
+                        continue;
+                    }
                     return Ok(Some((k, v)));
                 }
             }
+            // Every entry of a later block is above `lo`: the next block with an entry not
+            // masked holds the one sought.
+            match mask.next_block(i + 1) {
+                Some(next) => i = next,
+                None => return Ok(None),
+            }
         }
-        Ok(None)
     }
 
-    /// The largest entry below `range.hi` (its lower bound checked by the caller).
+    /// The largest entry below `range.hi` not masked (its lower bound checked by the
+    /// caller).
     fn backward(
         &self,
         range: KeyRange<'_>,
+        mask: &RunMask,
         kept: &mut SeekBlock,
-        read: &mut u64,
+        cost: &mut SeekCost,
     ) -> StoreResult<Option<(Span, Span)>> {
-        // The last block that starts below `hi`: the entry sought is in it.
+        // The last block that starts below `hi`: the entry sought is in it, or before it.
         let starting_below = match range.hi {
             Bound::Unbounded => self.blocks.len(),
             Bound::Included(hi) => self.blocks_starting_before(hi, true),
             Bound::Excluded(hi) => self.blocks_starting_before(hi, false),
         };
-        let Some(i) = starting_below.checked_sub(1) else {
+        let Some(mut i) = starting_below.checked_sub(1) else {
             return Ok(None);
         };
-        self.keep(i, kept, read)?;
-        let mut last = None;
-        for entry in self.entries_of(i, &kept.buf) {
-            let (k, v) = entry?;
-            if !range.below_hi(&kept.buf[k.0..k.1]) {
-                break;
+        loop {
+            self.keep(i, kept, cost)?;
+            let mut last = None;
+            for (index, entry) in self.entries_of(i, &kept.buf).enumerate() {
+                let (k, v) = entry?;
+                if !range.below_hi(&kept.buf[k.0..k.1]) {
+                    break;
+                }
+                if mask.is_masked(i, index) {
+                    cost.skipped += 1;
+                } else {
+                    last = Some((k, v));
+                }
             }
-            last = Some((k, v));
+            if last.is_some() {
+                return Ok(last);
+            }
+            // Every entry of an earlier block is below `hi`.
+            match i.checked_sub(1).and_then(|before| mask.prev_block(before)) {
+                Some(prev) => i = prev,
+                None => return Ok(None),
+            }
         }
-        Ok(last)
     }
+}
+
+/// What a run seek cost.
+#[derive(Default, Clone, Copy)]
+pub struct SeekCost {
+    /// Bytes read from the file (0 when the thread's kept block served).
+    pub read: u64,
+    /// Masked entries it passed over (at most two blocks' worth).
+    pub skipped: u64,
 }
 
 /// A byte range of the kept block: start and end.
@@ -244,7 +279,9 @@ mod tests {
                     Direction::Backward => all.next_back(),
                 };
                 let (got, _) = run
-                    .seek_with(range, dir, |e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
+                    .seek_with(range, dir, &RunMask::new(run.block_count()), |e| {
+                        e.map(|(k, v)| (k.to_vec(), v.to_vec()))
+                    })
                     .unwrap();
                 let want = want.map(|(k, v)| (k.clone(), v.clone()));
                 assert_eq!(got, want, "{range:?} {dir:?}");
@@ -270,6 +307,7 @@ mod tests {
         }
         w.finish().unwrap();
         let run = Arc::new(Run::open(&fs, path).unwrap());
+        let mask = RunMask::new(run.block_count());
         // A walk over every key, one seek per key just past the last.
         let (mut last, mut keys, mut read) = (None::<Vec<u8>>, 0u32, 0);
         loop {
@@ -277,10 +315,12 @@ mod tests {
                 Some(k) => KeyRange::ALL.past(k, Direction::Forward),
                 None => KeyRange::ALL,
             };
-            let (found, n) = run
-                .seek_with(range, Direction::Forward, |e| e.map(|(k, _)| k.to_vec()))
+            let (found, cost) = run
+                .seek_with(range, Direction::Forward, &mask, |e| {
+                    e.map(|(k, _)| k.to_vec())
+                })
                 .unwrap();
-            read += n;
+            read += cost.read;
             let Some(key) = found else { break };
             assert_eq!(key, keys.to_be_bytes());
             keys += 1;
