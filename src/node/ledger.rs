@@ -255,10 +255,6 @@ impl Ledger {
         self.chain.config().fees
     }
 
-    /// The committed native balance of `account`.
-    pub fn native_balance(&self, account: Name) -> Result<u64, ChainError> {
-        self.chain.native_balance(account)
-    }
 
     /// The last committed block.
     pub fn head(&self) -> Head {
