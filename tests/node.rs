@@ -1818,3 +1818,129 @@ fn issue_24_tips_go_to_the_account_genesis_maps_the_proposer_to_else_the_system_
     assert_eq!(node.native_balance("val1"), 777);
     assert_eq!(node.native_balance("tally"), system_before + 5);
 }
+
+/// The height the application on `url` last committed (ABCI query `head`).
+fn head_height(url: &str) -> u64 {
+    let r = rpc(url, "abci_query", json!({"path": "head", "data": ""})).expect("head");
+    let value = base64::engine::general_purpose::STANDARD
+        .decode(r["response"]["value"].as_str().unwrap())
+        .unwrap();
+    serde_json::from_slice::<Value>(&value).unwrap()["height"]
+        .as_u64()
+        .unwrap()
+}
+
+/// The native balance of `account` on validator `url` (ABCI query `balance`).
+fn native_balance(url: &str, account: &str) -> u64 {
+    let name: tally_chain::Name = account.parse().unwrap();
+    let r = rpc(
+        url,
+        "abci_query",
+        json!({"path": "native", "data": hex::encode(name.0.to_le_bytes())}),
+    )
+    .expect("abci_query answered");
+    let value = base64::engine::general_purpose::STANDARD
+        .decode(r["response"]["value"].as_str().unwrap_or(""))
+        .unwrap();
+    u64::from_le_bytes(value.try_into().expect("a balance is 8 bytes"))
+}
+
+#[test]
+fn issue_24_on_a_devnet_tips_go_to_each_blocks_proposer_account_on_every_node_and_fees_answers() {
+    if cometbft().is_none() {
+        return;
+    }
+    let _one = one_network();
+    let net = Net::start(2, 27_600, 10);
+    let genesis: Value = serde_json::from_slice(
+        &std::fs::read(net.path().join("v0/cometbft/config/genesis.json")).unwrap(),
+    )
+    .unwrap();
+    let proposers = genesis["app_state"]["proposers"]
+        .as_object()
+        .unwrap()
+        .clone();
+    let accounts: Vec<String> = proposers
+        .values()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(proposers.len(), 2, "{proposers:?}");
+    for v in genesis["validators"].as_array().unwrap() {
+        assert!(proposers.contains_key(v["address"].as_str().unwrap()));
+    }
+    let funded: Vec<u64> = accounts
+        .iter()
+        .map(|a| native_balance(&net.rpcs[0], a))
+        .collect();
+    assert!(
+        funded.iter().all(|&b| b > 0),
+        "each validator's account is funded"
+    );
+    // Tipped transfers, each its own bundle, to both validators in turn, over several blocks.
+    let tapos = head(&net.rpcs[0]);
+    let max_fee = tally_chain::tx::DEFAULT_MAX_FEE;
+    let tips: Vec<u64> = (0..8).map(|i| 1_000 + i).collect();
+    for (i, tip) in tips.iter().enumerate() {
+        let tx = paying(tapos, i as u64 % 8, &format!("tip{i}"), *tip, max_fee);
+        let (code, log) = broadcast(&net.rpcs[i % 2], &bundle(&[&tx.encode()]));
+        assert_eq!(code, 0, "{log}");
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let total: u64 = tips.iter().sum();
+    let gained = |url: &str| -> Vec<u64> {
+        accounts
+            .iter()
+            .zip(&funded)
+            .map(|(a, f)| native_balance(url, a) - f)
+            .collect()
+    };
+    wait_for("every tip to commit", Duration::from_secs(60), || {
+        net.rpcs
+            .iter()
+            .all(|url| gained(url).iter().sum::<u64>() == total)
+    });
+    // Each block's tips went to the account genesis maps its proposer to, on each node.
+    // The applications' committed heights: their balances are those blocks'.
+    let last = net.rpcs.iter().map(|u| head_height(u)).min().unwrap();
+    let mut expected = std::collections::BTreeMap::<String, u64>::new();
+    for h in 1..=last {
+        let block = rpc(&net.rpcs[0], "block", json!({"height": h.to_string()})).unwrap();
+        let proposer = block["block"]["header"]["proposer_address"]
+            .as_str()
+            .unwrap();
+        let account = proposers[proposer].as_str().unwrap().to_string();
+        let (hash, data) = results(&net.rpcs[0], h);
+        for d in &data {
+            let tipped: u64 = summaries(d)
+                .iter()
+                .filter_map(|(_, p)| p.map(|p| p.1))
+                .sum();
+            *expected.entry(account.clone()).or_default() += tipped;
+        }
+        assert_eq!(app_hash(&net.rpcs[1], h), Some(hash), "height {h}");
+    }
+    assert_eq!(expected.values().sum::<u64>(), total);
+    for url in &net.rpcs {
+        let got: std::collections::BTreeMap<String, u64> =
+            accounts.iter().cloned().zip(gained(url)).collect();
+        for (account, tips) in &got {
+            assert_eq!(
+                expected.get(account).copied().unwrap_or(0),
+                *tips,
+                "{account} on {url}"
+            );
+        }
+    }
+    // `tally fees --rpc` answers, naming each block's proposer account.
+    let out = ok(
+        tally(&["fees", "--rpc", &net.rpcs[1], "--blocks", "5", "--json"]),
+        "tally fees --rpc",
+    );
+    let view: Value = serde_json::from_str(&out).unwrap();
+    let blocks = view["recent"].as_array().unwrap();
+    assert!(!blocks.is_empty(), "{out}");
+    for b in blocks {
+        let p = b["proposer"].as_str().unwrap();
+        assert!(accounts.iter().any(|a| a == p), "proposer {p}: {out}");
+    }
+}
