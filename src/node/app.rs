@@ -123,7 +123,10 @@ impl Consensus {
 
 /// The application: one method per ABCI request. Its state has two owners, each behind one
 /// lock: [`Consensus`] (the chain) and [`Mempool`] (the bundles verified and not yet
-/// committed), so CheckTx admits bundles while a block executes.
+/// committed), so CheckTx admits bundles while a block executes, but for one step: reading a
+/// payer's committed balance that the mempool has not read since the last commit waits for
+/// the consensus lock (the chain's committed state is only reachable through it), after the
+/// bundle's signatures are verified, so only authenticated bundles ever wait.
 pub struct App {
     dir: PathBuf,
     consensus: Mutex<Consensus>,
