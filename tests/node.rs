@@ -1456,6 +1456,13 @@ fn issue_23_contracts_deployed_and_pushed_over_rpc_give_receipts_tx_reads_back_a
         "assert failed: the swap gives less than min_out"
     );
     assert!(pushed["fuel_used"].as_u64().unwrap() > 0);
+    // Issue 24: a node's receipt carries the fee the failed transaction still paid, and its
+    // usage by dimension, so `tally push --rpc` and `tally tx --rpc` show them.
+    let fee = &pushed["fee"];
+    assert!(
+        fee["total"].as_u64().unwrap() > 0 && fee["burned"] == fee["total"],
+        "{pushed}"
+    );
     let id = pushed["transaction"].as_str().unwrap();
     for url in &net.rpcs {
         let shown: Value =

@@ -255,7 +255,6 @@ impl Ledger {
         self.chain.config().fees
     }
 
-
     /// The last committed block.
     pub fn head(&self) -> Head {
         let h = self.chain.head();
