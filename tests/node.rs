@@ -642,7 +642,7 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
 
     let key = tally_chain::crypto::derived_key(1, 1);
     let genesis = json!({
-        "accounts": [{"name": workload::account_name(1).to_string(), "key": hex::encode(key.verifying_key().to_bytes())}],
+        "accounts": [{"name": workload::account_name(1).to_string(), "key": hex::encode(key.verifying_key().to_bytes()), "balance": workload::NATIVE_FUNDS}],
         "contracts": [{"account": "simplecoin", "code": hex::encode(workload::SIMPLECOIN_WASM)}],
         "allocations": [{"contract": "simplecoin", "key": hex::encode(workload::account_name(1).0.to_le_bytes()), "value": hex::encode(5u64.to_le_bytes())}],
     });
@@ -1003,11 +1003,21 @@ fn results(url: &str, h: u64) -> (String, Vec<Vec<u8>>) {
     (r["app_hash"].as_str().unwrap().to_string(), data)
 }
 
+/// Bytes of a summary's usage and fee (src/node/results.rs): `Usage` is 5 u64s, `Fee` 5 u64s
+/// per dimension, then `burned` and `tip`.
+const USAGE_AND_FEE_BYTES: usize = 5 * 8 + 7 * 8;
+
 /// Each transaction's outcome (0 success, 1 failed, 2 rejected) in a bundle's result data:
 /// the bundle hash, then borsh of one summary per transaction (src/node/results.rs), an enum
-/// whose variant is its first byte: `Success { fuel_used: u64 }`, `Failed { fuel_used: u64,
-/// action: Option<u32>, code: u16, message: String }`, `Rejected { reason: String }`.
+/// whose variant is its first byte: `Success { fuel_used: u64, usage, fee }`, `Failed {
+/// fuel_used: u64, usage, fee, action: Option<u32>, code: u16, message: String }`,
+/// `Rejected { reason: String }`.
 fn outcomes(data: &[u8]) -> Vec<u8> {
+    summaries(data).into_iter().map(|(o, _)| o).collect()
+}
+
+/// Each transaction's outcome and, if included, its fee's (burned, tip).
+fn summaries(data: &[u8]) -> Vec<(u8, Option<(u64, u64)>)> {
     let mut rest = &data[32..];
     let mut take = |n: usize| {
         let (head, tail) = rest.split_at(n);
@@ -1022,20 +1032,30 @@ fn outcomes(data: &[u8]) -> Vec<u8> {
             let len = u32::from_le_bytes(take(4).try_into().unwrap()) as usize;
             take(len);
         };
-        match variant {
-            0 => drop(take(8)),
+        let fee = |take: &mut dyn FnMut(usize) -> Vec<u8>| {
+            let bytes = take(8 + USAGE_AND_FEE_BYTES);
+            let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+            let n = bytes.len();
+            Some((u64_at(n - 16), u64_at(n - 8)))
+        };
+        let paid = match variant {
+            0 => fee(&mut take),
             1 => {
-                take(8);
+                let paid = fee(&mut take);
                 if take(1)[0] == 1 {
                     take(4);
                 }
                 take(2);
                 string(&mut take);
+                paid
             }
-            2 => string(&mut take),
+            2 => {
+                string(&mut take);
+                None
+            }
             other => panic!("no outcome {other}"),
-        }
-        out.push(variant);
+        };
+        out.push((variant, paid));
     }
     assert!(rest.is_empty(), "bytes after the last summary");
     out
@@ -1436,6 +1456,13 @@ fn issue_23_contracts_deployed_and_pushed_over_rpc_give_receipts_tx_reads_back_a
         "assert failed: the swap gives less than min_out"
     );
     assert!(pushed["fuel_used"].as_u64().unwrap() > 0);
+    // Issue 24: a node's receipt carries the fee the failed transaction still paid, and its
+    // usage by dimension, so `tally push --rpc` and `tally tx --rpc` show them.
+    let fee = &pushed["fee"];
+    assert!(
+        fee["total"].as_u64().unwrap() > 0 && fee["burned"] == fee["total"],
+        "{pushed}"
+    );
     let id = pushed["transaction"].as_str().unwrap();
     for url in &net.rpcs {
         let shown: Value =
@@ -1506,4 +1533,421 @@ fn issue_23_contracts_deployed_and_pushed_over_rpc_give_receipts_tx_reads_back_a
     let out = tally(&["tx", &"0".repeat(64), "--rpc", &net.rpcs[0]]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("knows no transaction"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fees (issue 24): admission by payer balance, tip ordering, proposer tips, `tally fees --rpc`.
+// ---------------------------------------------------------------------------------------------
+
+/// A `tally node` process alone, driven over its socket as CometBFT drives it; killed when
+/// dropped.
+struct SocketNode {
+    _dir: tempfile::TempDir,
+    child: std::process::Child,
+    s: std::os::unix::net::UnixStream,
+    /// The chain's head after InitChain: (ref_block_num, ref_block_prefix, time_ms).
+    tapos: (u16, u32, u64),
+}
+
+impl Drop for SocketNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// CometBFT's genesis time in these tests, and a block time after it.
+const GENESIS_S: i64 = 1_800_000_000;
+
+fn timestamp(seconds: i64) -> Option<tendermint_proto::google::protobuf::Timestamp> {
+    Some(tendermint_proto::google::protobuf::Timestamp { seconds, nanos: 0 })
+}
+
+impl SocketNode {
+    /// Starts a node and sends it InitChain with `app_state`.
+    fn start(app_state: Value) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("abci.sock");
+        let child = Command::new(TALLY)
+            .args(["node", "--data", dir.path().join("data").to_str().unwrap()])
+            .args(["--abci", &format!("unix://{}", socket.display())])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for("the node's socket", Duration::from_secs(30), || {
+            socket.exists()
+        });
+        let mut s = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let init = abci(
+            &mut s,
+            request::Value::InitChain(RequestInitChain {
+                time: timestamp(GENESIS_S),
+                chain_id: "test".into(),
+                app_state_bytes: serde_json::to_vec(&app_state).unwrap().into(),
+                initial_height: 1,
+                ..Default::default()
+            }),
+        );
+        assert!(matches!(init, response::Value::InitChain(_)), "{init:?}");
+        let mut node = Self {
+            _dir: dir,
+            child,
+            s,
+            tapos: (0, 0, 0),
+        };
+        let h: Value = serde_json::from_slice(&node.query("head", &[]).1).unwrap();
+        node.tapos = (
+            h["ref_block_num"].as_u64().unwrap() as u16,
+            h["ref_block_prefix"].as_u64().unwrap() as u32,
+            h["time_ms"].as_u64().unwrap(),
+        );
+        node
+    }
+
+    fn query(&mut self, path: &str, data: &[u8]) -> (u32, Vec<u8>) {
+        let r = abci(
+            &mut self.s,
+            request::Value::Query(tendermint_proto::v0_38::abci::RequestQuery {
+                path: path.into(),
+                data: data.to_vec().into(),
+                ..Default::default()
+            }),
+        );
+        let response::Value::Query(q) = r else {
+            panic!("{r:?}")
+        };
+        (q.code, q.value.to_vec())
+    }
+
+    /// The committed native balance of `account`.
+    fn native_balance(&mut self, account: &str) -> u64 {
+        let name: tally_chain::Name = account.parse().unwrap();
+        let (code, value) = self.query("native", &name.0.to_le_bytes());
+        assert_eq!(code, 0);
+        u64::from_le_bytes(value.try_into().unwrap())
+    }
+
+    fn check_tx(&mut self, tx: Vec<u8>) -> (u32, String) {
+        let r = abci(
+            &mut self.s,
+            request::Value::CheckTx(tendermint_proto::v0_38::abci::RequestCheckTx {
+                tx: tx.into(),
+                r#type: tendermint_proto::v0_38::abci::CheckTxType::New as i32,
+            }),
+        );
+        let response::Value::CheckTx(c) = r else {
+            panic!("{r:?}")
+        };
+        (c.code, c.log)
+    }
+
+    /// FinalizeBlock then Commit of `txs` at `height` proposed by `proposer`: each bundle's
+    /// result data.
+    fn block(&mut self, height: i64, proposer: &[u8], txs: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+        let r = abci(
+            &mut self.s,
+            request::Value::FinalizeBlock(RequestFinalizeBlock {
+                txs: txs.into_iter().map(Into::into).collect(),
+                height,
+                time: timestamp(GENESIS_S + height),
+                proposer_address: proposer.to_vec().into(),
+                ..Default::default()
+            }),
+        );
+        let response::Value::FinalizeBlock(f) = r else {
+            panic!("{r:?}")
+        };
+        let r = abci(&mut self.s, request::Value::Commit(Default::default()));
+        assert!(matches!(r, response::Value::Commit(_)), "{r:?}");
+        f.tx_results.into_iter().map(|r| r.data.to_vec()).collect()
+    }
+}
+
+/// A transfer from benchmark account `from` (seed 1) offering `tip` and at most `max_fee`.
+fn paying(
+    tapos: (u16, u32, u64),
+    from: u64,
+    memo: &str,
+    tip: u64,
+    max_fee: u64,
+) -> SignedTransaction {
+    let mut t = transfer(tapos, from, from + 1, memo, 0).transaction;
+    t.tip = tip;
+    t.max_fee = max_fee;
+    let key = tally_chain::crypto::derived_key(1, from % workload::KEY_POOL);
+    SignedTransaction::sign(t, &[(workload::account_name(from), &key)])
+}
+
+/// A genesis of simplecoin and benchmark accounts 1 and 2 (seed 1 keys) with these native
+/// balances, and `extra` accounts (name, balance) keyed like account 1.
+fn fee_genesis(balances: [u64; 2], extra: &[(&str, u64)], proposers: Value) -> Value {
+    let key = |i: u64| {
+        hex::encode(
+            tally_chain::crypto::derived_key(1, i)
+                .verifying_key()
+                .to_bytes(),
+        )
+    };
+    let mut accounts: Vec<Value> = [1u64, 2]
+        .iter()
+        .zip(balances)
+        .map(|(&i, b)| json!({"name": workload::account_name(i).to_string(), "key": key(i), "balance": b}))
+        .collect();
+    accounts.extend(
+        extra
+            .iter()
+            .map(|(name, b)| json!({"name": name, "key": key(1), "balance": b})),
+    );
+    let coins = |i: u64| json!({"contract": "simplecoin", "key": hex::encode(workload::account_name(i).0.to_le_bytes()), "value": hex::encode(1_000u64.to_le_bytes())});
+    json!({
+        "accounts": accounts,
+        "contracts": [{"account": "simplecoin", "code": hex::encode(workload::SIMPLECOIN_WASM)}],
+        "allocations": [coins(1), coins(2)],
+        "proposers": proposers,
+    })
+}
+
+#[test]
+fn issue_24_check_tx_lets_a_payer_queue_only_what_its_balance_covers_and_more_after_a_commit() {
+    const MAX_FEE: u64 = tally_chain::tx::DEFAULT_MAX_FEE;
+    // Room for two pending transactions' max fees, not three.
+    let funds = 2 * MAX_FEE + MAX_FEE / 2;
+    let mut node = SocketNode::start(fee_genesis([funds, funds], &[], json!({})));
+    let tapos = node.tapos;
+    let [a, b, c] = ["a", "b", "c"].map(|m| bundle(&[&paying(tapos, 1, m, 0, MAX_FEE).encode()]));
+    assert_eq!(node.check_tx(a.clone()), (0, String::new()));
+    assert_eq!(node.check_tx(b).0, 0);
+    let (code, log) = node.check_tx(c.clone());
+    assert_eq!(code, 9, "{log}");
+    assert!(
+        log.contains(&format!("has {funds} coins committed"))
+            && log.contains(&format!("may spend {}", 2 * MAX_FEE))
+            && log.contains(&format!("asks {MAX_FEE}")),
+        "{log}"
+    );
+    // Another payer is not held back by the first one's queue.
+    let other = bundle(&[&paying(tapos, 2, "d", 0, MAX_FEE).encode()]);
+    assert_eq!(node.check_tx(other).0, 0);
+    // The first commits and pays a small fee: its payer's balance now covers the other
+    // pending one and the third.
+    let data = node.block(1, &[], vec![a]);
+    let [(0, Some((burned, 0)))] = summaries(&data[0])[..] else {
+        panic!("{:?}", summaries(&data[0]))
+    };
+    assert!(burned > 0 && burned < MAX_FEE / 2, "fee {burned}");
+    assert_eq!(
+        node.native_balance(&workload::account_name(1).to_string()),
+        funds - burned
+    );
+    assert_eq!(node.check_tx(c).0, 0, "admitted once the first committed");
+}
+
+#[test]
+fn issue_24_prepare_proposal_takes_the_highest_tip_per_byte_first_only_when_the_block_is_full() {
+    let mut node = SocketNode::start(fee_genesis(
+        [workload::NATIVE_FUNDS, workload::NATIVE_FUNDS],
+        &[],
+        json!({}),
+    ));
+    let tapos = node.tapos;
+    let max_fee = tally_chain::tx::DEFAULT_MAX_FEE;
+    // Same sizes; tips 0, 5, 100, 5 (memos of one length). The last is not in the mempool:
+    // its tip is read from the bundle.
+    let txs: Vec<Vec<u8>> = [(1, "t0", 0), (2, "t1", 5), (1, "t2", 100), (2, "t3", 5)]
+        .iter()
+        .map(|&(from, memo, tip)| bundle(&[&paying(tapos, from, memo, tip, max_fee).encode()]))
+        .collect();
+    for tx in &txs[..3] {
+        assert_eq!(node.check_tx(tx.clone()).0, 0);
+    }
+    let len = txs[0].len() as i64;
+    assert!(txs.iter().all(|t| t.len() as i64 == len));
+    let mut prepare = |max_tx_bytes: i64| -> Vec<Vec<u8>> {
+        let r = abci(
+            &mut node.s,
+            request::Value::PrepareProposal(
+                tendermint_proto::v0_38::abci::RequestPrepareProposal {
+                    max_tx_bytes,
+                    txs: txs.iter().cloned().map(Into::into).collect(),
+                    height: 1,
+                    time: timestamp(GENESIS_S + 1),
+                    ..Default::default()
+                },
+            ),
+        );
+        let response::Value::PrepareProposal(p) = r else {
+            panic!("{r:?}")
+        };
+        p.txs.into_iter().map(|t| t.to_vec()).collect()
+    };
+    assert_eq!(prepare(4 * len), txs, "everything fits: arrival order");
+    assert_eq!(
+        prepare(3 * len),
+        [txs[2].clone(), txs[1].clone(), txs[3].clone()],
+        "full: highest tip per byte first, ties in arrival order"
+    );
+}
+
+#[test]
+fn issue_24_tips_go_to_the_account_genesis_maps_the_proposer_to_else_the_system_account() {
+    let mapped = [0xAB; 20];
+    let mut node = SocketNode::start(fee_genesis(
+        [workload::NATIVE_FUNDS, workload::NATIVE_FUNDS],
+        &[("val1", 0)],
+        json!({ hex::encode(mapped): "val1" }),
+    ));
+    let tapos = node.tapos;
+    let max_fee = tally_chain::tx::DEFAULT_MAX_FEE;
+    let system_before = node.native_balance("tally");
+    let data = node.block(
+        1,
+        &mapped,
+        vec![
+            bundle(&[&paying(tapos, 1, "x", 700, max_fee).encode()]),
+            bundle(&[&paying(tapos, 2, "y", 77, max_fee).encode()]),
+        ],
+    );
+    let tips: u64 = data
+        .iter()
+        .flat_map(|d| summaries(d))
+        .map(|(_, paid)| paid.unwrap().1)
+        .sum();
+    assert_eq!(tips, 777);
+    assert_eq!(node.native_balance("val1"), 777);
+    assert_eq!(node.native_balance("tally"), system_before);
+    // A proposer genesis does not name pays the system account.
+    node.block(
+        2,
+        &[0xCD; 20],
+        vec![bundle(&[&paying(tapos, 1, "z", 5, max_fee).encode()])],
+    );
+    assert_eq!(node.native_balance("val1"), 777);
+    assert_eq!(node.native_balance("tally"), system_before + 5);
+}
+
+/// The height the application on `url` last committed (ABCI query `head`).
+fn head_height(url: &str) -> u64 {
+    let r = rpc(url, "abci_query", json!({"path": "head", "data": ""})).expect("head");
+    let value = base64::engine::general_purpose::STANDARD
+        .decode(r["response"]["value"].as_str().unwrap())
+        .unwrap();
+    serde_json::from_slice::<Value>(&value).unwrap()["height"]
+        .as_u64()
+        .unwrap()
+}
+
+/// The native balance of `account` on validator `url` (ABCI query `balance`).
+fn native_balance(url: &str, account: &str) -> u64 {
+    let name: tally_chain::Name = account.parse().unwrap();
+    let r = rpc(
+        url,
+        "abci_query",
+        json!({"path": "native", "data": hex::encode(name.0.to_le_bytes())}),
+    )
+    .expect("abci_query answered");
+    let value = base64::engine::general_purpose::STANDARD
+        .decode(r["response"]["value"].as_str().unwrap_or(""))
+        .unwrap();
+    u64::from_le_bytes(value.try_into().expect("a balance is 8 bytes"))
+}
+
+#[test]
+fn issue_24_on_a_devnet_tips_go_to_each_blocks_proposer_account_on_every_node_and_fees_answers() {
+    if cometbft().is_none() {
+        return;
+    }
+    let _one = one_network();
+    let net = Net::start(2, 27_600, 10);
+    let genesis: Value = serde_json::from_slice(
+        &std::fs::read(net.path().join("v0/cometbft/config/genesis.json")).unwrap(),
+    )
+    .unwrap();
+    let proposers = genesis["app_state"]["proposers"]
+        .as_object()
+        .unwrap()
+        .clone();
+    let accounts: Vec<String> = proposers
+        .values()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(proposers.len(), 2, "{proposers:?}");
+    for v in genesis["validators"].as_array().unwrap() {
+        assert!(proposers.contains_key(v["address"].as_str().unwrap()));
+    }
+    let funded: Vec<u64> = accounts
+        .iter()
+        .map(|a| native_balance(&net.rpcs[0], a))
+        .collect();
+    assert!(
+        funded.iter().all(|&b| b > 0),
+        "each validator's account is funded"
+    );
+    // Tipped transfers, each its own bundle, to both validators in turn, over several blocks.
+    let tapos = head(&net.rpcs[0]);
+    let max_fee = tally_chain::tx::DEFAULT_MAX_FEE;
+    let tips: Vec<u64> = (0..8).map(|i| 1_000 + i).collect();
+    for (i, tip) in tips.iter().enumerate() {
+        let tx = paying(tapos, i as u64 % 8, &format!("tip{i}"), *tip, max_fee);
+        let (code, log) = broadcast(&net.rpcs[i % 2], &bundle(&[&tx.encode()]));
+        assert_eq!(code, 0, "{log}");
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let total: u64 = tips.iter().sum();
+    let gained = |url: &str| -> Vec<u64> {
+        accounts
+            .iter()
+            .zip(&funded)
+            .map(|(a, f)| native_balance(url, a) - f)
+            .collect()
+    };
+    wait_for("every tip to commit", Duration::from_secs(60), || {
+        net.rpcs
+            .iter()
+            .all(|url| gained(url).iter().sum::<u64>() == total)
+    });
+    // Each block's tips went to the account genesis maps its proposer to, on each node.
+    // The applications' committed heights: their balances are those blocks'.
+    let last = net.rpcs.iter().map(|u| head_height(u)).min().unwrap();
+    let mut expected = std::collections::BTreeMap::<String, u64>::new();
+    for h in 1..=last {
+        let block = rpc(&net.rpcs[0], "block", json!({"height": h.to_string()})).unwrap();
+        let proposer = block["block"]["header"]["proposer_address"]
+            .as_str()
+            .unwrap();
+        let account = proposers[proposer].as_str().unwrap().to_string();
+        let (hash, data) = results(&net.rpcs[0], h);
+        for d in &data {
+            let tipped: u64 = summaries(d)
+                .iter()
+                .filter_map(|(_, p)| p.map(|p| p.1))
+                .sum();
+            *expected.entry(account.clone()).or_default() += tipped;
+        }
+        assert_eq!(app_hash(&net.rpcs[1], h), Some(hash), "height {h}");
+    }
+    assert_eq!(expected.values().sum::<u64>(), total);
+    for url in &net.rpcs {
+        let got: std::collections::BTreeMap<String, u64> =
+            accounts.iter().cloned().zip(gained(url)).collect();
+        for (account, tips) in &got {
+            assert_eq!(
+                expected.get(account).copied().unwrap_or(0),
+                *tips,
+                "{account} on {url}"
+            );
+        }
+    }
+    // `tally fees --rpc` answers, naming each block's proposer account.
+    let out = ok(
+        tally(&["fees", "--rpc", &net.rpcs[1], "--blocks", "5", "--json"]),
+        "tally fees --rpc",
+    );
+    let view: Value = serde_json::from_str(&out).unwrap();
+    let blocks = view["recent"].as_array().unwrap();
+    assert!(!blocks.is_empty(), "{out}");
+    for b in blocks {
+        let p = b["proposer"].as_str().unwrap();
+        assert!(accounts.iter().any(|a| a == p), "proposer {p}: {out}");
+    }
 }

@@ -28,7 +28,9 @@ pub enum Dist {
              --transfers 200000 --dist zipf --devnet ./net --json load.json
 
 The accounts and their keys must be in the chain's genesis: `tally devnet` puts --accounts
-accounts there, keyed from --seed; give the same values here. Every transfer is signed on
+accounts there, keyed from --seed and funded; give the same values here. Each transfer pays
+its fee from its sender's native balance, offering the default max fee; the report sums the
+fees the included transfers paid. Every transfer is signed on
 its own before the clock starts; --bundle of them travel in one CometBFT transaction, and
 every validator verifies each signature. At most --window transfers are in flight at once,
 so the latency figures measure the network, not a queue this command built.")]
@@ -134,6 +136,14 @@ fn table(r: &LoadReport) -> String {
     t.push_str(&format!(
         "failed / rejected       {} failed, {} refused at CheckTx, {} rejected in blocks, {} lost\n",
         r.failed, r.rejected_check_tx, r.rejected_in_block, r.lost
+    ));
+    let included = r.committed + r.failed;
+    t.push_str(&format!(
+        "fees paid               {} coins ({} burned, {} tips; {:.0} per included transfer)\n",
+        r.fees_paid,
+        r.fees_burned,
+        r.fees_paid - r.fees_burned,
+        r.fees_paid as f64 / included.max(1) as f64
     ));
     t.push_str(&format!(
         "blocks                  {} ({:.0} ms apart)\n",

@@ -2,17 +2,23 @@
 //!
 //! - **CheckTx** (mempool connection): decodes the bundle within Tally's size limits, applies
 //!   the chain's expiration rule at the next block's earliest time, refuses a transaction
-//!   already in the mempool, and verifies every signature in one batched call
-//!   ([`Mempool`](super::mempool::Mempool) keeps the verified bundle).
-//! - **Recheck** after each commit drops bundles whose transactions have expired.
-//! - **PrepareProposal** takes the mempool's bundles in order up to CometBFT's byte limit.
+//!   already in the mempool, and verifies every signature in one batched call; then it refuses
+//!   a bundle whose payers' committed native balances cannot cover the max fees of their
+//!   pending transactions plus the bundle's ([`Mempool`](super::mempool::Mempool) keeps the
+//!   verified bundle and what each payer has pending).
+//! - **Recheck** after each commit drops bundles whose transactions have expired, or whose
+//!   payer's balance no longer covers what it has pending.
+//! - **PrepareProposal** takes the mempool's bundles in order up to CometBFT's byte limit and
+//!   the chain's bandwidth maximum; when they do not all fit, the highest tips per byte
+//!   first.
 //! - **ProcessProposal** rejects a block holding anything CheckTx would refuse for good: a
 //!   malformed or oversized bundle or transaction, or a bad signature. Bundles this node
 //!   verified in CheckTx are not decoded or verified again.
 //! - **FinalizeBlock** runs every transaction of every bundle, in order, as one Tally block at
 //!   CometBFT's block time, and returns one result per bundle plus the state checksum as the
 //!   app hash. It takes the transactions this node verified from the mempool and decodes only
-//!   the others. The block is not durable yet.
+//!   the others. The block's tips go to the account genesis names for its proposer
+//!   ([`Ledger::proposer_account`]). The block is not durable yet.
 //! - **Commit** makes it durable. **Info** reports the last committed height and app hash, so a
 //!   restarted node resumes where it was.
 //!
@@ -26,7 +32,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use prost::bytes::Bytes;
-use tally_chain::{Name, PreparedTx, TxError};
+use tally_chain::{Dimension, Name, PreparedTx, TxError};
 use tendermint_proto::google::protobuf::Timestamp;
 use tendermint_proto::v0_38::abci::{
     CheckTxType, ExecTxResult, RequestCheckTx, RequestFinalizeBlock, RequestInfo, RequestInitChain,
@@ -40,8 +46,8 @@ use tally_host_api::limits::{FUEL_PER_ACTION, FUEL_PER_TX, FUEL_PER_TX_BYTE, MAX
 
 use super::abci::{self, Application};
 use super::bundle;
-use super::ledger::{Genesis, Ledger, TxOutcome};
-use super::mempool::{self, Mempool, Refusal};
+use super::ledger::{AppState, Ledger, TxOutcome};
+use super::mempool::{self, Balances, Candidate, Mempool, Refusal};
 use super::results::{self, BundleResult, TxSummary};
 
 /// Result codes of CheckTx, FinalizeBlock and Query. Stable: clients match on them.
@@ -66,6 +72,9 @@ pub mod code {
     pub const BAD_QUERY: u32 = 7;
     /// Query `query`: the contract's query failed (the log says why).
     pub const QUERY_FAILED: u32 = 8;
+    /// A payer's committed native balance cannot cover the max fees of its pending
+    /// transactions and the bundle's.
+    pub const CANNOT_PAY: u32 = 9;
 }
 
 /// What PrepareProposal expects a transaction to use before any block ran: the intrinsic
@@ -114,7 +123,10 @@ impl Consensus {
 
 /// The application: one method per ABCI request. Its state has two owners, each behind one
 /// lock: [`Consensus`] (the chain) and [`Mempool`] (the bundles verified and not yet
-/// committed), so CheckTx admits bundles while a block executes.
+/// committed), so CheckTx admits bundles while a block executes, but for one step: reading a
+/// payer's committed balance that the mempool has not read since the last commit waits for
+/// the consensus lock (the chain's committed state is only reachable through it), after the
+/// bundle's signatures are verified, so only authenticated bundles ever wait.
 pub struct App {
     dir: PathBuf,
     consensus: Mutex<Consensus>,
@@ -128,6 +140,9 @@ pub struct App {
     /// Whether a block has been finalized since the process started (logged once, so a
     /// restart shows where it resumed).
     finalized_any: AtomicBool,
+    /// The chain's bandwidth maximum (bytes of transactions a block may carry), once the
+    /// chain exists: PrepareProposal's byte limit besides CometBFT's.
+    max_block_bytes: AtomicU64,
 }
 
 /// The calls whose time the `stats` query reports: where a node's time goes.
@@ -217,9 +232,12 @@ impl App {
                     "tally node: resuming at height {} (app hash {})",
                     head.height, head.app_hash
                 );
-                Mempool::new(head.time_ms, head.max_lifetime_ms)
+                Mempool::new(head.height, head.time_ms, head.max_lifetime_ms)
             }
         };
+        let max_block_bytes = ledger.as_ref().map_or(u64::MAX, |l| {
+            l.fee_schedule().max[Dimension::Bandwidth as usize]
+        });
         let abort_before_commit = std::env::var(ABORT_BEFORE_COMMIT_ENV)
             .ok()
             .and_then(|v| v.parse().ok());
@@ -234,6 +252,7 @@ impl App {
             busy_ns: Default::default(),
             fuel_per_tx: AtomicU64::new(INITIAL_FUEL_PER_TX),
             finalized_any: AtomicBool::new(false),
+            max_block_bytes: AtomicU64::new(max_block_bytes),
         })
     }
 
@@ -246,14 +265,41 @@ impl App {
     }
 
     /// CheckTx's checks of a new bundle, cheapest first: decode, expiration and duplicates,
-    /// then every signature in one batched call. Returns how many transactions it holds.
+    /// then every signature in one batched call, then whether its payers can pay. Returns how
+    /// many transactions it holds.
     fn admit(&self, hash: [u8; 32], bytes: &[u8]) -> Result<usize, Refusal> {
         let mut txs = mempool::decode(bytes)?;
         self.mempool().screen(&txs)?;
         mempool::verify(&mut txs)?;
         let n = txs.len();
-        self.mempool().admit(hash, txs)?;
+        let unknown = self.mempool().unknown_balances(mempool::asked(&txs).keys());
+        let read = self.read_balances(unknown);
+        self.mempool().admit(hash, txs, &read)?;
         Ok(n)
+    }
+
+    /// The committed native balances of `payers`, at the committed height. The consensus
+    /// lock is taken only when there is something to read (the mempool keeps what it read
+    /// until the next commit), and never with the mempool's: each is taken alone.
+    fn read_balances(&self, payers: Vec<Name>) -> Balances {
+        if payers.is_empty() {
+            return Balances::default();
+        }
+        let consensus = self.consensus();
+        let Some(l) = consensus.ledger.as_ref() else {
+            return Balances::default();
+        };
+        let balances = payers
+            .into_iter()
+            .map(|p| match l.native_balance(p) {
+                Ok(b) => (p, b),
+                Err(e) => fatal("reading a balance", e),
+            })
+            .collect();
+        Balances {
+            height: l.head().height,
+            balances,
+        }
     }
 
     /// Decodes and verifies the proposal's bundles this node has not verified before, and
@@ -502,13 +548,27 @@ fn bundle_result(
                     events.push(results::tx_event(i, &prepared[*at].id));
                 }
                 match &outcomes[*at] {
-                    TxOutcome::Success { fuel: f, events: e } => {
+                    TxOutcome::Success {
+                        fuel: f,
+                        events: e,
+                        usage,
+                        fee,
+                    } => {
                         fuel += f;
                         events.extend(e.iter().map(|e| results::contract_event(i, e)));
-                        (TxSummary::Success { fuel_used: *f }, None)
+                        (
+                            TxSummary::Success {
+                                fuel_used: *f,
+                                usage: *usage,
+                                fee: *fee,
+                            },
+                            None,
+                        )
                     }
                     TxOutcome::Failed {
                         fuel: f,
+                        usage,
+                        fee,
                         action,
                         abort,
                     } => {
@@ -516,6 +576,8 @@ fn bundle_result(
                         (
                             TxSummary::Failed {
                                 fuel_used: *f,
+                                usage: *usage,
+                                fee: *fee,
                                 action: action.map(|a| a as u32),
                                 code: abort.code.code(),
                                 message: abort.message.clone(),
@@ -592,19 +654,24 @@ impl Application for App {
     fn init_chain(&self, req: RequestInitChain) -> ResponseInitChain {
         let mut consensus = self.consensus();
         if consensus.ledger.is_none() {
-            let genesis: Genesis = if req.app_state_bytes.is_empty() {
-                Genesis::default()
+            let state: AppState = if req.app_state_bytes.is_empty() {
+                AppState::default()
             } else {
                 serde_json::from_slice(&req.app_state_bytes)
                     .unwrap_or_else(|e| fatal("the genesis app_state is not Tally's", e))
             };
-            let created = Ledger::create(&self.dir, &req.chain_id, &genesis, time_ms(req.time))
+            let created = Ledger::create(&self.dir, &req.chain_id, &state, time_ms(req.time))
                 .unwrap_or_else(|e| fatal("cannot create the chain from genesis", e));
             consensus.ledger = Some(created);
         }
         let l = consensus.ledger("InitChain");
         let head = l.head();
-        self.mempool().set_head(head.time_ms, head.max_lifetime_ms);
+        self.max_block_bytes.store(
+            l.fee_schedule().max[Dimension::Bandwidth as usize],
+            Ordering::Relaxed,
+        );
+        self.mempool()
+            .set_head(head.height, head.time_ms, head.max_lifetime_ms);
         ResponseInitChain {
             app_hash: Bytes::copy_from_slice(&l.app_hash()),
             ..Default::default()
@@ -614,7 +681,9 @@ impl Application for App {
     fn check_tx(&self, req: RequestCheckTx) -> ResponseCheckTx {
         let hash = bundle::hash(&req.tx);
         if req.r#type == CheckTxType::Recheck as i32 {
-            match self.mempool().recheck(&hash) {
+            let unknown = self.mempool().unknown_balances_of(&hash);
+            let read = self.read_balances(unknown.unwrap_or_default());
+            match self.mempool().recheck(&hash, &read) {
                 Some(Ok(())) => return ResponseCheckTx::default(),
                 Some(Err(refusal)) => return check_response(refusal),
                 // Not known (this node restarted): check it from scratch.
@@ -631,26 +700,41 @@ impl Application for App {
         }
     }
 
-    /// The mempool's bundles in order, while they fit CometBFT's byte limit and, by the last
-    /// block's fuel per transaction, the block's fuel budget (`MAX_BLOCK_FUEL`); the rest wait
-    /// for the next block.
+    /// The mempool's bundles within CometBFT's byte limit, the chain's bandwidth maximum and,
+    /// by the last block's fuel per transaction, the block's fuel budget (`MAX_BLOCK_FUEL`):
+    /// all in CometBFT's order when they fit, else the highest tips per byte first
+    /// ([`mempool::propose`]); the rest wait for the next block.
     fn prepare_proposal(&self, req: RequestPrepareProposal) -> ResponsePrepareProposal {
         let per_tx = self.fuel_per_tx.load(Ordering::Relaxed).max(1);
         let budget = (MAX_BLOCK_FUEL - FUEL_PER_ACTION) / 100 * PROPOSAL_FUEL_PERCENT;
-        let (mut bytes, mut fuel) = (0i64, 0u64);
-        let mut txs = Vec::new();
-        for tx in req.txs {
-            let count = tx.get(1..5).map_or(1, |c| {
-                u32::from_le_bytes(c.try_into().expect("4 bytes")) as u64
-            });
-            let tx_fuel = count.saturating_mul(per_tx);
-            bytes += tx.len() as i64;
-            fuel = fuel.saturating_add(tx_fuel);
-            if bytes > req.max_tx_bytes || (fuel > budget && !txs.is_empty()) {
-                break;
-            }
-            txs.push(tx);
-        }
+        let max_bytes =
+            (req.max_tx_bytes.max(0) as u64).min(self.max_block_bytes.load(Ordering::Relaxed));
+        let candidates: Vec<Candidate> = {
+            let pool = self.mempool();
+            req.txs
+                .iter()
+                .map(|tx| {
+                    let count = tx.get(1..5).map_or(1, |c| {
+                        u32::from_le_bytes(c.try_into().expect("4 bytes")) as u64
+                    });
+                    // A bundle this node did not admit (it restarted): its tips as it says;
+                    // a malformed one offers none.
+                    let tips = pool.tips_of(&bundle::hash(tx)).unwrap_or_else(|| {
+                        mempool::decode(tx).map_or(0, |txs| mempool::tips(&txs))
+                    });
+                    Candidate {
+                        bytes: tx.len() as u64,
+                        fuel: count.saturating_mul(per_tx),
+                        tips,
+                    }
+                })
+                .collect()
+        };
+        let mut txs: Vec<Option<Bytes>> = req.txs.into_iter().map(Some).collect();
+        let txs = mempool::propose(&candidates, max_bytes, budget)
+            .into_iter()
+            .filter_map(|i| txs[i].take())
+            .collect();
         ResponsePrepareProposal { txs }
     }
 
@@ -684,7 +768,7 @@ impl Application for App {
         let mut consensus = self.consensus();
         let (app_hash, outcomes) = consensus
             .ledger("FinalizeBlock")
-            .execute(time_ms(req.time), &mut prepared)
+            .execute(time_ms(req.time), &req.proposer_address, &mut prepared)
             .unwrap_or_else(|e| fatal("executing a block", e));
         let (included, fuel) = outcomes.iter().fold((0u64, 0u64), |(n, f), o| match o {
             TxOutcome::Success { fuel, .. } | TxOutcome::Failed { fuel, .. } => (n + 1, f + fuel),
@@ -732,10 +816,10 @@ impl Application for App {
         let l = consensus.ledger("Commit");
         l.commit()
             .unwrap_or_else(|e| fatal("committing a block", e));
-        let head_time_ms = l.head().time_ms;
+        let head = l.head();
         drop(consensus);
         let block = finalized.map(|f| f.bundles).unwrap_or_default();
-        self.mempool().committed(head_time_ms, &block);
+        self.mempool().committed(head.height, head.time_ms, &block);
         ResponseCommit { retain_height: 0 }
     }
 

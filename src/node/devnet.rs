@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! DIR/devnet.json          the network: validators, addresses, process ids
-//! DIR/keystore.json        the wallet of `--rpc URL --wallet DIR`: the key of `tally`
+//! DIR/keystore.json        the wallet of `--rpc URL --wallet DIR`: the keys of `tally` and
+//!                          of each validator's account (`val1`, `val2`, …)
 //! DIR/abi/NAME.json        ABIs of contracts deployed with that wallet
 //! DIR/vI/cometbft/         validator I's CometBFT home (config, keys, blocks)
 //! DIR/vI/tally/            validator I's Tally data directory
@@ -11,6 +12,10 @@
 //! DIR/vI/cometbft.log      CometBFT's log
 //! DIR/vI/tally.log         tally node's log
 //! ```
+//!
+//! Each validator has a funded account that takes the tips of the blocks it proposes
+//! ([`validator_account`]: v0's is `val1`); genesis maps each validator address to it
+//! (`app_state.proposers`, [`AppState`]).
 
 use std::fs::OpenOptions;
 use std::os::unix::process::CommandExt;
@@ -24,8 +29,10 @@ use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tally_bench::workload;
-use tally_chain::Genesis;
 use tally_chain::genesis::{Allocation, GenesisAccount, GenesisContract};
+use tally_chain::{Genesis, Name};
+
+use super::ledger::AppState;
 
 /// The CometBFT release `tally devnet` is tested with (ABCI 2.0, FinalizeBlock).
 pub const COMETBFT_VERSION: &str = "v0.38.26";
@@ -81,6 +88,30 @@ pub struct Validator {
     pub tally_pid: Option<u32>,
     /// Process id of `cometbft start`, when started.
     pub cometbft_pid: Option<u32>,
+    /// The account that takes the tips of the blocks it proposes (absent in a devnet made
+    /// before fees: its tips go to the system account).
+    #[serde(default)]
+    pub account: Option<String>,
+}
+
+/// The account of validator `i`: `val` and `i + 1` in the base-31 digits of names
+/// (`1`–`5`, `a`–`z`, as `workload::account_name` spells them), so v0's is `val1`, v4's
+/// `val5` and v5's `vala`; up to 31^9 validators fit a name's 12 characters.
+pub fn validator_account(i: usize) -> Name {
+    const DIGITS: &[u8; 31] = b"12345abcdefghijklmnopqrstuvwxyz";
+    let mut digits = Vec::new();
+    let mut n = i;
+    loop {
+        digits.push(DIGITS[n % 31]);
+        n /= 31;
+        if n == 0 {
+            break;
+        }
+        n -= 1;
+    }
+    digits.reverse();
+    let name = format!("val{}", String::from_utf8(digits).expect("ascii"));
+    name.parse().expect("a valid name")
 }
 
 /// `DIR/devnet.json`.
@@ -275,6 +306,7 @@ pub fn create(dir: &Path, config: &DevnetConfig, cometbft: &Path) -> anyhow::Res
             node_id,
             tally_pid: None,
             cometbft_pid: None,
+            account: Some(validator_account(i).to_string()),
         });
     }
     let mut g = template.context("at least one validator")?;
@@ -288,16 +320,41 @@ pub fn create(dir: &Path, config: &DevnetConfig, cometbft: &Path) -> anyhow::Res
     let system = tally_chain::crypto::random_key()?;
     let mut wallet = crate::commands::Keystore::default();
     wallet.insert(tally_chain::system::SYSTEM, &system);
+    let mut app_state = AppState {
+        genesis: genesis(
+            config.accounts,
+            config.seed,
+            system.verifying_key().to_bytes(),
+        ),
+        proposers: Default::default(),
+    };
+    // Each validator's account takes its blocks' tips; its key goes to the wallet.
+    for (i, v) in g["validators"]
+        .as_array()
+        .context("genesis has validators")?
+        .iter()
+        .enumerate()
+    {
+        let address = v["address"]
+            .as_str()
+            .context("a genesis validator without an address")?;
+        let account = validator_account(i);
+        let key = tally_chain::crypto::random_key()?;
+        wallet.insert(account, &key);
+        app_state.genesis.accounts.push(GenesisAccount {
+            name: account,
+            key: key.verifying_key().to_bytes(),
+            balance: workload::NATIVE_FUNDS,
+        });
+        app_state
+            .proposers
+            .insert(address.to_string(), account.to_string());
+    }
     write_atomic(
         &dir.join("keystore.json"),
         serde_json::to_string_pretty(&wallet)?.as_bytes(),
         0o600,
     )?;
-    let app_state = genesis(
-        config.accounts,
-        config.seed,
-        system.verifying_key().to_bytes(),
-    );
     g["app_state"] = serde_json::to_value(app_state)?;
     let genesis_bytes = serde_json::to_vec_pretty(&g)?;
     for v in &validators {
@@ -566,6 +623,19 @@ pub fn stop(dir: &Path) -> anyhow::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn validator_accounts_are_distinct_valid_names() {
+        assert_eq!(validator_account(0).to_string(), "val1");
+        assert_eq!(validator_account(4).to_string(), "val5");
+        assert_eq!(validator_account(5).to_string(), "vala");
+        assert_eq!(validator_account(30).to_string(), "valz");
+        assert_eq!(validator_account(31).to_string(), "val11");
+        let names: std::collections::BTreeSet<String> = (0..2_000)
+            .map(|i| validator_account(i).to_string())
+            .collect();
+        assert_eq!(names.len(), 2_000);
+    }
 
     #[test]
     fn set_toml_changes_the_key_of_the_named_section_only() {

@@ -2,14 +2,24 @@
 //!
 //! Everything the ABCI application needs from the chain library goes through this file, so
 //! the application does not depend on how the library spells it.
+//!
+//! Proposers: a block's tips go to the account the network's genesis names for the block's
+//! proposer (FinalizeBlock's `proposer_address`, a CometBFT validator address): the genesis
+//! `app_state` is Tally's [`Genesis`] plus `proposers`, a map from validator address (hex,
+//! as CometBFT's `genesis.json` spells it) to account name ([`AppState`]). InitChain writes it
+//! to `node.json`, so every node, restarted or not, maps a proposer the same way; a proposer
+//! with no entry pays its block's tips to the system account.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 pub use tally_chain::Genesis;
-use tally_chain::{Chain, ChainConfig, ChainError, Name, PreparedTx, TxError, TxResult};
+use tally_chain::{
+    Chain, ChainConfig, ChainError, Fee, FeeSchedule, Name, PreparedTx, TxError, TxResult, Usage,
+};
 use tally_host_api::Abort;
 use tally_runtime::{Outcome, Runtime, RuntimeConfig};
 
@@ -27,6 +37,55 @@ struct NodeFile {
     /// Time of Tally's genesis block: 1 ms before CometBFT's genesis time, because CometBFT's
     /// first block carries the genesis time itself and Tally's block times must increase.
     genesis_time_ms: u64,
+    /// The account each validator's blocks pay their tips to, by validator address (hex,
+    /// upper case). Absent in a directory written before fees: every proposer pays the system
+    /// account.
+    #[serde(default)]
+    proposers: BTreeMap<String, String>,
+}
+
+/// The genesis `app_state` of a Tally network under CometBFT: Tally's genesis, and who takes
+/// each proposer's tips.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct AppState {
+    /// The chain's initial state.
+    #[serde(flatten)]
+    pub genesis: Genesis,
+    /// The account that takes the tips of the blocks a validator proposes, by the validator's
+    /// address (20 bytes, hex, as `genesis.json`'s `validators[].address`).
+    #[serde(default)]
+    pub proposers: BTreeMap<String, String>,
+}
+
+/// Validator address → account, checked: each address 20 bytes of hex, each account a name
+/// that genesis creates.
+fn proposer_map(
+    proposers: &BTreeMap<String, String>,
+    genesis: Option<&Genesis>,
+) -> anyhow::Result<BTreeMap<[u8; 20], Name>> {
+    proposers
+        .iter()
+        .map(|(address, account)| {
+            let bytes: [u8; 20] = hex::decode(address)
+                .ok()
+                .and_then(|b| b.try_into().ok())
+                .with_context(|| {
+                    format!("proposer address {address:?} is not 20 bytes of hex (a CometBFT validator address)")
+                })?;
+            let name: Name = account
+                .parse()
+                .map_err(|e| anyhow::anyhow!("proposer account {account:?}: {e}"))?;
+            if let Some(g) = genesis
+                && !g.accounts.iter().any(|a| a.name == name)
+            {
+                bail!(
+                    "the proposer account {name} of validator {address} is not among the genesis \
+                     accounts: add it to app_state.accounts"
+                );
+            }
+            Ok((bytes, name))
+        })
+        .collect()
 }
 
 /// What a block did with one transaction.
@@ -38,11 +97,19 @@ pub enum TxOutcome {
         fuel: u64,
         /// The events its contracts emitted, in order.
         events: Vec<tally_chain::Event>,
+        /// What it used of each fee dimension.
+        usage: Usage,
+        /// What it paid.
+        fee: Fee,
     },
-    /// Included; an action failed, so it changed nothing.
+    /// Included; an action failed, so it changed nothing but its fee.
     Failed {
         /// Fuel used.
         fuel: u64,
+        /// What it used of each fee dimension.
+        usage: Usage,
+        /// What it paid.
+        fee: Fee,
         /// The index of the failing action, if one failed.
         action: Option<usize>,
         /// Why, in the contract's words.
@@ -72,6 +139,8 @@ pub struct Head {
 /// The chain as the node drives it.
 pub struct Ledger {
     chain: Chain,
+    /// Validator address → the account its blocks' tips go to.
+    proposers: BTreeMap<[u8; 20], Name>,
 }
 
 /// Blocks a node keeps below its head, for `tally blocks` and audits. No validity rule reads
@@ -127,22 +196,31 @@ impl Ledger {
             tally_chain::Access::ReadWrite,
         )?;
         let chain = Chain::open(runtime(dir)?, store, config)?;
-        Ok(Some(Self { chain }))
+        let proposers = proposer_map(&file.proposers, None)
+            .with_context(|| format!("{} is not valid", path.display()))?;
+        Ok(Some(Self { chain, proposers }))
     }
 
-    /// Creates the chain in `dir` from `genesis` (InitChain): Tally's block 0 is the state
+    /// Creates the chain in `dir` from `state` (InitChain): Tally's block 0 is the state
     /// CometBFT's height 0 stands for, so heights are the same on both sides.
     pub fn create(
         dir: &Path,
         chain_id: &str,
-        genesis: &Genesis,
+        state: &AppState,
         genesis_time_ms: u64,
     ) -> anyhow::Result<Self> {
+        let genesis = &state.genesis;
+        let proposers = proposer_map(&state.proposers, Some(genesis))?;
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let file = NodeFile {
             version: LAYOUT_VERSION,
             chain_id: chain_id.to_string(),
             genesis_time_ms: genesis_time_ms.saturating_sub(1),
+            // Upper case, as CometBFT spells addresses, whatever the genesis file used.
+            proposers: proposers
+                .iter()
+                .map(|(a, n)| (hex::encode_upper(a), n.to_string()))
+                .collect(),
         };
         let config = chain_config(&file);
         // A store left by an InitChain that crashed before node.json was written is replaced.
@@ -160,7 +238,21 @@ impl Ledger {
             serde_json::to_string_pretty(&file)?.as_bytes(),
             0o644,
         )?;
-        Ok(Self { chain })
+        Ok(Self { chain, proposers })
+    }
+
+    /// The account that takes the tips of a block proposed by the validator at `address`:
+    /// the one genesis names, else the system account.
+    pub fn proposer_account(&self, address: &[u8]) -> Name {
+        <[u8; 20]>::try_from(address)
+            .ok()
+            .and_then(|a| self.proposers.get(&a).copied())
+            .unwrap_or(tally_chain::system::SYSTEM)
+    }
+
+    /// The chain's fee schedule (fixed at genesis).
+    pub fn fee_schedule(&self) -> FeeSchedule {
+        self.chain.config().fees
     }
 
     /// The last committed block.
@@ -182,7 +274,8 @@ impl Ledger {
         self.chain.head().state_checksum
     }
 
-    /// Executes `txs` as the next block at `time_ms` (CometBFT's block time): the new app hash
+    /// Executes `txs` as the next block at `time_ms` (CometBFT's block time), proposed by the
+    /// validator at `proposer` (its tips go to [`Ledger::proposer_account`]): the new app hash
     /// and one outcome per transaction. Transactions not verified yet are verified here, in
     /// batches on all cores. `Err` is the node's own fault.
     ///
@@ -191,6 +284,7 @@ impl Ledger {
     pub fn execute(
         &mut self,
         time_ms: u64,
+        proposer: &[u8],
         txs: &mut [PreparedTx],
     ) -> Result<([u8; 32], Vec<TxOutcome>), ChainError> {
         self.chain.discard();
@@ -198,7 +292,8 @@ impl Ledger {
         // Block times must increase; CometBFT's do, by at least a millisecond. The guard keeps
         // the node alive (and deterministic: it depends only on the chain) if one does not.
         let time_ms = time_ms.max(self.chain.head().timestamp_ms + 1);
-        let executed = self.chain.execute_block(time_ms, txs)?;
+        let proposer = self.proposer_account(proposer);
+        let executed = self.chain.execute_block_by(time_ms, proposer, txs)?;
         let outcomes = executed
             .results
             .into_iter()
@@ -208,9 +303,13 @@ impl Ledger {
                     Outcome::Success => TxOutcome::Success {
                         fuel: receipt.fuel_used,
                         events: receipt.events,
+                        usage: receipt.usage,
+                        fee: receipt.fee,
                     },
                     Outcome::Failure(abort) => TxOutcome::Failed {
                         fuel: receipt.fuel_used,
+                        usage: receipt.usage,
+                        fee: receipt.fee,
                         action: receipt.failed_action,
                         abort,
                     },

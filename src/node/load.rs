@@ -1,5 +1,7 @@
 //! The load generator: signs transfers between the genesis accounts of a devnet, bundles them,
-//! submits them to CometBFT's RPC and watches blocks until every one is committed.
+//! submits them to CometBFT's RPC and watches blocks until every one is committed. Its
+//! transfers pay fees like any sender's (`Transaction::new`'s default max fee, from the
+//! genesis accounts' native balances), and the report sums the fees their receipts show.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -79,6 +81,10 @@ pub struct LoadReport {
     pub rejected_check_tx: u64,
     /// Not included by FinalizeBlock (expired, duplicate, …).
     pub rejected_in_block: u64,
+    /// Coins the included transfers paid in fees (burned and tips), from their receipts.
+    pub fees_paid: u64,
+    /// Of those, the coins burned.
+    pub fees_burned: u64,
     /// Neither committed nor refused before the timeout.
     pub lost: u64,
     /// First CheckTx refusals, verbatim.
@@ -295,6 +301,9 @@ struct Seen {
     committed: u64,
     failed: u64,
     rejected_in_block: u64,
+    /// Fees the included transfers paid, and of them the coins burned.
+    fees_paid: u64,
+    fees_burned: u64,
     /// Submission to commit of each committed transfer, ms.
     latencies: Vec<f64>,
     last_commit: Instant,
@@ -318,6 +327,9 @@ impl Seen {
             };
             let ms = seen.duration_since(sent).as_secs_f64() * 1000.0;
             for tx in &result.txs {
+                let fee = tx.fee();
+                self.fees_paid = self.fees_paid.saturating_add(fee.total());
+                self.fees_burned = self.fees_burned.saturating_add(fee.burned);
                 match tx {
                     TxSummary::Success { .. } => {
                         self.committed += 1;
@@ -351,6 +363,8 @@ fn watch(
         committed: 0,
         failed: 0,
         rejected_in_block: 0,
+        fees_paid: 0,
+        fees_burned: 0,
         latencies: Vec::with_capacity(config.transfers as usize),
         last_commit: started,
         next: first_height + 1,
@@ -525,6 +539,8 @@ pub fn run(config: &LoadConfig, progress: &dyn Fn(u64, u64)) -> anyhow::Result<L
         failed: seen.failed,
         rejected_check_tx: rejected,
         rejected_in_block: seen.rejected_in_block,
+        fees_paid: seen.fees_paid,
+        fees_burned: seen.fees_burned,
         lost: config.transfers - seen.committed - seen.failed - rejected - seen.rejected_in_block,
         check_tx_errors: errors,
         elapsed_s: elapsed,

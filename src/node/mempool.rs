@@ -10,11 +10,19 @@
 //! `T < expiration_ms <= T + max_lifetime_ms` (chain/src/phase/validate.rs), so a bundle is
 //! refused when one of its transactions could not be included in the next block: expired, or
 //! expiring further ahead than a transaction may live.
+//!
+//! Fees: the pool keeps, per payer, the sum of the max fees of its pending transactions
+//! (admitted, not yet committed), and refuses a bundle whose payers' committed native
+//! balances cannot cover what they already have pending plus what the bundle asks: one
+//! account cannot queue more than it can pay for (the block would reject the excess with
+//! `TxError::CannotPay`). A payer's entry lives exactly as long as one of its bundles does, so
+//! the map is bounded by the pool. Committed balances only change at commit: the pool keeps
+//! each pending payer's balance as read at a height, and asks for it again after a commit.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use prost::bytes::Bytes;
-use tally_chain::{Check, PreparedTx, TxError, TxId};
+use tally_chain::{Check, Name, PreparedTx, TxError, TxId};
 
 use super::app::code;
 use super::bundle;
@@ -92,6 +100,36 @@ fn expiry(expiration_ms: u64, time_ms: u64, max_lifetime_ms: u64) -> Result<(), 
     Ok(())
 }
 
+/// What each payer of a bundle may spend: the sum of its transactions' max fees, by payer
+/// (a `BTreeMap`: its order, the refusal's wording, does not depend on a hash seed).
+pub fn asked(txs: &[PreparedTx]) -> BTreeMap<Name, u64> {
+    let mut asked = BTreeMap::new();
+    for t in txs {
+        let tx = &t.tx.transaction;
+        let sum: &mut u64 = asked.entry(tx.payer).or_default();
+        *sum = sum.saturating_add(tx.max_fee);
+    }
+    asked
+}
+
+/// The tips a bundle offers, summed: what PrepareProposal ranks it by, per byte.
+pub fn tips(txs: &[PreparedTx]) -> u64 {
+    txs.iter()
+        .map(|t| t.tx.transaction.tip)
+        .fold(0, u64::saturating_add)
+}
+
+/// A payer with pending transactions.
+#[derive(Debug, Clone, Copy, Default)]
+struct Payer {
+    /// The sum of the max fees of its pending transactions.
+    pending: u64,
+    /// How many pooled bundles it pays in: the entry leaves with the last.
+    bundles: u32,
+    /// Its committed native balance and the height it was read at.
+    balance: Option<(u64, u64)>,
+}
+
 /// A bundle that passed CheckTx and is in CometBFT's mempool.
 struct Pooled {
     ids: Vec<TxId>,
@@ -99,6 +137,10 @@ struct Pooled {
     expires_ms: u64,
     /// Its verified transactions, until FinalizeBlock takes them.
     txs: Option<Vec<PreparedTx>>,
+    /// What each of its payers may spend on it ([`asked`]).
+    asked: BTreeMap<Name, u64>,
+    /// Its transactions' tips summed ([`tips`]).
+    tips: u64,
 }
 
 /// The bundles this node verified and has not yet seen committed.
@@ -108,18 +150,23 @@ pub struct Mempool {
     bundles: KeyedMap<[u8; 32], Pooled>,
     /// Ids of the transactions in them.
     ids: KeyedMap<TxId, [u8; 32]>,
+    /// The payers of their transactions: at most one entry per transaction in the pool.
+    payers: KeyedMap<Name, Payer>,
     /// Bundles of the proposal being decided that ProcessProposal verified (not in the
     /// mempool), for FinalizeBlock.
     proposed: KeyedMap<[u8; 32], Vec<PreparedTx>>,
-    /// Last committed block time and the longest transaction lifetime.
+    /// Last committed block's height and time, and the longest transaction lifetime.
+    head_height: u64,
     head_time_ms: u64,
     max_lifetime_ms: u64,
 }
 
 impl Mempool {
-    /// An empty mempool over a chain whose last block has time `head_time_ms`.
-    pub fn new(head_time_ms: u64, max_lifetime_ms: u64) -> Self {
+    /// An empty mempool over a chain whose last block has height `head_height` and time
+    /// `head_time_ms`.
+    pub fn new(head_height: u64, head_time_ms: u64, max_lifetime_ms: u64) -> Self {
         Self {
+            head_height,
             head_time_ms,
             max_lifetime_ms,
             ..Self::default()
@@ -158,13 +205,82 @@ impl Mempool {
         Ok(())
     }
 
-    /// Admits a verified bundle, unless a transaction of it arrived meanwhile in another.
-    pub fn admit(&mut self, hash: [u8; 32], txs: Vec<PreparedTx>) -> Result<(), Refusal> {
+    /// The payers among `asked` whose committed balance the pool does not know at its head:
+    /// what the caller must read ([`Balances`]) before [`Mempool::admit`] or
+    /// [`Mempool::recheck`].
+    pub fn unknown_balances<'a>(&self, asked: impl IntoIterator<Item = &'a Name>) -> Vec<Name> {
+        asked
+            .into_iter()
+            .filter(|p| self.fresh_balance(p).is_none())
+            .copied()
+            .collect()
+    }
+
+    /// The payers of the pooled bundle `hash` whose balance the pool does not know at its
+    /// head; `None` if the bundle is not pooled.
+    pub fn unknown_balances_of(&self, hash: &[u8; 32]) -> Option<Vec<Name>> {
+        let p = self.bundles.get(hash)?;
+        Some(self.unknown_balances(p.asked.keys()))
+    }
+
+    fn fresh_balance(&self, payer: &Name) -> Option<u64> {
+        match self.payers.get(payer)?.balance {
+            Some((balance, at)) if at == self.head_height => Some(balance),
+            _ => None,
+        }
+    }
+
+    /// `payer`'s committed balance and the height it is known at: as known at the head, else
+    /// as just read, else as known at an older height (a commit came between the read and
+    /// this call: the block re-checks it, `TxError::CannotPay`), else none (0).
+    fn balance_of(&mut self, payer: Name, read: &Balances) -> (u64, u64) {
+        if let Some(b) = self.fresh_balance(&payer) {
+            return (b, self.head_height);
+        }
+        let known = self.payers.get(&payer).and_then(|p| p.balance);
+        match read.balances.get(&payer) {
+            Some(&b) if known.is_none_or(|(_, at)| at <= read.height) => {
+                if let Some(p) = self.payers.get_mut(&payer) {
+                    p.balance = Some((b, read.height));
+                }
+                (b, read.height)
+            }
+            _ => known.unwrap_or((0, 0)),
+        }
+    }
+
+    /// Admits a verified bundle, unless a transaction of it arrived meanwhile in another, or
+    /// a payer's committed balance (as known, or `read`) cannot cover its pending max fees
+    /// plus this bundle's.
+    pub fn admit(
+        &mut self,
+        hash: [u8; 32],
+        txs: Vec<PreparedTx>,
+        read: &Balances,
+    ) -> Result<(), Refusal> {
         if txs.iter().any(|t| self.ids.contains_key(&t.id)) {
             return Err(Refusal::new(
                 code::DUPLICATE,
                 "a transaction is already in the mempool",
             ));
+        }
+        let asked = asked(&txs);
+        let mut balances = Vec::with_capacity(asked.len());
+        for (&payer, &wants) in &asked {
+            let (balance, at) = self.balance_of(payer, read);
+            let pending = self.payers.get(&payer).map_or(0, |p| p.pending);
+            if pending.saturating_add(wants) > balance {
+                return Err(Refusal::new(
+                    code::CANNOT_PAY,
+                    format!(
+                        "the payer {payer} has {balance} coins committed; its pending \
+                         transactions may spend {pending} and this bundle asks {wants} in max \
+                         fees: wait for them to commit, fund it, or lower the max fee (`tally \
+                         fees` shows the prices)"
+                    ),
+                ));
+            }
+            balances.push((payer, balance, at));
         }
         let expires_ms = txs
             .iter()
@@ -175,27 +291,65 @@ impl Mempool {
         for id in &ids {
             self.ids.insert(*id, hash);
         }
+        for (payer, balance, at) in balances {
+            let p = self.payers.entry(payer).or_default();
+            p.pending = p.pending.saturating_add(asked[&payer]);
+            p.bundles += 1;
+            p.balance = Some((balance, at));
+        }
         self.bundles.insert(
             hash,
             Pooled {
                 ids,
                 expires_ms,
+                tips: tips(txs.as_slice()),
                 txs: Some(txs),
+                asked,
             },
         );
         Ok(())
     }
 
     /// CheckTx's recheck of a bundle after a commit: `None` if this node does not know it (it
-    /// restarted), else whether it stays. An expired bundle leaves.
-    pub fn recheck(&mut self, hash: &[u8; 32]) -> Option<Result<(), Refusal>> {
+    /// restarted), else whether it stays. An expired bundle leaves, and so does one whose
+    /// payer's committed balance (as known, or `read`) no longer covers what its pending
+    /// transactions may spend (bundles leave in the order CometBFT rechecks them, its
+    /// mempool's order, until the rest fit).
+    pub fn recheck(&mut self, hash: &[u8; 32], read: &Balances) -> Option<Result<(), Refusal>> {
         let time_ms = self.next_block_ms();
         let p = self.bundles.get(hash)?;
         if let Err(e) = expiry(p.expires_ms, time_ms, u64::MAX) {
             self.remove(hash);
             return Some(Err(Refusal::new(code::EXPIRED, e.to_string())));
         }
+        let payers: Vec<Name> = p.asked.keys().copied().collect();
+        for payer in payers {
+            let (balance, _) = self.balance_of(payer, read);
+            let pending = self.payers.get(&payer).map_or(0, |p| p.pending);
+            if pending > balance {
+                self.remove(hash);
+                return Some(Err(Refusal::new(
+                    code::CANNOT_PAY,
+                    format!(
+                        "the payer {payer} has {balance} coins committed, less than the \
+                         {pending} its pending transactions may spend in max fees: fund it, or \
+                         send again once they commit"
+                    ),
+                )));
+            }
+        }
         Some(Ok(()))
+    }
+
+    /// The tips a pooled bundle offers, summed; `None` if it is not pooled.
+    pub fn tips_of(&self, hash: &[u8; 32]) -> Option<u64> {
+        self.bundles.get(hash).map(|p| p.tips)
+    }
+
+    /// What `payer`'s pending transactions may spend in max fees (0 without any).
+    #[cfg(test)]
+    fn pending_of(&self, payer: Name) -> u64 {
+        self.payers.get(&payer).map_or(0, |p| p.pending)
     }
 
     /// Whether the bundle was verified here (in the mempool, or in the proposal).
@@ -217,10 +371,12 @@ impl Mempool {
         self.bundles.get_mut(hash)?.txs.take()
     }
 
-    /// After a commit at `head_time_ms`: the block's bundles leave, and so does every bundle
-    /// the chain's rule says has expired (CometBFT's recheck would drop it anyway; this bounds
-    /// what a bundle CometBFT forgot costs).
-    pub fn committed(&mut self, head_time_ms: u64, block: &[[u8; 32]]) {
+    /// After a commit of height `head_height` at `head_time_ms`: the block's bundles leave,
+    /// and so does every bundle the chain's rule says has expired (CometBFT's recheck would
+    /// drop it anyway; this bounds what a bundle CometBFT forgot costs). The balances the pool
+    /// knows are now a block old: they are read again when next needed.
+    pub fn committed(&mut self, head_height: u64, head_time_ms: u64, block: &[[u8; 32]]) {
+        self.head_height = head_height;
         self.head_time_ms = head_time_ms;
         for h in block {
             self.remove(h);
@@ -239,7 +395,8 @@ impl Mempool {
     }
 
     /// Sets the head after InitChain.
-    pub fn set_head(&mut self, head_time_ms: u64, max_lifetime_ms: u64) {
+    pub fn set_head(&mut self, head_height: u64, head_time_ms: u64, max_lifetime_ms: u64) {
+        self.head_height = head_height;
         self.head_time_ms = head_time_ms;
         self.max_lifetime_ms = max_lifetime_ms;
     }
@@ -249,8 +406,80 @@ impl Mempool {
             for id in p.ids {
                 self.ids.remove(&id);
             }
+            for (payer, asked) in p.asked {
+                if let Some(e) = self.payers.get_mut(&payer) {
+                    e.pending = e.pending.saturating_sub(asked);
+                    e.bundles -= 1;
+                    if e.bundles == 0 {
+                        self.payers.remove(&payer);
+                    }
+                }
+            }
         }
     }
+}
+
+/// Committed native balances read at one height, for [`Mempool::admit`] and
+/// [`Mempool::recheck`].
+#[derive(Debug, Clone, Default)]
+pub struct Balances {
+    /// The height they were read at.
+    pub height: u64,
+    /// Each payer's balance.
+    pub balances: BTreeMap<Name, u64>,
+}
+
+/// A bundle PrepareProposal may take: its size, the fuel it is expected to use and the tips
+/// it offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    /// Its bytes (at least its transactions' bytes: what the bandwidth dimension counts).
+    pub bytes: u64,
+    /// The fuel it is expected to use.
+    pub fuel: u64,
+    /// Its transactions' tips, summed.
+    pub tips: u64,
+}
+
+/// Which candidates a proposal takes, in order, within `max_bytes` and `fuel_budget` (the
+/// first bundle is taken whatever its fuel: a bundle larger than the budget must still be
+/// proposed some day). When all fit, all in their order (CometBFT's mempool order, arrival);
+/// otherwise the highest tips per byte first, ties in arrival order, each that still fits.
+pub fn propose(candidates: &[Candidate], max_bytes: u64, fuel_budget: u64) -> Vec<usize> {
+    let fits = |(bytes, fuel): (u64, u64), c: &Candidate, first: bool| {
+        bytes.saturating_add(c.bytes) <= max_bytes
+            && (first || fuel.saturating_add(c.fuel) <= fuel_budget)
+    };
+    let mut order: Vec<usize> = (0..candidates.len()).collect();
+    let mut used = (0u64, 0u64);
+    let all_fit = candidates.iter().enumerate().all(|(i, c)| {
+        let ok = fits(used, c, i == 0);
+        used = (
+            used.0.saturating_add(c.bytes),
+            used.1.saturating_add(c.fuel),
+        );
+        ok
+    });
+    if !all_fit {
+        // a before b when a.tips / a.bytes > b.tips / b.bytes, compared without division;
+        // `sort_by` is stable, so equal ratios keep arrival order.
+        order.sort_by(|&a, &b| {
+            let (a, b) = (&candidates[a], &candidates[b]);
+            let lhs = u128::from(a.tips) * u128::from(b.bytes.max(1));
+            let rhs = u128::from(b.tips) * u128::from(a.bytes.max(1));
+            rhs.cmp(&lhs)
+        });
+    }
+    let mut used = (0u64, 0u64);
+    let mut taken = Vec::new();
+    for i in order {
+        let c = &candidates[i];
+        if fits(used, c, taken.is_empty()) {
+            used = (used.0 + c.bytes, used.1.saturating_add(c.fuel));
+            taken.push(i);
+        }
+    }
+    taken
 }
 
 /// The hashes of a block's bundles.
@@ -279,8 +508,43 @@ mod tests {
         )))
     }
 
+    const HEIGHT: u64 = 7;
+
     fn pool() -> Mempool {
-        Mempool::new(HEAD_MS, LIFETIME_MS)
+        Mempool::new(HEIGHT, HEAD_MS, LIFETIME_MS)
+    }
+
+    /// Balances read at the pool's head: every payer rich but `system`'s.
+    fn rich() -> Balances {
+        Balances {
+            height: HEIGHT,
+            balances: [(tally_chain::system::SYSTEM, u64::MAX)].into(),
+        }
+    }
+
+    fn read(height: u64, payer: Name, balance: u64) -> Balances {
+        Balances {
+            height,
+            balances: [(payer, balance)].into(),
+        }
+    }
+
+    /// A transaction paid by `payer` offering `max_fee` and `tip`.
+    fn paid(payer: &str, max_fee: u64, tip: u64, nonce: u8) -> PreparedTx {
+        let mut t = Transaction::new(
+            HEAD_MS + 60_000,
+            (0, 0),
+            vec![Action {
+                account: Name::from_str_const("simplecoin").unwrap(),
+                name: Name::from_str_const("transfer").unwrap(),
+                authorization: vec![],
+                data: vec![nonce],
+            }],
+        );
+        t.payer = payer.parse().unwrap();
+        t.max_fee = max_fee;
+        t.tip = tip;
+        PreparedTx::new(SignedTransaction::unsigned(t))
     }
 
     #[test]
@@ -318,13 +582,13 @@ mod tests {
         let a = tx(HEAD_MS + 60_000, 1);
         let twice = pool.screen(&[a.clone(), a.clone()]).unwrap_err();
         assert_eq!(twice.code, code::DUPLICATE);
-        pool.admit([1; 32], vec![a.clone()]).unwrap();
+        pool.admit([1; 32], vec![a.clone()], &rich()).unwrap();
         assert_eq!(
             pool.screen(std::slice::from_ref(&a)).unwrap_err().code,
             code::DUPLICATE
         );
         assert_eq!(
-            pool.admit([2; 32], vec![a]).unwrap_err().code,
+            pool.admit([2; 32], vec![a], &rich()).unwrap_err().code,
             code::DUPLICATE
         );
     }
@@ -333,7 +597,7 @@ mod tests {
     fn finalize_takes_a_verified_bundle_once_and_commit_forgets_it() {
         let mut pool = pool();
         let a = tx(HEAD_MS + 60_000, 1);
-        pool.admit([1; 32], vec![a.clone()]).unwrap();
+        pool.admit([1; 32], vec![a.clone()], &rich()).unwrap();
         pool.proposed([([2; 32], vec![tx(HEAD_MS + 60_000, 2)])]);
         assert!(pool.knows(&[1; 32]) && pool.knows(&[2; 32]));
         assert_eq!(pool.take(&[1; 32]).unwrap()[0].id, a.id);
@@ -342,7 +606,7 @@ mod tests {
             "a second copy in the block is decoded anew"
         );
         assert!(pool.take(&[2; 32]).is_some());
-        pool.committed(HEAD_MS + 500, &[[1; 32]]);
+        pool.committed(HEIGHT + 1, HEAD_MS + 500, &[[1; 32]]);
         assert!(!pool.knows(&[1; 32]) && !pool.knows(&[2; 32]));
         pool.screen(&[a]).unwrap();
     }
@@ -350,19 +614,138 @@ mod tests {
     #[test]
     fn recheck_and_commit_drop_what_the_next_block_could_not_include() {
         let mut pool = pool();
-        pool.admit([1; 32], vec![tx(HEAD_MS + 1_000, 1)]).unwrap();
-        pool.admit([2; 32], vec![tx(HEAD_MS + 60_000, 2)]).unwrap();
+        pool.admit([1; 32], vec![tx(HEAD_MS + 1_000, 1)], &rich())
+            .unwrap();
+        pool.admit([2; 32], vec![tx(HEAD_MS + 60_000, 2)], &rich())
+            .unwrap();
         pool.head_time_ms = HEAD_MS + 999;
         assert_eq!(
-            pool.recheck(&[1; 32]),
+            pool.recheck(&[1; 32], &rich()),
             Some(Err(Refusal::new(
                 code::EXPIRED,
                 "the transaction expired at 1001000 ms; the block time is 1001000 ms"
             )))
         );
-        assert_eq!(pool.recheck(&[1; 32]), None, "it left");
-        assert_eq!(pool.recheck(&[2; 32]), Some(Ok(())));
-        pool.committed(HEAD_MS + 60_000, &[]);
-        assert_eq!(pool.recheck(&[2; 32]), None);
+        assert_eq!(pool.recheck(&[1; 32], &rich()), None, "it left");
+        assert_eq!(pool.recheck(&[2; 32], &rich()), Some(Ok(())));
+        pool.committed(HEIGHT + 1, HEAD_MS + 60_000, &[]);
+        assert_eq!(pool.recheck(&[2; 32], &rich()), None);
+        assert!(pool.payers.is_empty(), "payers leave with their bundles");
+    }
+
+    #[test]
+    fn a_payer_cannot_queue_more_max_fees_than_its_committed_balance() {
+        let mut pool = pool();
+        let alice: Name = "alice".parse().unwrap();
+        assert_eq!(pool.unknown_balances([&alice]), [alice]);
+        pool.admit(
+            [1; 32],
+            vec![paid("alice", 10, 0, 1)],
+            &read(HEIGHT, alice, 25),
+        )
+        .unwrap();
+        assert!(
+            pool.unknown_balances([&alice]).is_empty(),
+            "known until the next commit"
+        );
+        pool.admit([2; 32], vec![paid("alice", 10, 0, 2)], &Balances::default())
+            .unwrap();
+        let refused = pool
+            .admit([3; 32], vec![paid("alice", 10, 0, 3)], &Balances::default())
+            .unwrap_err();
+        assert_eq!(refused.code, code::CANNOT_PAY);
+        assert!(
+            refused.log.contains("has 25 coins committed")
+                && refused.log.contains("may spend 20")
+                && refused.log.contains("asks 10"),
+            "{}",
+            refused.log
+        );
+        assert_eq!(pool.pending_of(alice), 20, "a refusal reserves nothing");
+        // The first commits; alice paid 4 in fees: 21 covers the second's 10 and 10 more.
+        pool.committed(HEIGHT + 1, HEAD_MS + 100, &[[1; 32]]);
+        assert_eq!(pool.unknown_balances([&alice]), [alice], "a block old");
+        pool.admit(
+            [3; 32],
+            vec![paid("alice", 10, 0, 3)],
+            &read(HEIGHT + 1, alice, 21),
+        )
+        .unwrap();
+        assert_eq!(pool.pending_of(alice), 20);
+    }
+
+    #[test]
+    fn a_bundle_asks_the_sum_of_its_payers_max_fees() {
+        let mut pool = pool();
+        let bob: Name = "bob".parse().unwrap();
+        let two = vec![paid("bob", 6, 0, 1), paid("bob", 6, 0, 2)];
+        assert_eq!(mempool_asked(&two), [(bob, 12)]);
+        let refused = pool.admit([1; 32], two, &read(HEIGHT, bob, 11));
+        assert_eq!(refused.unwrap_err().code, code::CANNOT_PAY);
+        assert!(pool.payers.is_empty());
+        pool.admit([2; 32], vec![paid("bob", 6, 0, 1)], &read(HEIGHT, bob, 11))
+            .unwrap();
+    }
+
+    fn mempool_asked(txs: &[PreparedTx]) -> Vec<(Name, u64)> {
+        asked(txs).into_iter().collect()
+    }
+
+    #[test]
+    fn recheck_drops_bundles_until_the_payers_balance_covers_the_rest() {
+        let mut pool = pool();
+        let carol: Name = "carol".parse().unwrap();
+        let at = read(HEIGHT, carol, 30);
+        for i in 1..=3u8 {
+            pool.admit([i; 32], vec![paid("carol", 10, 0, i)], &at)
+                .unwrap();
+        }
+        // Carol's balance fell to 20 in a block holding none of these (a transfer away).
+        pool.committed(HEIGHT + 1, HEAD_MS + 100, &[]);
+        assert_eq!(pool.unknown_balances_of(&[1; 32]), Some(vec![carol]));
+        let now = read(HEIGHT + 1, carol, 20);
+        let first = pool.recheck(&[1; 32], &now).unwrap().unwrap_err();
+        assert_eq!(first.code, code::CANNOT_PAY);
+        assert!(first.log.contains("has 20 coins"), "{}", first.log);
+        assert_eq!(pool.recheck(&[2; 32], &Balances::default()), Some(Ok(())));
+        assert_eq!(pool.recheck(&[3; 32], &Balances::default()), Some(Ok(())));
+        assert_eq!(pool.pending_of(carol), 20);
+    }
+
+    fn candidate(bytes: u64, tips: u64) -> Candidate {
+        Candidate {
+            bytes,
+            fuel: 1,
+            tips,
+        }
+    }
+
+    #[test]
+    fn a_proposal_keeps_arrival_order_when_everything_fits() {
+        let c = [candidate(100, 0), candidate(100, 50), candidate(100, 9)];
+        assert_eq!(propose(&c, 300, 3), [0, 1, 2]);
+    }
+
+    #[test]
+    fn a_full_proposal_takes_the_highest_tips_per_byte_first_ties_in_arrival_order() {
+        // 5, 0, 10, 5 and 5 per 100 bytes; only three fit.
+        let c = [
+            candidate(100, 5),
+            candidate(100, 0),
+            candidate(200, 20),
+            candidate(100, 5),
+            candidate(100, 5),
+        ];
+        assert_eq!(propose(&c, 400, u64::MAX), [2, 0, 3]);
+        // A big high bidder that does not fit leaves room for smaller ones.
+        let c = [candidate(100, 1), candidate(500, 1_000), candidate(100, 2)];
+        assert_eq!(propose(&c, 300, u64::MAX), [2, 0]);
+        // The fuel budget binds as bytes do; the first bundle goes whatever its fuel.
+        let heavy = Candidate {
+            bytes: 10,
+            fuel: 100,
+            tips: 1,
+        };
+        assert_eq!(propose(&[heavy, candidate(10, 0)], 1_000, 50), [0]);
     }
 }

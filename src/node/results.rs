@@ -3,7 +3,9 @@
 //!
 //! - `data` is the bundle's hash (32 bytes: sha256, CometBFT's transaction hash) followed by
 //!   borsh of `Vec<TxSummary>`, one summary per transaction of the bundle, in order: its
-//!   outcome, fuel, failing action and reason. CometBFT's `LastResultsHash` commits to `data`
+//!   outcome, fuel, failing action and reason, and for an included one its usage in each fee
+//!   dimension and its fee (per dimension, burned, tip). (Fees changed this encoding: a
+//!   client older than them cannot read a newer node's results.) CometBFT's `LastResultsHash` commits to `data`
 //!   (with the code and gas), so every byte of it is a pure function of the block and the
 //!   committed state: abort reasons are Tally's fixed strings and the contract's own text, and
 //!   a rejection names its rule without a decoder's message.
@@ -22,7 +24,7 @@
 //!   spread). Such a transaction is found by its bundle's hash (`/tx?hash=`).
 
 use borsh::{BorshDeserialize, BorshSerialize};
-use tally_chain::{Event, Name, TxError, TxId, TxReceipt};
+use tally_chain::{Event, Fee, Name, TxError, TxId, TxReceipt, Usage};
 use tally_host_api::{Abort, AbortCode};
 use tally_runtime::Outcome;
 use tendermint_proto::v0_38::abci::{Event as AbciEvent, EventAttribute};
@@ -40,11 +42,19 @@ pub enum TxSummary {
     Success {
         /// Fuel it used.
         fuel_used: u64,
+        /// What it used of each fee dimension.
+        usage: Usage,
+        /// What it paid.
+        fee: Fee,
     },
     /// Included; an action failed, so it changed nothing (its fee is still charged).
     Failed {
         /// Fuel it used.
         fuel_used: u64,
+        /// What it used of each fee dimension.
+        usage: Usage,
+        /// What it paid.
+        fee: Fee,
         /// The index of the failing action, if one failed.
         action: Option<u32>,
         /// The abort's stable code ([`AbortCode::code`]).
@@ -71,15 +81,29 @@ impl TxSummary {
         Self::Rejected { reason }
     }
 
+    /// What the transaction paid (nothing if it was not included).
+    pub fn fee(&self) -> Fee {
+        match self {
+            Self::Success { fee, .. } | Self::Failed { fee, .. } => *fee,
+            Self::Rejected { .. } => Fee::default(),
+        }
+    }
+
     /// The receipt of the included transaction `id` emitting `events`, or why it was
     /// rejected. A node's receipt has no console and no trace: they are for authors, and
     /// never leave the node that ran the transaction.
     pub fn into_receipt(self, id: TxId, events: Vec<Event>) -> Result<TxReceipt, String> {
-        let (outcome, failed_action, fuel_used) = match self {
+        let (outcome, failed_action, fuel_used, usage, fee) = match self {
             Self::Rejected { reason } => return Err(reason),
-            Self::Success { fuel_used } => (Outcome::Success, None, fuel_used),
+            Self::Success {
+                fuel_used,
+                usage,
+                fee,
+            } => (Outcome::Success, None, fuel_used, usage, fee),
             Self::Failed {
                 fuel_used,
+                usage,
+                fee,
                 action,
                 code,
                 message,
@@ -90,6 +114,8 @@ impl TxSummary {
                     Outcome::Failure(Abort::new(code, message)),
                     action.map(|a| a as usize),
                     fuel_used,
+                    usage,
+                    fee,
                 )
             }
         };
@@ -98,8 +124,8 @@ impl TxSummary {
             outcome,
             failed_action,
             fuel_used,
-            usage: Default::default(),
-            fee: Default::default(),
+            usage,
+            fee,
             events,
             console: Vec::new(),
             trace: None,
@@ -226,9 +252,23 @@ mod tests {
         let result = BundleResult {
             bundle: [7; 32],
             txs: vec![
-                TxSummary::Success { fuel_used: 9 },
+                TxSummary::Success {
+                    fuel_used: 9,
+                    usage: Usage([170, 9, 128, 0, 144]),
+                    fee: Fee {
+                        per_dimension: [170, 1, 128, 0, 576],
+                        burned: 875,
+                        tip: 3,
+                    },
+                },
                 TxSummary::Failed {
                     fuel_used: 10,
+                    usage: Usage([1, 2, 3, 4, 5]),
+                    fee: Fee {
+                        per_dimension: [1, 2, 3, 4, 5],
+                        burned: 15,
+                        tip: 0,
+                    },
                     action: Some(1),
                     code: AbortCode::AssertFailed.code(),
                     message: "insufficient funds".into(),
@@ -250,9 +290,18 @@ mod tests {
     }
 
     #[test]
-    fn a_summary_turns_into_a_receipt_without_console_or_trace_or_into_its_rejection() {
+    fn a_summary_turns_into_a_receipt_with_its_fee_without_console_or_trace_or_into_its_rejection()
+    {
+        let usage = Usage([200, 77, 64, 0, 80]);
+        let fee = Fee {
+            per_dimension: [200, 0, 64, 0, 320],
+            burned: 584,
+            tip: 10,
+        };
         let failed = TxSummary::Failed {
             fuel_used: 77,
+            usage,
+            fee,
             action: Some(2),
             code: AbortCode::AssertFailed.code(),
             message: "no".into(),
@@ -264,8 +313,8 @@ mod tests {
                 outcome: Outcome::Failure(Abort::new(AbortCode::AssertFailed, "no")),
                 failed_action: Some(2),
                 fuel_used: 77,
-                usage: Default::default(),
-                fee: Default::default(),
+                usage,
+                fee,
                 events: Vec::new(),
                 console: Vec::new(),
                 trace: None,
