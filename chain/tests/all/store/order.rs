@@ -673,3 +673,60 @@ fn issue_23_walk_over_100k_deleted_keys_is_timed() {
         eprintln!("issue 23 walk {dir:?}: median {:.0} us", took[4]);
     }
 }
+
+/// Issue 23 on RocksDB: 99,990 keys of one namespace deleted in committed blocks (tombstones
+/// in the memtable and the log, after a reopen) make a walk of the namespace step over at
+/// most [`SEEK_SKIP_LIMIT`](tally_chain::store::rocks::SEEK_SKIP_LIMIT) of them, once: the
+/// seek that meets more compacts the range, so the next walk, either way, and a read-only
+/// open step over none. Counted by RocksDB's own `internal_delete_skipped_count`.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn issue_23_a_walk_over_100k_deleted_keys_steps_over_a_bounded_number_on_rocksdb() {
+    use rocksdb::perf::{PerfContext, PerfMetric, PerfStatsLevel, set_perf_stats};
+    use tally_chain::store::rocks::{RocksStore, SEEK_SKIP_LIMIT};
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = RocksStore::open(dir.path(), 8).unwrap();
+    let all: Changes = (0..ISSUE_23_KEYS)
+        .map(|i| (numbered(i), Some(vec![1; 8])))
+        .collect();
+    store.commit(block(0, all), Commit::keeping(0, 8)).unwrap();
+    let doomed: Vec<u32> = (0..ISSUE_23_KEYS).filter(|&i| !issue_23_live(i)).collect();
+    for (h, chunk) in doomed.chunks(20_000).enumerate() {
+        let height = h as u64 + 1;
+        let deletes = chunk.iter().map(|&i| (numbered(i), None)).collect();
+        store
+            .commit(block(height, deletes), Commit::keeping(height, 8))
+            .unwrap();
+    }
+    drop(store);
+    let store = RocksStore::open(dir.path(), 8).unwrap();
+    let want: Vec<_> = (0..ISSUE_23_KEYS)
+        .filter(|&i| issue_23_live(i))
+        .map(numbered)
+        .collect();
+    set_perf_stats(PerfStatsLevel::EnableCount);
+    let mut perf = PerfContext::default();
+    let mut walk = |store: &dyn StateStore, dir: Direction| {
+        perf.reset();
+        let mut keys = issue_23_walk(store, dir);
+        if dir == Direction::Backward {
+            keys.reverse();
+        }
+        assert_eq!(keys, want, "{dir:?}");
+        perf.metric(PerfMetric::InternalDeleteSkippedCount)
+    };
+    let first = walk(&store, Direction::Forward);
+    // The limit, and the one past it that stops the seek.
+    assert!(
+        first <= SEEK_SKIP_LIMIT + 1,
+        "{first} tombstones stepped over"
+    );
+    for dir in [Direction::Forward, Direction::Backward] {
+        let again = walk(&store, dir);
+        assert_eq!(again, 0, "{dir:?}: the first walk compacted them away");
+    }
+    drop(store);
+    let reader = RocksStore::open_read_only(dir.path()).unwrap();
+    assert_eq!(walk(&reader, Direction::Backward), 0, "read-only");
+}
