@@ -6,12 +6,13 @@
 use proptest::prelude::*;
 
 use crate::common::*;
+use ed25519_dalek::SigningKey;
+use tally_chain::crypto::derived_key;
 use tally_chain::fee::{Dimension, FeeSchedule, PRICE_SCALE};
 use tally_chain::genesis::GenesisAccount;
 use tally_chain::system::SYSTEM;
-use tally_chain::testing::TestChain;
 use tally_chain::{
-    Chain, ChainConfig, Genesis, Pipeline, SignedTransaction, Transaction, Transfer, TxError,
+    Chain, ChainConfig, Genesis, Name, Pipeline, SignedTransaction, Transaction, Transfer, TxError,
     TxResult, prepare_block,
 };
 use tally_host_api::AbortCode;
@@ -156,23 +157,46 @@ fn genesis_coins() -> u128 {
     PAYERS.len() as u128 * u128::from(FUNDS) + (1u128 << 60)
 }
 
+/// A chain that checks signatures and prices its use, with simplecoin deployed and `alice`
+/// and `sponsor` funded, with their signing keys.
+fn signed_chain() -> (Chain, [(Name, SigningKey); 2]) {
+    let keys = [
+        (name("alice"), derived_key(24, 1)),
+        (name("sponsor"), derived_key(24, 2)),
+    ];
+    let genesis = Genesis {
+        accounts: keys
+            .iter()
+            .map(|(account, key)| GenesisAccount {
+                name: *account,
+                key: key.verifying_key().to_bytes(),
+                balance: FUNDS,
+            })
+            .collect(),
+        ..Genesis::default()
+    };
+    let chain = chain_with(
+        ChainConfig::default(),
+        &genesis,
+        &[(simplecoin(), SIMPLECOIN_WASM)],
+    );
+    (chain, keys)
+}
+
 #[test]
 fn issue_24_a_transaction_nobody_signs_is_refused_at_decode_and_the_payer_must_sign() {
-    let mut t = TestChain::new();
-    let alice = t.create_account("alice");
-    let sponsor = t.create_account("sponsor");
-    t.deploy("simplecoin", SIMPLECOIN_WASM);
+    let (mut chain, [(alice, alice_key), (sponsor, sponsor_key)]) = signed_chain();
     // Unsigned: refused before it could be included.
     let hit = action(simplecoin(), transfer(), &[alice], vec![]);
-    let unsigned = SignedTransaction::unsigned(t.transaction(vec![hit.clone()]).transaction);
+    let unsigned = SignedTransaction::unsigned(envelope(&chain, vec![hit.clone()]));
     assert_eq!(
         SignedTransaction::decode(&unsigned.encode()),
         Err(TxError::MissingSignature(alice))
     );
-    let nobody = SignedTransaction::unsigned(
-        t.transaction(vec![action(simplecoin(), transfer(), &[], vec![])])
-            .transaction,
-    );
+    let nobody = SignedTransaction::unsigned(envelope(
+        &chain,
+        vec![action(simplecoin(), transfer(), &[], vec![])],
+    ));
     assert_eq!(
         SignedTransaction::decode(&nobody.encode()),
         Err(TxError::MissingSignature(SYSTEM))
@@ -180,37 +204,27 @@ fn issue_24_a_transaction_nobody_signs_is_refused_at_decode_and_the_payer_must_s
     // A sponsor pays for alice's action: it must sign too, first.
     let tx = Transaction {
         payer: sponsor,
-        ..t.transaction(vec![hit.clone()]).transaction
+        ..envelope(&chain, vec![hit])
     };
-    let alice_only = SignedTransaction::sign(tx.clone(), &[(alice, t.key(alice).unwrap())]);
+    let alice_only = SignedTransaction::sign(tx.clone(), &[(alice, &alice_key)]);
     assert_eq!(
         SignedTransaction::decode(&alice_only.encode()),
         Err(TxError::MissingSignature(sponsor))
     );
-    match t.run_block(vec![alice_only]).results.pop().unwrap() {
+    match push(&mut chain, alice_only) {
         TxResult::Rejected(TxError::MissingSignature(who)) => assert_eq!(who, sponsor),
         other => panic!("expected the sponsor's missing signature, got {other:?}"),
     }
-    let both = SignedTransaction::sign(
-        tx,
-        &[
-            (alice, t.key(alice).unwrap()),
-            (sponsor, t.key(sponsor).unwrap()),
-        ],
-    );
+    let both = SignedTransaction::sign(tx, &[(alice, &alice_key), (sponsor, &sponsor_key)]);
     assert_eq!(both.signatures[0].account, sponsor, "the payer signs first");
     SignedTransaction::decode(&both.encode()).unwrap();
-    let (alice_before, sponsor_before) = (
-        t.chain().native_balance(alice).unwrap(),
-        t.chain().native_balance(sponsor).unwrap(),
-    );
-    let receipt = t.run_block(vec![both]).results.pop().unwrap();
-    let receipt = receipt.receipt().expect("included");
+    let result = push(&mut chain, both);
+    let receipt = result.receipt().expect("included");
     assert!(receipt.fee.total() > 0);
-    assert_eq!(t.chain().native_balance(alice).unwrap(), alice_before);
+    assert_eq!(chain.native_balance(alice).unwrap(), FUNDS);
     assert_eq!(
-        t.chain().native_balance(sponsor).unwrap(),
-        sponsor_before - receipt.fee.total()
+        chain.native_balance(sponsor).unwrap(),
+        FUNDS - receipt.fee.total()
     );
 }
 
@@ -377,15 +391,16 @@ fn issue_24_a_chain_opened_with_another_schedule_is_refused() {
 
 #[test]
 fn issue_24_a_tip_above_the_max_fee_is_refused_at_decode() {
-    let mut t = TestChain::new();
-    let alice = t.create_account("alice");
+    let (chain, [(alice, alice_key), _]) = signed_chain();
     let tx = Transaction {
         max_fee: 10,
         tip: 11,
-        ..t.transaction(vec![action(simplecoin(), transfer(), &[alice], vec![])])
-            .transaction
+        ..envelope(
+            &chain,
+            vec![action(simplecoin(), transfer(), &[alice], vec![])],
+        )
     };
-    let signed = SignedTransaction::sign(tx, &[(alice, t.key(alice).unwrap())]);
+    let signed = SignedTransaction::sign(tx, &[(alice, &alice_key)]);
     assert_eq!(
         SignedTransaction::decode(&signed.encode()),
         Err(TxError::TipAboveMaxFee {
