@@ -61,6 +61,7 @@ fn record(height: u64, n: usize) -> BlockRecord {
                 &[0; 32],
                 changes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
             ),
+            ..Default::default()
         },
         body: vec![height as u8; 20],
         changes,
