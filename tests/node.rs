@@ -1003,15 +1003,11 @@ fn results(url: &str, h: u64) -> (String, Vec<Vec<u8>>) {
     (r["app_hash"].as_str().unwrap().to_string(), data)
 }
 
-/// Bytes of a summary's usage and fee (src/node/results.rs): `Usage` is 5 u64s, `Fee` 5 u64s
-/// per dimension, then `burned` and `tip`.
-const USAGE_AND_FEE_BYTES: usize = 5 * 8 + 7 * 8;
-
 /// Each transaction's outcome (0 success, 1 failed, 2 rejected) in a bundle's result data:
 /// the bundle hash, then borsh of one summary per transaction (src/node/results.rs), an enum
-/// whose variant is its first byte: `Success { fuel_used: u64, usage, fee }`, `Failed {
-/// fuel_used: u64, usage, fee, action: Option<u32>, code: u16, message: String }`,
-/// `Rejected { reason: String }`.
+/// whose variant is its first byte: `Success { costs }`, `Failed { costs, action:
+/// Option<u32>, code: u16, message: String }`, `Rejected { reason: String }`, where `costs` is
+/// 13 LEB128 varints: fuel, 5 usages, 5 parts of the fee, burned and tip.
 fn outcomes(data: &[u8]) -> Vec<u8> {
     summaries(data).into_iter().map(|(o, _)| o).collect()
 }
@@ -1032,16 +1028,25 @@ fn summaries(data: &[u8]) -> Vec<(u8, Option<(u64, u64)>)> {
             let len = u32::from_le_bytes(take(4).try_into().unwrap()) as usize;
             take(len);
         };
-        let fee = |take: &mut dyn FnMut(usize) -> Vec<u8>| {
-            let bytes = take(8 + USAGE_AND_FEE_BYTES);
-            let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
-            let n = bytes.len();
-            Some((u64_at(n - 16), u64_at(n - 8)))
+        let costs = |take: &mut dyn FnMut(usize) -> Vec<u8>| {
+            let mut varint = || {
+                let (mut v, mut shift) = (0u64, 0);
+                loop {
+                    let b = take(1)[0];
+                    v |= u64::from(b & 0x7f) << shift;
+                    shift += 7;
+                    if b & 0x80 == 0 {
+                        return v;
+                    }
+                }
+            };
+            let numbers: Vec<u64> = (0..13).map(|_| varint()).collect();
+            Some((numbers[11], numbers[12]))
         };
         let paid = match variant {
-            0 => fee(&mut take),
+            0 => costs(&mut take),
             1 => {
-                let paid = fee(&mut take);
+                let paid = costs(&mut take);
                 if take(1)[0] == 1 {
                     take(4);
                 }

@@ -709,27 +709,34 @@ impl Application for App {
         let budget = (MAX_BLOCK_FUEL - FUEL_PER_ACTION) / 100 * PROPOSAL_FUEL_PERCENT;
         let max_bytes =
             (req.max_tx_bytes.max(0) as u64).min(self.max_block_bytes.load(Ordering::Relaxed));
-        let candidates: Vec<Candidate> = {
+        let mut candidates: Vec<Candidate> = req
+            .txs
+            .iter()
+            .map(|tx| {
+                let count = tx.get(1..5).map_or(1, |c| {
+                    u32::from_le_bytes(c.try_into().expect("4 bytes")) as u64
+                });
+                Candidate {
+                    bytes: tx.len() as u64,
+                    fuel: count.saturating_mul(per_tx),
+                    tips: 0,
+                }
+            })
+            .collect();
+        if mempool::all_fit(&candidates, max_bytes, budget) {
+            // Nothing to rank: the bundles are not even hashed.
+            return ResponsePrepareProposal { txs: req.txs };
+        }
+        {
             let pool = self.mempool();
-            req.txs
-                .iter()
-                .map(|tx| {
-                    let count = tx.get(1..5).map_or(1, |c| {
-                        u32::from_le_bytes(c.try_into().expect("4 bytes")) as u64
-                    });
-                    // A bundle this node did not admit (it restarted): its tips as it says;
-                    // a malformed one offers none.
-                    let tips = pool.tips_of(&bundle::hash(tx)).unwrap_or_else(|| {
-                        mempool::decode(tx).map_or(0, |txs| mempool::tips(&txs))
-                    });
-                    Candidate {
-                        bytes: tx.len() as u64,
-                        fuel: count.saturating_mul(per_tx),
-                        tips,
-                    }
-                })
-                .collect()
-        };
+            for (c, tx) in candidates.iter_mut().zip(&req.txs) {
+                // A bundle this node did not admit (it restarted): its tips as it says; a
+                // malformed one offers none.
+                c.tips = pool
+                    .tips_of(&bundle::hash(tx))
+                    .unwrap_or_else(|| mempool::decode(tx).map_or(0, |txs| mempool::tips(&txs)));
+            }
+        }
         let mut txs: Vec<Option<Bytes>> = req.txs.into_iter().map(Some).collect();
         let txs = mempool::propose(&candidates, max_bytes, budget)
             .into_iter()

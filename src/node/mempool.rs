@@ -441,40 +441,47 @@ pub struct Candidate {
     pub tips: u64,
 }
 
-/// Which candidates a proposal takes, in order, within `max_bytes` and `fuel_budget` (the
-/// first bundle is taken whatever its fuel: a bundle larger than the budget must still be
-/// proposed some day). When all fit, all in their order (CometBFT's mempool order, arrival);
-/// otherwise the highest tips per byte first, ties in arrival order, each that still fits.
-pub fn propose(candidates: &[Candidate], max_bytes: u64, fuel_budget: u64) -> Vec<usize> {
-    let fits = |(bytes, fuel): (u64, u64), c: &Candidate, first: bool| {
-        bytes.saturating_add(c.bytes) <= max_bytes
-            && (first || fuel.saturating_add(c.fuel) <= fuel_budget)
-    };
-    let mut order: Vec<usize> = (0..candidates.len()).collect();
+/// Whether all candidates fit `max_bytes` and `fuel_budget`, in order (the first bundle is
+/// taken whatever its fuel: a bundle larger than the budget must still be proposed some day).
+/// Their tips are not looked at.
+pub fn all_fit(candidates: &[Candidate], max_bytes: u64, fuel_budget: u64) -> bool {
     let mut used = (0u64, 0u64);
-    let all_fit = candidates.iter().enumerate().all(|(i, c)| {
-        let ok = fits(used, c, i == 0);
+    candidates.iter().enumerate().all(|(i, c)| {
+        let ok = fits(used, c, i == 0, max_bytes, fuel_budget);
         used = (
             used.0.saturating_add(c.bytes),
             used.1.saturating_add(c.fuel),
         );
         ok
-    });
-    if !all_fit {
-        // a before b when a.tips / a.bytes > b.tips / b.bytes, compared without division;
-        // `sort_by` is stable, so equal ratios keep arrival order.
-        order.sort_by(|&a, &b| {
-            let (a, b) = (&candidates[a], &candidates[b]);
-            let lhs = u128::from(a.tips) * u128::from(b.bytes.max(1));
-            let rhs = u128::from(b.tips) * u128::from(a.bytes.max(1));
-            rhs.cmp(&lhs)
-        });
+    })
+}
+
+fn fits(used: (u64, u64), c: &Candidate, first: bool, max_bytes: u64, fuel_budget: u64) -> bool {
+    used.0.saturating_add(c.bytes) <= max_bytes
+        && (first || used.1.saturating_add(c.fuel) <= fuel_budget)
+}
+
+/// Which candidates a proposal takes, in order, within `max_bytes` and `fuel_budget`. When
+/// [`all_fit`], all in their order (CometBFT's mempool order, arrival); otherwise the highest
+/// tips per byte first, ties in arrival order, each that still fits.
+pub fn propose(candidates: &[Candidate], max_bytes: u64, fuel_budget: u64) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..candidates.len()).collect();
+    if all_fit(candidates, max_bytes, fuel_budget) {
+        return order;
     }
+    // a before b when a.tips / a.bytes > b.tips / b.bytes, compared without division;
+    // `sort_by` is stable, so equal ratios keep arrival order.
+    order.sort_by(|&a, &b| {
+        let (a, b) = (&candidates[a], &candidates[b]);
+        let lhs = u128::from(a.tips) * u128::from(b.bytes.max(1));
+        let rhs = u128::from(b.tips) * u128::from(a.bytes.max(1));
+        rhs.cmp(&lhs)
+    });
     let mut used = (0u64, 0u64);
     let mut taken = Vec::new();
     for i in order {
         let c = &candidates[i];
-        if fits(used, c, taken.is_empty()) {
+        if fits(used, c, taken.is_empty(), max_bytes, fuel_budget) {
             used = (used.0 + c.bytes, used.1.saturating_add(c.fuel));
             taken.push(i);
         }
