@@ -15,8 +15,8 @@
 //!   malformed or oversized bundle or transaction, or a bad signature. Bundles this node
 //!   verified in CheckTx are not decoded or verified again.
 //! - **FinalizeBlock** runs every transaction of every bundle, in order, as one Tally block at
-//!   CometBFT's block time, and returns one result per bundle plus the state checksum as the
-//!   app hash. It takes the transactions this node verified from the mempool and decodes only
+//!   CometBFT's block time, and returns one result per bundle plus the block's id (BLAKE3 of
+//!   its header, which carries the state checksum) as the app hash. It takes the transactions this node verified from the mempool and decodes only
 //!   the others. The block's tips go to the account genesis names for its proposer
 //!   ([`Ledger::proposer_account`]). The block is not durable yet.
 //! - **Commit** makes it durable. **Info** reports the last committed height and app hash, so a

@@ -126,8 +126,12 @@ pub struct Head {
     pub height: u64,
     /// Block time, ms since the Unix epoch.
     pub time_ms: u64,
-    /// The state checksum: CometBFT's app hash, hex.
+    /// CometBFT's app hash, hex: the id of Tally's head block (BLAKE3 of its header), so the
+    /// hash CometBFT's light client verifies commits to the whole header: the state checksum,
+    /// the fee prices and the digest of the last snapshot.
     pub app_hash: String,
+    /// The head block's chained state checksum, hex.
+    pub state_checksum: String,
     /// `ref_block_num` for new transactions.
     pub ref_block_num: u16,
     /// `ref_block_prefix` for new transactions.
@@ -262,21 +266,24 @@ impl Ledger {
         Head {
             height: h.height,
             time_ms: h.timestamp_ms,
-            app_hash: hex::encode(h.state_checksum),
+            app_hash: hex::encode(self.chain.head_id()),
+            state_checksum: hex::encode(h.state_checksum),
             ref_block_num,
             ref_block_prefix,
             max_lifetime_ms: self.chain.config().max_tx_lifetime_ms,
         }
     }
 
-    /// The committed state checksum.
+    /// CometBFT's app hash of the committed head: its block id. The state checksum alone
+    /// would not do: a state-synced node checks a snapshot against the digest a header
+    /// carries, and only a hash of the whole header lets the light client vouch for it.
     pub fn app_hash(&self) -> [u8; 32] {
-        self.chain.head().state_checksum
+        self.chain.head_id()
     }
 
     /// Executes `txs` as the next block at `time_ms` (CometBFT's block time), proposed by the
     /// validator at `proposer` (its tips go to [`Ledger::proposer_account`]): the new app hash
-    /// and one outcome per transaction. Transactions not verified yet are verified here, in
+    /// (the executed block's id, as [`Ledger::app_hash`]) and one outcome per transaction. Transactions not verified yet are verified here, in
     /// batches on all cores. `Err` is the node's own fault.
     ///
     /// A block executed and not committed is dropped first: CometBFT finalizes a height again
@@ -316,7 +323,7 @@ impl Ledger {
                 },
             })
             .collect();
-        Ok((executed.header.state_checksum, outcomes))
+        Ok((executed.header.id(), outcomes))
     }
 
     /// Makes the executed block durable before returning: CometBFT records the height as
