@@ -63,6 +63,10 @@ pub struct DevnetArgs {
     /// find nothing, and each block costs CometBFT less (for `tally load` measurements).
     #[arg(long)]
     pub no_index: bool,
+    /// Blocks each node keeps below its head (0: every block); CometBFT prunes alike. Fixed
+    /// when the network is created.
+    #[arg(long, value_name = "N", default_value_t = crate::node::ledger::DEFAULT_RETAIN_BLOCKS)]
+    pub retain_blocks: u64,
     /// Stop every process of the network instead.
     #[arg(long)]
     pub stop: bool,
@@ -93,6 +97,7 @@ pub fn run(args: DevnetArgs) -> anyhow::Result<()> {
             empty_blocks_ms: args.empty_blocks_ms,
             mempool_gossip: !args.no_mempool_gossip,
             index: !args.no_index,
+            retain_blocks: args.retain_blocks,
         };
         eprintln!(
             "creating a devnet of {} validators in {} ({} accounts)...",

@@ -7,7 +7,8 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::node::abci::{self, Address};
-use crate::node::app::App;
+use crate::node::app::{App, NodeOptions};
+use crate::node::ledger::DEFAULT_RETAIN_BLOCKS;
 
 /// Run Tally as the ABCI application of a CometBFT node.
 #[derive(Debug, Args)]
@@ -26,6 +27,13 @@ pub struct NodeArgs {
     /// Where CometBFT connects: tcp://HOST:PORT or unix://PATH.
     #[arg(long, default_value = "tcp://127.0.0.1:26658")]
     pub abci: String,
+    /// Blocks kept below the head (0: every block). Older ones are pruned from Tally's store,
+    /// and CometBFT is told to prune its block store alike (ABCI `retain_height`), so this
+    /// node can no longer serve them to a peer that block-syncs from further back; no
+    /// validity rule reads them. Keep at least the consensus parameter
+    /// `evidence.max_age_num_blocks` on a network that must verify evidence that old.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_RETAIN_BLOCKS)]
+    pub retain_blocks: u64,
 }
 
 pub fn run(args: NodeArgs) -> anyhow::Result<()> {
@@ -34,7 +42,10 @@ pub fn run(args: NodeArgs) -> anyhow::Result<()> {
     let backend = tally_chain::crypto::Backend::best();
     std::fs::create_dir_all(&args.data)
         .with_context(|| format!("cannot create {}", args.data.display()))?;
-    let app = App::open(args.data.clone())?;
+    let options = NodeOptions {
+        retain_blocks: args.retain_blocks,
+    };
+    let app = App::open(args.data.clone(), options)?;
     eprintln!(
         "tally node: data {}, listening on {address}, verifying with {backend:?}",
         args.data.display()

@@ -94,6 +94,22 @@ const LOGGED_FAILURES: usize = 3;
 /// For crash-recovery tests only.
 pub const ABORT_BEFORE_COMMIT_ENV: &str = "TALLY_TEST_ABORT_BEFORE_COMMIT";
 
+/// How an operator runs a node (`tally node`'s flags): local choices, none of them consensus.
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    /// Blocks kept below the head, 0 for every block ([`super::ledger::DEFAULT_RETAIN_BLOCKS`]
+    /// by default). CometBFT is told to prune its own block store alike (`retain_height`).
+    pub retain_blocks: u64,
+}
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        Self {
+            retain_blocks: super::ledger::DEFAULT_RETAIN_BLOCKS,
+        }
+    }
+}
+
 /// The block between FinalizeBlock and Commit.
 struct Finalized {
     height: i64,
@@ -129,6 +145,7 @@ impl Consensus {
 /// bundle's signatures are verified, so only authenticated bundles ever wait.
 pub struct App {
     dir: PathBuf,
+    options: NodeOptions,
     consensus: Mutex<Consensus>,
     mempool: Mutex<Mempool>,
     abort_before_commit: Option<i64>,
@@ -219,8 +236,8 @@ fn block_txs(
 
 impl App {
     /// Opens the application's data directory (the chain is created at InitChain).
-    pub fn open(dir: PathBuf) -> anyhow::Result<Self> {
-        let ledger = Ledger::open(&dir)?;
+    pub fn open(dir: PathBuf, options: NodeOptions) -> anyhow::Result<Self> {
+        let ledger = Ledger::open(&dir, options.retain_blocks)?;
         let mempool = match &ledger {
             None => {
                 eprintln!("tally node: no chain yet; it is created at InitChain");
@@ -243,6 +260,7 @@ impl App {
             .and_then(|v| v.parse().ok());
         Ok(Self {
             dir,
+            options,
             consensus: Mutex::new(Consensus {
                 ledger,
                 finalized: None,
@@ -660,8 +678,14 @@ impl Application for App {
                 serde_json::from_slice(&req.app_state_bytes)
                     .unwrap_or_else(|e| fatal("the genesis app_state is not Tally's", e))
             };
-            let created = Ledger::create(&self.dir, &req.chain_id, &state, time_ms(req.time))
-                .unwrap_or_else(|e| fatal("cannot create the chain from genesis", e));
+            let created = Ledger::create(
+                &self.dir,
+                &req.chain_id,
+                &state,
+                time_ms(req.time),
+                self.options.retain_blocks,
+            )
+            .unwrap_or_else(|e| fatal("cannot create the chain from genesis", e));
             consensus.ledger = Some(created);
         }
         let l = consensus.ledger("InitChain");
@@ -824,10 +848,16 @@ impl Application for App {
         l.commit()
             .unwrap_or_else(|e| fatal("committing a block", e));
         let head = l.head();
+        let retain_height = l.first_retained();
         drop(consensus);
         let block = finalized.map(|f| f.bundles).unwrap_or_default();
         self.mempool().committed(head.height, head.time_ms, &block);
-        ResponseCommit { retain_height: 0 }
+        // CometBFT prunes its blocks below what Tally's store still holds, never more: both
+        // keep the same history. Heights are the same on both sides (Tally's block 0 is
+        // CometBFT's height 0); 0 asks CometBFT to keep everything.
+        ResponseCommit {
+            retain_height: retain_height as i64,
+        }
     }
 
     fn query(&self, req: RequestQuery) -> ResponseQuery {

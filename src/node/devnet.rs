@@ -127,6 +127,13 @@ pub struct Devnet {
     pub seed: u64,
     /// The validators.
     pub validators: Vec<Validator>,
+    /// Blocks each node keeps below its head (`tally node --retain-blocks`; 0: every block).
+    #[serde(default = "default_retain_blocks")]
+    pub retain_blocks: u64,
+}
+
+fn default_retain_blocks() -> u64 {
+    super::ledger::DEFAULT_RETAIN_BLOCKS
 }
 
 /// What a new devnet looks like.
@@ -147,6 +154,8 @@ pub struct DevnetConfig {
     /// Whether CometBFT indexes transactions and their events (`[tx_index] indexer = "kv"`),
     /// so `tx_search` and `tally tx --rpc` find them.
     pub index: bool,
+    /// Blocks each node keeps below its head (0: every block).
+    pub retain_blocks: u64,
 }
 
 /// The `cometbft` binary: `$COMETBFT`, else `cometbft` on `PATH`, else `~/go/bin/cometbft`.
@@ -410,6 +419,7 @@ pub fn create(dir: &Path, config: &DevnetConfig, cometbft: &Path) -> anyhow::Res
         accounts: config.accounts,
         seed: config.seed,
         validators,
+        retain_blocks: config.retain_blocks,
     };
     save(dir, &devnet)?;
     Ok(devnet)
@@ -530,6 +540,8 @@ pub fn start(dir: &Path) -> anyhow::Result<Devnet> {
                 vdir.join("tally").to_string_lossy().into(),
                 "--abci".into(),
                 format!("unix://{}", socket.display()),
+                "--retain-blocks".into(),
+                d.retain_blocks.to_string(),
             ],
             &vdir.join("tally.log"),
         )?;

@@ -147,20 +147,26 @@ pub struct Ledger {
     proposers: BTreeMap<[u8; 20], Name>,
 }
 
-/// Blocks a node keeps below its head, for `tally blocks` and audits. No validity rule reads
-/// them: the replay window is chain state.
-const RETAIN_BLOCKS: u64 = 12_000;
+/// Blocks a node keeps below its head by default (`tally node --retain-blocks`): the depth the
+/// Vryx test pruned past. No validity rule reads them (the replay window is chain state), so
+/// the number only bounds what `tally blocks` and CometBFT's own block store can show.
+pub const DEFAULT_RETAIN_BLOCKS: u64 = 512;
 
 /// The closest CometBFT blocks come under `tally devnet`'s `timeout_commit` of 10 ms. Under
 /// consensus the block time is CometBFT's; this only sets `ChainConfig::block_interval_ms`,
 /// which the node never uses to place blocks.
 const MIN_BLOCK_SPACING_MS: u64 = 10;
 
-fn chain_config(file: &NodeFile) -> ChainConfig {
+/// `retain_blocks`: blocks kept below the head, 0 for every block.
+fn chain_config(file: &NodeFile, retain_blocks: u64) -> ChainConfig {
     ChainConfig {
         genesis_time_ms: file.genesis_time_ms,
         block_interval_ms: MIN_BLOCK_SPACING_MS,
-        retain_blocks: RETAIN_BLOCKS,
+        retain_blocks: if retain_blocks == 0 {
+            u64::MAX
+        } else {
+            retain_blocks
+        },
         ..ChainConfig::default()
     }
 }
@@ -177,8 +183,9 @@ fn store_dir(dir: &Path) -> PathBuf {
 }
 
 impl Ledger {
-    /// Opens the chain in `dir`, or `None` if InitChain has not created one yet.
-    pub fn open(dir: &Path) -> anyhow::Result<Option<Self>> {
+    /// Opens the chain in `dir`, or `None` if InitChain has not created one yet. It keeps
+    /// `retain_blocks` blocks below its head (0: every block).
+    pub fn open(dir: &Path, retain_blocks: u64) -> anyhow::Result<Option<Self>> {
         let path = dir.join("node.json");
         if !path.exists() {
             return Ok(None);
@@ -192,7 +199,7 @@ impl Ledger {
                 file.version
             );
         }
-        let config = chain_config(&file);
+        let config = chain_config(&file, retain_blocks);
         let store = open_store(
             StoreKind::Log,
             &store_dir(dir),
@@ -206,12 +213,14 @@ impl Ledger {
     }
 
     /// Creates the chain in `dir` from `state` (InitChain): Tally's block 0 is the state
-    /// CometBFT's height 0 stands for, so heights are the same on both sides.
+    /// CometBFT's height 0 stands for, so heights are the same on both sides. It keeps
+    /// `retain_blocks` blocks below its head (0: every block).
     pub fn create(
         dir: &Path,
         chain_id: &str,
         state: &AppState,
         genesis_time_ms: u64,
+        retain_blocks: u64,
     ) -> anyhow::Result<Self> {
         let genesis = &state.genesis;
         let proposers = proposer_map(&state.proposers, Some(genesis))?;
@@ -226,7 +235,7 @@ impl Ledger {
                 .map(|(a, n)| (hex::encode_upper(a), n.to_string()))
                 .collect(),
         };
-        let config = chain_config(&file);
+        let config = chain_config(&file, retain_blocks);
         // A store left by an InitChain that crashed before node.json was written is replaced.
         let _ = std::fs::remove_dir_all(store_dir(dir));
         let store = open_store(
@@ -257,6 +266,12 @@ impl Ledger {
     /// The chain's fee schedule (fixed at genesis).
     pub fn fee_schedule(&self) -> FeeSchedule {
         self.chain.config().fees
+    }
+
+    /// The lowest height whose block the store still holds: what CometBFT may prune below
+    /// (`retain_height`).
+    pub fn first_retained(&self) -> u64 {
+        self.chain.store().first_retained()
     }
 
     /// The last committed block.
