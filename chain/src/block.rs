@@ -29,6 +29,18 @@ pub struct BlockHeader {
     /// BLAKE3(previous block's checksum ‖ BLAKE3(this block's state changes, sorted by key)).
     /// It depends only on the logical changes, never on how a store lays them out.
     pub state_checksum: [u8; 32],
+    /// The digest of the whole state at an earlier block, on the blocks that commit to a
+    /// snapshot ([`crate::snapshot`]): what a node restoring it checks every chunk against.
+    /// Height 0 (no snapshot is ever of the genesis) on the others, so that every header has
+    /// one length, as the log store's records expect.
+    pub snapshot: crate::snapshot::SnapshotRef,
+}
+
+impl BlockHeader {
+    /// The snapshot this block commits to, if any.
+    pub fn committed_snapshot(&self) -> Option<crate::snapshot::SnapshotRef> {
+        (self.snapshot.height > 0).then_some(self.snapshot)
+    }
 }
 
 impl BlockHeader {

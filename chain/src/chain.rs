@@ -25,6 +25,7 @@ use crate::fee::FeeState;
 use crate::phase::finalize::{Block, read_balance};
 use crate::pipeline::{Pipeline, PreparedTx, prepare_block};
 use crate::receipt::{ExecutedBlock, TxResult};
+use crate::snapshot::{SnapshotRef, SnapshotSchedule, SnapshotStore, Snapshotter};
 use crate::state::keys;
 use crate::store::{BlockRecord, Commit, Direction, Durability, KeyRange, StateStore, prefix_end};
 use crate::tx::{SignedTransaction, TxId};
@@ -49,6 +50,26 @@ pub(crate) fn check_schedule(
         )),
         Err(e) => Err(ChainError::Corrupt(format!("the fee schedule: {e}"))),
     }
+}
+
+/// Refuses a store whose genesis recorded another snapshot schedule than `snapshots`: its
+/// headers would commit to other snapshots than its other nodes'.
+pub(crate) fn check_snapshot_schedule(
+    store: &dyn StateStore,
+    snapshots: &SnapshotSchedule,
+) -> Result<(), ChainError> {
+    let stored = match store.get(&[keys::SNAPSHOT_SCHEDULE])? {
+        None => SnapshotSchedule::NEVER,
+        Some(bytes) => borsh::from_slice::<SnapshotSchedule>(&bytes)
+            .map_err(|e| ChainError::Corrupt(format!("the snapshot schedule: {e}")))?,
+    };
+    if stored != *snapshots {
+        return Err(ChainError::Config(format!(
+            "the store's chain snapshots every {} blocks (committed {} blocks later), not every {} ({}): open it with the schedule of its genesis",
+            stored.interval, stored.delay, snapshots.interval, snapshots.delay
+        )));
+    }
+    Ok(())
 }
 
 /// One entry of a contract's storage: its key (without the contract's namespace) and value.
@@ -80,6 +101,8 @@ pub struct Chain {
     executed: Option<Executed>,
     /// Blocks to run sequentially before speculating again (see [`MIN_CONFIRMED_SHARE`]).
     pub(crate) speculation_backoff: u32,
+    /// Builds and publishes the snapshots the chain commits to ([`Chain::set_snapshots`]).
+    snapshots: Option<Snapshotter>,
 }
 
 /// Below this share of speculative runs confirmed, speculation costs more than it saves: on two
@@ -113,6 +136,7 @@ impl Chain {
             block_ids: KeyedSet::default(),
             executed: None,
             speculation_backoff: 0,
+            snapshots: None,
         }
     }
 
@@ -123,8 +147,10 @@ impl Chain {
         config: ChainConfig,
     ) -> Result<Self, ChainError> {
         config.fees.validate().map_err(ChainError::Config)?;
+        config.snapshots.validate().map_err(ChainError::Config)?;
         let head = store.head().cloned().ok_or(ChainError::NoGenesis)?;
         check_schedule(store.as_ref(), &config.fees)?;
+        check_snapshot_schedule(store.as_ref(), &config.snapshots)?;
         let mut chain = Self::new(runtime, store, config, head);
         chain.window = ReplayWindow::load(
             chain.store.as_ref(),
@@ -140,6 +166,24 @@ impl Chain {
     pub fn into_store(mut self) -> Box<dyn StateStore> {
         self.discard();
         self.store
+    }
+
+    /// Builds the snapshots the chain commits to ([`ChainConfig::snapshots`]) in `store`, and
+    /// publishes them there for peers that join by state sync. Every node of a chain that
+    /// snapshots must call it before executing a block: the headers commit to the snapshots'
+    /// digests. Without a usable state file in `store` (a first start), it writes one of the
+    /// head's state.
+    pub fn set_snapshots(&mut self, store: Arc<SnapshotStore>) -> Result<(), ChainError> {
+        if !self.config.snapshots.is_enabled() {
+            return Ok(());
+        }
+        self.snapshots = Some(Snapshotter::open(
+            store,
+            self.config.snapshots,
+            self.store.as_ref(),
+            self.head.height,
+        )?);
+        Ok(())
     }
 
     /// Which stages are batched or parallel (all on by default). The head reached is the same
@@ -326,12 +370,16 @@ impl Chain {
         let run = self
             .run_transactions(&mut block, txs)
             .and_then(|()| self.settle_fees(&block, &fees));
-        if let Err(e) = run {
-            // The one abort path: nothing of the block stays.
-            self.journal.clear();
-            return Err(e);
-        }
-        Ok(self.seal(block))
+        let run = run.and_then(|()| self.snapshot_due(self.head.height + 1));
+        let snapshot = match run {
+            Ok(snapshot) => snapshot,
+            Err(e) => {
+                // The one abort path: nothing of the block stays.
+                self.journal.clear();
+                return Err(e);
+            }
+        };
+        Ok(self.seal(block, snapshot))
     }
 
     /// The committed fee state: the prices the next block pays, the last block's usage, the
@@ -432,7 +480,20 @@ impl Chain {
 
     /// Ends the executed block: writes the replay window's state, sorts the block's changes
     /// into its header's checksum, and keeps it for [`Chain::commit`].
-    fn seal(&mut self, block: Block) -> ExecutedBlock {
+    /// The snapshot block `height` commits to, if any: waits for its merge.
+    fn snapshot_due(&mut self, height: u64) -> Result<Option<SnapshotRef>, ChainError> {
+        if self.config.snapshots.committed_at(height).is_none() {
+            return Ok(None);
+        }
+        let snapshots = self.snapshots.as_mut().ok_or_else(|| {
+            ChainError::Config(format!(
+                "block {height} commits to a snapshot, but the chain has no snapshot directory (Chain::set_snapshots)"
+            ))
+        })?;
+        Ok(snapshots.digest_for(height)?)
+    }
+
+    fn seal(&mut self, block: Block, snapshot: Option<SnapshotRef>) -> ExecutedBlock {
         let (body, transactions_root, ids) = block.body.finish();
         let height = self.head.height + 1;
         self.window.write_block(
@@ -458,6 +519,7 @@ impl Chain {
                     .iter()
                     .map(|(k, v)| (k.as_slice(), v.as_deref())),
             ),
+            snapshot: snapshot.unwrap_or_default(),
         };
         self.executed = Some(Executed {
             record: BlockRecord {
@@ -490,8 +552,13 @@ impl Chain {
             .ok_or_else(|| ChainError::Config("no executed block to commit".into()))?;
         let height = record.header.height;
         let header = record.header.clone();
+        let changes = self.snapshots.is_some().then(|| record.changes.clone());
         self.store
             .commit(record, self.commit_options(height, durability))?;
+        if let (Some(snapshots), Some(changes)) = (self.snapshots.as_mut(), changes) {
+            snapshots.committed(height, changes);
+            snapshots.publish_if_due(&header, self.store.as_ref())?;
+        }
         self.head = header;
         self.head_id = self.head.id();
         self.window
@@ -502,9 +569,15 @@ impl Chain {
 
     /// How the store commits block `height`: keeping the configured number of blocks.
     pub(crate) fn commit_options(&self, height: u64, durability: Durability) -> Commit {
+        let by_depth = (height + 1).saturating_sub(self.config.retain_blocks);
+        // Never below what the next snapshot is built from.
+        let floor = self
+            .snapshots
+            .as_ref()
+            .map_or(u64::MAX, Snapshotter::retain_floor);
         Commit {
             durability,
-            retain_from: (height + 1).saturating_sub(self.config.retain_blocks),
+            retain_from: by_depth.min(floor),
         }
     }
 

@@ -1,6 +1,7 @@
 //! How a chain is configured: the parameters fixed at genesis.
 
 use crate::fee::FeeSchedule;
+use crate::snapshot::SnapshotSchedule;
 
 /// Chain parameters fixed at genesis.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +24,10 @@ pub struct ChainConfig {
     /// [`FeeSchedule::ZERO`] makes use free: only for a private chain whose senders are all
     /// trusted, since on a public network anyone could then fill every block at no cost.
     pub fees: FeeSchedule,
+    /// When the chain snapshots its state for nodes that join by state sync
+    /// ([`SnapshotSchedule::NEVER`] by default). Fixed at genesis like the fee schedule: every
+    /// node commits to the same snapshots.
+    pub snapshots: SnapshotSchedule,
 }
 
 impl Default for ChainConfig {
@@ -35,6 +40,7 @@ impl Default for ChainConfig {
             retain_blocks: 512,
             check_signatures: true,
             fees: FeeSchedule::STANDARD,
+            snapshots: SnapshotSchedule::NEVER,
         }
     }
 }

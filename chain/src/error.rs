@@ -162,6 +162,9 @@ pub enum ChainError {
     /// Stored state is inconsistent (a code hash without its code, …).
     #[error("corrupt state: {0}")]
     Corrupt(String),
+    /// The chain could not build or publish a snapshot it commits to.
+    #[error("snapshot: {0}")]
+    Snapshot(#[from] crate::snapshot::SnapshotError),
     /// The chain configuration is inconsistent.
     #[error("invalid chain configuration: {0}")]
     Config(String),

@@ -104,6 +104,14 @@ impl GenesisBuilder {
         chain
             .journal
             .write_block(vec![keys::FEE_SCHEDULE], Some(schedule));
+        // So is the snapshot schedule, when there is one (a chain that never snapshots writes
+        // nothing, and keeps the state of chains created before snapshots existed).
+        if chain.config.snapshots.is_enabled() {
+            let schedule = borsh::to_vec(&chain.config.snapshots).expect("in memory");
+            chain
+                .journal
+                .write_block(vec![keys::SNAPSHOT_SCHEDULE], Some(schedule));
+        }
         Self { chain }
     }
 
@@ -225,6 +233,7 @@ impl Chain {
         config: ChainConfig,
     ) -> Result<GenesisBuilder, ChainError> {
         config.fees.validate().map_err(ChainError::Config)?;
+        config.snapshots.validate().map_err(ChainError::Config)?;
         if let Some(head) = store.head() {
             return Err(ChainError::Config(format!(
                 "the store already holds a chain (at block {}); open it instead",
@@ -240,6 +249,7 @@ impl Chain {
             prices: config.fees.start_price,
             usage: crate::fee::Usage::default(),
             state_checksum: [0; 32],
+            snapshot: Default::default(),
         };
         Ok(GenesisBuilder::new(Self::new(runtime, store, config, head)))
     }

@@ -40,6 +40,7 @@ pub mod genesis;
 pub mod phase;
 pub mod pipeline;
 pub mod receipt;
+pub mod snapshot;
 pub mod state;
 pub mod store;
 #[cfg(feature = "testing")]
@@ -69,6 +70,7 @@ pub use fee::{Dimension, Fee, FeeSchedule, FeeState, Usage};
 pub use genesis::{Genesis, GenesisBuilder};
 pub use pipeline::{Check, Pipeline, PreparedTx, prepare_block};
 pub use receipt::{ActionTrace, CallTrace, Event, ExecutedBlock, TxReceipt, TxResult, TxTrace};
+pub use snapshot::{SnapshotSchedule, SnapshotStore};
 pub use store::log::{LogOptions, LogStore};
 pub use store::memory::MemoryStore;
 pub use store::{

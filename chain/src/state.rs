@@ -30,6 +30,9 @@ pub mod keys {
     /// `[FEE_SCHEDULE]` → the [`crate::fee::FeeSchedule`] the chain was created with (borsh),
     /// written by genesis.
     pub const FEE_SCHEDULE: u8 = 0x07;
+    /// `[SNAPSHOT_SCHEDULE]` → the [`crate::snapshot::SnapshotSchedule`] the chain was created
+    /// with (borsh), written by a genesis that snapshots. No key: never.
+    pub const SNAPSHOT_SCHEDULE: u8 = 0x08;
     /// `[CONTRACT, account, key…]` → a contract's own storage.
     pub const CONTRACT: u8 = 0x10;
 

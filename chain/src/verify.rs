@@ -174,15 +174,22 @@ impl Replay {
             return Err(corrupt("the genesis block carries transactions".into()));
         }
         let dir = tempfile::tempdir()?;
-        let scratch = LogStore::open(dir.path(), LogOptions::default())?;
+        let scratch = LogStore::open(dir.path().join("store"), LogOptions::default())?;
         let replay_config = ChainConfig {
             retain_blocks: config.retain_blocks.max(2),
             ..config.clone()
         };
         let builder = Chain::genesis_recorded(runtime, Box::new(scratch), replay_config)?;
         let changes = StoredChanges::new(store, 0)?;
-        let chain = builder.finish_with(&changes)?;
+        let mut chain = builder.finish_with(&changes)?;
         crate::chain::check_schedule(chain.store(), &config.fees)?;
+        crate::chain::check_snapshot_schedule(chain.store(), &config.snapshots)?;
+        // The headers commit to snapshot digests: the replay builds the snapshots again, beside
+        // its scratch store, and must commit to the same ones.
+        chain.set_snapshots(Arc::new(crate::snapshot::SnapshotStore::open(
+            &dir.path().join("snapshots"),
+            1,
+        )?))?;
         if chain.head() != &stored {
             return Err(corrupt(
                 "block 0: its recorded changes give another header".into(),

@@ -59,6 +59,8 @@ impl ChainFile {
             retain_blocks: self.retain_blocks,
             check_signatures: true,
             fees: self.fees,
+            // A local chain is never joined by state sync.
+            snapshots: tally_chain::SnapshotSchedule::NEVER,
         }
     }
 

@@ -16,5 +16,6 @@ mod parallel;
 mod poll;
 mod registry;
 mod script;
+mod snapshot;
 mod store;
 mod swap;

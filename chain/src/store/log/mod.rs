@@ -94,7 +94,7 @@ const LOG_MAGIC: &[u8; 8] = b"TALLYLOG";
 /// Version 2 added the record header's own checksum; version 3 the record kind and
 /// `retain_from` in the payload; version 4 the block header's proposer, prices and usage
 /// (fees, issue 24).
-const FORMAT_VERSION: u32 = 4;
+const FORMAT_VERSION: u32 = 5;
 const FILE_HEADER_LEN: u64 = 12;
 
 /// Changes at which a genesis goes straight into a run as well as into the log, instead of

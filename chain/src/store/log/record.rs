@@ -22,8 +22,8 @@ use crate::store::error::{StoreError, StoreResult};
 /// Bytes of a record header.
 pub const RECORD_HEADER_LEN: u64 = 12;
 /// Bytes of a borsh-encoded [`BlockHeader`]: height, previous id, time, transactions root,
-/// proposer, five prices, five usages, state checksum.
-pub const BLOCK_HEADER_LEN: u64 = 8 + 32 + 8 + 32 + 8 + 40 + 40 + 32;
+/// proposer, five prices, five usages, state checksum, snapshot (height and digest).
+pub const BLOCK_HEADER_LEN: u64 = 8 + 32 + 8 + 32 + 8 + 40 + 40 + 32 + 40;
 /// The payload's kind byte for a block record.
 pub const KIND_BLOCK: u8 = 1;
 /// Bytes before the borsh of the block: kind and `retain_from`.

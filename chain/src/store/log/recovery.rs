@@ -45,8 +45,9 @@ fn numbered(
 
 /// What reading the record at some offset of a segment found.
 enum Scan {
-    /// A whole record: its payload length, retain_from and header.
-    Record(u64, u64, BlockHeader),
+    /// A whole record: its payload length, retain_from and header (boxed: a header is 296
+    /// bytes, the other variants a few).
+    Record(u64, u64, Box<BlockHeader>),
     End,
     Torn(&'static str),
     BadHeader,
@@ -84,7 +85,11 @@ fn scan_record(file: &(dyn VFile + 'static), offset: u64, file_len: u64) -> io::
     }
     let mut reader = FileReader::new(file, start, end, 256);
     match read_prefix(&mut reader) {
-        Ok(Some(prefix)) => Ok(Scan::Record(header.len, prefix.retain_from, prefix.header)),
+        Ok(Some(prefix)) => Ok(Scan::Record(
+            header.len,
+            prefix.retain_from,
+            Box::new(prefix.header),
+        )),
         Ok(None) => Ok(Scan::Corrupt("a record of an unknown kind".into())),
         Err(e) => Ok(Scan::Corrupt(format!("the record does not decode: {e}"))),
     }
@@ -267,7 +272,7 @@ impl LogStore {
             let torn = match scan_record(&**file, offset, file_len)? {
                 Scan::End => return Ok(()),
                 Scan::Record(len, retain_from, header) => {
-                    self.replay_record(path, file, seq, offset, len, retain_from, header)?;
+                    self.replay_record(path, file, seq, offset, len, retain_from, *header)?;
                     let segment = self.segments.back_mut().expect("pushed");
                     segment.max_height = self.blocks.back().map(|b| b.height);
                     segment.size += RECORD_HEADER_LEN + len;

@@ -369,7 +369,8 @@ impl LogStore {
         let path = segment_path(&self.dir, seq);
         let mut out = FileWriter::new(segment.file.clone());
         let mut user_bytes = 0;
-        let len = write_streamed_block_record(block, changes, 0, &mut out, &mut |k, v| {
+        let height = block.header.height;
+        let len = write_streamed_block_record(block, changes, height, &mut out, &mut |k, v| {
             user_bytes += (k.len() + v.map_or(0, <[u8]>::len)) as u64;
             match v {
                 Some(v) => run.add(k, v),
@@ -377,14 +378,14 @@ impl LogStore {
             }
         })
         .and_then(|len| out.flush().map(|()| len).map_err(StoreError::from))
-        .at("appending block 0 to", &path)?;
+        .at("appending the first block to", &path)?;
         segment.size += RECORD_HEADER_LEN + len;
-        segment.max_height = Some(0);
+        segment.max_height = Some(height);
         let (file, end) = (segment.file.clone(), segment.size);
         file.sync().at("syncing", &path)?;
         self.raise_durable(seq, end, Some(&block.header));
         let pos = BlockPos {
-            height: 0,
+            height,
             seq,
             offset,
             len,
@@ -393,8 +394,13 @@ impl LogStore {
     }
 
     /// Finishes a genesis's run at `tmp`, syncs it and renames it into place.
-    pub(super) fn install_genesis_run(&mut self, run: RunWriter, tmp: &Path) -> Result<(), Poison> {
-        let path = run_path(&self.dir, 0);
+    pub(super) fn install_genesis_run(
+        &mut self,
+        run: RunWriter,
+        tmp: &Path,
+        height: u64,
+    ) -> Result<(), Poison> {
+        let path = run_path(&self.dir, height);
         let (file, run_bytes) = run.finish().at("writing", tmp)?;
         file.sync().at("syncing", tmp)?;
         self.vfs.rename(tmp, &path).at("renaming", tmp)?;
@@ -460,36 +466,39 @@ impl LogStore {
         changes: &dyn ChangeSource,
         commit: Commit,
     ) -> StoreResult<()> {
-        if changes.len() < BULK_GENESIS_CHANGES {
+        let height = block.header.height;
+        // A restored snapshot's base (height above 0) always gets its run: opening finds the
+        // log starting there, at the run, which it accepts only beside a run.
+        if changes.len() < BULK_GENESIS_CHANGES && height == 0 {
             return collect_and_commit_genesis(self, block, changes, commit);
         }
         self.writable()?;
-        if self.head.is_some() || block.header.height != 0 {
+        if self.head.is_some() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "a genesis is committed as block 0 of an empty store",
+                "a genesis or a snapshot's base is committed as the first block of an empty store",
             )
             .into());
         }
-        let tmp = run_path(&self.dir, 0).with_extension("tmp");
+        let tmp = run_path(&self.dir, height).with_extension("tmp");
         let (pos, run, user_bytes) = match self.append_genesis(&block, changes, &tmp) {
             Ok(logged) => logged,
             Err(failure) => {
                 let _ = self.vfs.remove(&tmp);
-                return Err(self.poison(failure, Some(0)));
+                return Err(self.poison(failure, Some(height)));
             }
         };
         crash::point("genesis-logged");
         self.blocks.push_back(pos);
         self.head = Some(block.header);
-        self.retain_from = 0;
+        self.retain_from = height;
         self.stats.commits += 1;
         self.stats.user_bytes_written += user_bytes;
         self.stats.disk_bytes_written += RECORD_HEADER_LEN + pos.len;
         // The genesis is on disk in the log; its keys are in no index, only in the run. Should
         // the run fail, reads here would miss them: the store stops, and the next open
         // replays the record.
-        if let Err(failure) = self.install_genesis_run(run, &tmp) {
+        if let Err(failure) = self.install_genesis_run(run, &tmp, height) {
             self.poison(failure, None);
         }
         Ok(())

@@ -41,10 +41,11 @@ pub use writer::RunWriter;
 const MAGIC: &[u8; 8] = b"TALLYRUN";
 const END_MAGIC: &[u8; 8] = b"TALLYEND";
 /// The run format's version. Version 4 blocks its bloom filter ([`Bloom`]); version 5's
-/// header holds the block header's fees (issue 24), so older runs are no longer read.
-pub const VERSION: u32 = 5;
+/// header holds the block header's fees (issue 24), version 6's its snapshot (issue 25), so
+/// older runs are no longer read.
+pub const VERSION: u32 = 6;
 /// The oldest version this code reads.
-const OLDEST_VERSION: u32 = 5;
+const OLDEST_VERSION: u32 = 6;
 const FOOTER_LEN: u64 = 8 + 8 + 8 + 4 + 8;
 /// The size the run's data blocks aim for: one page, RocksDB's default `block_size`.
 pub const BLOCK_BYTES: usize = 4096;

@@ -1,0 +1,253 @@
+//! Building snapshots beside block execution.
+//!
+//! The chain hands every committed block's changes to the [`Snapshotter`]. At a snapshot
+//! height `S` a thread merges the newest state file (the base) with the changes of the blocks
+//! above it up to `S` into the state file of `S`, while blocks go on; block `T = S + delay`
+//! takes its digest (waiting only if the merge is not done), and once `T` is committed the
+//! snapshot is published with the blocks `S..=T`.
+//!
+//! After a restart the changes since the base are read back from the block archive, which
+//! the chain keeps from the base up ([`Snapshotter::retain_floor`]). A node with no usable
+//! base (its first start, or a lost snapshot directory) writes one from the store's entries.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crate::block::BlockHeader;
+use crate::store::{BlockRecord, Change, StateStore};
+
+use super::file::{StateIndex, StateWriter, for_each_entry};
+use super::{Manifest, SnapshotError, SnapshotRef, SnapshotSchedule, SnapshotStore, TailBlock};
+
+/// A merge running on its own thread: the state file of `height`.
+struct Job {
+    height: u64,
+    handle: JoinHandle<Result<StateIndex, SnapshotError>>,
+}
+
+/// The chain's side of snapshots (see the module docs).
+pub(crate) struct Snapshotter {
+    store: Arc<SnapshotStore>,
+    schedule: SnapshotSchedule,
+    /// The height of the newest complete state file.
+    base: u64,
+    /// The changes of the committed blocks above `base` not yet handed to a merge, in order.
+    pending: Vec<(u64, Vec<Change>)>,
+    job: Option<Job>,
+}
+
+impl Snapshotter {
+    /// Takes up snapshots for a chain whose head is `head` in `store`.
+    pub(crate) fn open(
+        snapshots: Arc<SnapshotStore>,
+        schedule: SnapshotSchedule,
+        chain: &dyn StateStore,
+        head: u64,
+    ) -> Result<Self, SnapshotError> {
+        // The newest base from which every block up to the head can still be read back.
+        let usable = snapshots
+            .latest_state(head)
+            .filter(|s| s.height == head || chain.first_retained() <= s.height + 1);
+        let base = match usable {
+            Some(s) => s.height,
+            None => {
+                // The snapshot this head is waiting to commit needs the state at its height,
+                // which a base written now (at the head) cannot give.
+                if let Some(s) = pending_snapshot(&schedule, head)
+                    && s < head
+                {
+                    return Err(SnapshotError::Missing(format!(
+                        "the chain must commit the snapshot of block {s} in block {}, but this node has no state file at or below block {s} to build it from; copy the snapshots directory of a node of this chain, or restore this node by state sync",
+                        s + schedule.delay
+                    )));
+                }
+                let path = snapshots.state_path(head);
+                let mut writer = StateWriter::create(&path, head, schedule.chunk_bytes)?;
+                for entry in chain.entries()? {
+                    let (k, v) = entry?;
+                    writer.add(&k, &v)?;
+                }
+                let index = writer.finish()?;
+                snapshots.add_state(index);
+                head
+            }
+        };
+        let mut pending = Vec::new();
+        for h in base + 1..=head {
+            let changes = chain.changes(h)?.ok_or_else(|| {
+                SnapshotError::Missing(format!("block {h} is no longer in the store"))
+            })?;
+            let changes: Result<Vec<Change>, _> = changes.iter.collect();
+            pending.push((h, changes?));
+        }
+        let mut snapshotter = Self {
+            store: snapshots,
+            schedule,
+            base,
+            pending,
+            job: None,
+        };
+        // A merge a restart interrupted: start it again.
+        if let Some(s) = pending_snapshot(&schedule, head)
+            && snapshotter.store.state(s).is_none()
+        {
+            snapshotter.start(s);
+        }
+        Ok(snapshotter)
+    }
+
+    /// The lowest block the archive must keep: the base's (its body travels with the next
+    /// snapshot), and every block above it, read back after a restart.
+    pub(crate) fn retain_floor(&self) -> u64 {
+        self.base
+    }
+
+    /// Records a committed block's changes; at a snapshot height, starts its merge.
+    pub(crate) fn committed(&mut self, height: u64, changes: Vec<Change>) {
+        self.pending.push((height, changes));
+        if self.schedule.is_snapshot(height) {
+            self.start(height);
+        }
+    }
+
+    /// Starts the merge of the state file at `height` from the base and the pending blocks
+    /// up to it.
+    fn start(&mut self, height: u64) {
+        let split = self.pending.partition_point(|(h, _)| *h <= height);
+        let blocks: Vec<(u64, Vec<Change>)> = self.pending.drain(..split).collect();
+        let base = self
+            .store
+            .state(self.base)
+            .expect("the base stays until replaced");
+        let store = self.store.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("snapshot-{height}"))
+            .spawn({
+                let chunk_bytes = self.schedule.chunk_bytes;
+                move || merge(&store, &base, blocks, height, chunk_bytes)
+            })
+            .expect("spawning a thread");
+        self.job = Some(Job { height, handle });
+    }
+
+    /// The digest block `height` must commit to, waiting for its merge if it is still
+    /// running; `None` if the block commits to none.
+    pub(crate) fn digest_for(&mut self, height: u64) -> Result<Option<SnapshotRef>, SnapshotError> {
+        let Some(s) = self.schedule.committed_at(height) else {
+            return Ok(None);
+        };
+        if let Some(job) = self.job.take_if(|j| j.height == s) {
+            let index = job.handle.join().map_err(|_| {
+                SnapshotError::Missing(format!("the merge of block {s} panicked"))
+            })??;
+            self.store.add_state(index);
+            self.base = s;
+        }
+        let index = self.store.state(s).ok_or_else(|| {
+            SnapshotError::Missing(format!("no state file of block {s} to commit to"))
+        })?;
+        Ok(Some(SnapshotRef {
+            height: s,
+            digest: index.digest(),
+        }))
+    }
+
+    /// After block `header` committed: if it committed to a snapshot, publishes it with the
+    /// blocks `S..=T` read from the archive.
+    pub(crate) fn publish_if_due(
+        &mut self,
+        header: &BlockHeader,
+        chain: &dyn StateStore,
+    ) -> Result<(), SnapshotError> {
+        let Some(r) = header.committed_snapshot() else {
+            return Ok(());
+        };
+        if self.store.has_snapshot(header.height) {
+            return Ok(());
+        }
+        let index = self.store.state(r.height).ok_or_else(|| {
+            SnapshotError::Missing(format!("no state file of block {}", r.height))
+        })?;
+        let mut headers = Vec::new();
+        let mut blocks = Vec::new();
+        for h in r.height..=header.height {
+            let record: BlockRecord = chain.block(h)?.ok_or_else(|| {
+                SnapshotError::Missing(format!("block {h} is no longer in the store"))
+            })?;
+            let changes = if h == r.height {
+                Vec::new()
+            } else {
+                record.changes
+            };
+            blocks.push(
+                borsh::to_vec(&TailBlock {
+                    body: record.body,
+                    changes,
+                })
+                .expect("encoding into a Vec cannot fail"),
+            );
+            headers.push(record.header);
+        }
+        let manifest = Manifest {
+            entries: index.entries,
+            chunk_hashes: index.chunk_hashes(),
+            headers,
+        };
+        self.store.publish(header.height, &manifest, &blocks)
+    }
+}
+
+/// The snapshot height whose digest a chain at `head` has yet to commit, if any.
+fn pending_snapshot(schedule: &SnapshotSchedule, head: u64) -> Option<u64> {
+    if !schedule.is_enabled() {
+        return None;
+    }
+    // The delay is below the interval: only the last snapshot height can still be pending.
+    let s = head - head % schedule.interval;
+    (s > 0 && head < s + schedule.delay).then_some(s)
+}
+
+/// Writes the state file of `height`: the base's entries with the blocks' changes applied,
+/// later blocks over earlier ones.
+fn merge(
+    store: &SnapshotStore,
+    base: &StateIndex,
+    blocks: Vec<(u64, Vec<Change>)>,
+    height: u64,
+    chunk_bytes: u32,
+) -> Result<StateIndex, SnapshotError> {
+    let mut changed: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+    for (_, changes) in blocks {
+        changed.extend(changes);
+    }
+    let mut writer = StateWriter::create(&store.state_path(height), height, chunk_bytes)?;
+    let mut changes = changed.into_iter().peekable();
+    for_each_entry(&store.state_path(base.height), base, &mut |k, v| {
+        // Changed keys before this one: new ones, or deletions of keys the base lacks.
+        while let Some((ck, _)) = changes.peek()
+            && ck.as_slice() < k
+        {
+            let (ck, cv) = changes.next().expect("peeked");
+            if let Some(cv) = cv {
+                writer.add(&ck, &cv)?;
+            }
+        }
+        match changes.peek() {
+            Some((ck, _)) if ck.as_slice() == k => {
+                let (ck, cv) = changes.next().expect("peeked");
+                if let Some(cv) = cv {
+                    writer.add(&ck, &cv)?;
+                }
+            }
+            _ => writer.add(k, v)?,
+        }
+        Ok(())
+    })?;
+    for (ck, cv) in changes {
+        if let Some(cv) = cv {
+            writer.add(&ck, &cv)?;
+        }
+    }
+    writer.finish()
+}

@@ -1,0 +1,293 @@
+//! State sync without Merklization (issue 25): snapshots the headers commit to, built in the
+//! background, restored by a node that checks every chunk against consensus data alone.
+
+use std::sync::Arc;
+
+use tally_chain::snapshot::{Applied, ChunkError, Offer, OfferError, Restore, SnapshotSchedule};
+use tally_chain::{
+    BlockHeader, Chain, ChainConfig, FeeSchedule, Genesis, GenesisBuilder, LogOptions, LogStore,
+    MemoryStore, SignedTransaction, SnapshotStore, StateStore, Transfer,
+};
+
+use crate::common::*;
+
+/// Every 4 blocks, committed 2 blocks later, in chunks of 2 KiB (so a small state has many).
+const SCHEDULE: SnapshotSchedule = SnapshotSchedule::every(4, 2).with_chunk_bytes(2048);
+
+fn config() -> ChainConfig {
+    ChainConfig {
+        check_signatures: false,
+        fees: FeeSchedule::ZERO,
+        snapshots: SCHEDULE,
+        ..ChainConfig::default()
+    }
+}
+
+/// A chain with simplecoin and 2,000 funded accounts (about 40 chunks of state), taking
+/// snapshots into `dir`.
+fn chain_in(store: Box<dyn StateStore>, dir: &std::path::Path) -> Chain {
+    let mut builder: GenesisBuilder = Chain::genesis(runtime(), store, config()).unwrap();
+    builder.apply(&Genesis::default()).unwrap();
+    builder.fund(tally_chain::system::SYSTEM, 1 << 60);
+    for i in 0..2000u64 {
+        builder.fund(name(&format!("acct{}", to_base32(i))), 1_000 + i);
+    }
+    builder.deploy(simplecoin(), SIMPLECOIN_WASM).unwrap();
+    let mut chain = builder.finish().unwrap();
+    chain
+        .set_snapshots(Arc::new(SnapshotStore::open(dir, 2).unwrap()))
+        .unwrap();
+    chain
+}
+
+/// A name-safe spelling of `i` (names use a-z, 1-5).
+fn to_base32(mut i: u64) -> String {
+    let digits = b"abcdefghijklmnopqrstuvwxyz12345";
+    let mut s = String::new();
+    loop {
+        s.push(digits[(i % 31) as usize] as char);
+        i /= 31;
+        if i == 0 {
+            return s;
+        }
+    }
+}
+
+/// Block `n`'s transactions: the same on every chain built from the same genesis.
+fn block_txs(chain: &Chain, n: u64) -> Vec<SignedTransaction> {
+    (0..20)
+        .map(|i| {
+            let data = Transfer {
+                from: simplecoin(),
+                to: name(&format!("to{}", to_base32(n * 20 + i))),
+                amount: 1 + i,
+                memo: String::new(),
+            }
+            .encode();
+            unsigned_tx(chain, simplecoin(), transfer(), data)
+        })
+        .collect()
+}
+
+fn run_to(chain: &mut Chain, height: u64) {
+    while chain.head().height < height {
+        let n = chain.head().height;
+        chain.run_block(block_txs(chain, n)).unwrap();
+    }
+}
+
+fn entries(store: &dyn StateStore) -> Vec<(Vec<u8>, Vec<u8>)> {
+    store.entries().unwrap().map(Result::unwrap).collect()
+}
+
+/// The snapshot `source` serves at `height`, with its chunks.
+fn served(snapshots: &SnapshotStore, height: u64) -> (Offer, Vec<Vec<u8>>) {
+    let offer = snapshots
+        .list()
+        .into_iter()
+        .find(|o| o.height == height)
+        .unwrap_or_else(|| panic!("no snapshot at {height}: {:?}", snapshots.list()));
+    let chunks = (0..offer.chunks)
+        .map(|i| {
+            snapshots
+                .load_chunk(height, offer.format, i)
+                .unwrap()
+                .unwrap()
+        })
+        .collect();
+    (offer, chunks)
+}
+
+fn restore_all(
+    work: &std::path::Path,
+    offer: &Offer,
+    app_hash: &[u8],
+    chunks: &[Vec<u8>],
+) -> Restore {
+    let mut restore = Restore::offer(work, offer, app_hash).unwrap();
+    for (i, c) in chunks.iter().enumerate() {
+        let applied = restore.apply(i as u32, c).unwrap();
+        assert_eq!(applied == Applied::Done, i + 1 == chunks.len());
+    }
+    restore
+}
+
+#[test]
+fn issue_25_headers_commit_to_snapshots_and_a_restored_node_follows_the_chain() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut a = chain_in(Box::new(MemoryStore::new(512)), &tmp.path().join("a"));
+    // Snapshots of blocks 4 and 8, committed in blocks 6 and 10.
+    run_to(&mut a, 10);
+    let header =
+        |chain: &Chain, h: u64| -> BlockHeader { chain.store().block(h).unwrap().unwrap().header };
+    for h in 1..=10 {
+        let committed = header(&a, h).committed_snapshot().map(|r| r.height);
+        let expected = match h {
+            6 => Some(4),
+            10 => Some(8),
+            _ => None,
+        };
+        assert_eq!(committed, expected, "block {h}");
+    }
+    // The digest is the one of the state at block 4, whatever the store: a second chain
+    // with the same blocks on a log store commits the same headers.
+    let mut b = chain_in(
+        Box::new(LogStore::open(tmp.path().join("b-store"), LogOptions::default()).unwrap()),
+        &tmp.path().join("b"),
+    );
+    run_to(&mut b, 10);
+    assert_eq!(a.head_id(), b.head_id());
+    // `tally verify` replays the chain and builds the snapshots again: the same headers.
+    let report = tally_chain::verify::verify(b.store(), runtime(), b.config()).unwrap();
+    assert_eq!(report.to, 10);
+
+    // A new node restores the snapshot at 10 (state at 8 and blocks 8..=10) from a's files.
+    let a_snapshots = SnapshotStore::open(&tmp.path().join("a"), 2).unwrap();
+    let (offer, chunks) = served(&a_snapshots, 10);
+    assert!(chunks.len() > 10, "many state chunks: {}", chunks.len());
+    let restore = restore_all(&tmp.path().join("work"), &offer, &a.head_id(), &chunks);
+    let mut store: Box<dyn StateStore> =
+        Box::new(LogStore::open(tmp.path().join("c-store"), LogOptions::default()).unwrap());
+    let c_snapshots = Arc::new(SnapshotStore::open(&tmp.path().join("c"), 2).unwrap());
+    let head = restore.finish(store.as_mut(), &c_snapshots).unwrap();
+    assert_eq!(head.id(), a.head_id());
+    assert_eq!(
+        entries(store.as_ref()),
+        entries(a.store()),
+        "entry by entry"
+    );
+    assert_eq!(
+        store.first_retained(),
+        8,
+        "it never had the blocks below the snapshot"
+    );
+    // It serves the snapshot it restored, and follows the chain: the same blocks give the
+    // same headers, snapshots included (block 14 commits to 12).
+    assert_eq!(served(&c_snapshots, 10).1, chunks);
+    let mut c = Chain::open(runtime(), store, config()).unwrap();
+    c.set_snapshots(c_snapshots.clone()).unwrap();
+    run_to(&mut a, 15);
+    run_to(&mut c, 15);
+    assert_eq!(
+        header(&c, 14).committed_snapshot().map(|r| r.height),
+        Some(12)
+    );
+    assert_eq!(c.head_id(), a.head_id());
+    assert_eq!(entries(c.store()), entries(a.store()));
+}
+
+#[test]
+fn issue_25_a_restart_between_a_snapshot_and_its_commitment_builds_it_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let snapshots = tmp.path().join("snapshots");
+    let store_dir = tmp.path().join("store");
+    let mut a = chain_in(
+        Box::new(LogStore::open(&store_dir, LogOptions::default()).unwrap()),
+        &snapshots,
+    );
+    run_to(&mut a, 5);
+    // Killed between block 4 (the snapshot) and block 6 (its commitment): the state file of
+    // 4 may be unfinished; the reopened chain must commit the same digest.
+    let store = a.into_store();
+    drop(store);
+    let _ = std::fs::remove_file(snapshots.join(format!("state-{:020}.idx", 4)));
+    let store = Box::new(LogStore::open(&store_dir, LogOptions::default()).unwrap());
+    let mut a = Chain::open(runtime(), store, config()).unwrap();
+    a.set_snapshots(Arc::new(SnapshotStore::open(&snapshots, 2).unwrap()))
+        .unwrap();
+    run_to(&mut a, 7);
+    let mut b = chain_in(Box::new(MemoryStore::new(512)), &tmp.path().join("b"));
+    run_to(&mut b, 7);
+    assert_eq!(a.head_id(), b.head_id());
+}
+
+#[test]
+fn issue_25_forged_damaged_foreign_and_truncated_chunks_are_refused_and_the_honest_one_taken() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut a = chain_in(Box::new(MemoryStore::new(512)), &tmp.path().join("a"));
+    run_to(&mut a, 10);
+    let app_hash = a.head_id();
+    let snapshots = SnapshotStore::open(&tmp.path().join("a"), 2).unwrap();
+    let (offer, chunks) = served(&snapshots, 10);
+    let (_, older) = served(&snapshots, 6);
+    let states = chunks.len() - 3; // blocks 8, 9, 10 travel last
+
+    let mut restore = Restore::offer(&tmp.path().join("work"), &offer, &app_hash).unwrap();
+    for (i, chunk) in chunks.iter().enumerate() {
+        let i = i as u32;
+        let mut damaged = chunk.clone();
+        let at = damaged.len() / 2;
+        damaged[at] ^= 1;
+        let truncated = &chunk[..chunk.len() - 1];
+        // Forged: well-formed entries with other values.
+        let forged = if (i as usize) < states {
+            // One entry, `[len][key][len][value]`, as state chunks encode them.
+            let mut f = Vec::new();
+            for part in [&b"\x10forged-key"[..], &b"forged-value"[..]] {
+                f.extend_from_slice(&(part.len() as u32).to_le_bytes());
+                f.extend_from_slice(part);
+            }
+            f
+        } else {
+            borsh::to_vec(&(Vec::<u8>::new(), Vec::<(Vec<u8>, Option<Vec<u8>>)>::new())).unwrap()
+        };
+        let foreign = older.get(i as usize).cloned().unwrap_or_default();
+        for bad in [&damaged[..], truncated, &forged[..], &foreign[..]] {
+            if bad == &chunk[..] {
+                continue;
+            }
+            match restore.apply(i, bad) {
+                Err(ChunkError::Refused(_)) => {}
+                other => panic!("chunk {i}: a bad chunk gave {other:?}"),
+            }
+        }
+        restore.apply(i, chunk).unwrap();
+    }
+    let mut store = MemoryStore::new(512);
+    let head = restore
+        .finish(
+            &mut store,
+            &SnapshotStore::open(&tmp.path().join("c"), 2).unwrap(),
+        )
+        .unwrap();
+    assert_eq!(head.id(), app_hash);
+    assert_eq!(entries(&store), entries(a.store()));
+}
+
+#[test]
+fn issue_25_an_offer_that_does_not_match_the_verified_app_hash_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut a = chain_in(Box::new(MemoryStore::new(512)), &tmp.path().join("a"));
+    run_to(&mut a, 10);
+    let snapshots = SnapshotStore::open(&tmp.path().join("a"), 2).unwrap();
+    let (offer, _) = served(&snapshots, 10);
+    let (older, _) = served(&snapshots, 6);
+    let work = tmp.path().join("work");
+    let refused = |offer: &Offer, app_hash: &[u8]| {
+        matches!(
+            Restore::offer(&work, offer, app_hash),
+            Err(OfferError::Invalid(_))
+        )
+    };
+    // Another height's app hash, or a snapshot of another height offered as this one.
+    let app_hash_6 = a.store().block(6).unwrap().unwrap().header.id();
+    assert!(refused(&offer, &app_hash_6));
+    let mut relabelled = older.clone();
+    relabelled.height = 10;
+    assert!(refused(&relabelled, &a.head_id()));
+    // A manifest with one chunk hash changed, re-hashed so the offer is self-consistent.
+    let mut manifest: tally_chain::snapshot::Manifest = borsh::from_slice(&offer.metadata).unwrap();
+    manifest.chunk_hashes[0][0] ^= 1;
+    assert!(refused(&Offer::of(10, &manifest), &a.head_id()));
+    // A hash that is not the metadata's; another format.
+    let mut wrong_hash = offer.clone();
+    wrong_hash.hash[0] ^= 1;
+    assert!(refused(&wrong_hash, &a.head_id()));
+    let mut format = offer.clone();
+    format.format = 2;
+    assert!(matches!(
+        Restore::offer(&work, &format, &a.head_id()),
+        Err(OfferError::Format(2))
+    ));
+    assert!(Restore::offer(&work, &offer, &a.head_id()).is_ok());
+}
