@@ -9,6 +9,7 @@ use clap::Args;
 use crate::node::abci::{self, Address};
 use crate::node::app::{App, NodeOptions};
 use crate::node::ledger::DEFAULT_RETAIN_BLOCKS;
+use crate::node::sync::{BadSnapshots, DEFAULT_SNAPSHOT_KEEP};
 
 /// Run Tally as the ABCI application of a CometBFT node.
 #[derive(Debug, Args)]
@@ -16,10 +17,17 @@ use crate::node::ledger::DEFAULT_RETAIN_BLOCKS;
   tally node --data ./node0                                  # listens on tcp://127.0.0.1:26658
   tally node --data ./node0 --abci unix://./node0/abci.sock  # a unix socket
   cometbft start --home ./cmt0 --proxy_app tcp://127.0.0.1:26658
+  tally node --data ./new --genesis ./cmt-new/config/genesis.json
+                                                             # joins by state sync
 
 Start `tally node` first, then `cometbft start` pointing at the same address. CometBFT's
 genesis `app_state` holds Tally's initial state (accounts, contracts, allocations); `tally
-devnet` writes one. A restarted node resumes at its last committed block.")]
+devnet` writes one. A restarted node resumes at its last committed block.
+
+A node on an empty data directory whose CometBFT has `[statesync] enable = true` joins by
+state sync: it restores a peer's snapshot, checking every chunk against the app hash
+CometBFT's light client verified, then follows the chain. It needs --genesis, since no
+InitChain comes. Blocks past --retain-blocks are pruned, in Tally's store and CometBFT's.")]
 pub struct NodeArgs {
     /// The node's data directory (the chain is created in it when CometBFT sends InitChain).
     #[arg(long, value_name = "DIR")]
@@ -34,6 +42,20 @@ pub struct NodeArgs {
     /// `evidence.max_age_num_blocks` on a network that must verify evidence that old.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_RETAIN_BLOCKS)]
     pub retain_blocks: u64,
+    /// Snapshots kept for peers that join by state sync (the chain takes them at the heights
+    /// genesis fixes; older ones are deleted).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_SNAPSHOT_KEEP as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub snapshot_keep: u64,
+    /// The network's CometBFT genesis file: needed by a node that joins by state sync
+    /// (CometBFT's `[statesync] enable = true` on an empty data directory), which gets no
+    /// InitChain. Ignored once the node has a chain.
+    #[arg(long, value_name = "FILE")]
+    pub genesis: Option<PathBuf>,
+    /// For tests only: serve wrong snapshot chunks (these ways in turn), so a test can sync
+    /// next to a real misbehaving peer.
+    #[arg(long, value_name = "HOW", value_delimiter = ',', hide = true)]
+    pub test_serve_bad_snapshots: Vec<BadSnapshots>,
 }
 
 pub fn run(args: NodeArgs) -> anyhow::Result<()> {
@@ -44,6 +66,9 @@ pub fn run(args: NodeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create {}", args.data.display()))?;
     let options = NodeOptions {
         retain_blocks: args.retain_blocks,
+        snapshot_keep: args.snapshot_keep as usize,
+        genesis: args.genesis,
+        serve_bad_snapshots: args.test_serve_bad_snapshots,
     };
     let app = App::open(args.data.clone(), options)?;
     eprintln!(

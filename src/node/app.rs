@@ -19,8 +19,14 @@
 //!   its header, which carries the state checksum) as the app hash. It takes the transactions this node verified from the mempool and decodes only
 //!   the others. The block's tips go to the account genesis names for its proposer
 //!   ([`Ledger::proposer_account`]). The block is not durable yet.
-//! - **Commit** makes it durable. **Info** reports the last committed height and app hash, so a
-//!   restarted node resumes where it was.
+//! - **Commit** makes it durable and tells CometBFT which blocks it may prune (`retain_height`:
+//!   the lowest block Tally's store still holds). **Info** reports the last committed height
+//!   and app hash, so a restarted node resumes where it was.
+//! - **ListSnapshots**, **LoadSnapshotChunk** serve this node's snapshots to joining peers
+//!   without the consensus lock; **OfferSnapshot**, **ApplySnapshotChunk** restore a peer's
+//!   snapshot into an empty node, every chunk checked against the app hash CometBFT's light
+//!   client verified ([`super::sync`]). A node that joins this way never gets InitChain: it
+//!   reports height 0 until the restore is installed, then the snapshot's height.
 //!
 //! Determinism: results and app hash depend only on the block and the committed state. Logs
 //! are built from Tally's fixed error strings and the contract's own `assert` text, never an
@@ -28,17 +34,22 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use anyhow::Context;
 use prost::bytes::Bytes;
+use tally_chain::snapshot::SnapshotStore;
 use tally_chain::{Dimension, Name, PreparedTx, TxError};
 use tendermint_proto::google::protobuf::Timestamp;
 use tendermint_proto::v0_38::abci::{
-    CheckTxType, ExecTxResult, RequestCheckTx, RequestFinalizeBlock, RequestInfo, RequestInitChain,
-    RequestPrepareProposal, RequestProcessProposal, RequestQuery, ResponseCheckTx, ResponseCommit,
-    ResponseFinalizeBlock, ResponseInfo, ResponseInitChain, ResponsePrepareProposal,
-    ResponseProcessProposal, ResponseQuery, request, response,
+    CheckTxType, ExecTxResult, RequestApplySnapshotChunk, RequestCheckTx, RequestFinalizeBlock,
+    RequestInfo, RequestInitChain, RequestLoadSnapshotChunk, RequestOfferSnapshot,
+    RequestPrepareProposal, RequestProcessProposal, RequestQuery, ResponseApplySnapshotChunk,
+    ResponseCheckTx, ResponseCommit, ResponseFinalizeBlock, ResponseInfo, ResponseInitChain,
+    ResponseListSnapshots, ResponseLoadSnapshotChunk, ResponseOfferSnapshot,
+    ResponsePrepareProposal, ResponseProcessProposal, ResponseQuery, request, response,
+    response_apply_snapshot_chunk, response_offer_snapshot,
     response_process_proposal::ProposalStatus,
 };
 
@@ -46,9 +57,10 @@ use tally_host_api::limits::{FUEL_PER_ACTION, FUEL_PER_TX, FUEL_PER_TX_BYTE, MAX
 
 use super::abci::{self, Application};
 use super::bundle;
-use super::ledger::{AppState, Ledger, TxOutcome};
+use super::ledger::{AppState, Ledger, Network, TxOutcome};
 use super::mempool::{self, Balances, Candidate, Mempool, Refusal};
 use super::results::{self, BundleResult, TxSummary};
+use super::sync::{self, BadSnapshots, ChunkOutcome, Restoring, Serving};
 
 /// Result codes of CheckTx, FinalizeBlock and Query. Stable: clients match on them.
 pub mod code {
@@ -100,14 +112,33 @@ pub struct NodeOptions {
     /// Blocks kept below the head, 0 for every block ([`super::ledger::DEFAULT_RETAIN_BLOCKS`]
     /// by default). CometBFT is told to prune its own block store alike (`retain_height`).
     pub retain_blocks: u64,
+    /// Snapshots kept for peers ([`sync::DEFAULT_SNAPSHOT_KEEP`] by default).
+    pub snapshot_keep: usize,
+    /// The network's CometBFT genesis file: what a node that joins by state sync (and so
+    /// gets no InitChain) learns of its network from.
+    pub genesis: Option<PathBuf>,
+    /// For tests: serve wrong snapshot chunks, these ways in turn.
+    pub serve_bad_snapshots: Vec<BadSnapshots>,
 }
 
 impl Default for NodeOptions {
     fn default() -> Self {
         Self {
             retain_blocks: super::ledger::DEFAULT_RETAIN_BLOCKS,
+            snapshot_keep: sync::DEFAULT_SNAPSHOT_KEEP,
+            genesis: None,
+            serve_bad_snapshots: Vec::new(),
         }
     }
+}
+
+/// The environment variable that makes `tally node` abort inside a restore: `after-chunk`
+/// (once a chunk that is not the last is applied) or `before-install` (after the restored
+/// store is written, before it replaces the node's). For crash-recovery tests only.
+pub const ABORT_IN_RESTORE_ENV: &str = "TALLY_TEST_ABORT_IN_RESTORE";
+
+fn restore_abort_point() -> Option<String> {
+    std::env::var(ABORT_IN_RESTORE_ENV).ok()
 }
 
 /// The block between FinalizeBlock and Commit.
@@ -160,16 +191,27 @@ pub struct App {
     /// The chain's bandwidth maximum (bytes of transactions a block may carry), once the
     /// chain exists: PrepareProposal's byte limit besides CometBFT's.
     max_block_bytes: AtomicU64,
+    /// This node's snapshots, as peers fetch them (no lock: see [`sync`]).
+    serving: Serving,
+    /// The restore in progress, when CometBFT state-syncs this node (the snapshot
+    /// connection's state; the consensus lock is taken only to install the result).
+    restoring: Mutex<Option<Restoring>>,
+    /// What genesis fixed, from `--genesis`: needed to join by state sync.
+    network: Option<Network>,
 }
 
 /// The calls whose time the `stats` query reports: where a node's time goes.
-const CALLS: [&str; 6] = [
+const CALLS: [&str; 10] = [
     "check_tx",
     "prepare_proposal",
     "process_proposal",
     "finalize_block",
     "commit",
     "query",
+    "list_snapshots",
+    "load_snapshot_chunk",
+    "offer_snapshot",
+    "apply_snapshot_chunk",
 ];
 
 /// A node fault: the store failed or the state is corrupt. The node must stop rather than
@@ -235,12 +277,45 @@ fn block_txs(
 }
 
 impl App {
-    /// Opens the application's data directory (the chain is created at InitChain).
+    /// Opens the application's data directory (the chain is created at InitChain, or
+    /// restored by state sync). What an interrupted restore left is removed first.
     pub fn open(dir: PathBuf, options: NodeOptions) -> anyhow::Result<Self> {
-        let ledger = Ledger::open(&dir, options.retain_blocks)?;
+        for cleaned in sync::clean_leftovers(&dir)? {
+            eprintln!("tally node: removed what an interrupted restore left: {cleaned}");
+        }
+        let snapshots_dir = sync::snapshots_dir(&dir);
+        let snapshots = Arc::new(
+            SnapshotStore::open(&snapshots_dir, options.snapshot_keep).with_context(|| {
+                format!("cannot open the snapshots in {}", snapshots_dir.display())
+            })?,
+        );
+        let network = options
+            .genesis
+            .as_deref()
+            .map(Network::from_genesis_file)
+            .transpose()?;
+        if let (Some(given), Some(kept)) = (&network, Ledger::network(&dir)?)
+            && given.chain_id() != kept.chain_id()
+        {
+            anyhow::bail!(
+                "--genesis is for chain {:?}, but {} holds chain {:?}: give this node its own \
+                 network's genesis file",
+                given.chain_id(),
+                dir.display(),
+                kept.chain_id()
+            );
+        }
+        let ledger = Ledger::open(&dir, options.retain_blocks, &snapshots)?;
         let mempool = match &ledger {
             None => {
-                eprintln!("tally node: no chain yet; it is created at InitChain");
+                eprintln!(
+                    "tally node: no chain yet; it is created at InitChain, or restored by state sync{}",
+                    if network.is_some() {
+                        ""
+                    } else {
+                        " (which needs --genesis)"
+                    }
+                );
                 Mempool::default()
             }
             Some(l) => {
@@ -258,6 +333,7 @@ impl App {
         let abort_before_commit = std::env::var(ABORT_BEFORE_COMMIT_ENV)
             .ok()
             .and_then(|v| v.parse().ok());
+        let serving = Serving::new(snapshots, options.serve_bad_snapshots.clone());
         Ok(Self {
             dir,
             options,
@@ -271,7 +347,118 @@ impl App {
             fuel_per_tx: AtomicU64::new(INITIAL_FUEL_PER_TX),
             finalized_any: AtomicBool::new(false),
             max_block_bytes: AtomicU64::new(max_block_bytes),
+            serving,
+            restoring: Mutex::new(None),
+            network,
         })
+    }
+
+    /// What CometBFT may prune below (`retain_height`): the blocks Tally's store no longer
+    /// holds, but never the header of a snapshot this node still lists. A joining node's
+    /// light client fetches the headers at a snapshot's height `T`, `T + 1` and `T + 2` from
+    /// its RPC servers, so a snapshot whose headers were pruned could be listed and never
+    /// restored. Heights are the same on both sides (Tally's block 0 is CometBFT's height
+    /// 0); 0 asks CometBFT to keep everything.
+    fn retain_height(&self, first_retained: u64) -> u64 {
+        let oldest_listed = self
+            .serving
+            .store()
+            .list()
+            .last()
+            .map_or(u64::MAX, |o| o.height);
+        first_retained.min(oldest_listed)
+    }
+
+    fn restoring(&self) -> MutexGuard<'_, Option<Restoring>> {
+        self.restoring.lock().expect("restore lock")
+    }
+
+    /// Finishes a verified restore: writes it into a fresh store, makes that store the
+    /// node's ([`Ledger::install`]) and opens the chain on it, in place of any chain the node
+    /// had (a node restarted mid-sync has the one it restored before).
+    fn install(&self, restoring: Restoring) -> anyhow::Result<()> {
+        let network = match Ledger::network(&self.dir)? {
+            Some(n) => n,
+            None => self.network.clone().context(
+                "a node that joins by state sync needs its network's genesis file: start \
+                 tally node with --genesis <cometbft home>/config/genesis.json",
+            )?,
+        };
+        let (height, chunks, started) = (
+            restoring.offer.height,
+            restoring.offer.chunks,
+            restoring.started,
+        );
+        let mut store = Ledger::restore_store(&self.dir)?;
+        let head = restoring
+            .into_restore()
+            .finish(store.as_mut(), self.serving.store())
+            .context("finishing the restore")?;
+        store.sync()?;
+        drop(store);
+        if let Some(at) = restore_abort_point()
+            && at == "before-install"
+        {
+            eprintln!("tally node: {ABORT_IN_RESTORE_ENV}={at}: aborting");
+            std::process::abort();
+        }
+        let mut consensus = self.consensus();
+        // The chain open on the store being replaced closes first.
+        consensus.ledger = None;
+        consensus.finalized = None;
+        let ledger = Ledger::install(
+            &self.dir,
+            &network,
+            &head,
+            self.options.retain_blocks,
+            self.serving.store(),
+        )?;
+        let h = ledger.head();
+        self.max_block_bytes.store(
+            ledger.fee_schedule().max[Dimension::Bandwidth as usize],
+            Ordering::Relaxed,
+        );
+        consensus.ledger = Some(ledger);
+        drop(consensus);
+        self.mempool()
+            .set_head(h.height, h.time_ms, h.max_lifetime_ms);
+        eprintln!(
+            "tally node: restored the snapshot at height {height} ({chunks} chunks) in {:.1} s; \
+             app hash {}",
+            started.elapsed().as_secs_f64(),
+            h.app_hash
+        );
+        Ok(())
+    }
+
+    /// The `sync` query: how this node came to its state and what it serves.
+    fn sync_status(&self) -> Vec<u8> {
+        let (height, first_retained, state_synced_at) = {
+            let consensus = self.consensus();
+            match consensus.ledger.as_ref() {
+                None => (0, 0, None),
+                Some(l) => (l.head().height, l.first_retained(), l.state_synced_at()),
+            }
+        };
+        let restoring = self
+            .restoring()
+            .as_ref()
+            .map(|r| serde_json::json!({"height": r.offer.height, "chunks": r.offer.chunks, "applied": r.applied}));
+        let snapshots: Vec<_> = self
+            .serving
+            .store()
+            .list()
+            .iter()
+            .map(|o| serde_json::json!({"height": o.height, "chunks": o.chunks}))
+            .collect();
+        serde_json::to_vec(&serde_json::json!({
+            "height": height,
+            "first_retained": first_retained,
+            "state_synced_at": state_synced_at,
+            "restoring": restoring,
+            "snapshots": snapshots,
+        }))
+        .expect("serialisable")
     }
 
     fn consensus(&self) -> MutexGuard<'_, Consensus> {
@@ -672,6 +859,7 @@ impl Application for App {
     fn init_chain(&self, req: RequestInitChain) -> ResponseInitChain {
         let mut consensus = self.consensus();
         if consensus.ledger.is_none() {
+            eprintln!("tally node: InitChain: creating the chain from genesis");
             let state: AppState = if req.app_state_bytes.is_empty() {
                 AppState::default()
             } else {
@@ -684,6 +872,7 @@ impl Application for App {
                 &state,
                 time_ms(req.time),
                 self.options.retain_blocks,
+                self.serving.store(),
             )
             .unwrap_or_else(|e| fatal("cannot create the chain from genesis", e));
             consensus.ledger = Some(created);
@@ -848,24 +1037,29 @@ impl Application for App {
         l.commit()
             .unwrap_or_else(|e| fatal("committing a block", e));
         let head = l.head();
-        let retain_height = l.first_retained();
+        let first_retained = l.first_retained();
         drop(consensus);
         let block = finalized.map(|f| f.bundles).unwrap_or_default();
         self.mempool().committed(head.height, head.time_ms, &block);
-        // CometBFT prunes its blocks below what Tally's store still holds, never more: both
-        // keep the same history. Heights are the same on both sides (Tally's block 0 is
-        // CometBFT's height 0); 0 asks CometBFT to keep everything.
         ResponseCommit {
-            retain_height: retain_height as i64,
+            retain_height: self.retain_height(first_retained) as i64,
         }
     }
 
     fn query(&self, req: RequestQuery) -> ResponseQuery {
+        if req.path == "sync" {
+            return ResponseQuery {
+                value: self.sync_status().into(),
+                ..Default::default()
+            };
+        }
         let consensus = self.consensus();
         let Some(l) = consensus.ledger.as_ref() else {
             return ResponseQuery {
                 code: code::BAD_QUERY,
-                log: "the chain has not started: CometBFT has not sent InitChain yet".into(),
+                log: "the chain has not started: CometBFT has not sent InitChain yet, or state \
+                      sync has not restored a snapshot yet"
+                    .into(),
                 ..Default::default()
             };
         };
@@ -885,7 +1079,7 @@ impl Application for App {
                 return ResponseQuery {
                     code: code::BAD_QUERY,
                     log: format!(
-                        "unknown query path {other:?}: Tally answers \"head\", \"get\", \"query\", \"code\", \"keys\", \"account\", \"fees\", \"native\" and \"stats\""
+                        "unknown query path {other:?}: Tally answers \"head\", \"get\", \"query\", \"code\", \"keys\", \"account\", \"fees\", \"native\", \"stats\" and \"sync\""
                     ),
                     ..Default::default()
                 };
@@ -895,6 +1089,77 @@ impl Application for App {
             value: value.into(),
             height,
             ..Default::default()
+        }
+    }
+
+    /// This node's snapshots, newest first (no consensus lock: block execution goes on).
+    fn list_snapshots(&self) -> ResponseListSnapshots {
+        self.serving.list()
+    }
+
+    /// A chunk of one of this node's snapshots, read from its file (no consensus lock).
+    fn load_snapshot_chunk(&self, req: RequestLoadSnapshotChunk) -> ResponseLoadSnapshotChunk {
+        self.serving.load(&req)
+    }
+
+    /// Starts restoring a peer's snapshot, checked against the app hash CometBFT's light
+    /// client verified. A new offer replaces a restore in progress (CometBFT moved on to
+    /// another snapshot).
+    fn offer_snapshot(&self, req: RequestOfferSnapshot) -> ResponseOfferSnapshot {
+        if self.network.is_none() && !matches!(Ledger::network(&self.dir), Ok(Some(_))) {
+            eprintln!(
+                "tally node: cannot join by state sync without the network's genesis: start \
+                 tally node with --genesis <cometbft home>/config/genesis.json"
+            );
+            return ResponseOfferSnapshot {
+                result: response_offer_snapshot::Result::Abort as i32,
+            };
+        }
+        let mut restoring = self.restoring();
+        *restoring = None;
+        match Restoring::offer(&sync::restore_dir(&self.dir), &req) {
+            Ok(r) => {
+                *restoring = Some(r);
+                ResponseOfferSnapshot {
+                    result: response_offer_snapshot::Result::Accept as i32,
+                }
+            }
+            Err(answer) => answer,
+        }
+    }
+
+    /// Checks and applies the next chunk; the last one installs the restored state.
+    fn apply_snapshot_chunk(&self, req: RequestApplySnapshotChunk) -> ResponseApplySnapshotChunk {
+        use response_apply_snapshot_chunk::Result as R;
+        let mut slot = self.restoring();
+        let Some(restoring) = slot.take() else {
+            eprintln!(
+                "tally node: ApplySnapshotChunk {} with no snapshot offered",
+                req.index
+            );
+            return sync::chunk_answer(R::Abort);
+        };
+        let (back, outcome) = restoring.apply(&req);
+        *slot = back;
+        match outcome {
+            ChunkOutcome::More(answer) => {
+                if restore_abort_point().as_deref() == Some("after-chunk") {
+                    eprintln!(
+                        "tally node: {ABORT_IN_RESTORE_ENV}=after-chunk: aborting after chunk {}",
+                        req.index
+                    );
+                    std::process::abort();
+                }
+                answer
+            }
+            ChunkOutcome::Answer(answer) => answer,
+            ChunkOutcome::Done(restoring) => match self.install(restoring) {
+                Ok(()) => sync::chunk_answer(R::Accept),
+                Err(e) => {
+                    eprintln!("tally node: cannot install the restored snapshot: {e:#}");
+                    sync::chunk_answer(R::Abort)
+                }
+            },
         }
     }
 
@@ -908,6 +1173,10 @@ impl Application for App {
             Q::FinalizeBlock(_) => Some(3),
             Q::Commit(_) => Some(4),
             Q::Query(_) => Some(5),
+            Q::ListSnapshots(_) => Some(6),
+            Q::LoadSnapshotChunk(_) => Some(7),
+            Q::OfferSnapshot(_) => Some(8),
+            Q::ApplySnapshotChunk(_) => Some(9),
             _ => None,
         };
         let start = Instant::now();

@@ -336,6 +336,7 @@ pub fn create(dir: &Path, config: &DevnetConfig, cometbft: &Path) -> anyhow::Res
             system.verifying_key().to_bytes(),
         ),
         proposers: Default::default(),
+        snapshots: None,
     };
     // Each validator's account takes its blocks' tips; its key goes to the wallet.
     for (i, v) in g["validators"]

@@ -9,6 +9,20 @@
 //! as CometBFT's `genesis.json` spells it) to account name ([`AppState`]). InitChain writes it
 //! to `node.json`, so every node, restarted or not, maps a proposer the same way; a proposer
 //! with no entry pays its block's tips to the system account.
+//!
+//! A node that joins by state sync gets no InitChain: it reads the same facts from the
+//! network's genesis file ([`Network::from_genesis_file`]) and writes `node.json` once the
+//! restored store is in place ([`Ledger::install`]).
+//!
+//! ```text
+//! DIR/node.json        what genesis fixed (chain id, proposers, snapshot schedule)
+//! DIR/store/           the chain's log store: only ever created whole (InitChain, or the
+//!                      rename that ends a restore)
+//! DIR/snapshots/       this node's snapshots, served to joining peers
+//! DIR/restore/         a restore in progress (the chunks received so far)
+//! DIR/restore-store/   the store a restore writes, renamed to store/ when complete
+//! DIR/store.replaced/  the store a restore replaced, until the rename is durable
+//! ```
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,13 +31,15 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 pub use tally_chain::Genesis;
+use tally_chain::snapshot::{SnapshotSchedule, SnapshotStore};
 use tally_chain::{
-    Chain, ChainConfig, ChainError, Fee, FeeSchedule, Name, PreparedTx, TxError, TxResult, Usage,
+    BlockHeader, Chain, ChainConfig, ChainError, Fee, FeeSchedule, Name, PreparedTx, StateStore,
+    TxError, TxResult, Usage,
 };
 use tally_host_api::Abort;
 use tally_runtime::{Outcome, Runtime, RuntimeConfig};
 
-use crate::common::fs::write_atomic;
+use crate::common::fs::{rename_durably, write_atomic};
 use crate::common::store::{StoreKind, open_store};
 
 /// Version of the node's data-directory layout.
@@ -42,10 +58,131 @@ struct NodeFile {
     /// account.
     #[serde(default)]
     proposers: BTreeMap<String, String>,
+    /// When the chain takes snapshots: a consensus parameter, from genesis. Absent: the
+    /// chain's default schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    snapshots: Option<SnapshotParams>,
+    /// The height of the snapshot this node restored by state sync, if it joined that way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    state_synced_at: Option<u64>,
 }
 
-/// The genesis `app_state` of a Tally network under CometBFT: Tally's genesis, and who takes
-/// each proposer's tips.
+/// When a network takes snapshots (`app_state.snapshots`): every `interval` blocks (0:
+/// never), their digest committed `delay` blocks later, in state chunks of `chunk_bytes`
+/// ([`SnapshotSchedule`]). Every node must agree: the digest is in the block headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotParams {
+    /// Blocks between snapshots (0: none).
+    pub interval: u64,
+    /// Blocks between a snapshot's height and the header that commits its digest.
+    pub delay: u64,
+    /// A state chunk is cut once it holds this many bytes (absent: the chain's
+    /// [`tally_chain::snapshot::CHUNK_BYTES`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_bytes: Option<u32>,
+}
+
+impl From<SnapshotParams> for SnapshotSchedule {
+    fn from(p: SnapshotParams) -> Self {
+        let every = SnapshotSchedule::every(p.interval, p.delay);
+        match p.chunk_bytes {
+            Some(bytes) => every.with_chunk_bytes(bytes),
+            None => every,
+        }
+    }
+}
+
+/// What a node must know of its network besides the state, fixed by genesis: the chain id,
+/// the genesis time, who takes each proposer's tips and the snapshot schedule. InitChain
+/// brings it to a node that starts from genesis; a node that joins by state sync gets no
+/// InitChain and reads it from the network's genesis file.
+#[derive(Debug, Clone)]
+pub struct Network {
+    file: NodeFile,
+}
+
+/// The parts of a CometBFT `genesis.json` a joining node reads. The accounts and
+/// allocations of `app_state` (millions, on a large network) are skipped as they stream
+/// past, never held.
+#[derive(Deserialize)]
+struct GenesisDoc {
+    chain_id: String,
+    genesis_time: String,
+    #[serde(default)]
+    app_state: GenesisParams,
+}
+
+#[derive(Default, Deserialize)]
+struct GenesisParams {
+    #[serde(default)]
+    proposers: BTreeMap<String, String>,
+    #[serde(default)]
+    snapshots: Option<SnapshotParams>,
+}
+
+impl Network {
+    /// What InitChain gives: `genesis_time_ms` is CometBFT's genesis time.
+    fn new(
+        chain_id: &str,
+        proposers: &BTreeMap<String, String>,
+        snapshots: Option<SnapshotParams>,
+        genesis_time_ms: u64,
+        genesis: Option<&Genesis>,
+    ) -> anyhow::Result<Self> {
+        let proposers = proposer_map(proposers, genesis)?;
+        Ok(Self {
+            file: NodeFile {
+                version: LAYOUT_VERSION,
+                chain_id: chain_id.to_string(),
+                genesis_time_ms: genesis_time_ms.saturating_sub(1),
+                // Upper case, as CometBFT spells addresses, whatever the genesis file used.
+                proposers: proposers
+                    .iter()
+                    .map(|(a, n)| (hex::encode_upper(a), n.to_string()))
+                    .collect(),
+                snapshots,
+                state_synced_at: None,
+            },
+        })
+    }
+
+    /// Reads a CometBFT `genesis.json` (the one the node's CometBFT runs with).
+    pub fn from_genesis_file(path: &Path) -> anyhow::Result<Self> {
+        let file = std::fs::File::open(path)
+            .with_context(|| format!("cannot read the genesis file {}", path.display()))?;
+        let doc: GenesisDoc =
+            serde_json::from_reader(std::io::BufReader::new(file)).with_context(|| {
+                format!(
+                    "{} is not a CometBFT genesis file with a Tally app_state",
+                    path.display()
+                )
+            })?;
+        let time_ms = super::rpc::rfc3339_ms(&doc.genesis_time);
+        if time_ms == 0 {
+            bail!(
+                "{}: genesis_time {:?} is not an RFC 3339 UTC time",
+                path.display(),
+                doc.genesis_time
+            );
+        }
+        Self::new(
+            &doc.chain_id,
+            &doc.app_state.proposers,
+            doc.app_state.snapshots,
+            time_ms,
+            None,
+        )
+        .with_context(|| format!("{} is not valid", path.display()))
+    }
+
+    /// The network's chain id.
+    pub fn chain_id(&self) -> &str {
+        &self.file.chain_id
+    }
+}
+
+/// The genesis `app_state` of a Tally network under CometBFT: Tally's genesis, who takes
+/// each proposer's tips, and when the chain takes snapshots.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct AppState {
     /// The chain's initial state.
@@ -55,6 +192,9 @@ pub struct AppState {
     /// address (20 bytes, hex, as `genesis.json`'s `validators[].address`).
     #[serde(default)]
     pub proposers: BTreeMap<String, String>,
+    /// When the chain takes snapshots for state sync (absent: the chain's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshots: Option<SnapshotParams>,
 }
 
 /// Validator address → account, checked: each address 20 bytes of hex, each account a name
@@ -145,6 +285,8 @@ pub struct Ledger {
     chain: Chain,
     /// Validator address → the account its blocks' tips go to.
     proposers: BTreeMap<[u8; 20], Name>,
+    /// The snapshot height this node joined at by state sync, if it did.
+    state_synced_at: Option<u64>,
 }
 
 /// Blocks a node keeps below its head by default (`tally node --retain-blocks`): the depth the
@@ -167,6 +309,9 @@ fn chain_config(file: &NodeFile, retain_blocks: u64) -> ChainConfig {
         } else {
             retain_blocks
         },
+        snapshots: file
+            .snapshots
+            .map_or(SnapshotSchedule::NEVER, SnapshotSchedule::from),
         ..ChainConfig::default()
     }
 }
@@ -182,23 +327,62 @@ fn store_dir(dir: &Path) -> PathBuf {
     dir.join("store")
 }
 
+/// Where a restore writes its store before the rename that makes it the node's.
+pub fn restore_store_dir(dir: &Path) -> PathBuf {
+    dir.join("restore-store")
+}
+
+/// Where the store a restore replaces waits until the restored one is durably in place.
+fn replaced_store_dir(dir: &Path) -> PathBuf {
+    dir.join("store.replaced")
+}
+
+/// Reads `DIR/node.json`, if there is one.
+fn read_node_file(dir: &Path) -> anyhow::Result<Option<NodeFile>> {
+    let path = dir.join("node.json");
+    if !path.exists() {
+        return Ok(None);
+    }
+    let file: NodeFile = serde_json::from_slice(&std::fs::read(&path)?)
+        .with_context(|| format!("{} is not valid", path.display()))?;
+    if file.version != LAYOUT_VERSION {
+        bail!(
+            "{} has node layout version {}; this tally reads version {LAYOUT_VERSION}",
+            dir.display(),
+            file.version
+        );
+    }
+    Ok(Some(file))
+}
+
+/// Finishes or undoes what a crash left of [`Ledger::install`], so that `DIR/store` is
+/// whole: the store it was replacing goes back if the restored one never got in place, or
+/// away if it did. Returns whether anything was left.
+pub fn recover_install(dir: &Path) -> anyhow::Result<bool> {
+    let replaced = replaced_store_dir(dir);
+    if !replaced.exists() {
+        return Ok(false);
+    }
+    if store_dir(dir).exists() {
+        std::fs::remove_dir_all(&replaced)
+            .with_context(|| format!("cannot remove {}", replaced.display()))?;
+    } else {
+        rename_durably(&replaced, &store_dir(dir))?;
+    }
+    Ok(true)
+}
+
 impl Ledger {
     /// Opens the chain in `dir`, or `None` if InitChain has not created one yet. It keeps
     /// `retain_blocks` blocks below its head (0: every block).
-    pub fn open(dir: &Path, retain_blocks: u64) -> anyhow::Result<Option<Self>> {
-        let path = dir.join("node.json");
-        if !path.exists() {
+    pub fn open(
+        dir: &Path,
+        retain_blocks: u64,
+        snapshots: &Arc<SnapshotStore>,
+    ) -> anyhow::Result<Option<Self>> {
+        let Some(file) = read_node_file(dir)? else {
             return Ok(None);
-        }
-        let file: NodeFile = serde_json::from_slice(&std::fs::read(&path)?)
-            .with_context(|| format!("{} is not valid", path.display()))?;
-        if file.version != LAYOUT_VERSION {
-            bail!(
-                "{} has node layout version {}; this tally reads version {LAYOUT_VERSION}",
-                dir.display(),
-                file.version
-            );
-        }
+        };
         let config = chain_config(&file, retain_blocks);
         let store = open_store(
             StoreKind::Log,
@@ -206,10 +390,15 @@ impl Ledger {
             config.retain_blocks,
             tally_chain::Access::ReadWrite,
         )?;
-        let chain = Chain::open(runtime(dir)?, store, config)?;
+        let mut chain = Chain::open(runtime(dir)?, store, config)?;
+        chain.set_snapshots(snapshots.clone())?;
         let proposers = proposer_map(&file.proposers, None)
-            .with_context(|| format!("{} is not valid", path.display()))?;
-        Ok(Some(Self { chain, proposers }))
+            .with_context(|| format!("{} is not valid", dir.join("node.json").display()))?;
+        Ok(Some(Self {
+            chain,
+            proposers,
+            state_synced_at: file.state_synced_at,
+        }))
     }
 
     /// Creates the chain in `dir` from `state` (InitChain): Tally's block 0 is the state
@@ -221,20 +410,19 @@ impl Ledger {
         state: &AppState,
         genesis_time_ms: u64,
         retain_blocks: u64,
+        snapshots: &Arc<SnapshotStore>,
     ) -> anyhow::Result<Self> {
         let genesis = &state.genesis;
-        let proposers = proposer_map(&state.proposers, Some(genesis))?;
+        let network = Network::new(
+            chain_id,
+            &state.proposers,
+            state.snapshots,
+            genesis_time_ms,
+            Some(genesis),
+        )?;
+        let file = network.file;
+        let proposers = proposer_map(&file.proposers, None)?;
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let file = NodeFile {
-            version: LAYOUT_VERSION,
-            chain_id: chain_id.to_string(),
-            genesis_time_ms: genesis_time_ms.saturating_sub(1),
-            // Upper case, as CometBFT spells addresses, whatever the genesis file used.
-            proposers: proposers
-                .iter()
-                .map(|(a, n)| (hex::encode_upper(a), n.to_string()))
-                .collect(),
-        };
         let config = chain_config(&file, retain_blocks);
         // A store left by an InitChain that crashed before node.json was written is replaced.
         let _ = std::fs::remove_dir_all(store_dir(dir));
@@ -246,12 +434,100 @@ impl Ledger {
         )?;
         let mut chain = Chain::create(runtime(dir)?, store, config, genesis)?;
         chain.sync()?;
+        chain.set_snapshots(snapshots.clone())?;
         write_atomic(
             &dir.join("node.json"),
             serde_json::to_string_pretty(&file)?.as_bytes(),
             0o644,
         )?;
-        Ok(Self { chain, proposers })
+        Ok(Self {
+            chain,
+            proposers,
+            state_synced_at: None,
+        })
+    }
+
+    /// A fresh, empty store in [`restore_store_dir`] for a restore to write (whatever an
+    /// earlier attempt left there is removed first).
+    pub fn restore_store(dir: &Path) -> anyhow::Result<Box<dyn StateStore>> {
+        let path = restore_store_dir(dir);
+        if path.exists() {
+            std::fs::remove_dir_all(&path)
+                .with_context(|| format!("cannot remove {}", path.display()))?;
+        }
+        open_store(
+            StoreKind::Log,
+            &path,
+            u64::MAX,
+            tally_chain::Access::ReadWrite,
+        )
+    }
+
+    /// Makes the store a restore wrote in [`restore_store_dir`] (closed, complete, durable)
+    /// the node's store, and opens the chain on it. `network` is what genesis fixed (kept
+    /// from `node.json` if the directory has one, else from the genesis file); `head` is the
+    /// restored head, at the snapshot's height.
+    ///
+    /// Crash safety: the restored store becomes `DIR/store` by one rename, after the store it
+    /// replaces (a node that restarted mid-sync has one) moved aside to
+    /// `DIR/store.replaced`; each rename is made durable (the directory is synced) before the
+    /// next step. A crash between them leaves a whole store at one of the two names, which
+    /// [`recover_install`] puts back at start; `node.json` is written last, so a store
+    /// without it is never opened (the node then reports height 0 and syncs again).
+    pub fn install(
+        dir: &Path,
+        network: &Network,
+        head: &BlockHeader,
+        retain_blocks: u64,
+        snapshots: &Arc<SnapshotStore>,
+    ) -> anyhow::Result<Self> {
+        let store = store_dir(dir);
+        let replaced = replaced_store_dir(dir);
+        if replaced.exists() {
+            std::fs::remove_dir_all(&replaced)
+                .with_context(|| format!("cannot remove {}", replaced.display()))?;
+        }
+        if store.exists() {
+            rename_durably(&store, &replaced)?;
+        }
+        rename_durably(&restore_store_dir(dir), &store)?;
+        let file = NodeFile {
+            state_synced_at: Some(head.height),
+            ..network.file.clone()
+        };
+        write_atomic(
+            &dir.join("node.json"),
+            serde_json::to_string_pretty(&file)?.as_bytes(),
+            0o644,
+        )?;
+        crate::common::fs::sync_dir(dir)?;
+        if replaced.exists() {
+            std::fs::remove_dir_all(&replaced)
+                .with_context(|| format!("cannot remove {}", replaced.display()))?;
+        }
+        let ledger =
+            Self::open(dir, retain_blocks, snapshots)?.context("node.json was just written")?;
+        if ledger.chain.head().height != head.height || ledger.chain.head_id() != head.id() {
+            bail!(
+                "the restored store opened at height {} with another head than the restore \
+                 finished at (height {}): remove {} and start the node again to sync anew",
+                ledger.chain.head().height,
+                head.height,
+                store.display()
+            );
+        }
+        Ok(ledger)
+    }
+
+    /// What genesis fixed for this node's network.
+    pub fn network(dir: &Path) -> anyhow::Result<Option<Network>> {
+        Ok(read_node_file(dir)?.map(|file| Network { file }))
+    }
+
+    /// The height of the snapshot this node restored when it joined by state sync (`None`:
+    /// it replayed from genesis).
+    pub fn state_synced_at(&self) -> Option<u64> {
+        self.state_synced_at
     }
 
     /// The account that takes the tips of a block proposed by the validator at `address`:

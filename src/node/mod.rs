@@ -11,3 +11,4 @@ pub mod load;
 pub mod mempool;
 pub mod results;
 pub mod rpc;
+pub mod sync;
