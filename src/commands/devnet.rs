@@ -1,12 +1,19 @@
 //! `tally devnet`: a local multi-validator network of real CometBFT and Tally processes.
 
 use std::path::PathBuf;
+use std::time::Instant;
 
+use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::json;
 
 use super::local::output;
-use crate::node::devnet::{self, DevnetConfig};
+use crate::node::devnet::{self, Devnet, DevnetConfig};
+use crate::node::rpc::Rpc;
+
+/// Blocks before a join whose mean time `--join` reports, to compare with the blocks during
+/// it.
+const BLOCKS_BEFORE_JOIN: u64 = 20;
 
 /// Start (or stop) a local network of CometBFT validators running Tally, on 127.0.0.1.
 #[derive(Debug, Args)]
@@ -22,6 +29,8 @@ use crate::node::devnet::{self, DevnetConfig};
                                                   # DIR is a wallet holding the key of `tally`
   tally devnet --validators 1 --data ./bench --no-index
                                                   # for load runs: no transaction index
+  tally devnet --data ./net --join 1              # one more node, joining by state sync
+  tally devnet --data ./net --status              # each node's height, app hash, sync
 
 Each validator is two processes: `cometbft start` and `tally node`, joined by a unix socket
 (DIR/vI/abci.sock); logs are DIR/vI/cometbft.log and DIR/vI/tally.log. Validator I serves RPC
@@ -30,6 +39,13 @@ u2, ... as `tally bench` names them) whose keys `tally load` derives from --seed
 system account `tally`, whose key DIR/keystore.json holds: DIR is the wallet of `--rpc URL
 --wallet DIR` commands (account create, deploy, push). CometBFT indexes transactions and their
 events for `tx_search` and `tally tx --rpc` unless --no-index.
+
+Validators snapshot their state every --snapshot-interval blocks. --join N adds N full nodes
+(DIR/fJ/, ports after the validators') that join by CometBFT's state sync: each restores a
+validator's snapshot, checking it against the app hash its light client verified from a
+header of validator 0 it was given as trusted, then follows by block sync. --join waits until
+they follow the head and reports how long that took, their peak memory, and the validators'
+block times before and during the join.
 cometbft is taken from $COMETBFT or PATH; install it with
   go install github.com/cometbft/cometbft/cmd/cometbft@v0.38.26")]
 pub struct DevnetArgs {
@@ -67,6 +83,25 @@ pub struct DevnetArgs {
     /// when the network is created.
     #[arg(long, value_name = "N", default_value_t = crate::node::ledger::DEFAULT_RETAIN_BLOCKS)]
     pub retain_blocks: u64,
+    /// Blocks between snapshots (0: none, and no node can join by state sync). Fixed when
+    /// the network is created: it is in the genesis.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub snapshot_interval: u64,
+    /// For tests: state chunks of this many bytes, so a small state makes several.
+    #[arg(long, value_name = "BYTES", hide = true)]
+    pub test_snapshot_chunk_bytes: Option<u32>,
+    /// Add N full nodes that join the running network by state sync, and wait until they
+    /// follow the head.
+    #[arg(long, value_name = "N", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=16))]
+    pub join: u64,
+    /// Show each node's height, app hash, pruned height and how it synced, instead.
+    #[arg(long)]
+    pub status: bool,
+    /// For tests: validator I's tally node serves wrong snapshot chunks, these ways in turn
+    /// (`I:forged,damaged,other-height,truncated`). Only when the network is created.
+    #[arg(long, value_name = "I:HOW", hide = true)]
+    pub test_serve_bad_snapshots: Vec<String>,
     /// Stop every process of the network instead.
     #[arg(long)]
     pub stop: bool,
@@ -87,7 +122,24 @@ pub fn run(args: DevnetArgs) -> anyhow::Result<()> {
             ),
         );
     }
+    if args.status {
+        return status(&args);
+    }
     if !args.data.join("devnet.json").exists() {
+        let bad_snapshots = args
+            .test_serve_bad_snapshots
+            .iter()
+            .map(|s| {
+                let (i, how) = s
+                    .split_once(':')
+                    .context("--test-serve-bad-snapshots takes I:HOW[,HOW...]")?;
+                let i: usize = i.parse().context("a validator index")?;
+                if i >= args.validators as usize {
+                    bail!("--test-serve-bad-snapshots: there is no validator {i}");
+                }
+                Ok((i, how.to_string()))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
         let cometbft = devnet::find_cometbft()?;
         let config = DevnetConfig {
             validators: args.validators as usize,
@@ -98,6 +150,9 @@ pub fn run(args: DevnetArgs) -> anyhow::Result<()> {
             mempool_gossip: !args.no_mempool_gossip,
             index: !args.no_index,
             retain_blocks: args.retain_blocks,
+            snapshot_interval: args.snapshot_interval,
+            snapshot_chunk_bytes: args.test_snapshot_chunk_bytes,
+            bad_snapshots,
         };
         eprintln!(
             "creating a devnet of {} validators in {} ({} accounts)...",
@@ -109,6 +164,9 @@ pub fn run(args: DevnetArgs) -> anyhow::Result<()> {
     }
     let d = devnet::start(&args.data)?;
     devnet::wait_ready(&d, &args.data)?;
+    if args.join > 0 {
+        return join(&args, &d);
+    }
     let rpcs: Vec<String> = d.validators.iter().map(|v| v.rpc.clone()).collect();
     let mut text = format!(
         "devnet of {} validators running in {} (stop it with `tally devnet --data {} --stop`)\n\n",
@@ -116,16 +174,16 @@ pub fn run(args: DevnetArgs) -> anyhow::Result<()> {
         args.data.display(),
         args.data.display()
     );
-    text.push_str("validator  rpc                 tally pid  cometbft pid  logs\n");
-    for v in &d.validators {
+    text.push_str("node       rpc                 tally pid  cometbft pid  logs\n");
+    for (node, v) in d.nodes() {
         text.push_str(&format!(
-            "v{:<8}  {:<18}  {:>9}  {:>12}  {}/v{}/{{tally,cometbft}}.log\n",
-            v.index,
+            "{:<9}  {:<18}  {:>9}  {:>12}  {}/{}/{{tally,cometbft}}.log\n",
+            node.name(),
             v.rpc,
             v.tally_pid.unwrap_or(0),
             v.cometbft_pid.unwrap_or(0),
             args.data.display(),
-            v.index
+            node.name()
         ));
     }
     text.push_str(&format!(
@@ -140,9 +198,102 @@ pub fn run(args: DevnetArgs) -> anyhow::Result<()> {
             "dir": args.data,
             "rpc": rpcs,
             "validators": d.validators,
+            "full_nodes": d.full_nodes,
             "accounts": d.accounts,
             "seed": d.seed,
         }),
         text,
     )
+}
+
+/// `--join N`: adds the nodes, waits until they follow the head, reports how it went.
+fn join(args: &DevnetArgs, d: &Devnet) -> anyhow::Result<()> {
+    let rpc0 = Rpc::new(&d.validators[0].rpc);
+    // Header times are read as the blocks pass: a pruned validator no longer has them at
+    // the end.
+    let at = |h: u64| devnet::block_time_ms(&rpc0, h).map(|t| (h, t));
+    let h0 = rpc0.height()?;
+    let start = at(h0);
+    let earlier = at(h0.saturating_sub(BLOCKS_BEFORE_JOIN).max(1));
+    let started = Instant::now();
+    let (d, added) = devnet::join(&args.data, args.join as usize)?;
+    eprintln!(
+        "started {} full node(s) joining by state sync; waiting until they follow the head...",
+        added.len()
+    );
+    let reports = devnet::wait_joined(&d, &added, started, devnet::JOIN_TIMEOUT);
+    let end = at(rpc0.height()?);
+    let before = earlier
+        .zip(start)
+        .and_then(|(a, b)| devnet::mean_block_ms(a, b));
+    let during = start
+        .zip(end)
+        .and_then(|(a, b)| devnet::mean_block_ms(a, b));
+    let f = |x: Option<f64>, digits: usize| x.map_or("-".to_string(), |v| format!("{v:.digits$}"));
+    let mut text = String::from("node  snapshot  restored (s)  following (s)  peak RSS (MiB)\n");
+    for r in &reports {
+        text.push_str(&format!(
+            "{:<4}  {:>8}  {:>12}  {:>13}  {:>14}\n",
+            r.node,
+            r.snapshot_height.map_or("-".to_string(), |h| h.to_string()),
+            f(r.restored_s, 1),
+            f(r.following_s, 1),
+            f(r.peak_rss_mib, 0),
+        ));
+    }
+    text.push_str(&format!(
+        "validator 0's mean block time: {} ms before the join, {} ms during it\n",
+        f(before, 1),
+        f(during, 1)
+    ));
+    output(
+        args.json,
+        json!({
+            "joined": reports,
+            "block_ms_before": before,
+            "block_ms_during": during,
+            "full_nodes": d.full_nodes,
+        }),
+        text,
+    )?;
+    if let Some(r) = reports.iter().find(|r| r.following_s.is_none()) {
+        bail!(
+            "{} did not follow the head within {:?}: see {}/{}/{{tally,cometbft}}.log",
+            r.node,
+            devnet::JOIN_TIMEOUT,
+            args.data.display(),
+            r.node
+        );
+    }
+    Ok(())
+}
+
+/// `--status`: each node as CometBFT and Tally see it.
+fn status(args: &DevnetArgs) -> anyhow::Result<()> {
+    let nodes = devnet::status(&args.data)?;
+    let mut text = String::from(
+        "node  running  height  earliest  app hash          catching up  joined at  snapshots\n",
+    );
+    for n in &nodes {
+        let snapshots: Vec<String> = n.tally["snapshots"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["height"].as_u64().map(|h| h.to_string()))
+            .collect();
+        text.push_str(&format!(
+            "{:<4}  {:<7}  {:>6}  {:>8}  {:<16}  {:<11}  {:>9}  {}\n",
+            n.node,
+            if n.running { "yes" } else { "no" },
+            n.height,
+            n.earliest_height,
+            n.app_hash.get(..16).unwrap_or(&n.app_hash),
+            if n.catching_up { "yes" } else { "no" },
+            n.tally["state_synced_at"]
+                .as_u64()
+                .map_or("genesis".to_string(), |h| h.to_string()),
+            snapshots.join(","),
+        ));
+    }
+    output(args.json, json!({ "nodes": nodes }), text)
 }

@@ -11,6 +11,8 @@
 //! DIR/vI/abci.sock         the ABCI socket between them
 //! DIR/vI/cometbft.log      CometBFT's log
 //! DIR/vI/tally.log         tally node's log
+//! DIR/fJ/                  full node J (`--join`): the same files; it is no validator and
+//!                          joined by state sync
 //! ```
 //!
 //! Each validator has a funded account that takes the tips of the blocks it proposes
@@ -92,6 +94,10 @@ pub struct Validator {
     /// before fees: its tips go to the system account).
     #[serde(default)]
     pub account: Option<String>,
+    /// For tests: the ways its `tally node` serves wrong snapshot chunks
+    /// (`--test-serve-bad-snapshots`), if it is to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_serve_bad_snapshots: Option<String>,
 }
 
 /// The account of validator `i`: `val` and `i + 1` in the base-31 digits of names
@@ -130,6 +136,13 @@ pub struct Devnet {
     /// Blocks each node keeps below its head (`tally node --retain-blocks`; 0: every block).
     #[serde(default = "default_retain_blocks")]
     pub retain_blocks: u64,
+    /// Blocks between snapshots (genesis `app_state.snapshots.interval`; 0: none).
+    #[serde(default)]
+    pub snapshot_interval: u64,
+    /// Full nodes that joined by state sync (`--join`), with a validator's fields: they
+    /// vote for nothing and have no account.
+    #[serde(default)]
+    pub full_nodes: Vec<Validator>,
 }
 
 fn default_retain_blocks() -> u64 {
@@ -156,6 +169,15 @@ pub struct DevnetConfig {
     pub index: bool,
     /// Blocks each node keeps below its head (0: every block).
     pub retain_blocks: u64,
+    /// Blocks between snapshots (0: none; a network without snapshots cannot be joined by
+    /// state sync).
+    pub snapshot_interval: u64,
+    /// For tests: state chunks of this many bytes instead of the chain's 4 MiB, so a small
+    /// state still makes several.
+    pub snapshot_chunk_bytes: Option<u32>,
+    /// For tests: validators whose `tally node` serves wrong snapshot chunks, with how
+    /// (`--test-serve-bad-snapshots`).
+    pub bad_snapshots: Vec<(usize, String)>,
 }
 
 /// The `cometbft` binary: `$COMETBFT`, else `cometbft` on `PATH`, else `~/go/bin/cometbft`.
@@ -189,6 +211,61 @@ pub fn find_cometbft() -> anyhow::Result<PathBuf> {
 
 fn validator_dir(dir: &Path, i: usize) -> PathBuf {
     dir.join(format!("v{i}"))
+}
+
+fn full_node_dir(dir: &Path, j: usize) -> PathBuf {
+    dir.join(format!("f{j}"))
+}
+
+/// One node of the network: validator `I` (`vI`) or full node `J` (`fJ`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeRef {
+    /// A validator, by index.
+    Validator(usize),
+    /// A full node, by index among full nodes.
+    Full(usize),
+}
+
+impl NodeRef {
+    /// Its name: `v0`, `f1`, …
+    pub fn name(self) -> String {
+        match self {
+            Self::Validator(i) => format!("v{i}"),
+            Self::Full(j) => format!("f{j}"),
+        }
+    }
+
+    /// Its directory.
+    pub fn dir(self, dir: &Path) -> PathBuf {
+        match self {
+            Self::Validator(i) => validator_dir(dir, i),
+            Self::Full(j) => full_node_dir(dir, j),
+        }
+    }
+}
+
+impl Devnet {
+    /// Every node: validators, then full nodes.
+    pub fn nodes(&self) -> Vec<(NodeRef, &Validator)> {
+        let v = self
+            .validators
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (NodeRef::Validator(i), v));
+        let f = self
+            .full_nodes
+            .iter()
+            .enumerate()
+            .map(|(j, v)| (NodeRef::Full(j), v));
+        v.chain(f).collect()
+    }
+
+    fn node_mut(&mut self, node: NodeRef) -> &mut Validator {
+        match node {
+            NodeRef::Validator(i) => &mut self.validators[i],
+            NodeRef::Full(j) => &mut self.full_nodes[j],
+        }
+    }
 }
 
 /// The ABCI socket of validator `i`.
@@ -279,6 +356,11 @@ pub fn genesis(accounts: u64, seed: u64, system_key: [u8; 32]) -> Genesis {
 
 /// Writes the configuration of a new network in `dir` (which must not hold one).
 pub fn create(dir: &Path, config: &DevnetConfig, cometbft: &Path) -> anyhow::Result<Devnet> {
+    if config.snapshot_interval == 1 {
+        bail!(
+            "--snapshot-interval 1 leaves no block for a snapshot's merge: use 0 (none) or 2 and up"
+        );
+    }
     if dir.join("devnet.json").exists() {
         bail!(
             "{} already holds a devnet: start it with `tally devnet --data {}`, or remove the directory",
@@ -316,6 +398,11 @@ pub fn create(dir: &Path, config: &DevnetConfig, cometbft: &Path) -> anyhow::Res
             tally_pid: None,
             cometbft_pid: None,
             account: Some(validator_account(i).to_string()),
+            test_serve_bad_snapshots: config
+                .bad_snapshots
+                .iter()
+                .find(|(v, _)| *v == i)
+                .map(|(_, how)| how.clone()),
         });
     }
     let mut g = template.context("at least one validator")?;
@@ -336,7 +423,11 @@ pub fn create(dir: &Path, config: &DevnetConfig, cometbft: &Path) -> anyhow::Res
             system.verifying_key().to_bytes(),
         ),
         proposers: Default::default(),
-        snapshots: None,
+        snapshots: (config.snapshot_interval > 0).then_some(super::ledger::SnapshotParams {
+            interval: config.snapshot_interval,
+            delay: snapshot_delay(config.snapshot_interval),
+            chunk_bytes: config.snapshot_chunk_bytes,
+        }),
     };
     // Each validator's account takes its blocks' tips; its key goes to the wallet.
     for (i, v) in g["validators"]
@@ -421,6 +512,8 @@ pub fn create(dir: &Path, config: &DevnetConfig, cometbft: &Path) -> anyhow::Res
         seed: config.seed,
         validators,
         retain_blocks: config.retain_blocks,
+        snapshot_interval: config.snapshot_interval,
+        full_nodes: Vec::new(),
     };
     save(dir, &devnet)?;
     Ok(devnet)
@@ -511,71 +604,408 @@ fn spawn(program: &Path, args: &[String], log: &Path) -> anyhow::Result<std::pro
     Ok(child)
 }
 
-/// Starts every validator process of the network in `dir` that is not running, and returns
-/// the network. `tally node` starts first; CometBFT once its socket exists.
+/// Starts every process of the network in `dir` that is not running (validators, then
+/// full nodes), and returns the network. `tally node` starts first; CometBFT once its socket
+/// exists.
 pub fn start(dir: &Path) -> anyhow::Result<Devnet> {
     let mut d = load(dir)?;
     let dir = std::fs::canonicalize(dir)?;
     let tally = std::env::current_exe().context("cannot find the tally binary")?;
-    for i in 0..d.validators.len() {
-        let vdir = validator_dir(&dir, i);
-        let v = &d.validators[i];
-        let tally_up = v.tally_pid.is_some_and(|p| is_ours(p, &dir));
-        let cometbft_up = v.cometbft_pid.is_some_and(|p| is_ours(p, &dir));
-        if tally_up && cometbft_up {
-            continue;
-        }
-        // One without the other is a half-dead validator: restart both, in order.
-        for pid in [v.cometbft_pid, v.tally_pid].into_iter().flatten() {
-            if is_ours(pid, &dir) {
-                kill_and_wait(pid, &dir, Duration::from_secs(10));
-            }
-        }
-        let socket = abci_socket(&dir, i);
-        let _ = std::fs::remove_file(&socket);
-        let mut tally_child = spawn(
-            &tally,
-            &[
-                "node".into(),
-                "--data".into(),
-                vdir.join("tally").to_string_lossy().into(),
-                "--abci".into(),
-                format!("unix://{}", socket.display()),
-                "--retain-blocks".into(),
-                d.retain_blocks.to_string(),
-            ],
-            &vdir.join("tally.log"),
-        )?;
-        // Recorded at once, so `--stop` finds it even if what follows fails.
-        d.validators[i].tally_pid = Some(tally_child.id());
-        d.validators[i].cometbft_pid = None;
-        save(&dir, &d)?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !socket.exists() {
-            // The child's own status, not /proc: just after exec its command line may not
-            // be readable yet.
-            if Instant::now() > deadline || tally_child.try_wait()?.is_some() {
-                bail!(
-                    "tally node of validator {i} did not open {}: see {}",
-                    socket.display(),
-                    vdir.join("tally.log").display()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let cometbft = spawn(
-            &d.cometbft,
-            &[
-                "start".into(),
-                "--home".into(),
-                vdir.join("cometbft").to_string_lossy().into(),
-            ],
-            &vdir.join("cometbft.log"),
-        )?;
-        d.validators[i].cometbft_pid = Some(cometbft.id());
-        save(&dir, &d)?;
+    let nodes: Vec<NodeRef> = d.nodes().into_iter().map(|(n, _)| n).collect();
+    for node in nodes {
+        start_node(&mut d, &dir, &tally, node)?;
     }
     Ok(d)
+}
+
+/// Starts `node`'s processes unless both run (one without the other is a half-dead node:
+/// both restart, in order).
+fn start_node(d: &mut Devnet, dir: &Path, tally: &Path, node: NodeRef) -> anyhow::Result<()> {
+    let ndir = node.dir(dir);
+    let name = node.name();
+    let v = d.node_mut(node).clone();
+    let tally_up = v.tally_pid.is_some_and(|p| is_ours(p, dir));
+    let cometbft_up = v.cometbft_pid.is_some_and(|p| is_ours(p, dir));
+    if tally_up && cometbft_up {
+        return Ok(());
+    }
+    for pid in [v.cometbft_pid, v.tally_pid].into_iter().flatten() {
+        if is_ours(pid, dir) {
+            kill_and_wait(pid, dir, Duration::from_secs(10));
+        }
+    }
+    let socket = ndir.join("abci.sock");
+    let _ = std::fs::remove_file(&socket);
+    let mut args: Vec<String> = vec![
+        "node".into(),
+        "--data".into(),
+        ndir.join("tally").to_string_lossy().into(),
+        "--abci".into(),
+        format!("unix://{}", socket.display()),
+        "--retain-blocks".into(),
+        d.retain_blocks.to_string(),
+    ];
+    if let NodeRef::Full(_) = node {
+        // It joins by state sync, so no InitChain tells it about its network.
+        args.push("--genesis".into());
+        args.push(
+            ndir.join("cometbft/config/genesis.json")
+                .to_string_lossy()
+                .into(),
+        );
+    }
+    if let Some(how) = &v.test_serve_bad_snapshots {
+        args.push("--test-serve-bad-snapshots".into());
+        args.push(how.clone());
+    }
+    let mut tally_child = spawn(tally, &args, &ndir.join("tally.log"))?;
+    // Recorded at once, so `--stop` finds it even if what follows fails.
+    d.node_mut(node).tally_pid = Some(tally_child.id());
+    d.node_mut(node).cometbft_pid = None;
+    save(dir, d)?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !socket.exists() {
+        // The child's own status, not /proc: just after exec its command line may not be
+        // readable yet.
+        if Instant::now() > deadline || tally_child.try_wait()?.is_some() {
+            bail!(
+                "tally node of {name} did not open {}: see {}",
+                socket.display(),
+                ndir.join("tally.log").display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cometbft = spawn(
+        &d.cometbft,
+        &[
+            "start".into(),
+            "--home".into(),
+            ndir.join("cometbft").to_string_lossy().into(),
+        ],
+        &ndir.join("cometbft.log"),
+    )?;
+    d.node_mut(node).cometbft_pid = Some(cometbft.id());
+    save(dir, d)?;
+    Ok(())
+}
+
+/// How long a joining node looks for snapshots before it picks one (`[statesync]
+/// discovery_time`): CometBFT's minimum; below it CometBFT waits five times longer.
+const DISCOVERY_TIME: &str = "5s";
+
+/// How long a joining node waits for a chunk before asking another peer (`[statesync]
+/// chunk_request_timeout`; CometBFT's default is 10 s): on loopback a chunk comes in
+/// milliseconds, so a peer that does not answer in 5 s has not got it.
+const CHUNK_REQUEST_TIMEOUT: &str = "5s";
+
+/// How long a joining node trusts the validators of its trusted header (`trust_period`):
+/// CometBFT's default. The header is taken from a running validator when the node is made.
+const TRUST_PERIOD: &str = "168h0m0s";
+
+/// The blocks between a snapshot's height and the header that commits its digest: half the
+/// interval (within the chain's bounds), the time each node's background merge has before a
+/// block waits for it. A merge of ten million accounts (about 1.1 GB of state) takes seconds;
+/// blocks come every ~15-60 ms under load, so a short delay would stall the network at every
+/// snapshot.
+pub fn snapshot_delay(interval: u64) -> u64 {
+    (interval / 2).clamp(1, tally_chain::snapshot::MAX_DELAY)
+}
+
+/// Adds `n` full nodes to the running network in `dir`, each set to join by state sync: its
+/// CometBFT gets the light client's settings (two validators' RPC as servers, a trusted
+/// height and header hash read from validator 0 now), its peers are the validators, and its
+/// `tally node` the network's genesis file. Returns the network and the new nodes.
+pub fn join(dir: &Path, n: usize) -> anyhow::Result<(Devnet, Vec<NodeRef>)> {
+    let mut d = load(dir)?;
+    let dir = std::fs::canonicalize(dir)?;
+    if d.snapshot_interval == 0 {
+        bail!(
+            "the devnet in {} takes no snapshots (it was made with --snapshot-interval 0): a \
+             node cannot join it by state sync",
+            dir.display()
+        );
+    }
+    let v0 = &d.validators[0];
+    let rpc = Rpc::new(&v0.rpc);
+    let trust_height = rpc.height().with_context(|| {
+        format!(
+            "validator 0 does not answer on {}: start the network first (`tally devnet --data {}`)",
+            v0.rpc,
+            dir.display()
+        )
+    })?;
+    let commit = rpc.call(
+        "commit",
+        serde_json::json!({ "height": trust_height.to_string() }),
+    )?;
+    let trust_hash = commit["signed_header"]["commit"]["block_id"]["hash"]
+        .as_str()
+        .context("validator 0's /commit has no block hash")?
+        .to_string();
+    // The light client wants a primary and at least one witness.
+    let servers: Vec<String> = d
+        .validators
+        .iter()
+        .cycle()
+        .take(2)
+        .map(|v| format!("http://{}", v.rpc))
+        .collect();
+    let peers: Vec<String> = d
+        .validators
+        .iter()
+        .map(|p| format!("{}@{}", p.node_id, p.p2p))
+        .collect();
+    let base_port: u32 = v0
+        .p2p
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .context("validator 0's P2P address has no port")?;
+    let template_home = validator_dir(&dir, 0).join("cometbft");
+    let template = std::fs::read_to_string(template_home.join("config/config.toml"))?;
+    let mut added = Vec::new();
+    for _ in 0..n {
+        let j = d.full_nodes.len();
+        let node = NodeRef::Full(j);
+        let ndir = node.dir(&dir);
+        let port = base_port + 10 * (d.validators.len() + j) as u32;
+        if port + 1 > u16::MAX as u32 {
+            bail!("no ports are left above {base_port} for full node {j}");
+        }
+        let home = ndir.join("cometbft");
+        let home_s = home.to_string_lossy().to_string();
+        run_cometbft(&d.cometbft, &["init", "--home", &home_s])?;
+        let node_id = run_cometbft(&d.cometbft, &["show-node-id", "--home", &home_s])?;
+        std::fs::copy(
+            template_home.join("config/genesis.json"),
+            home.join("config/genesis.json"),
+        )?;
+        let (rpc_addr, p2p_addr) = (
+            format!("127.0.0.1:{}", port + 1),
+            format!("127.0.0.1:{port}"),
+        );
+        let q = |s: &str| format!("\"{s}\"");
+        let socket = ndir.join("abci.sock");
+        // Validator 0's settings (timeouts, rates, mempool, index), with this node's own
+        // addresses and the light client's.
+        let settings: Vec<(&str, &str, String)> = vec![
+            ("", "proxy_app", q(&format!("unix://{}", socket.display()))),
+            ("", "moniker", q(&node.name())),
+            ("", "log_level", q("*:error,state:info,statesync:info")),
+            ("rpc", "laddr", q(&format!("tcp://{rpc_addr}"))),
+            ("p2p", "laddr", q(&format!("tcp://{p2p_addr}"))),
+            ("p2p", "persistent_peers", q(&peers.join(","))),
+            ("statesync", "enable", "true".into()),
+            ("statesync", "rpc_servers", q(&servers.join(","))),
+            ("statesync", "trust_height", trust_height.to_string()),
+            ("statesync", "trust_hash", q(&trust_hash)),
+            ("statesync", "trust_period", q(TRUST_PERIOD)),
+            ("statesync", "discovery_time", q(DISCOVERY_TIME)),
+            // Chunks go to the node's own directory, not the shared /tmp.
+            (
+                "statesync",
+                "temp_dir",
+                q(&home.join("data").to_string_lossy()),
+            ),
+            (
+                "statesync",
+                "chunk_request_timeout",
+                q(CHUNK_REQUEST_TIMEOUT),
+            ),
+        ];
+        let mut t = template.clone();
+        for (section, key, value) in &settings {
+            t = set_toml(&t, section, key, value)?;
+        }
+        std::fs::write(home.join("config/config.toml"), t)?;
+        std::fs::create_dir_all(ndir.join("tally"))?;
+        d.full_nodes.push(Validator {
+            index: j,
+            rpc: rpc_addr,
+            p2p: p2p_addr,
+            node_id,
+            tally_pid: None,
+            cometbft_pid: None,
+            account: None,
+            test_serve_bad_snapshots: None,
+        });
+        save(&dir, &d)?;
+        added.push(node);
+    }
+    let tally = std::env::current_exe().context("cannot find the tally binary")?;
+    for node in &added {
+        start_node(&mut d, &dir, &tally, *node)?;
+    }
+    Ok((d, added))
+}
+
+/// Where one node is: CometBFT's view and Tally's.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeStatus {
+    /// `v0`, `f1`, …
+    pub node: String,
+    /// Its RPC address.
+    pub rpc: String,
+    /// Whether its processes run.
+    pub running: bool,
+    /// CometBFT's latest height (0 if it does not answer).
+    pub height: u64,
+    /// The lowest block CometBFT still has (pruned below).
+    pub earliest_height: u64,
+    /// CometBFT's latest app hash, hex.
+    pub app_hash: String,
+    /// Whether CometBFT is still catching up (state or block sync).
+    pub catching_up: bool,
+    /// Tally's view (the `sync` query): height, first retained block, the snapshot it
+    /// joined at, a restore in progress, the snapshots it serves.
+    pub tally: Value,
+}
+
+/// Each node's state, for `tally devnet --status`.
+pub fn status(dir: &Path) -> anyhow::Result<Vec<NodeStatus>> {
+    let d = load(dir)?;
+    let dir = std::fs::canonicalize(dir)?;
+    Ok(d.nodes()
+        .into_iter()
+        .map(|(node, v)| {
+            let rpc = Rpc::new(&v.rpc);
+            let s = rpc.call("status", json!({})).unwrap_or_default();
+            let info = &s["sync_info"];
+            let num = |k: &str| info[k].as_str().and_then(|h| h.parse().ok()).unwrap_or(0);
+            let tally = rpc
+                .query("sync", &[])
+                .ok()
+                .and_then(|(_, value, _)| serde_json::from_slice(&value).ok())
+                .unwrap_or(Value::Null);
+            NodeStatus {
+                node: node.name(),
+                rpc: v.rpc.clone(),
+                running: v.tally_pid.is_some_and(|p| is_ours(p, &dir))
+                    && v.cometbft_pid.is_some_and(|p| is_ours(p, &dir)),
+                height: num("latest_block_height"),
+                earliest_height: num("earliest_block_height"),
+                app_hash: info["latest_app_hash"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_lowercase(),
+                catching_up: info["catching_up"].as_bool().unwrap_or(false),
+                tally,
+            }
+        })
+        .collect())
+}
+
+/// How long `tally devnet --join` waits for a new node to restore a snapshot and follow
+/// the head: a discovery round (5 s), the light client's checks, the transfer and the
+/// restore (about 30 s at ten million accounts, the issue's target), with room for a slow
+/// machine.
+pub const JOIN_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How one node joined, as `tally devnet --join` measured it.
+#[derive(Debug, Clone, Serialize)]
+pub struct JoinReport {
+    /// `f0`, …
+    pub node: String,
+    /// The height of the snapshot it restored.
+    pub snapshot_height: Option<u64>,
+    /// From starting its processes to the restored state installed, seconds.
+    pub restored_s: Option<f64>,
+    /// From starting its processes to following the head (CometBFT no longer catching up,
+    /// at the validators' height), seconds.
+    pub following_s: Option<f64>,
+    /// Peak resident memory of its `tally node` (VmHWM), MiB.
+    pub peak_rss_mib: Option<f64>,
+}
+
+/// The time of block `height` (its header's), ms since the Unix epoch: `None` if `rpc`
+/// does not have it (not yet, or pruned).
+pub fn block_time_ms(rpc: &Rpc, height: u64) -> Option<u64> {
+    rpc.block_metas(height, height)
+        .ok()?
+        .into_iter()
+        .find(|&(h, _, _)| h == height)
+        .map(|(_, t, _)| t)
+}
+
+/// The mean time between blocks from `(h0, t0)` to `(h1, t1)` (heights, header times in ms).
+pub fn mean_block_ms((h0, t0): (u64, u64), (h1, t1): (u64, u64)) -> Option<f64> {
+    (h1 > h0 && t1 >= t0).then(|| (t1 - t0) as f64 / (h1 - h0) as f64)
+}
+
+/// Waits until each of `nodes` restored a snapshot and follows the validators' head, up to
+/// `timeout` after `started`; what each reached.
+pub fn wait_joined(
+    d: &Devnet,
+    nodes: &[NodeRef],
+    started: Instant,
+    timeout: Duration,
+) -> Vec<JoinReport> {
+    let mut reports: Vec<JoinReport> = nodes
+        .iter()
+        .map(|n| JoinReport {
+            node: n.name(),
+            snapshot_height: None,
+            restored_s: None,
+            following_s: None,
+            peak_rss_mib: None,
+        })
+        .collect();
+    let validators: Vec<Rpc> = d.validators.iter().map(|v| Rpc::new(&v.rpc)).collect();
+    let node_of = |n: NodeRef| match n {
+        NodeRef::Validator(i) => &d.validators[i],
+        NodeRef::Full(j) => &d.full_nodes[j],
+    };
+    while started.elapsed() < timeout && reports.iter().any(|r| r.following_s.is_none()) {
+        let head = validators
+            .iter()
+            .filter_map(|r| r.height().ok())
+            .min()
+            .unwrap_or(0);
+        for (node, report) in nodes.iter().zip(reports.iter_mut()) {
+            let v = node_of(*node);
+            if let Some(pid) = v.tally_pid {
+                report.peak_rss_mib = peak_rss(pid)
+                    .map(|b| b as f64 / (1 << 20) as f64)
+                    .or(report.peak_rss_mib);
+            }
+            if report.following_s.is_some() {
+                continue;
+            }
+            let rpc = Rpc::new(&v.rpc);
+            if report.restored_s.is_none()
+                && let Ok((0, value, _)) = rpc.query("sync", &[])
+                && let Ok(sync) = serde_json::from_slice::<Value>(&value)
+                && let Some(h) = sync["state_synced_at"].as_u64()
+            {
+                report.snapshot_height = Some(h);
+                report.restored_s = Some(started.elapsed().as_secs_f64());
+            }
+            if report.restored_s.is_some()
+                && let Ok(s) = rpc.call("status", json!({}))
+                && s["sync_info"]["catching_up"] == false
+                && rpc.height().is_ok_and(|h| h >= head)
+            {
+                report.following_s = Some(started.elapsed().as_secs_f64());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    reports
+}
+
+/// The peak resident memory of process `pid` so far (`VmHWM`), in bytes.
+pub fn peak_rss(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
 }
 
 /// Waits until every validator's RPC reports a committed block.
@@ -618,7 +1048,7 @@ pub fn stop(dir: &Path) -> anyhow::Result<usize> {
     let mut d = load(dir)?;
     let dir = std::fs::canonicalize(dir)?;
     let mut stopped = 0;
-    for v in &mut d.validators {
+    for v in d.validators.iter_mut().chain(d.full_nodes.iter_mut()) {
         for pid in [v.cometbft_pid.take(), v.tally_pid.take()]
             .into_iter()
             .flatten()
