@@ -1981,3 +1981,510 @@ fn issue_24_on_a_devnet_tips_go_to_each_blocks_proposer_account_on_every_node_an
         assert!(accounts.iter().any(|a| a == p), "proposer {p}: {out}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// State sync and pruning (issue 25): a node joins from snapshots, trusting no peer.
+// ---------------------------------------------------------------------------------------------
+
+/// Tally's `sync` query on `url`: height, first retained block, the snapshot it joined at,
+/// the snapshots it serves.
+fn sync_status(url: &str) -> Value {
+    let r = rpc(url, "abci_query", json!({"path": "sync", "data": ""})).expect("sync answered");
+    let value = base64::engine::general_purpose::STANDARD
+        .decode(r["response"]["value"].as_str().unwrap_or(""))
+        .unwrap();
+    serde_json::from_slice(&value).unwrap()
+}
+
+/// CometBFT's status of `url`: (latest height, earliest height it still has).
+fn heights(url: &str) -> (u64, u64) {
+    let s = rpc(url, "status", json!({})).unwrap_or_default();
+    let n = |k: &str| {
+        s["sync_info"][k]
+            .as_str()
+            .and_then(|h| h.parse().ok())
+            .unwrap_or(0)
+    };
+    (n("latest_block_height"), n("earliest_block_height"))
+}
+
+/// The app hash consensus committed for height `h` (header `h + 1`'s), hex lower case.
+fn committed_app_hash(url: &str, h: u64) -> Option<String> {
+    rpc(url, "block", json!({"height": (h + 1).to_string()})).and_then(|b| {
+        b["block"]["header"]["app_hash"]
+            .as_str()
+            .map(str::to_lowercase)
+    })
+}
+
+/// Every entry of the log store in `dir` (opened read-only) and its head height.
+fn store_entries(dir: &Path) -> (u64, Vec<(Vec<u8>, Vec<u8>)>) {
+    use tally_chain::{BlockArchive, StateStore};
+    let store = tally_chain::LogStore::open_read_only(dir)
+        .unwrap_or_else(|e| panic!("cannot open {}: {e}", dir.display()));
+    let head = store.head().expect("a head").height;
+    let entries = store
+        .entries()
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    (head, entries)
+}
+
+/// The devnet flags of the state-sync tests: blocks back to back, snapshots every
+/// `interval` blocks in small chunks (so a small state makes several), four kept (a joining
+/// node picks one up to 5 s after it heard of it: at 15-20 blocks a second, four of 50
+/// blocks outlast that), pruning past `retain` blocks.
+fn sync_net_flags(interval: &str, retain: &str, bad: &str) -> Vec<String> {
+    [
+        "--empty-blocks-ms",
+        "0",
+        "--no-index",
+        "--snapshot-interval",
+        interval,
+        "--snapshot-keep",
+        "4",
+        "--retain-blocks",
+        retain,
+        "--test-snapshot-chunk-bytes",
+        "2048",
+        "--test-serve-bad-snapshots",
+        bad,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Issue 25: four validators (one of them serving bad snapshot chunks) under load past
+/// several snapshot heights; a fifth node joins by state sync. It restores a snapshot without
+/// replaying from genesis (no InitChain, blocks below the snapshot never executed), reaches
+/// the validators' app hash, takes and follows new blocks, and once the network halts holds
+/// exactly a validator's state, entry by entry. The validators prune past their retention,
+/// and CometBFT with them.
+#[test]
+fn issue_25_a_fifth_node_joins_by_state_sync_follows_and_holds_a_validators_state_entry_by_entry() {
+    if cometbft().is_none() {
+        return;
+    }
+    let _one = one_network();
+    let accounts = 200;
+    let flags = sync_net_flags("50", "60", "3:forged,damaged,other-height,truncated");
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let net = Net::start_with(4, 27_700, accounts, &flags);
+    let rpcs = net.rpcs.clone();
+    let report = load(&net, &rpcs[..3], 3_000, accounts, 100);
+    assert_eq!(
+        report["committed"].as_u64().unwrap() + report["failed"].as_u64().unwrap(),
+        3_000,
+        "{report:#}"
+    );
+    wait_for("several snapshot heights", Duration::from_secs(90), || {
+        heights(&rpcs[0]).0 >= 300
+    });
+
+    // Pruning: the validators keep 60 blocks, or from the oldest of the four snapshots they
+    // serve (every 50 blocks, each committed 25 blocks later), and told CometBFT so.
+    let (head, earliest) = heights(&rpcs[0]);
+    let v0 = sync_status(&rpcs[0]);
+    assert!(
+        earliest > 1 && v0["first_retained"].as_u64().unwrap() > 1,
+        "validator 0 pruned nothing at height {head}: earliest {earliest}, {v0}"
+    );
+    assert!(head - earliest <= 6 * 50, "{head} {earliest} {v0}");
+    assert!(!v0["snapshots"].as_array().unwrap().is_empty(), "{v0}");
+
+    // The fifth node joins.
+    let out = ok(
+        tally(&["devnet", "--data", net.data(), "--join", "1", "--json"]),
+        "tally devnet --join",
+    );
+    let joined: Value = serde_json::from_str(&out).unwrap();
+    let f0 = joined["full_nodes"][0]["rpc"].as_str().unwrap().to_string();
+    let at = joined["joined"][0]["snapshot_height"].as_u64().unwrap();
+    eprintln!("state sync: {}", joined["joined"][0]);
+    let status = sync_status(&f0);
+    assert_eq!(status["state_synced_at"], at, "{status}");
+    assert!(status["first_retained"].as_u64().unwrap() > 0, "{status}");
+    let log = std::fs::read_to_string(net.path().join("f0/tally.log")).unwrap();
+    assert!(
+        !log.contains("tally node: InitChain"),
+        "the joining node got InitChain:\n{log}"
+    );
+    assert!(
+        log.contains(&format!(
+            "tally node: first block since start: height {}",
+            at + 1
+        )),
+        "the joining node executed blocks below its snapshot:\n{log}"
+    );
+
+    // It takes transfers and follows the chain.
+    let report = load(&net, std::slice::from_ref(&f0), 300, accounts, 50);
+    assert_eq!(
+        report["committed"].as_u64().unwrap() + report["failed"].as_u64().unwrap(),
+        300,
+        "{report:#}"
+    );
+    let target = heights(&rpcs[0]).0;
+    wait_for("the joined node to follow", Duration::from_secs(60), || {
+        heights(&f0).0 >= target
+    });
+    for h in [at + 1, target - 1] {
+        assert_eq!(
+            committed_app_hash(&f0, h),
+            committed_app_hash(&rpcs[0], h),
+            "the joined node and validator 0 differ at height {h}"
+        );
+    }
+
+    // Halt the network (two of four validators down: no quorum), so every node stops at one
+    // height, then compare the stores entry by entry.
+    for i in [2, 3] {
+        let (t, c) = net.pids(i);
+        kill9(c);
+        kill9(t);
+    }
+    let mut last = (0, 0, Instant::now());
+    wait_for(
+        "the network to halt with the joined node at its height",
+        Duration::from_secs(60),
+        || {
+            let (a, b) = (heights(&rpcs[0]).0, heights(&f0).0);
+            if (a, b) != (last.0, last.1) {
+                last = (a, b, Instant::now());
+            }
+            a == b && last.2.elapsed() > Duration::from_secs(2)
+        },
+    );
+    ok(
+        tally(&["devnet", "--data", net.data(), "--stop"]),
+        "tally devnet --stop",
+    );
+    let (h_v, validator) = store_entries(&net.path().join("v0/tally/store"));
+    let (h_f, joined) = store_entries(&net.path().join("f0/tally/store"));
+    assert_eq!(h_v, h_f, "the stores stopped at different heights");
+    assert_eq!(validator.len(), joined.len(), "entry counts differ");
+    for (i, (a, b)) in validator.iter().zip(&joined).enumerate() {
+        assert_eq!(a, b, "entry {i} differs (key {})", hex::encode(&a.0));
+    }
+}
+
+/// A `tally node` on `socket` and `data`, with `env`; killed when dropped.
+struct RawNode(std::process::Child);
+
+impl Drop for RawNode {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn raw_node(
+    data: &Path,
+    genesis: &Path,
+    log: &Path,
+    env: &[(&str, &str)],
+) -> (RawNode, std::os::unix::net::UnixStream) {
+    let socket = data.with_extension("sock");
+    let _ = std::fs::remove_file(&socket);
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let mut cmd = Command::new(TALLY);
+    cmd.args(["node", "--data", data.to_str().unwrap()])
+        .args(["--genesis", genesis.to_str().unwrap()])
+        .args(["--abci", &format!("unix://{}", socket.display())])
+        .stderr(log);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let node = RawNode(cmd.spawn().unwrap());
+    wait_for("the node's socket", Duration::from_secs(30), || {
+        socket.exists()
+    });
+    let s = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    (node, s)
+}
+
+fn abci_socket(net: &Net, validator: usize) -> std::os::unix::net::UnixStream {
+    let s =
+        std::os::unix::net::UnixStream::connect(net.path().join(format!("v{validator}/abci.sock")))
+            .unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s
+}
+
+fn info(s: &mut std::os::unix::net::UnixStream) -> (i64, Vec<u8>) {
+    match abci(s, request::Value::Info(Default::default())) {
+        response::Value::Info(i) => (i.last_block_height, i.last_block_app_hash.to_vec()),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn offer(
+    s: &mut std::os::unix::net::UnixStream,
+    snapshot: &tendermint_proto::v0_38::abci::Snapshot,
+    app_hash: &[u8],
+) -> i32 {
+    match abci(
+        s,
+        request::Value::OfferSnapshot(tendermint_proto::v0_38::abci::RequestOfferSnapshot {
+            snapshot: Some(snapshot.clone()),
+            app_hash: app_hash.to_vec().into(),
+        }),
+    ) {
+        response::Value::OfferSnapshot(r) => r.result,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn apply(
+    s: &mut std::os::unix::net::UnixStream,
+    index: u32,
+    chunk: &[u8],
+    sender: &str,
+) -> tendermint_proto::v0_38::abci::ResponseApplySnapshotChunk {
+    match abci(
+        s,
+        request::Value::ApplySnapshotChunk(
+            tendermint_proto::v0_38::abci::RequestApplySnapshotChunk {
+                index,
+                chunk: chunk.to_vec().into(),
+                sender: sender.into(),
+            },
+        ),
+    ) {
+        response::Value::ApplySnapshotChunk(r) => r,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn load_chunk(s: &mut std::os::unix::net::UnixStream, height: u64, index: u32) -> Vec<u8> {
+    match abci(
+        s,
+        request::Value::LoadSnapshotChunk(
+            tendermint_proto::v0_38::abci::RequestLoadSnapshotChunk {
+                height,
+                format: 1,
+                chunk: index,
+            },
+        ),
+    ) {
+        response::Value::LoadSnapshotChunk(r) => r.chunk.to_vec(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Issue 25: a restoring `tally node`, driven over its socket as CometBFT drives it, given
+/// the chunks a real hostile peer serves (a validator started with
+/// `--test-serve-bad-snapshots`): each forged, damaged, other-height and truncated chunk is
+/// refused alone (RETRY, refetched, its sender rejected) and the restore goes on with the
+/// honest peer's chunks to the committed app hash. `kill -9` mid-restore, an abort between
+/// the restored store's writing and its install, and a new offer to a node that already
+/// restored one each leave a node that reports a whole state or none, and completes.
+#[test]
+fn issue_25_a_restore_refuses_each_bad_chunk_of_a_hostile_peer_and_survives_kill_9() {
+    use tendermint_proto::v0_38::abci::{
+        response_apply_snapshot_chunk::Result as Applied,
+        response_offer_snapshot::Result as Offered,
+    };
+    if cometbft().is_none() {
+        return;
+    }
+    let _one = one_network();
+    // Validator 1 serves bad chunks; validator 0 honest ones.
+    let flags = sync_net_flags("50", "512", "1:forged,damaged,other-height,truncated");
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let net = Net::start_with(2, 27_800, 50, &flags);
+    let url = net.rpcs[0].clone();
+    wait_for("two snapshots", Duration::from_secs(120), || {
+        sync_status(&url)["snapshots"]
+            .as_array()
+            .is_some_and(|s| s.len() >= 2)
+    });
+    let mut honest = abci_socket(&net, 0);
+    let mut hostile = abci_socket(&net, 1);
+    let response::Value::ListSnapshots(list) = abci(
+        &mut honest,
+        request::Value::ListSnapshots(Default::default()),
+    ) else {
+        panic!()
+    };
+    let (newest, older) = (list.snapshots[0].clone(), list.snapshots[1].clone());
+    let chunks_of = |s: &mut std::os::unix::net::UnixStream,
+                     snap: &tendermint_proto::v0_38::abci::Snapshot| {
+        (0..snap.chunks)
+            .map(|i| load_chunk(s, snap.height, i))
+            .collect::<Vec<_>>()
+    };
+    let good = chunks_of(&mut honest, &newest);
+    let good_older = chunks_of(&mut honest, &older);
+    assert!(good.len() >= 3 && good.iter().all(|c| !c.is_empty()));
+    let last = newest.chunks - 1;
+    // The hostile peer's answers, each way in turn, for the first (a state chunk) and the
+    // last chunk (a block).
+    let bad: Vec<(u32, Vec<u8>)> = [0, last]
+        .iter()
+        .flat_map(|&i| (0..4).map(move |_| i))
+        .map(|i| (i, load_chunk(&mut hostile, newest.height, i)))
+        .collect();
+    let served = std::fs::read_to_string(net.path().join("v1/tally.log")).unwrap();
+    for how in ["forged", "damaged", "other-height", "truncated"] {
+        assert!(
+            served.contains(&format!("serving a {how} chunk")),
+            "{served}"
+        );
+    }
+    wait_for("the snapshot's app hash", Duration::from_secs(30), || {
+        committed_app_hash(&url, newest.height).is_some()
+    });
+    let app_hash = hex::decode(committed_app_hash(&url, newest.height).unwrap()).unwrap();
+    let older_hash = hex::decode(committed_app_hash(&url, older.height).unwrap()).unwrap();
+    let genesis = net.path().join("v0/cometbft/config/genesis.json");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("joining");
+    let log = dir.path().join("joining.log");
+    let logged = || std::fs::read_to_string(&log).unwrap_or_default();
+
+    // kill -9 after the first chunk: the restart has no state, and removes the leftovers.
+    let (node, mut s) = raw_node(&data, &genesis, &log, &[]);
+    assert_eq!(info(&mut s).0, 0);
+    assert_eq!(offer(&mut s, &newest, &app_hash), Offered::Accept as i32);
+    assert_eq!(
+        apply(&mut s, 0, &good[0], "honest").result,
+        Applied::Accept as i32
+    );
+    assert!(data.join("restore").exists());
+    kill9(node.0.id());
+    drop(node);
+    let (_node, mut s) = raw_node(&data, &genesis, &log, &[]);
+    assert_eq!(info(&mut s), (0, Vec::new()), "a half restore was opened");
+    assert!(!data.join("restore").exists(), "{}", logged());
+    assert!(logged().contains("removed what an interrupted restore left"));
+
+    // A snapshot that does not match the committed app hash is rejected outright.
+    assert_eq!(
+        offer(&mut s, &newest, &older_hash),
+        Offered::Reject as i32,
+        "{}",
+        logged()
+    );
+
+    // Each bad chunk is refused alone; the honest ones complete the restore.
+    assert_eq!(offer(&mut s, &newest, &app_hash), Offered::Accept as i32);
+    let refuse = |s: &mut std::os::unix::net::UnixStream, index: u32, chunk: &[u8]| {
+        let r = apply(s, index, chunk, "hostile-peer-id");
+        assert_eq!(r.result, Applied::Retry as i32, "chunk {index}: {r:?}");
+        assert_eq!(r.refetch_chunks, vec![index]);
+        assert_eq!(r.reject_senders, vec!["hostile-peer-id".to_string()]);
+    };
+    for i in 0..newest.chunks {
+        for (_, chunk) in bad.iter().filter(|(b, _)| *b == i) {
+            // An "other height" chunk identical to the true one (a range of keys that did
+            // not change between the snapshots) is the true one.
+            if *chunk != good[i as usize] {
+                refuse(&mut s, i, chunk);
+            }
+        }
+        let r = apply(&mut s, i, &good[i as usize], "honest");
+        assert_eq!(
+            r.result,
+            Applied::Accept as i32,
+            "chunk {i}: {r:?}\n{}",
+            logged()
+        );
+    }
+    // Forged, damaged and truncated chunks always differ from the true ones; a chunk of
+    // another height differs at least at the last index (a block).
+    let differing = bad.iter().filter(|(i, c)| *c != good[*i as usize]).count();
+    assert!(differing >= 7, "the hostile peer served true chunks");
+    assert_eq!(
+        logged().matches("refused chunk").count(),
+        differing,
+        "{}",
+        logged()
+    );
+    assert_eq!(info(&mut s), (newest.height as i64, app_hash.clone()));
+    assert_eq!(sync_status_of(&mut s)["state_synced_at"], newest.height);
+
+    // Offered another snapshot (a restart mid-sync): the restored store is replaced only at
+    // the end, and a crash before that install leaves the previous one whole.
+    kill9(_node.0.id());
+    drop(_node);
+    let (node, mut s) = raw_node(
+        &data,
+        &genesis,
+        &log,
+        &[("TALLY_TEST_ABORT_IN_RESTORE", "before-install")],
+    );
+    assert_eq!(info(&mut s).0, newest.height as i64);
+    assert_eq!(offer(&mut s, &older, &older_hash), Offered::Accept as i32);
+    for (i, chunk) in good_older.iter().enumerate().take(good_older.len() - 1) {
+        assert_eq!(
+            apply(&mut s, i as u32, chunk, "honest").result,
+            Applied::Accept as i32
+        );
+    }
+    {
+        use std::io::Write;
+        // The last chunk: the node aborts before answering.
+        let mut out = Vec::new();
+        Request {
+            value: Some(request::Value::ApplySnapshotChunk(
+                tendermint_proto::v0_38::abci::RequestApplySnapshotChunk {
+                    index: older.chunks - 1,
+                    chunk: good_older.last().unwrap().clone().into(),
+                    sender: "honest".into(),
+                },
+            )),
+        }
+        .encode_length_delimited(&mut out)
+        .unwrap();
+        Request {
+            value: Some(request::Value::Flush(Default::default())),
+        }
+        .encode_length_delimited(&mut out)
+        .unwrap();
+        s.write_all(&out).unwrap();
+    }
+    let mut node = node;
+    wait_for("the abort before install", Duration::from_secs(30), || {
+        node.0.try_wait().unwrap().is_some()
+    });
+    assert!(
+        logged().contains("before-install: aborting"),
+        "{}",
+        logged()
+    );
+    let (_node, mut s) = raw_node(&data, &genesis, &log, &[]);
+    assert_eq!(
+        info(&mut s),
+        (newest.height as i64, app_hash.clone()),
+        "the store restored first is not whole after the abort"
+    );
+    assert_eq!(offer(&mut s, &older, &older_hash), Offered::Accept as i32);
+    for (i, chunk) in good_older.iter().enumerate() {
+        assert_eq!(
+            apply(&mut s, i as u32, chunk, "honest").result,
+            Applied::Accept as i32
+        );
+    }
+    assert_eq!(info(&mut s), (older.height as i64, older_hash));
+}
+
+fn sync_status_of(s: &mut std::os::unix::net::UnixStream) -> Value {
+    match abci(
+        s,
+        request::Value::Query(tendermint_proto::v0_38::abci::RequestQuery {
+            path: "sync".into(),
+            ..Default::default()
+        }),
+    ) {
+        response::Value::Query(q) => serde_json::from_slice(&q.value).unwrap(),
+        other => panic!("{other:?}"),
+    }
+}

@@ -15,6 +15,12 @@ use crate::node::rpc::Rpc;
 /// it.
 const BLOCKS_BEFORE_JOIN: u64 = 20;
 
+/// Blocks between a devnet's snapshots by default: 7-25 s of blocks at a devnet's 20-70
+/// blocks a second, so the two snapshots a node keeps outlast a join's 5 s of discovery and
+/// its transfer (the issue's target: 30 s for ten million accounts, about 1.1 GB of state);
+/// 50 blocks lived 1-3 s and joins picked snapshots already deleted.
+const DEFAULT_SNAPSHOT_INTERVAL: u64 = 500;
+
 /// Start (or stop) a local network of CometBFT validators running Tally, on 127.0.0.1.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
@@ -84,9 +90,15 @@ pub struct DevnetArgs {
     #[arg(long, value_name = "N", default_value_t = crate::node::ledger::DEFAULT_RETAIN_BLOCKS)]
     pub retain_blocks: u64,
     /// Blocks between snapshots (0: none, and no node can join by state sync). Fixed when
-    /// the network is created: it is in the genesis.
-    #[arg(long, value_name = "N", default_value_t = 50)]
+    /// the network is created: it is in the genesis. A joining node picks a snapshot up to
+    /// 5 s (CometBFT's discovery time) after it heard of it, then fetches it: the snapshots
+    /// a node keeps must span more than that, and a devnet makes 20-70 blocks a second.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_SNAPSHOT_INTERVAL)]
     pub snapshot_interval: u64,
+    /// Snapshots each node keeps for joining peers. Fixed when the network is created.
+    #[arg(long, value_name = "N", default_value_t = crate::node::sync::DEFAULT_SNAPSHOT_KEEP as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub snapshot_keep: u64,
     /// For tests: state chunks of this many bytes, so a small state makes several.
     #[arg(long, value_name = "BYTES", hide = true)]
     pub test_snapshot_chunk_bytes: Option<u32>,
@@ -152,6 +164,7 @@ pub fn run(args: DevnetArgs) -> anyhow::Result<()> {
             retain_blocks: args.retain_blocks,
             snapshot_interval: args.snapshot_interval,
             snapshot_chunk_bytes: args.test_snapshot_chunk_bytes,
+            snapshot_keep: args.snapshot_keep as usize,
             bad_snapshots,
         };
         eprintln!(

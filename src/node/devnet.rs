@@ -139,6 +139,9 @@ pub struct Devnet {
     /// Blocks between snapshots (genesis `app_state.snapshots.interval`; 0: none).
     #[serde(default)]
     pub snapshot_interval: u64,
+    /// Snapshots each node keeps (`tally node --snapshot-keep`).
+    #[serde(default = "default_snapshot_keep")]
+    pub snapshot_keep: usize,
     /// Full nodes that joined by state sync (`--join`), with a validator's fields: they
     /// vote for nothing and have no account.
     #[serde(default)]
@@ -147,6 +150,10 @@ pub struct Devnet {
 
 fn default_retain_blocks() -> u64 {
     super::ledger::DEFAULT_RETAIN_BLOCKS
+}
+
+fn default_snapshot_keep() -> usize {
+    super::sync::DEFAULT_SNAPSHOT_KEEP
 }
 
 /// What a new devnet looks like.
@@ -175,6 +182,8 @@ pub struct DevnetConfig {
     /// For tests: state chunks of this many bytes instead of the chain's 4 MiB, so a small
     /// state still makes several.
     pub snapshot_chunk_bytes: Option<u32>,
+    /// Snapshots each node keeps.
+    pub snapshot_keep: usize,
     /// For tests: validators whose `tally node` serves wrong snapshot chunks, with how
     /// (`--test-serve-bad-snapshots`).
     pub bad_snapshots: Vec<(usize, String)>,
@@ -513,6 +522,7 @@ pub fn create(dir: &Path, config: &DevnetConfig, cometbft: &Path) -> anyhow::Res
         validators,
         retain_blocks: config.retain_blocks,
         snapshot_interval: config.snapshot_interval,
+        snapshot_keep: config.snapshot_keep,
         full_nodes: Vec::new(),
     };
     save(dir, &devnet)?;
@@ -644,6 +654,8 @@ fn start_node(d: &mut Devnet, dir: &Path, tally: &Path, node: NodeRef) -> anyhow
         format!("unix://{}", socket.display()),
         "--retain-blocks".into(),
         d.retain_blocks.to_string(),
+        "--snapshot-keep".into(),
+        d.snapshot_keep.to_string(),
     ];
     if let NodeRef::Full(_) = node {
         // It joins by state sync, so no InitChain tells it about its network.
