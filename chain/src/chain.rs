@@ -103,6 +103,8 @@ pub struct Chain {
     pub(crate) speculation_backoff: u32,
     /// Builds and publishes the snapshots the chain commits to ([`Chain::set_snapshots`]).
     snapshots: Option<Snapshotter>,
+    /// Why the last snapshot could not be published, until [`Chain::take_snapshot_failure`].
+    snapshot_failure: Option<crate::snapshot::SnapshotError>,
 }
 
 /// Below this share of speculative runs confirmed, speculation costs more than it saves: on two
@@ -137,6 +139,7 @@ impl Chain {
             executed: None,
             speculation_backoff: 0,
             snapshots: None,
+            snapshot_failure: None,
         }
     }
 
@@ -184,6 +187,12 @@ impl Chain {
             self.head.height,
         )?);
         Ok(())
+    }
+
+    /// Why a snapshot the chain committed to could not be published (for the node to report),
+    /// once.
+    pub fn take_snapshot_failure(&mut self) -> Option<crate::snapshot::SnapshotError> {
+        self.snapshot_failure.take()
     }
 
     /// Which stages are batched or parallel (all on by default). The head reached is the same
@@ -555,15 +564,19 @@ impl Chain {
         let changes = self.snapshots.is_some().then(|| record.changes.clone());
         self.store
             .commit(record, self.commit_options(height, durability))?;
-        if let (Some(snapshots), Some(changes)) = (self.snapshots.as_mut(), changes) {
-            snapshots.committed(height, changes);
-            snapshots.publish_if_due(&header, self.store.as_ref())?;
-        }
         self.head = header;
         self.head_id = self.head.id();
         self.window
             .push_block(self.head.height, &self.head_id, self.head.timestamp_ms, ids);
         self.code.install(code);
+        if let (Some(snapshots), Some(changes)) = (self.snapshots.as_mut(), changes) {
+            snapshots.committed(height, changes);
+            // Publishing only serves peers: a failure (a full disk) is reported, and the
+            // chain goes on.
+            if let Err(e) = snapshots.publish_if_due(&self.head, self.store.as_ref()) {
+                self.snapshot_failure = Some(e);
+            }
+        }
         Ok(self.head.clone())
     }
 

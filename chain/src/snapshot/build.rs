@@ -11,7 +11,7 @@
 //! base (its first start, or a lost snapshot directory) writes one from the store's entries.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::block::BlockHeader;
@@ -20,10 +20,16 @@ use crate::store::{BlockRecord, Change, StateStore};
 use super::file::{StateIndex, StateWriter, for_each_entry};
 use super::{Manifest, SnapshotError, SnapshotRef, SnapshotSchedule, SnapshotStore, TailBlock};
 
-/// A merge running on its own thread: the state file of `height`.
+/// The merge of the state file of `height`: on its own thread, or done already (where no
+/// thread could be started, it ran on the chain's: slower, never a fault).
 struct Job {
     height: u64,
-    handle: JoinHandle<Result<StateIndex, SnapshotError>>,
+    run: Run,
+}
+
+enum Run {
+    Thread(JoinHandle<Result<StateIndex, SnapshotError>>),
+    Done(Result<StateIndex, SnapshotError>),
 }
 
 /// The chain's side of snapshots (see the module docs).
@@ -120,15 +126,25 @@ impl Snapshotter {
             .store
             .state(self.base)
             .expect("the base stays until replaced");
-        let store = self.store.clone();
-        let handle = std::thread::Builder::new()
+        let chunk_bytes = self.schedule.chunk_bytes;
+        let blocks = Arc::new(Mutex::new(Some(blocks)));
+        let spawned = std::thread::Builder::new()
             .name(format!("snapshot-{height}"))
             .spawn({
-                let chunk_bytes = self.schedule.chunk_bytes;
-                move || merge(&store, &base, blocks, height, chunk_bytes)
-            })
-            .expect("spawning a thread");
-        self.job = Some(Job { height, handle });
+                let (store, base, blocks) = (self.store.clone(), base.clone(), blocks.clone());
+                move || {
+                    let blocks = blocks.lock().expect("taken once").take().expect("once");
+                    merge(&store, &base, blocks, height, chunk_bytes)
+                }
+            });
+        let run = match spawned {
+            Ok(handle) => Run::Thread(handle),
+            Err(_) => {
+                let blocks = blocks.lock().expect("taken once").take().expect("once");
+                Run::Done(merge(&self.store, &base, blocks, height, chunk_bytes))
+            }
+        };
+        self.job = Some(Job { height, run });
     }
 
     /// The digest block `height` must commit to, waiting for its merge if it is still
@@ -138,9 +154,12 @@ impl Snapshotter {
             return Ok(None);
         };
         if let Some(job) = self.job.take_if(|j| j.height == s) {
-            let index = job.handle.join().map_err(|_| {
-                SnapshotError::Missing(format!("the merge of block {s} panicked"))
-            })??;
+            let index = match job.run {
+                Run::Thread(handle) => handle.join().map_err(|_| {
+                    SnapshotError::Missing(format!("the merge of block {s} panicked"))
+                })?,
+                Run::Done(result) => result,
+            }?;
             self.store.add_state(index);
             self.base = s;
         }
@@ -170,32 +189,31 @@ impl Snapshotter {
             SnapshotError::Missing(format!("no state file of block {}", r.height))
         })?;
         let mut headers = Vec::new();
-        let mut blocks = Vec::new();
+        let mut tail = Vec::new();
+        let mut tail_lens = Vec::new();
         for h in r.height..=header.height {
-            let record: BlockRecord = chain.block(h)?.ok_or_else(|| {
-                SnapshotError::Missing(format!("block {h} is no longer in the store"))
-            })?;
-            let changes = if h == r.height {
-                Vec::new()
+            // The base block's changes are not read: a restored node's base record holds its
+            // whole state.
+            let (block_header, body, changes) = if h == r.height {
+                let (block_header, body) = chain.header_and_body(h)?.ok_or_else(|| gone(h))?;
+                (block_header, body, Vec::new())
             } else {
-                record.changes
+                let record: BlockRecord = chain.block(h)?.ok_or_else(|| gone(h))?;
+                (record.header, record.body, record.changes)
             };
-            blocks.push(
-                borsh::to_vec(&TailBlock {
-                    body: record.body,
-                    changes,
-                })
-                .expect("encoding into a Vec cannot fail"),
-            );
-            headers.push(record.header);
+            let before = tail.len();
+            borsh::to_writer(&mut tail, &TailBlock { body, changes })
+                .expect("encoding into a Vec cannot fail");
+            tail_lens.push((tail.len() - before) as u64);
+            headers.push(block_header);
         }
-        let manifest = Manifest {
-            entries: index.entries,
-            chunk_hashes: index.chunk_hashes(),
-            headers,
-        };
-        self.store.publish(header.height, &manifest, &blocks)
+        let manifest = Manifest::new(&index, headers, &tail, tail_lens);
+        self.store.publish(header.height, &manifest, &tail)
     }
+}
+
+fn gone(height: u64) -> SnapshotError {
+    SnapshotError::Missing(format!("block {height} is no longer in the store"))
 }
 
 /// The snapshot height whose digest a chain at `head` has yet to commit, if any.

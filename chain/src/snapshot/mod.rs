@@ -15,13 +15,15 @@
 //!   reads files and the changes the chain handed it, never the store, so the result depends
 //!   only on committed blocks, on every backend.
 //! - **Served** ([`SnapshotStore`]): the snapshot CometBFT sees is at height `T`: chunks
-//!   `0..n` are the state file's, read from disk as they are asked for; the last `T - S + 1`
-//!   are the blocks `S..=T` (bodies, and the changes of `S+1..=T`), which bring the state from
-//!   `S` to `T`. The metadata is the [`Manifest`]: the chunk hashes and the headers `S..=T`.
+//!   `0..n` are the state file's, read from disk as they are asked for; the rest are the tail:
+//!   the blocks `S..=T` (bodies, and the changes of `S+1..=T`, which bring the state from `S`
+//!   to `T`), back to back, in pieces of [`CHUNK_BYTES`]. The metadata is the [`Manifest`]:
+//!   the chunk hashes, the headers `S..=T`, and the tail's block lengths and piece hashes.
 //! - **Restored** ([`Restore`]): the headers must chain up to the app hash the light client
 //!   verified, and the chunk hashes must give the digest in `T`'s header, before any chunk is
-//!   looked at; then each chunk must match its hash (state) or its header (blocks) before it
-//!   is kept. A forged or damaged chunk is refused alone, and fetched again from another peer.
+//!   looked at; then each chunk must match its hash before it is kept, and each block of the
+//!   tail its header. A forged or damaged chunk is refused alone, and fetched again from
+//!   another peer; a manifest whose tail hashes lie is refused whole once its block fails.
 //!   The state streams into a fresh store as a genesis does, in bounded memory.
 
 use borsh::{BorshDeserialize, BorshSerialize};
@@ -175,14 +177,50 @@ pub struct Manifest {
     /// The headers of blocks `S..=T`: the last one's id is the app hash of `T`, and its
     /// [`BlockHeader::snapshot`] the digest of the state at `S`.
     pub headers: Vec<BlockHeader>,
+    /// The length of each block of `S..=T` as the tail carries it (the borsh of its body and
+    /// changes), in order.
+    pub tail_lens: Vec<u64>,
+    /// The BLAKE3 of each piece of the tail: the blocks back to back, cut every
+    /// [`CHUNK_BYTES`] (a block may be larger than a chunk may be).
+    pub tail_hashes: Vec<[u8; 32]>,
 }
 
 impl Manifest {
-    /// How many chunks the snapshot has: the state's, then one per block of `S..=T`.
+    /// How many chunks the snapshot has: the state's, then the tail's.
     pub fn chunks(&self) -> u64 {
-        self.chunk_hashes.len() as u64 + self.headers.len() as u64
+        self.chunk_hashes.len() as u64 + self.tail_hashes.len() as u64
+    }
+
+    /// The length of the tail.
+    pub fn tail_len(&self) -> u64 {
+        self.tail_lens.iter().sum()
+    }
+
+    /// The manifest of the state `index` describes and the blocks `S..=T` (`headers`, and
+    /// `tail`: each block's [`TailBlock`] encoding, back to back, `tail_lens` long).
+    pub(crate) fn new(
+        index: &file::StateIndex,
+        headers: Vec<BlockHeader>,
+        tail: &[u8],
+        tail_lens: Vec<u64>,
+    ) -> Self {
+        Self {
+            entries: index.entries,
+            chunk_hashes: index.chunk_hashes(),
+            headers,
+            tail_lens,
+            tail_hashes: tail
+                .chunks(CHUNK_BYTES)
+                .map(|piece| blake3::hash(piece).into())
+                .collect(),
+        }
     }
 }
+
+/// The most bytes one block of `S..=T` may take in the tail: a block carries at most 16 MiB
+/// of transactions (`fee::MAX_BLOCK_BYTES`) and 64 MB of write units of changes
+/// (`fee::MAX_BLOCK_WRITE`); four times their sum leaves room for encoding.
+pub const MAX_TAIL_BLOCK_BYTES: u64 = 4 * (16 * 1024 * 1024 + 64_000_000);
 
 /// A snapshot as CometBFT lists and offers it (its `Snapshot` message).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,7 +251,7 @@ impl Offer {
     }
 }
 
-/// One block of `S..=T` as a chunk carries it: its body, and its changes (none for `S`,
+/// One block of `S..=T` as the tail carries it: its body, and its changes (none for `S`,
 /// whose state the state chunks hold).
 #[derive(Debug, Clone, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
 pub(crate) struct TailBlock {

@@ -2,8 +2,8 @@
 //! snapshots it serves.
 //!
 //! - `state-<S>.snap` and `.idx`: the state at `S` ([`super::file`]).
-//! - `snap-<T>.meta`: a served snapshot: the borsh of its manifest and of where each block
-//!   of `S..=T` lies in `snap-<T>.tail`, with a BLAKE3 after it. Written last, so a
+//! - `snap-<T>.meta`: a served snapshot: the borsh of its manifest, with a BLAKE3 after it;
+//!   `snap-<T>.tail`, its tail (the blocks `S..=T`). The meta file is written last, so a
 //!   snapshot is listed only once all its files are whole.
 //!
 //! Serving reads files only: it never waits for block execution, and holds no snapshot in
@@ -13,31 +13,18 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use borsh::{BorshDeserialize, BorshSerialize};
+use borsh::BorshDeserialize;
 
 use super::file::{StateIndex, checked, index_path, read_chunk, rename_synced, write_synced};
-use super::{FORMAT, Manifest, Offer, SnapshotError};
-
-/// Where one block of `S..=T` lies in a snapshot's tail file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
-pub(crate) struct TailPos {
-    pub offset: u64,
-    pub len: u32,
-}
-
-/// What `snap-<T>.meta` holds.
-#[derive(Debug, Clone, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
-pub(crate) struct Served {
-    /// The manifest, encoded as offered.
-    pub metadata: Vec<u8>,
-    /// Where each block of `S..=T` lies in the tail file.
-    pub tail: Vec<TailPos>,
-}
+use super::{CHUNK_BYTES, FORMAT, Manifest, Offer, SnapshotError};
 
 struct Snapshot {
     offer: Offer,
     base: u64,
-    served: Served,
+    /// Chunks of state: the tail's pieces come after them.
+    state_chunks: usize,
+    /// Bytes of the tail.
+    tail_len: u64,
 }
 
 #[derive(Default)]
@@ -164,10 +151,13 @@ impl SnapshotStore {
         let index = index as usize;
         let read = if let Some(info) = state.chunks.get(index) {
             read_chunk(&state_path(&self.dir, snapshot.base), info)
-        } else if let Some(pos) = snapshot.served.tail.get(index - state.chunks.len()) {
-            read_at(&tail_path(&self.dir, height), pos.offset, pos.len)
         } else {
-            return Ok(None);
+            let offset = ((index - snapshot.state_chunks) * CHUNK_BYTES) as u64;
+            if offset >= snapshot.tail_len {
+                return Ok(None);
+            }
+            let len = (snapshot.tail_len - offset).min(CHUNK_BYTES as u64) as u32;
+            read_at(&tail_path(&self.dir, height), offset, len)
         };
         match read {
             Ok(bytes) => Ok(Some(bytes)),
@@ -214,30 +204,21 @@ impl SnapshotStore {
         inner.snapshots.contains_key(&height)
     }
 
-    /// Publishes the snapshot at `height` (`T`): its manifest, and its blocks `S..=T`, each
-    /// the borsh of a [`super::TailBlock`]. Then drops what is no longer served.
+    /// Publishes the snapshot at `height` (`T`): its manifest and its tail (the blocks
+    /// `S..=T`, back to back). Then drops what is no longer served.
     pub(crate) fn publish(
         &self,
         height: u64,
         manifest: &Manifest,
-        blocks: &[Vec<u8>],
+        tail: &[u8],
     ) -> Result<(), SnapshotError> {
-        let mut tail = Vec::with_capacity(blocks.len());
-        let mut bytes = Vec::new();
-        for b in blocks {
-            tail.push(TailPos {
-                offset: bytes.len() as u64,
-                len: b.len() as u32,
-            });
-            bytes.extend_from_slice(b);
-        }
-        write_synced(&tail_path(&self.dir, height), &bytes)?;
-        self.install(height, manifest, tail)
+        write_synced(&tail_path(&self.dir, height), tail)?;
+        self.install(height, manifest)
     }
 
     /// Takes in a snapshot a node restored: its checked state file at `state` (with `index`)
-    /// and its blocks in the file `tail` at `positions`. The node serves it from now on, and
-    /// builds its next snapshot from the state file.
+    /// and its tail file at `tail`. The node serves it from now on, and builds its next
+    /// snapshot from the state file.
     pub(crate) fn adopt(
         &self,
         state: &Path,
@@ -245,41 +226,26 @@ impl SnapshotStore {
         height: u64,
         manifest: &Manifest,
         tail: &Path,
-        positions: Vec<TailPos>,
     ) -> Result<(), SnapshotError> {
         let to = state_path(&self.dir, index.height);
         rename_synced(state, &to)?;
         index.write(&index_path(&to))?;
         self.add_state(index);
         rename_synced(tail, &tail_path(&self.dir, height))?;
-        self.install(height, manifest, positions)
+        self.install(height, manifest)
     }
 
     /// Writes the meta file of the snapshot at `height`, whose tail file is in place, and
     /// lists it.
-    fn install(
-        &self,
-        height: u64,
-        manifest: &Manifest,
-        tail: Vec<TailPos>,
-    ) -> Result<(), SnapshotError> {
-        let served = Served {
-            metadata: borsh::to_vec(manifest).expect("encoding into a Vec cannot fail"),
-            tail,
-        };
-        let mut meta = borsh::to_vec(&served).expect("encoding into a Vec cannot fail");
+    fn install(&self, height: u64, manifest: &Manifest) -> Result<(), SnapshotError> {
+        let mut meta = borsh::to_vec(manifest).expect("encoding into a Vec cannot fail");
         meta.extend_from_slice(blake3::hash(&meta).as_bytes());
         write_synced(&meta_path(&self.dir, height), &meta)?;
-        let snapshot = Snapshot {
-            offer: Offer::of(height, manifest),
-            base: manifest.headers[0].height,
-            served,
-        };
         self.inner
             .write()
             .expect("no panics under the lock")
             .snapshots
-            .insert(height, Arc::new(snapshot));
+            .insert(height, Arc::new(Snapshot::of(height, manifest)));
         self.prune()
     }
 
@@ -338,21 +304,24 @@ fn read_at(path: &Path, offset: u64, len: u32) -> Result<Vec<u8>, SnapshotError>
     )
 }
 
+impl Snapshot {
+    fn of(height: u64, manifest: &Manifest) -> Self {
+        Self {
+            offer: Offer::of(height, manifest),
+            base: manifest.headers[0].height,
+            state_chunks: manifest.chunk_hashes.len(),
+            tail_len: manifest.tail_len(),
+        }
+    }
+}
+
 fn read_meta(dir: &Path, t: u64) -> Result<Snapshot, SnapshotError> {
     let path = meta_path(dir, t);
     let bytes = std::fs::read(&path).map_err(|e| SnapshotError::io(&path, e))?;
-    let served = Served::try_from_slice(checked(&path, &bytes)?)
+    let manifest = Manifest::try_from_slice(checked(&path, &bytes)?)
         .map_err(|e| SnapshotError::corrupt(&path, e.to_string()))?;
-    let manifest = Manifest::try_from_slice(&served.metadata)
-        .map_err(|e| SnapshotError::corrupt(&path, e.to_string()))?;
-    let base = manifest
-        .headers
-        .first()
-        .ok_or_else(|| SnapshotError::corrupt(&path, "a manifest without headers"))?
-        .height;
-    Ok(Snapshot {
-        offer: Offer::of(t, &manifest),
-        base,
-        served,
-    })
+    if manifest.headers.is_empty() {
+        return Err(SnapshotError::corrupt(&path, "a manifest without headers"));
+    }
+    Ok(Snapshot::of(t, &manifest))
 }

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use tally_chain::snapshot::{Applied, ChunkError, Offer, OfferError, Restore, SnapshotSchedule};
+use tally_chain::snapshot::{
+    Applied, ChunkError, Manifest, Offer, OfferError, Restore, SnapshotSchedule,
+};
 use tally_chain::{
     BlockHeader, Chain, ChainConfig, FeeSchedule, Genesis, GenesisBuilder, LogOptions, LogStore,
     MemoryStore, SignedTransaction, SnapshotStore, StateStore, Transfer,
@@ -210,7 +212,13 @@ fn issue_25_forged_damaged_foreign_and_truncated_chunks_are_refused_and_the_hone
     let snapshots = SnapshotStore::open(&tmp.path().join("a"), 2).unwrap();
     let (offer, chunks) = served(&snapshots, 10);
     let (_, older) = served(&snapshots, 6);
-    let states = chunks.len() - 3; // blocks 8, 9, 10 travel last
+    let manifest: Manifest = borsh::from_slice(&offer.metadata).unwrap();
+    let states = manifest.chunk_hashes.len();
+    assert_eq!(
+        chunks.len(),
+        states + 1,
+        "blocks 8, 9 and 10 travel in one piece"
+    );
 
     let mut restore = Restore::offer(&tmp.path().join("work"), &offer, &app_hash).unwrap();
     for (i, chunk) in chunks.iter().enumerate() {
@@ -276,7 +284,7 @@ fn issue_25_an_offer_that_does_not_match_the_verified_app_hash_is_refused() {
     relabelled.height = 10;
     assert!(refused(&relabelled, &a.head_id()));
     // A manifest with one chunk hash changed, re-hashed so the offer is self-consistent.
-    let mut manifest: tally_chain::snapshot::Manifest = borsh::from_slice(&offer.metadata).unwrap();
+    let mut manifest: Manifest = borsh::from_slice(&offer.metadata).unwrap();
     manifest.chunk_hashes[0][0] ^= 1;
     assert!(refused(&Offer::of(10, &manifest), &a.head_id()));
     // A hash that is not the metadata's; another format.
@@ -290,4 +298,31 @@ fn issue_25_an_offer_that_does_not_match_the_verified_app_hash_is_refused() {
         Err(OfferError::Format(2))
     ));
     assert!(Restore::offer(&work, &offer, &a.head_id()).is_ok());
+}
+
+/// The tail's piece hashes are the manifest's word, not consensus's: a manifest that lies
+/// about them gets its pieces taken, until the block they complete fails its header; then the
+/// whole snapshot is refused.
+#[test]
+fn issue_25_a_manifest_whose_tail_lies_is_refused_when_its_block_fails_its_header() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut a = chain_in(Box::new(MemoryStore::new(512)), &tmp.path().join("a"));
+    run_to(&mut a, 10);
+    let snapshots = SnapshotStore::open(&tmp.path().join("a"), 2).unwrap();
+    let (offer, chunks) = served(&snapshots, 10);
+    let mut manifest: Manifest = borsh::from_slice(&offer.metadata).unwrap();
+    let states = manifest.chunk_hashes.len();
+    let mut forged_tail = chunks[states].clone();
+    let last = forged_tail.len() - 1;
+    forged_tail[last] ^= 1; // the last byte of block 10's changes
+    manifest.tail_hashes = vec![blake3::hash(&forged_tail).into()];
+    let forged = Offer::of(10, &manifest);
+    let mut restore = Restore::offer(&tmp.path().join("work"), &forged, &a.head_id()).unwrap();
+    for (i, chunk) in chunks[..states].iter().enumerate() {
+        restore.apply(i as u32, chunk).unwrap();
+    }
+    match restore.apply(states as u32, &forged_tail) {
+        Err(ChunkError::Snapshot(why)) => assert!(why.contains("block 10"), "{why}"),
+        other => panic!("a forged tail gave {other:?}"),
+    }
 }
