@@ -326,3 +326,90 @@ fn issue_25_a_manifest_whose_tail_lies_is_refused_when_its_block_fails_its_heade
         other => panic!("a forged tail gave {other:?}"),
     }
 }
+
+/// Copies every file of `from` into `to` (a backup of a store's directory).
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+/// A store put back from an older backup, beside a snapshots directory that went on: the
+/// directory holds state files and snapshots above the head. Pruning used to count the
+/// newest of those as "the base of the next snapshot" and delete the real base, so the
+/// merge at the next snapshot height panicked ("the base stays until replaced").
+#[test]
+fn issue_25_a_store_put_back_from_an_older_backup_goes_on_snapshotting() {
+    let tmp = tempfile::tempdir().unwrap();
+    let snapshots = tmp.path().join("snapshots");
+    let store_dir = tmp.path().join("store");
+    let backup = tmp.path().join("backup");
+    let mut a = chain_in(
+        Box::new(LogStore::open(&store_dir, LogOptions::default()).unwrap()),
+        &snapshots,
+    );
+    run_to(&mut a, 7);
+    drop(a.into_store());
+    copy_dir(&store_dir, &backup);
+    let store = Box::new(LogStore::open(&store_dir, LogOptions::default()).unwrap());
+    let mut a = Chain::open(runtime(), store, config()).unwrap();
+    a.set_snapshots(Arc::new(SnapshotStore::open(&snapshots, 2).unwrap()))
+        .unwrap();
+    run_to(&mut a, 23);
+    drop(a.into_store());
+    // The store goes back to block 7; the snapshots directory stays at 22.
+    std::fs::remove_dir_all(&store_dir).unwrap();
+    copy_dir(&backup, &store_dir);
+    let store = Box::new(LogStore::open(&store_dir, LogOptions::default()).unwrap());
+    let mut a = Chain::open(runtime(), store, config()).unwrap();
+    let a_snapshots = Arc::new(SnapshotStore::open(&snapshots, 2).unwrap());
+    a.set_snapshots(a_snapshots.clone()).unwrap();
+    let mut b = chain_in(Box::new(MemoryStore::new(512)), &tmp.path().join("b"));
+    for h in 8..=23 {
+        run_to(&mut b, h);
+        let n = a.head().height;
+        let executed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            a.run_block(block_txs(&a, n))
+        }));
+        assert!(
+            matches!(executed, Ok(Ok(_))),
+            "block {h} after the store went back: {:?}",
+            executed.map(|r| r.map(|e| e.header.height))
+        );
+        assert_eq!(a.head_id(), b.head_id(), "block {h}");
+    }
+}
+
+/// A snapshots directory left from another chain (a node's store re-created for a new
+/// genesis, its snapshots directory kept): its state file of block 0 is not this chain's, and
+/// must not become the base this chain's snapshots are merged from, or the node commits
+/// another digest than its peers at the first snapshot and falls out of consensus.
+#[test]
+fn issue_25_a_state_file_of_another_chain_is_never_taken_as_a_base() {
+    let tmp = tempfile::tempdir().unwrap();
+    let snapshots = tmp.path().join("snapshots");
+    // The old chain: other accounts, stopped before its first snapshot was published.
+    let mut builder = Chain::genesis(runtime(), Box::new(MemoryStore::new(512)), config()).unwrap();
+    builder.apply(&Genesis::default()).unwrap();
+    builder.fund(tally_chain::system::SYSTEM, 1 << 60);
+    builder.fund(name("oldchain"), 7);
+    builder.deploy(simplecoin(), SIMPLECOIN_WASM).unwrap();
+    let mut old = builder.finish().unwrap();
+    old.set_snapshots(Arc::new(SnapshotStore::open(&snapshots, 2).unwrap()))
+        .unwrap();
+    run_to(&mut old, 3);
+    drop(old);
+    // The new chain on the same snapshots directory, and a peer with a clean one.
+    let mut a = chain_in(Box::new(MemoryStore::new(512)), &snapshots);
+    let mut b = chain_in(Box::new(MemoryStore::new(512)), &tmp.path().join("b"));
+    run_to(&mut a, 6);
+    run_to(&mut b, 6);
+    assert_eq!(
+        a.store().block(6).unwrap().unwrap().header.snapshot,
+        b.store().block(6).unwrap().unwrap().header.snapshot,
+        "the digest of block 4 committed in block 6"
+    );
+    assert_eq!(a.head_id(), b.head_id());
+}
