@@ -184,7 +184,7 @@ impl Chain {
             store,
             self.config.snapshots,
             self.store.as_ref(),
-            self.head.height,
+            &self.head,
         )?);
         Ok(())
     }
@@ -570,7 +570,7 @@ impl Chain {
             .push_block(self.head.height, &self.head_id, self.head.timestamp_ms, ids);
         self.code.install(code);
         if let (Some(snapshots), Some(changes)) = (self.snapshots.as_mut(), changes) {
-            snapshots.committed(height, changes);
+            snapshots.committed(height, self.head_id, changes);
             // Publishing only serves peers: a failure (a full disk) is reported, and the
             // chain goes on.
             if let Err(e) = snapshots.publish_if_due(&self.head, self.store.as_ref()) {

@@ -117,11 +117,12 @@ impl Restore {
             _ => {}
         }
         std::fs::create_dir_all(work_dir).map_err(|e| SnapshotError::io(work_dir, e))?;
-        let base = manifest.headers[0].height;
+        let base = &manifest.headers[0];
         // Chunks arrive whole: the writer never cuts one (the size is the largest allowed).
         let state = StateWriter::create(
             &work_dir.join("state.snap"),
-            base,
+            base.height,
+            base.id(),
             super::CHUNK_BYTES as u32,
         )?;
         let tail_path = work_dir.join("tail");

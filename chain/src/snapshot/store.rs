@@ -192,6 +192,28 @@ impl SnapshotStore {
         state_path(&self.dir, height)
     }
 
+    /// Deletes the state files and snapshots above `height`: a chain at `height` has not
+    /// written them (see [`super::build::Snapshotter`]).
+    pub(crate) fn forget_above(&self, height: u64) -> Result<(), SnapshotError> {
+        let above = height.saturating_add(1);
+        let (snapshots, states) = {
+            let mut inner = self.inner.write().expect("no panics under the lock");
+            let snapshots = inner.snapshots.split_off(&above);
+            let states = inner.states.split_off(&above);
+            (snapshots, states)
+        };
+        for &t in snapshots.keys() {
+            remove(&meta_path(&self.dir, t))?;
+            remove(&tail_path(&self.dir, t))?;
+        }
+        for &h in states.keys() {
+            let path = state_path(&self.dir, h);
+            remove(&index_path(&path))?;
+            remove(&path)?;
+        }
+        Ok(())
+    }
+
     /// Takes a state file just written (its index too) into the store.
     pub(crate) fn add_state(&self, index: StateIndex) {
         let mut inner = self.inner.write().expect("no panics under the lock");
