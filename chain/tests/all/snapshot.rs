@@ -413,3 +413,53 @@ fn issue_25_a_state_file_of_another_chain_is_never_taken_as_a_base() {
     );
     assert_eq!(a.head_id(), b.head_id());
 }
+
+/// A chunk past the last (a confused or hostile caller, once every chunk is in) is refused,
+/// not a panic of the node (it indexed the tail's hashes past their end).
+#[test]
+fn issue_25_a_chunk_past_the_last_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut a = chain_in(Box::new(MemoryStore::new(512)), &tmp.path().join("a"));
+    run_to(&mut a, 6);
+    let snapshots = SnapshotStore::open(&tmp.path().join("a"), 2).unwrap();
+    let (offer, chunks) = served(&snapshots, 6);
+    let mut restore = restore_all(&tmp.path().join("work"), &offer, &a.head_id(), &chunks);
+    let past = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        restore.apply(offer.chunks, chunks.last().unwrap())
+    }));
+    assert!(
+        matches!(past, Ok(Err(ChunkError::Refused(_)))),
+        "a chunk past the last gave {:?}",
+        past.map(|r| r.map_err(|e| e.to_string()))
+    );
+}
+
+/// Killed after block `T` is in the store but before its snapshot is published (a long
+/// write of the tail): the restarted node publishes it, instead of never serving it.
+#[test]
+fn issue_25_a_snapshot_a_crash_left_unpublished_is_published_on_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let snapshots = tmp.path().join("snapshots");
+    let store_dir = tmp.path().join("store");
+    let mut a = chain_in(
+        Box::new(LogStore::open(&store_dir, LogOptions::default()).unwrap()),
+        &snapshots,
+    );
+    run_to(&mut a, 6);
+    let (offer, chunks) = served(&SnapshotStore::open(&snapshots, 2).unwrap(), 6);
+    drop(a.into_store());
+    // What the kill left: block 6 committed, its snapshot's files not written.
+    for ext in ["meta", "tail"] {
+        std::fs::remove_file(snapshots.join(format!("snap-{:020}.{ext}", 6))).unwrap();
+    }
+    let store = Box::new(LogStore::open(&store_dir, LogOptions::default()).unwrap());
+    let mut a = Chain::open(runtime(), store, config()).unwrap();
+    let a_snapshots = Arc::new(SnapshotStore::open(&snapshots, 2).unwrap());
+    a.set_snapshots(a_snapshots.clone()).unwrap();
+    assert!(
+        a_snapshots.list().iter().any(|o| o.height == 6),
+        "snapshot 6 is served again: {:?}",
+        a_snapshots.list()
+    );
+    assert_eq!(served(&a_snapshots, 6), (offer, chunks));
+}
