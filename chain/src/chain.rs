@@ -180,12 +180,18 @@ impl Chain {
         if !self.config.snapshots.is_enabled() {
             return Ok(());
         }
-        self.snapshots = Some(Snapshotter::open(
+        let mut snapshots = Snapshotter::open(
             store,
             self.config.snapshots,
             self.store.as_ref(),
             &self.head,
-        )?);
+        )?;
+        // A head that committed to a snapshot a crash kept from being published (its commit
+        // is the only other place that publishes it).
+        if let Err(e) = snapshots.publish_if_due(&self.head, self.store.as_ref()) {
+            self.snapshot_failure = Some(e);
+        }
+        self.snapshots = Some(snapshots);
         Ok(())
     }
 

@@ -160,6 +160,12 @@ impl Restore {
 
     /// Checks chunk `index` (chunks come in order) and keeps it if it matches.
     pub fn apply(&mut self, index: u32, chunk: &[u8]) -> Result<Applied, ChunkError> {
+        if self.next == self.manifest.chunks() {
+            return Err(refused(format!(
+                "chunk {index} arrived after the last, {}",
+                self.next - 1
+            )));
+        }
         if u64::from(index) != self.next {
             return Err(refused(format!(
                 "chunk {index} arrived where chunk {} was expected",
