@@ -10,7 +10,7 @@ use std::sync::Arc;
 mod common;
 
 use common::*;
-use tally_chain::snapshot::SnapshotSchedule;
+use tally_chain::snapshot::{Restore, SnapshotSchedule};
 use tally_chain::{
     Chain, ChainConfig, Durability, FeeSchedule, Genesis, MemoryStore, SnapshotStore, Transfer,
 };
@@ -130,4 +130,24 @@ fn issue_25_publishing_a_snapshot_holds_one_block_of_its_tail_not_all() {
         publishing < ordinary + 6 * BLOCK as i64,
         "the commit that publishes held {publishing} bytes, an ordinary one {ordinary}"
     );
+    // The tail (17 blocks of ~1 MiB: five pieces, blocks across their cuts) restores.
+    let snapshots = SnapshotStore::open(tmp.path(), 2).unwrap();
+    let offer = snapshots
+        .list()
+        .into_iter()
+        .find(|o| o.height == 36)
+        .unwrap();
+    let mut restore = Restore::offer(&tmp.path().join("work"), &offer, &chain.head_id()).unwrap();
+    for i in 0..offer.chunks {
+        let chunk = snapshots.load_chunk(36, offer.format, i).unwrap().unwrap();
+        restore.apply(i, &chunk).unwrap();
+    }
+    let mut store = MemoryStore::new(512);
+    let head = restore
+        .finish(
+            &mut store,
+            &SnapshotStore::open(&tmp.path().join("c"), 2).unwrap(),
+        )
+        .unwrap();
+    assert_eq!(head.id(), chain.head_id());
 }

@@ -201,8 +201,10 @@ impl Snapshotter {
         let index = self.store.state(r.height).ok_or_else(|| {
             SnapshotError::Missing(format!("no state file of block {}", r.height))
         })?;
+        // The tail streams into its file a block at a time: at the limits a block is ~80 MB
+        // (16 MiB of transactions, 64 MB of changes), and the tail `delay + 1` of them.
         let mut headers = Vec::new();
-        let mut tail = Vec::new();
+        let mut tail = self.store.tail_writer(header.height)?;
         let mut tail_lens = Vec::new();
         for h in r.height..=header.height {
             // The base block's changes are not read: a restored node's base record holds its
@@ -214,13 +216,11 @@ impl Snapshotter {
                 let record: BlockRecord = chain.block(h)?.ok_or_else(|| gone(h))?;
                 (record.header, record.body, record.changes)
             };
-            let before = tail.len();
-            borsh::to_writer(&mut tail, &TailBlock { body, changes })
-                .expect("encoding into a Vec cannot fail");
-            tail_lens.push((tail.len() - before) as u64);
+            tail_lens.push(tail.add(&TailBlock { body, changes })?);
             headers.push(block_header);
         }
-        let manifest = Manifest::new(&index, headers, &tail, tail_lens);
+        let (tail, tail_hashes) = tail.finish()?;
+        let manifest = Manifest::new(&index, headers, tail_lens, tail_hashes);
         self.store.publish(header.height, &manifest, &tail)
     }
 }

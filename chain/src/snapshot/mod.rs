@@ -197,22 +197,20 @@ impl Manifest {
     }
 
     /// The manifest of the state `index` describes and the blocks `S..=T` (`headers`, and
-    /// `tail`: each block's [`TailBlock`] encoding, back to back, `tail_lens` long).
+    /// their tail: each block's [`TailBlock`] encoding `tail_lens` long, back to back, cut
+    /// every [`CHUNK_BYTES`] into pieces hashed `tail_hashes`).
     pub(crate) fn new(
         index: &file::StateIndex,
         headers: Vec<BlockHeader>,
-        tail: &[u8],
         tail_lens: Vec<u64>,
+        tail_hashes: Vec<[u8; 32]>,
     ) -> Self {
         Self {
             entries: index.entries,
             chunk_hashes: index.chunk_hashes(),
             headers,
             tail_lens,
-            tail_hashes: tail
-                .chunks(CHUNK_BYTES)
-                .map(|piece| blake3::hash(piece).into())
-                .collect(),
+            tail_hashes,
         }
     }
 }
