@@ -463,3 +463,56 @@ fn issue_25_a_snapshot_a_crash_left_unpublished_is_published_on_restart() {
     );
     assert_eq!(served(&a_snapshots, 6), (offer, chunks));
 }
+
+/// A node restored into a log store is a node like any other: its store reopens from disk
+/// (its first block is the snapshot's base, at block 8, beside the run of its state), and
+/// goes on after merges and pruning have moved past that base.
+#[test]
+fn issue_25_a_restored_log_store_reopens_after_its_base_is_pruned() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut a = chain_in(Box::new(MemoryStore::new(512)), &tmp.path().join("a"));
+    run_to(&mut a, 10);
+    let a_snapshots = SnapshotStore::open(&tmp.path().join("a"), 2).unwrap();
+    let (offer, chunks) = served(&a_snapshots, 10);
+    let restore = restore_all(&tmp.path().join("work"), &offer, &a.head_id(), &chunks);
+    // Small segments and merges, few blocks kept: the base's segment goes early.
+    let options = LogOptions {
+        segment_bytes: 64 * 1024,
+        snapshot_min_bytes: 64 * 1024,
+        background: false,
+        ..LogOptions::default()
+    };
+    let store_dir = tmp.path().join("c-store");
+    let c_snapshots = tmp.path().join("c");
+    let mut store: Box<dyn StateStore> =
+        Box::new(LogStore::open(&store_dir, options.clone()).unwrap());
+    restore
+        .finish(
+            store.as_mut(),
+            &SnapshotStore::open(&c_snapshots, 2).unwrap(),
+        )
+        .unwrap();
+    drop(store);
+    let short = ChainConfig {
+        retain_blocks: 2,
+        ..config()
+    };
+    let reopen = |options: &LogOptions| {
+        let store = Box::new(LogStore::open(&store_dir, options.clone()).unwrap());
+        let mut c = Chain::open(runtime(), store, short.clone()).unwrap();
+        c.set_snapshots(Arc::new(SnapshotStore::open(&c_snapshots, 2).unwrap()))
+            .unwrap();
+        c
+    };
+    let mut c = reopen(&options);
+    assert_eq!(c.head_id(), a.head_id());
+    for stop in [13, 19, 27] {
+        run_to(&mut a, stop);
+        run_to(&mut c, stop);
+        drop(c.into_store());
+        c = reopen(&options);
+        assert_eq!(c.head_id(), a.head_id(), "block {stop}");
+        assert_eq!(entries(c.store()), entries(a.store()), "block {stop}");
+    }
+    assert!(c.store().first_retained() > 8, "the base was pruned");
+}
