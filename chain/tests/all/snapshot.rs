@@ -516,3 +516,32 @@ fn issue_25_a_restored_log_store_reopens_after_its_base_is_pruned() {
     }
     assert!(c.store().first_retained() > 8, "the base was pruned");
 }
+
+/// A restoring node refuses a tail block over `MAX_TAIL_BLOCK_BYTES` and a state chunk over
+/// `MAX_CHUNK_BYTES`, both sized for the standard block maxima: a chain whose fee schedule lets
+/// blocks grow past them would commit to snapshots no node can restore (a block of 64 MiB of
+/// transactions, or the ids of its ~385,000 transactions in one state entry, 12 MB, beside a
+/// 4 MiB chunk). Such a genesis is refused.
+#[test]
+fn issue_25_a_chain_that_snapshots_cannot_have_blocks_a_restoring_node_refuses() {
+    for (dimension, max) in [
+        (tally_chain::Dimension::Bandwidth, 64 << 20),
+        (tally_chain::Dimension::Write, 1 << 30),
+    ] {
+        let mut fees = FeeSchedule::STANDARD;
+        fees.max[dimension as usize] = max;
+        let config = ChainConfig { fees, ..config() };
+        let genesis = Chain::genesis(runtime(), Box::new(MemoryStore::new(512)), config.clone());
+        assert!(
+            matches!(genesis, Err(tally_chain::ChainError::Config(_))),
+            "{dimension:?} up to {max}: {:?}",
+            genesis.err()
+        );
+        // Without snapshots it is a chain like any other.
+        let never = ChainConfig {
+            snapshots: SnapshotSchedule::NEVER,
+            ..config
+        };
+        assert!(Chain::genesis(runtime(), Box::new(MemoryStore::new(512)), never).is_ok());
+    }
+}
