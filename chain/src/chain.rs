@@ -151,6 +151,10 @@ impl Chain {
     ) -> Result<Self, ChainError> {
         config.fees.validate().map_err(ChainError::Config)?;
         config.snapshots.validate().map_err(ChainError::Config)?;
+        config
+            .snapshots
+            .check_fees(&config.fees)
+            .map_err(ChainError::Config)?;
         let head = store.head().cloned().ok_or(ChainError::NoGenesis)?;
         check_schedule(store.as_ref(), &config.fees)?;
         check_snapshot_schedule(store.as_ref(), &config.snapshots)?;
