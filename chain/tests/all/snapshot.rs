@@ -545,3 +545,37 @@ fn issue_25_a_chain_that_snapshots_cannot_have_blocks_a_restoring_node_refuses()
         assert!(Chain::genesis(runtime(), Box::new(MemoryStore::new(512)), never).is_ok());
     }
 }
+
+/// Finding (not fixed: it needs the tail served before the state, a change of the chunk
+/// order): the tail's piece hashes and block lengths are the manifest's word, not consensus's,
+/// and the tail comes after the state. A peer that offers honest headers and chunk hashes
+/// with a lying tail (a new metadata hash, so a new snapshot, as often as it likes) makes a
+/// joining node take the whole state (1.1 GB at 10M accounts) before the lie shows.
+#[test]
+#[ignore = "finding of the review of issue 25, not fixed: a lying tail shows only after the whole state"]
+fn issue_25_a_manifest_whose_tail_lies_is_refused_before_its_state_is_taken() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut a = chain_in(Box::new(MemoryStore::new(512)), &tmp.path().join("a"));
+    run_to(&mut a, 10);
+    let snapshots = SnapshotStore::open(&tmp.path().join("a"), 2).unwrap();
+    let (offer, chunks) = served(&snapshots, 10);
+    let mut manifest: Manifest = borsh::from_slice(&offer.metadata).unwrap();
+    let states = manifest.chunk_hashes.len();
+    let mut forged_tail = chunks[states].clone();
+    let last = forged_tail.len() - 1;
+    forged_tail[last] ^= 1;
+    manifest.tail_hashes = vec![blake3::hash(&forged_tail).into()];
+    let forged = Offer::of(10, &manifest);
+    let mut restore = Restore::offer(&tmp.path().join("work"), &forged, &a.head_id()).unwrap();
+    let mut taken = 0;
+    for (i, chunk) in chunks[..states].iter().enumerate() {
+        match restore.apply(i as u32, chunk) {
+            Ok(_) => taken += 1,
+            Err(_) => break,
+        }
+    }
+    assert_eq!(
+        taken, 0,
+        "state chunks taken before the lying tail was refused"
+    );
+}
