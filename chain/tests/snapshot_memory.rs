@@ -151,3 +151,78 @@ fn issue_25_publishing_a_snapshot_holds_one_block_of_its_tail_not_all() {
         .unwrap();
     assert_eq!(head.id(), chain.head_id());
 }
+
+/// The bytes the chain's thread holds (net of what it frees of other threads' allocations)
+/// after `blocks` blocks of `transfers` transfers each,
+/// with snapshots on or not (every 1,000 blocks: none is taken in the run).
+fn held_after(blocks: u64, transfers: u64, snapshots: bool) -> i64 {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = ChainConfig {
+        check_signatures: false,
+        fees: FeeSchedule::ZERO,
+        snapshots: if snapshots {
+            SnapshotSchedule::every(1000, 10)
+        } else {
+            SnapshotSchedule::NEVER
+        },
+        ..ChainConfig::default()
+    };
+    let mut builder = Chain::genesis(runtime(), Box::new(MemoryStore::new(512)), config).unwrap();
+    builder.apply(&Genesis::default()).unwrap();
+    builder.fund(tally_chain::system::SYSTEM, 1 << 60);
+    builder.deploy(simplecoin(), SIMPLECOIN_WASM).unwrap();
+    let mut chain = builder.finish().unwrap();
+    chain
+        .set_snapshots(Arc::new(SnapshotStore::open(tmp.path(), 2).unwrap()))
+        .unwrap();
+    let start = HELD.with(Cell::get);
+    for n in 0..blocks {
+        let txs = (0..transfers)
+            .map(|i| {
+                let data = Transfer {
+                    from: simplecoin(),
+                    to: name(&format!("to{}", to_base26(n * transfers + i))),
+                    amount: 1,
+                    memo: String::new(),
+                }
+                .encode();
+                unsigned_tx(&chain, simplecoin(), transfer(), data)
+            })
+            .collect();
+        chain.run_block(txs).unwrap();
+    }
+    HELD.with(Cell::get) - start
+}
+
+fn to_base26(mut i: u64) -> String {
+    let mut s = String::new();
+    loop {
+        s.push((b'a' + (i % 26) as u8) as char);
+        i /= 26;
+        if i == 0 {
+            return s;
+        }
+    }
+}
+
+/// Finding (not fixed: the merge would read the changes back from the store, or spill them
+/// to disk): every committed block's changes wait in memory until the next snapshot height,
+/// so a node holds `interval` blocks of changes (up to a million keys a block at the write
+/// maximum) on top of its store.
+#[test]
+#[ignore = "finding of the review of issue 25, not fixed: the changes of a whole interval wait in memory"]
+fn issue_25_the_changes_awaiting_a_snapshot_are_not_held_in_memory() {
+    let (blocks, transfers) = (40, 200);
+    let without = held_after(blocks, transfers, false);
+    let with = held_after(blocks, transfers, true);
+    eprintln!(
+        "{blocks} blocks of {transfers} transfers: {without} bytes held without snapshots, {with} with"
+    );
+    // A few blocks' worth may wait (those of the delay); not the whole interval's.
+    assert!(
+        with - without < 64 * 1024,
+        "snapshots add {} bytes for {} changed keys awaiting the merge",
+        with - without,
+        blocks * transfers
+    );
+}
