@@ -71,10 +71,7 @@ fn big_block(chain: &Chain, n: u64, bytes: usize) -> Vec<tally_chain::SignedTran
         .map(|i| {
             let data = Transfer {
                 from: simplecoin(),
-                to: name(&format!(
-                    "to{}",
-                    "abcdefghijklmnopqrstuvwxyz".as_bytes()[(i % 26) as usize] as char
-                )),
+                to: name(&format!("to{}", to_base26(i as u64))),
                 amount: 1 + n,
                 memo: "m".repeat(MEMO),
             }
