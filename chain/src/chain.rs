@@ -151,6 +151,10 @@ impl Chain {
     ) -> Result<Self, ChainError> {
         config.fees.validate().map_err(ChainError::Config)?;
         config.snapshots.validate().map_err(ChainError::Config)?;
+        config
+            .snapshots
+            .check_fees(&config.fees)
+            .map_err(ChainError::Config)?;
         let head = store.head().cloned().ok_or(ChainError::NoGenesis)?;
         check_schedule(store.as_ref(), &config.fees)?;
         check_snapshot_schedule(store.as_ref(), &config.snapshots)?;
@@ -180,12 +184,18 @@ impl Chain {
         if !self.config.snapshots.is_enabled() {
             return Ok(());
         }
-        self.snapshots = Some(Snapshotter::open(
+        let mut snapshots = Snapshotter::open(
             store,
             self.config.snapshots,
             self.store.as_ref(),
-            self.head.height,
-        )?);
+            &self.head,
+        )?;
+        // A head that committed to a snapshot a crash kept from being published (its commit
+        // is the only other place that publishes it).
+        if let Err(e) = snapshots.publish_if_due(&self.head, self.store.as_ref()) {
+            self.snapshot_failure = Some(e);
+        }
+        self.snapshots = Some(snapshots);
         Ok(())
     }
 
@@ -570,7 +580,7 @@ impl Chain {
             .push_block(self.head.height, &self.head_id, self.head.timestamp_ms, ids);
         self.code.install(code);
         if let (Some(snapshots), Some(changes)) = (self.snapshots.as_mut(), changes) {
-            snapshots.committed(height, changes);
+            snapshots.committed(height, self.head_id, changes);
             // Publishing only serves peers: a failure (a full disk) is reported, and the
             // chain goes on.
             if let Err(e) = snapshots.publish_if_due(&self.head, self.store.as_ref()) {

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use crate::block::BlockHeader;
+use crate::block::{BlockHeader, BlockId};
 use crate::store::{BlockRecord, Change, StateStore};
 
 use super::file::{StateIndex, StateWriter, for_each_entry};
@@ -49,12 +49,25 @@ impl Snapshotter {
         snapshots: Arc<SnapshotStore>,
         schedule: SnapshotSchedule,
         chain: &dyn StateStore,
-        head: u64,
+        head: &BlockHeader,
     ) -> Result<Self, SnapshotError> {
-        // The newest base from which every block up to the head can still be read back.
-        let usable = snapshots
-            .latest_state(head)
-            .filter(|s| s.height == head || chain.first_retained() <= s.height + 1);
+        // Files above the head are of a future this store does not have (it was put back
+        // from a backup): pruning would take the newest of them for the base of the next
+        // snapshot and delete the real one. This chain writes its own when it gets there.
+        snapshots.forget_above(head.height)?;
+        let head_id = head.id();
+        let head = head.height;
+        // The newest base from which every block up to the head can still be read back, and
+        // that is this chain's state: a file another chain left has another block id.
+        let usable = match snapshots.latest_state(head) {
+            Some(s) if s.height == head => (s.block == head_id).then_some(s),
+            Some(s) if chain.first_retained() <= s.height + 1 => {
+                let next = chain.header_and_body(s.height + 1)?;
+                next.is_some_and(|(next, _)| next.previous == s.block)
+                    .then_some(s)
+            }
+            _ => None,
+        };
         let base = match usable {
             Some(s) => s.height,
             None => {
@@ -69,7 +82,7 @@ impl Snapshotter {
                     )));
                 }
                 let path = snapshots.state_path(head);
-                let mut writer = StateWriter::create(&path, head, schedule.chunk_bytes)?;
+                let mut writer = StateWriter::create(&path, head, head_id, schedule.chunk_bytes)?;
                 for entry in chain.entries()? {
                     let (k, v) = entry?;
                     writer.add(&k, &v)?;
@@ -81,9 +94,7 @@ impl Snapshotter {
         };
         let mut pending = Vec::new();
         for h in base + 1..=head {
-            let changes = chain.changes(h)?.ok_or_else(|| {
-                SnapshotError::Missing(format!("block {h} is no longer in the store"))
-            })?;
+            let changes = chain.changes(h)?.ok_or_else(|| gone(h))?;
             let changes: Result<Vec<Change>, _> = changes.iter.collect();
             pending.push((h, changes?));
         }
@@ -98,7 +109,8 @@ impl Snapshotter {
         if let Some(s) = pending_snapshot(&schedule, head)
             && snapshotter.store.state(s).is_none()
         {
-            snapshotter.start(s);
+            let (header, _) = chain.header_and_body(s)?.ok_or_else(|| gone(s))?;
+            snapshotter.start(s, header.id());
         }
         Ok(snapshotter)
     }
@@ -109,17 +121,18 @@ impl Snapshotter {
         self.base
     }
 
-    /// Records a committed block's changes; at a snapshot height, starts its merge.
-    pub(crate) fn committed(&mut self, height: u64, changes: Vec<Change>) {
+    /// Records a committed block's changes (block `id`); at a snapshot height, starts its
+    /// merge.
+    pub(crate) fn committed(&mut self, height: u64, id: BlockId, changes: Vec<Change>) {
         self.pending.push((height, changes));
         if self.schedule.is_snapshot(height) {
-            self.start(height);
+            self.start(height, id);
         }
     }
 
-    /// Starts the merge of the state file at `height` from the base and the pending blocks
-    /// up to it.
-    fn start(&mut self, height: u64) {
+    /// Starts the merge of the state file at `height` (block `id`) from the base and the
+    /// pending blocks up to it.
+    fn start(&mut self, height: u64, id: BlockId) {
         let split = self.pending.partition_point(|(h, _)| *h <= height);
         let blocks: Vec<(u64, Vec<Change>)> = self.pending.drain(..split).collect();
         let base = self
@@ -134,14 +147,14 @@ impl Snapshotter {
                 let (store, base, blocks) = (self.store.clone(), base.clone(), blocks.clone());
                 move || {
                     let blocks = blocks.lock().expect("taken once").take().expect("once");
-                    merge(&store, &base, blocks, height, chunk_bytes)
+                    merge(&store, &base, blocks, (height, id), chunk_bytes)
                 }
             });
         let run = match spawned {
             Ok(handle) => Run::Thread(handle),
             Err(_) => {
                 let blocks = blocks.lock().expect("taken once").take().expect("once");
-                Run::Done(merge(&self.store, &base, blocks, height, chunk_bytes))
+                Run::Done(merge(&self.store, &base, blocks, (height, id), chunk_bytes))
             }
         };
         self.job = Some(Job { height, run });
@@ -188,8 +201,10 @@ impl Snapshotter {
         let index = self.store.state(r.height).ok_or_else(|| {
             SnapshotError::Missing(format!("no state file of block {}", r.height))
         })?;
+        // The tail streams into its file a block at a time: at the limits a block is ~80 MB
+        // (16 MiB of transactions, 64 MB of changes), and the tail `delay + 1` of them.
         let mut headers = Vec::new();
-        let mut tail = Vec::new();
+        let mut tail = self.store.tail_writer(header.height)?;
         let mut tail_lens = Vec::new();
         for h in r.height..=header.height {
             // The base block's changes are not read: a restored node's base record holds its
@@ -201,13 +216,11 @@ impl Snapshotter {
                 let record: BlockRecord = chain.block(h)?.ok_or_else(|| gone(h))?;
                 (record.header, record.body, record.changes)
             };
-            let before = tail.len();
-            borsh::to_writer(&mut tail, &TailBlock { body, changes })
-                .expect("encoding into a Vec cannot fail");
-            tail_lens.push((tail.len() - before) as u64);
+            tail_lens.push(tail.add(&TailBlock { body, changes })?);
             headers.push(block_header);
         }
-        let manifest = Manifest::new(&index, headers, &tail, tail_lens);
+        let (tail, tail_hashes) = tail.finish()?;
+        let manifest = Manifest::new(&index, headers, tail_lens, tail_hashes);
         self.store.publish(header.height, &manifest, &tail)
     }
 }
@@ -226,20 +239,21 @@ fn pending_snapshot(schedule: &SnapshotSchedule, head: u64) -> Option<u64> {
     (s > 0 && head < s + schedule.delay).then_some(s)
 }
 
-/// Writes the state file of `height`: the base's entries with the blocks' changes applied,
-/// later blocks over earlier ones.
+/// Writes the state file of block `at` (height and id): the base's entries with the blocks'
+/// changes applied, later blocks over earlier ones.
 fn merge(
     store: &SnapshotStore,
     base: &StateIndex,
     blocks: Vec<(u64, Vec<Change>)>,
-    height: u64,
+    at: (u64, BlockId),
     chunk_bytes: u32,
 ) -> Result<StateIndex, SnapshotError> {
+    let (height, id) = at;
     let mut changed: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
     for (_, changes) in blocks {
         changed.extend(changes);
     }
-    let mut writer = StateWriter::create(&store.state_path(height), height, chunk_bytes)?;
+    let mut writer = StateWriter::create(&store.state_path(height), height, id, chunk_bytes)?;
     let mut changes = changed.into_iter().peekable();
     for_each_entry(&store.state_path(base.height), base, &mut |k, v| {
         // Changed keys before this one: new ones, or deletions of keys the base lacks.

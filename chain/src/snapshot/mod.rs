@@ -29,6 +29,7 @@
 use borsh::{BorshDeserialize, BorshSerialize};
 
 use crate::block::BlockHeader;
+use crate::fee::{Dimension, FeeSchedule, MAX_BLOCK_BYTES, MAX_BLOCK_WRITE};
 use crate::store::Change;
 
 mod build;
@@ -139,6 +140,31 @@ impl SnapshotSchedule {
         Ok(())
     }
 
+    /// Checks that every block a chain priced by `fees` may produce can travel in a
+    /// snapshot: a restoring node refuses a block of the tail over [`MAX_TAIL_BLOCK_BYTES`]
+    /// and a state chunk over [`MAX_CHUNK_BYTES`] (the largest entry is a block's transaction
+    /// ids, 32 bytes a transaction), both sized for the standard maxima: 16 MiB of
+    /// transactions (`fee::MAX_BLOCK_BYTES`) and 64 MB of write units (`fee::MAX_BLOCK_WRITE`).
+    pub fn check_fees(&self, fees: &FeeSchedule) -> Result<(), String> {
+        if !self.is_enabled() {
+            return Ok(());
+        }
+        for (dimension, most) in [
+            (Dimension::Bandwidth, MAX_BLOCK_BYTES),
+            (Dimension::Write, MAX_BLOCK_WRITE),
+        ] {
+            let max = fees.max[dimension as usize];
+            if max > most {
+                return Err(format!(
+                    "a chain that snapshots may let a block use at most {most} {} of {} ({max} asked): a node restoring its snapshots would refuse larger blocks; lower the fee schedule's maximum or take no snapshots",
+                    dimension.unit(),
+                    dimension.name()
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Whether the state at `height` is snapshotted.
     pub fn is_snapshot(&self, height: u64) -> bool {
         self.is_enabled() && height > 0 && height.is_multiple_of(self.interval)
@@ -197,30 +223,29 @@ impl Manifest {
     }
 
     /// The manifest of the state `index` describes and the blocks `S..=T` (`headers`, and
-    /// `tail`: each block's [`TailBlock`] encoding, back to back, `tail_lens` long).
+    /// their tail: each block's [`TailBlock`] encoding `tail_lens` long, back to back, cut
+    /// every [`CHUNK_BYTES`] into pieces hashed `tail_hashes`).
     pub(crate) fn new(
         index: &file::StateIndex,
         headers: Vec<BlockHeader>,
-        tail: &[u8],
         tail_lens: Vec<u64>,
+        tail_hashes: Vec<[u8; 32]>,
     ) -> Self {
         Self {
             entries: index.entries,
             chunk_hashes: index.chunk_hashes(),
             headers,
             tail_lens,
-            tail_hashes: tail
-                .chunks(CHUNK_BYTES)
-                .map(|piece| blake3::hash(piece).into())
-                .collect(),
+            tail_hashes,
         }
     }
 }
 
 /// The most bytes one block of `S..=T` may take in the tail: a block carries at most 16 MiB
-/// of transactions (`fee::MAX_BLOCK_BYTES`) and 64 MB of write units of changes
-/// (`fee::MAX_BLOCK_WRITE`); four times their sum leaves room for encoding.
-pub const MAX_TAIL_BLOCK_BYTES: u64 = 4 * (16 * 1024 * 1024 + 64_000_000);
+/// of transactions ([`MAX_BLOCK_BYTES`]) and 64 MB of write units of changes
+/// ([`MAX_BLOCK_WRITE`]), which [`SnapshotSchedule::check_fees`] holds a chain that snapshots
+/// to; four times their sum leaves room for encoding and the last transaction's overshoot.
+pub const MAX_TAIL_BLOCK_BYTES: u64 = 4 * (MAX_BLOCK_BYTES + MAX_BLOCK_WRITE);
 
 /// A snapshot as CometBFT lists and offers it (its `Snapshot` message).
 #[derive(Debug, Clone, PartialEq, Eq)]

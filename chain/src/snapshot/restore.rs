@@ -117,11 +117,12 @@ impl Restore {
             _ => {}
         }
         std::fs::create_dir_all(work_dir).map_err(|e| SnapshotError::io(work_dir, e))?;
-        let base = manifest.headers[0].height;
+        let base = &manifest.headers[0];
         // Chunks arrive whole: the writer never cuts one (the size is the largest allowed).
         let state = StateWriter::create(
             &work_dir.join("state.snap"),
-            base,
+            base.height,
+            base.id(),
             super::CHUNK_BYTES as u32,
         )?;
         let tail_path = work_dir.join("tail");
@@ -159,6 +160,12 @@ impl Restore {
 
     /// Checks chunk `index` (chunks come in order) and keeps it if it matches.
     pub fn apply(&mut self, index: u32, chunk: &[u8]) -> Result<Applied, ChunkError> {
+        if self.next == self.manifest.chunks() {
+            return Err(refused(format!(
+                "chunk {index} arrived after the last, {}",
+                self.next - 1
+            )));
+        }
         if u64::from(index) != self.next {
             return Err(refused(format!(
                 "chunk {index} arrived where chunk {} was expected",

@@ -15,8 +15,13 @@ use std::sync::{Arc, RwLock};
 
 use borsh::BorshDeserialize;
 
-use super::file::{StateIndex, checked, index_path, read_chunk, rename_synced, write_synced};
-use super::{CHUNK_BYTES, FORMAT, Manifest, Offer, SnapshotError};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+
+use super::file::{
+    StateIndex, checked, index_path, read_chunk, rename_synced, tmp_path, write_synced,
+};
+use super::{CHUNK_BYTES, FORMAT, Manifest, Offer, SnapshotError, TailBlock};
 
 struct Snapshot {
     offer: Offer,
@@ -192,6 +197,28 @@ impl SnapshotStore {
         state_path(&self.dir, height)
     }
 
+    /// Deletes the state files and snapshots above `height`: a chain at `height` has not
+    /// written them (see [`super::build::Snapshotter`]).
+    pub(crate) fn forget_above(&self, height: u64) -> Result<(), SnapshotError> {
+        let above = height.saturating_add(1);
+        let (snapshots, states) = {
+            let mut inner = self.inner.write().expect("no panics under the lock");
+            let snapshots = inner.snapshots.split_off(&above);
+            let states = inner.states.split_off(&above);
+            (snapshots, states)
+        };
+        for &t in snapshots.keys() {
+            remove(&meta_path(&self.dir, t))?;
+            remove(&tail_path(&self.dir, t))?;
+        }
+        for &h in states.keys() {
+            let path = state_path(&self.dir, h);
+            remove(&index_path(&path))?;
+            remove(&path)?;
+        }
+        Ok(())
+    }
+
     /// Takes a state file just written (its index too) into the store.
     pub(crate) fn add_state(&self, index: StateIndex) {
         let mut inner = self.inner.write().expect("no panics under the lock");
@@ -204,15 +231,30 @@ impl SnapshotStore {
         inner.snapshots.contains_key(&height)
     }
 
+    /// Starts writing the tail of the snapshot at `height` (under a temporary name, until
+    /// [`SnapshotStore::publish`]).
+    pub(crate) fn tail_writer(&self, height: u64) -> Result<TailWriter, SnapshotError> {
+        let tmp = tmp_path(&tail_path(&self.dir, height));
+        let file = File::create(&tmp).map_err(|e| SnapshotError::io(&tmp, e))?;
+        Ok(TailWriter {
+            out: BufWriter::with_capacity(1 << 20, file),
+            tmp,
+            piece: blake3::Hasher::new(),
+            in_piece: 0,
+            hashes: Vec::new(),
+        })
+    }
+
     /// Publishes the snapshot at `height` (`T`): its manifest and its tail (the blocks
-    /// `S..=T`, back to back). Then drops what is no longer served.
+    /// `S..=T`, back to back), written at `tail` by a [`TailWriter`]. Then drops what is no
+    /// longer served.
     pub(crate) fn publish(
         &self,
         height: u64,
         manifest: &Manifest,
-        tail: &[u8],
+        tail: &Path,
     ) -> Result<(), SnapshotError> {
-        write_synced(&tail_path(&self.dir, height), tail)?;
+        rename_synced(tail, &tail_path(&self.dir, height))?;
         self.install(height, manifest)
     }
 
@@ -283,6 +325,58 @@ impl SnapshotStore {
             remove(&path)?;
         }
         Ok(())
+    }
+}
+
+/// A snapshot's tail being written: blocks appended one at a time, cut every [`CHUNK_BYTES`]
+/// into pieces hashed as they pass, so no more than one block is ever held.
+pub(crate) struct TailWriter {
+    out: BufWriter<File>,
+    tmp: PathBuf,
+    piece: blake3::Hasher,
+    /// Bytes of the current piece hashed so far.
+    in_piece: usize,
+    hashes: Vec<[u8; 32]>,
+}
+
+impl TailWriter {
+    /// Appends one block; returns its length in the tail.
+    pub(crate) fn add(&mut self, block: &TailBlock) -> Result<u64, SnapshotError> {
+        let bytes = borsh::to_vec(block).expect("encoding into a Vec cannot fail");
+        self.out
+            .write_all(&bytes)
+            .map_err(|e| SnapshotError::io(&self.tmp, e))?;
+        let mut rest = &bytes[..];
+        while !rest.is_empty() {
+            let take = rest.len().min(CHUNK_BYTES - self.in_piece);
+            self.piece.update(&rest[..take]);
+            self.in_piece += take;
+            rest = &rest[take..];
+            if self.in_piece == CHUNK_BYTES {
+                self.cut();
+            }
+        }
+        Ok(bytes.len() as u64)
+    }
+
+    fn cut(&mut self) {
+        self.hashes.push(self.piece.finalize().into());
+        self.piece.reset();
+        self.in_piece = 0;
+    }
+
+    /// Syncs the file; returns where it is and the hash of each piece.
+    pub(crate) fn finish(mut self) -> Result<(PathBuf, Vec<[u8; 32]>), SnapshotError> {
+        if self.in_piece > 0 {
+            self.cut();
+        }
+        let file = self
+            .out
+            .into_inner()
+            .map_err(|e| SnapshotError::io(&self.tmp, e.into_error()))?;
+        file.sync_data()
+            .map_err(|e| SnapshotError::io(&self.tmp, e))?;
+        Ok((self.tmp, self.hashes))
     }
 }
 
