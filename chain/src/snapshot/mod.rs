@@ -14,11 +14,13 @@
 //!   while blocks go on, and block `T` waits for it only if it has not finished by then. It
 //!   reads files and the changes the chain handed it, never the store, so the result depends
 //!   only on committed blocks, on every backend.
-//! - **Served** ([`SnapshotStore`]): the snapshot CometBFT sees is at height `T`: chunks
-//!   `0..n` are the state file's, read from disk as they are asked for; the rest are the tail:
-//!   the blocks `S..=T` (bodies, and the changes of `S+1..=T`, which bring the state from `S`
-//!   to `T`), back to back, in pieces of [`CHUNK_BYTES`]. The metadata is the [`Manifest`]:
-//!   the chunk hashes, the headers `S..=T`, and the tail's block lengths and piece hashes.
+//! - **Served** ([`SnapshotStore`]): the snapshot CometBFT sees is at height `T`. Its first
+//!   chunks are the tail: the blocks `S..=T` (bodies, and the changes of `S+1..=T`, which
+//!   bring the state from `S` to `T`), back to back, in pieces of [`CHUNK_BYTES`]; then the
+//!   state file's chunks, read from disk as they are asked for. The metadata is the
+//!   [`Manifest`]: the chunk hashes, the headers `S..=T`, and the tail's block lengths and
+//!   piece hashes. The tail comes first because its piece hashes are the manifest's word, not
+//!   consensus's: a lying one is caught before any state is fetched.
 //! - **Restored** ([`Restore`]): the headers must chain up to the app hash the light client
 //!   verified, and the chunk hashes must give the digest in `T`'s header, before any chunk is
 //!   looked at; then each chunk must match its hash before it is kept, and each block of the
@@ -212,7 +214,7 @@ pub struct Manifest {
 }
 
 impl Manifest {
-    /// How many chunks the snapshot has: the state's, then the tail's.
+    /// How many chunks the snapshot has: the tail's, then the state's.
     pub fn chunks(&self) -> u64 {
         self.chunk_hashes.len() as u64 + self.tail_hashes.len() as u64
     }

@@ -178,11 +178,13 @@ impl Restore {
                 chunk.len()
             )));
         }
-        let states = self.manifest.chunk_hashes.len() as u64;
-        if self.next < states {
-            self.apply_state(index, chunk)?;
+        // The tail first: its blocks are checked against the headers as they complete, so a
+        // manifest whose tail lies is refused before any of the state is fetched.
+        let pieces = self.manifest.tail_hashes.len() as u64;
+        if self.next < pieces {
+            self.apply_tail(self.next as usize, chunk)?;
         } else {
-            self.apply_tail((self.next - states) as usize, chunk)?;
+            self.apply_state((self.next - pieces) as u32, chunk)?;
         }
         self.next += 1;
         if self.next == self.manifest.chunks() {
@@ -195,10 +197,11 @@ impl Restore {
         Ok(Applied::More)
     }
 
+    /// State chunk `index` (of the state's chunks, after the tail's pieces).
     fn apply_state(&mut self, index: u32, chunk: &[u8]) -> Result<(), ChunkError> {
         if blake3::hash(chunk).as_bytes() != &self.manifest.chunk_hashes[index as usize] {
             return Err(refused(format!(
-                "chunk {index} does not match its hash in the manifest"
+                "state chunk {index} does not match its hash in the manifest"
             )));
         }
         // The hash is the one consensus committed: what follows holds for every honest
@@ -213,13 +216,13 @@ impl Restore {
             entries += 1;
             Ok(())
         })
-        .map_err(|why| refused(format!("chunk {index}: {why}")))?;
+        .map_err(|why| refused(format!("state chunk {index}: {why}")))?;
         self.last_key = last;
         self.state
             .as_mut()
-            .expect("state chunks come first")
+            .expect("the state is open until its last chunk")
             .add_chunk(chunk, entries)?;
-        if self.next + 1 == self.manifest.chunk_hashes.len() as u64 {
+        if index as usize + 1 == self.manifest.chunk_hashes.len() {
             self.end_state()?;
         }
         Ok(())

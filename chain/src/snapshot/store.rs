@@ -26,8 +26,6 @@ use super::{CHUNK_BYTES, FORMAT, Manifest, Offer, SnapshotError, TailBlock};
 struct Snapshot {
     offer: Offer,
     base: u64,
-    /// Chunks of state: the tail's pieces come after them.
-    state_chunks: usize,
     /// Bytes of the tail.
     tail_len: u64,
 }
@@ -153,16 +151,17 @@ impl SnapshotStore {
             };
             (s, state)
         };
-        let index = index as usize;
-        let read = if let Some(info) = state.chunks.get(index) {
-            read_chunk(&state_path(&self.dir, snapshot.base), info)
-        } else {
-            let offset = ((index - snapshot.state_chunks) * CHUNK_BYTES) as u64;
-            if offset >= snapshot.tail_len {
-                return Ok(None);
-            }
+        // The tail's pieces first, then the state's chunks.
+        let offset = u64::from(index) * CHUNK_BYTES as u64;
+        let read = if offset < snapshot.tail_len {
             let len = (snapshot.tail_len - offset).min(CHUNK_BYTES as u64) as u32;
             read_at(&tail_path(&self.dir, height), offset, len)
+        } else {
+            let pieces = snapshot.tail_len.div_ceil(CHUNK_BYTES as u64) as usize;
+            match state.chunks.get(index as usize - pieces) {
+                Some(info) => read_chunk(&state_path(&self.dir, snapshot.base), info),
+                None => return Ok(None),
+            }
         };
         match read {
             Ok(bytes) => Ok(Some(bytes)),
@@ -403,7 +402,6 @@ impl Snapshot {
         Self {
             offer: Offer::of(height, manifest),
             base: manifest.headers[0].height,
-            state_chunks: manifest.chunk_hashes.len(),
             tail_len: manifest.tail_len(),
         }
     }
