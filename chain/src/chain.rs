@@ -506,7 +506,7 @@ impl Chain {
         }
         let snapshots = self.snapshots.as_mut().ok_or_else(|| {
             ChainError::Config(format!(
-                "block {height} commits to a snapshot, but the chain has no snapshot directory (Chain::set_snapshots)"
+                "block {height} commits to a snapshot, but the chain has no snapshot directory (Chain::set_snapshots), or its snapshots stopped on an error (Chain::take_snapshot_failure says which): open the chain again"
             ))
         })?;
         Ok(snapshots.digest_for(height)?)
@@ -571,19 +571,37 @@ impl Chain {
             .ok_or_else(|| ChainError::Config("no executed block to commit".into()))?;
         let height = record.header.height;
         let header = record.header.clone();
-        let changes = self.snapshots.is_some().then(|| record.changes.clone());
-        self.store
-            .commit(record, self.commit_options(height, durability))?;
+        let options = self.commit_options(height, durability);
+        // The block's changes wait on disk for the next snapshot. Spilled first: a block the
+        // snapshot misses would give it another digest than every other node's.
+        let spilled = match self.snapshots.as_mut() {
+            Some(snapshots) => Some(snapshots.spill(height, &record.changes)?),
+            None => None,
+        };
+        if let Err(e) = self.store.commit(record, options) {
+            if let (Some(snapshots), Some(mark)) = (self.snapshots.as_mut(), spilled)
+                && snapshots.undo(mark).is_err()
+            {
+                // The spill holds a block that never committed: no snapshot is built from
+                // it. Block `T` then fails until the chain is opened again, which spills
+                // the committed blocks anew.
+                self.snapshots = None;
+            }
+            return Err(e.into());
+        }
         self.head = header;
         self.head_id = self.head.id();
         self.window
             .push_block(self.head.height, &self.head_id, self.head.timestamp_ms, ids);
         self.code.install(code);
-        if let (Some(snapshots), Some(changes)) = (self.snapshots.as_mut(), changes) {
-            snapshots.committed(height, self.head_id, changes);
+        if let Some(snapshots) = self.snapshots.as_mut() {
             // Publishing only serves peers: a failure (a full disk) is reported, and the
-            // chain goes on.
-            if let Err(e) = snapshots.publish_if_due(&self.head, self.store.as_ref()) {
+            // chain goes on. A merge that cannot start (no room for its files) stops the
+            // snapshots: block `T` then fails until the chain is opened again.
+            if let Err(e) = snapshots.committed(height, self.head_id) {
+                self.snapshots = None;
+                self.snapshot_failure = Some(e);
+            } else if let Err(e) = snapshots.publish_if_due(&self.head, self.store.as_ref()) {
                 self.snapshot_failure = Some(e);
             }
         }

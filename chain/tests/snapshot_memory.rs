@@ -202,12 +202,11 @@ fn to_base26(mut i: u64) -> String {
     }
 }
 
-/// Finding (not fixed: the merge would read the changes back from the store, or spill them
-/// to disk): every committed block's changes wait in memory until the next snapshot height,
-/// so a node holds `interval` blocks of changes (up to a million keys a block at the write
-/// maximum) on top of its store.
+/// The review's finding: every committed block's changes waited in memory until the next
+/// snapshot height, `interval` blocks of them (up to a million keys a block at the write
+/// maximum) on top of the store. They are spilled to disk now, a block at a time.
 #[test]
-#[ignore = "finding of the review of issue 25, not fixed: the changes of a whole interval wait in memory"]
+
 fn issue_25_the_changes_awaiting_a_snapshot_are_not_held_in_memory() {
     let (blocks, transfers) = (40, 200);
     let without = held_after(blocks, transfers, false);

@@ -6,11 +6,11 @@
 //! takes its digest (waiting only if the merge is not done), and once `T` is committed the
 //! snapshot is published with the blocks `S..=T`.
 //!
-//! After a restart the changes since the base are read back from the block archive, which
-//! the chain keeps from the base up ([`Snapshotter::retain_floor`]). A node with no usable
-//! base (its first start, or a lost snapshot directory) writes one from the store's entries.
+//! The changes wait on disk, not in memory ([`super::spill`]). After a restart they are read
+//! back from the block archive, which the chain keeps from the base up
+//! ([`Snapshotter::retain_floor`]). A node with no usable base (its first start, or a lost
+//! snapshot directory) writes one from the store's entries.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -18,6 +18,7 @@ use crate::block::{BlockHeader, BlockId};
 use crate::store::{BlockRecord, Change, StateStore};
 
 use super::file::{StateIndex, StateWriter, for_each_entry};
+use super::spill::{Mark, Spill, SpillFile};
 use super::{Manifest, SnapshotError, SnapshotRef, SnapshotSchedule, SnapshotStore, TailBlock};
 
 /// The merge of the state file of `height`: on its own thread, or done already (where no
@@ -39,7 +40,7 @@ pub(crate) struct Snapshotter {
     /// The height of the newest complete state file.
     base: u64,
     /// The changes of the committed blocks above `base` not yet handed to a merge, in order.
-    pending: Vec<(u64, Vec<Change>)>,
+    pending: Spill,
     job: Option<Job>,
 }
 
@@ -92,25 +93,25 @@ impl Snapshotter {
                 head
             }
         };
-        let mut pending = Vec::new();
-        for h in base + 1..=head {
-            let changes = chain.changes(h)?.ok_or_else(|| gone(h))?;
-            let changes: Result<Vec<Change>, _> = changes.iter.collect();
-            pending.push((h, changes?));
-        }
+        snapshots.remove_spills()?;
         let mut snapshotter = Self {
+            pending: Spill::create(&snapshots.spill_path(base + 1))?,
             store: snapshots,
             schedule,
             base,
-            pending,
             job: None,
         };
-        // A merge a restart interrupted: start it again.
-        if let Some(s) = pending_snapshot(&schedule, head)
-            && snapshotter.store.state(s).is_none()
-        {
-            let (header, _) = chain.header_and_body(s)?.ok_or_else(|| gone(s))?;
-            snapshotter.start(s, header.id());
+        // A merge a restart interrupted starts again once its blocks are spilled.
+        let restart =
+            pending_snapshot(&schedule, head).filter(|&s| snapshotter.store.state(s).is_none());
+        for h in base + 1..=head {
+            let changes = chain.changes(h)?.ok_or_else(|| gone(h))?;
+            let changes: Result<Vec<Change>, _> = changes.iter.collect();
+            snapshotter.pending.add(h, &changes?)?;
+            if restart == Some(h) {
+                let (header, _) = chain.header_and_body(h)?.ok_or_else(|| gone(h))?;
+                snapshotter.start(h, header.id())?;
+            }
         }
         Ok(snapshotter)
     }
@@ -121,43 +122,62 @@ impl Snapshotter {
         self.base
     }
 
-    /// Records a committed block's changes (block `id`); at a snapshot height, starts its
+    /// Spills the changes of block `height` before the store commits it; [`Snapshotter::undo`]
+    /// takes them back if the commit fails.
+    pub(crate) fn spill(&mut self, height: u64, changes: &[Change]) -> Result<Mark, SnapshotError> {
+        self.pending.add(height, changes)
+    }
+
+    /// Takes back the changes spilled since `mark` (their block did not commit).
+    pub(crate) fn undo(&mut self, mark: Mark) -> Result<(), SnapshotError> {
+        self.pending.undo(mark)
+    }
+
+    /// After block `height` (id `id`, spilled) committed: at a snapshot height, starts its
     /// merge.
-    pub(crate) fn committed(&mut self, height: u64, id: BlockId, changes: Vec<Change>) {
-        self.pending.push((height, changes));
+    pub(crate) fn committed(&mut self, height: u64, id: BlockId) -> Result<(), SnapshotError> {
         if self.schedule.is_snapshot(height) {
-            self.start(height, id);
+            self.start(height, id)?;
         }
+        Ok(())
     }
 
     /// Starts the merge of the state file at `height` (block `id`) from the base and the
-    /// pending blocks up to it.
-    fn start(&mut self, height: u64, id: BlockId) {
-        let split = self.pending.partition_point(|(h, _)| *h <= height);
-        let blocks: Vec<(u64, Vec<Change>)> = self.pending.drain(..split).collect();
+    /// spilled blocks, which end at `height`; the blocks after it spill into a new file.
+    fn start(&mut self, height: u64, id: BlockId) -> Result<(), SnapshotError> {
+        debug_assert_eq!(self.pending.last_height(), Some(height));
+        let next = Spill::create(&self.store.spill_path(height + 1))?;
+        let spilled = std::mem::replace(&mut self.pending, next).finish()?;
         let base = self
             .store
             .state(self.base)
             .expect("the base stays until replaced");
         let chunk_bytes = self.schedule.chunk_bytes;
-        let blocks = Arc::new(Mutex::new(Some(blocks)));
+        let spilled = Arc::new(Mutex::new(Some(spilled)));
         let spawned = std::thread::Builder::new()
             .name(format!("snapshot-{height}"))
             .spawn({
-                let (store, base, blocks) = (self.store.clone(), base.clone(), blocks.clone());
+                let (store, base, spilled) = (self.store.clone(), base.clone(), spilled.clone());
                 move || {
-                    let blocks = blocks.lock().expect("taken once").take().expect("once");
-                    merge(&store, &base, blocks, (height, id), chunk_bytes)
+                    let spilled = spilled.lock().expect("taken once").take().expect("once");
+                    merge(&store, &base, spilled, (height, id), chunk_bytes)
                 }
             });
         let run = match spawned {
             Ok(handle) => Run::Thread(handle),
             Err(_) => {
-                let blocks = blocks.lock().expect("taken once").take().expect("once");
-                Run::Done(merge(&self.store, &base, blocks, (height, id), chunk_bytes))
+                let spilled = spilled.lock().expect("taken once").take().expect("once");
+                Run::Done(merge(
+                    &self.store,
+                    &base,
+                    spilled,
+                    (height, id),
+                    chunk_bytes,
+                ))
             }
         };
         self.job = Some(Job { height, run });
+        Ok(())
     }
 
     /// The digest block `height` must commit to, waiting for its merge if it is still
@@ -239,47 +259,48 @@ fn pending_snapshot(schedule: &SnapshotSchedule, head: u64) -> Option<u64> {
     (s > 0 && head < s + schedule.delay).then_some(s)
 }
 
-/// Writes the state file of block `at` (height and id): the base's entries with the blocks'
-/// changes applied, later blocks over earlier ones.
+/// Writes the state file of block `at` (height and id): the base's entries with the spilled
+/// blocks' changes applied, later blocks over earlier ones; then deletes the spill.
 fn merge(
     store: &SnapshotStore,
     base: &StateIndex,
-    blocks: Vec<(u64, Vec<Change>)>,
+    spilled: SpillFile,
     at: (u64, BlockId),
     chunk_bytes: u32,
 ) -> Result<StateIndex, SnapshotError> {
     let (height, id) = at;
-    let mut changed: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
-    for (_, changes) in blocks {
-        changed.extend(changes);
-    }
     let mut writer = StateWriter::create(&store.state_path(height), height, id, chunk_bytes)?;
-    let mut changes = changed.into_iter().peekable();
+    let mut changes = spilled.merged()?;
+    let mut next = changes.next_change()?;
     for_each_entry(&store.state_path(base.height), base, &mut |k, v| {
         // Changed keys before this one: new ones, or deletions of keys the base lacks.
-        while let Some((ck, _)) = changes.peek()
+        while let Some((ck, cv)) = &next
             && ck.as_slice() < k
         {
-            let (ck, cv) = changes.next().expect("peeked");
             if let Some(cv) = cv {
-                writer.add(&ck, &cv)?;
+                writer.add(ck, cv)?;
             }
+            next = changes.next_change()?;
         }
-        match changes.peek() {
-            Some((ck, _)) if ck.as_slice() == k => {
-                let (ck, cv) = changes.next().expect("peeked");
+        match &next {
+            Some((ck, cv)) if ck.as_slice() == k => {
                 if let Some(cv) = cv {
-                    writer.add(&ck, &cv)?;
+                    writer.add(ck, cv)?;
                 }
+                next = changes.next_change()?;
             }
             _ => writer.add(k, v)?,
         }
         Ok(())
     })?;
-    for (ck, cv) in changes {
+    while let Some((ck, cv)) = next {
         if let Some(cv) = cv {
             writer.add(&ck, &cv)?;
         }
+        next = changes.next_change()?;
     }
-    writer.finish()
+    let index = writer.finish()?;
+    drop(changes);
+    spilled.remove();
+    Ok(index)
 }

@@ -37,6 +37,7 @@ use crate::store::Change;
 mod build;
 pub mod file;
 mod restore;
+mod spill;
 mod store;
 
 pub(crate) use build::Snapshotter;

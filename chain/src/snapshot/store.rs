@@ -6,6 +6,9 @@
 //!   `snap-<T>.tail`, its tail (the blocks `S..=T`). The meta file is written last, so a
 //!   snapshot is listed only once all its files are whole.
 //!
+//! - `pending-<h>.chg`: the changes of the blocks from `h` up awaiting the next snapshot
+//!   ([`super::spill`]), rebuilt from the block archive when the chain opens.
+//!
 //! Serving reads files only: it never waits for block execution, and holds no snapshot in
 //! memory beyond the manifests.
 
@@ -194,6 +197,22 @@ impl SnapshotStore {
     /// Where the state file of `height` is (or is to be) written.
     pub(crate) fn state_path(&self, height: u64) -> PathBuf {
         state_path(&self.dir, height)
+    }
+
+    /// Where the changes of the blocks from `height` up are spilled ([`super::spill`]).
+    pub(crate) fn spill_path(&self, height: u64) -> PathBuf {
+        self.dir.join(format!("pending-{height:020}.chg"))
+    }
+
+    /// Deletes the spill files a chain left: the chain that opens spills its blocks again.
+    pub(crate) fn remove_spills(&self) -> Result<(), SnapshotError> {
+        for entry in std::fs::read_dir(&self.dir).map_err(|e| SnapshotError::io(&self.dir, e))? {
+            let entry = entry.map_err(|e| SnapshotError::io(&self.dir, e))?;
+            if entry.file_name().to_string_lossy().ends_with(".chg") {
+                remove(&entry.path())?;
+            }
+        }
+        Ok(())
     }
 
     /// Deletes the state files and snapshots above `height`: a chain at `height` has not
