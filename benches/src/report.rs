@@ -101,13 +101,15 @@ pub struct ParallelReport {
     pub confirmed_share: f64,
 }
 
-/// One block's throughput and the process's memory after it.
-#[derive(Debug, Clone, Serialize)]
+/// One block's throughput, and the process's memory and the store's disk after it.
+#[derive(Debug, Clone, Copy, Serialize)]
 pub struct BlockPoint {
     /// Transfers per second of the block.
     pub tps: f64,
     /// Resident memory after it, in bytes.
     pub rss_bytes: u64,
+    /// Bytes the store occupies on disk after it (0 for memory, and for the EVM baseline).
+    pub disk_bytes: u64,
 }
 
 /// What the run was asked to do.

@@ -331,9 +331,9 @@ pub struct BenchReport {
     /// Time that batched signature verification alone, on all cores, took over the same
     /// transactions (measured per block outside the timed section; zero when unsigned).
     pub verify_alone: Duration,
-    /// Transfers per second of each block, in order, with the process's resident memory
-    /// after it (bytes; 0 where unknown).
-    pub per_block: Vec<(f64, u64)>,
+    /// Transfers per second of each block, in order, with the process's resident memory and
+    /// the store's disk after it (bytes; 0 where unknown).
+    pub per_block: Vec<crate::report::BlockPoint>,
     /// Transactions executed speculatively in parallel.
     pub speculated: u64,
     /// Of those, how many needed no re-execution.
@@ -584,7 +584,7 @@ pub struct Run<'c> {
     speculated: u64,
     confirmed: u64,
     verify_alone: Duration,
-    per_block: Vec<(f64, u64)>,
+    per_block: Vec<crate::report::BlockPoint>,
 }
 
 impl<'c> Run<'c> {
@@ -706,7 +706,11 @@ impl<'c> Run<'c> {
         self.phases.execute += executed.execute;
         self.phases.commit += executed.commit + (t2 - t1);
         let tps = n as f64 / (t2 - t0).as_secs_f64().max(1e-9);
-        self.per_block.push((tps, crate::proc::resident_bytes()));
+        self.per_block.push(crate::report::BlockPoint {
+            tps,
+            rss_bytes: crate::proc::resident_bytes(),
+            disk_bytes: self.chain.store().disk_bytes(),
+        });
         self.elapsed += t2 - t0;
         self.current = next.map(|(prepared, took)| {
             self.phases.verify += took;

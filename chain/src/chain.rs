@@ -103,6 +103,8 @@ pub struct Chain {
     pub(crate) speculation_backoff: u32,
     /// Builds and publishes the snapshots the chain commits to ([`Chain::set_snapshots`]).
     snapshots: Option<Snapshotter>,
+    /// Why the last snapshot could not be published, until [`Chain::take_snapshot_failure`].
+    snapshot_failure: Option<crate::snapshot::SnapshotError>,
 }
 
 /// Below this share of speculative runs confirmed, speculation costs more than it saves: on two
@@ -137,6 +139,7 @@ impl Chain {
             executed: None,
             speculation_backoff: 0,
             snapshots: None,
+            snapshot_failure: None,
         }
     }
 
@@ -148,6 +151,10 @@ impl Chain {
     ) -> Result<Self, ChainError> {
         config.fees.validate().map_err(ChainError::Config)?;
         config.snapshots.validate().map_err(ChainError::Config)?;
+        config
+            .snapshots
+            .check_fees(&config.fees)
+            .map_err(ChainError::Config)?;
         let head = store.head().cloned().ok_or(ChainError::NoGenesis)?;
         check_schedule(store.as_ref(), &config.fees)?;
         check_snapshot_schedule(store.as_ref(), &config.snapshots)?;
@@ -177,13 +184,25 @@ impl Chain {
         if !self.config.snapshots.is_enabled() {
             return Ok(());
         }
-        self.snapshots = Some(Snapshotter::open(
+        let mut snapshots = Snapshotter::open(
             store,
             self.config.snapshots,
             self.store.as_ref(),
-            self.head.height,
-        )?);
+            &self.head,
+        )?;
+        // A head that committed to a snapshot a crash kept from being published (its commit
+        // is the only other place that publishes it).
+        if let Err(e) = snapshots.publish_if_due(&self.head, self.store.as_ref()) {
+            self.snapshot_failure = Some(e);
+        }
+        self.snapshots = Some(snapshots);
         Ok(())
+    }
+
+    /// Why a snapshot the chain committed to could not be published (for the node to report),
+    /// once.
+    pub fn take_snapshot_failure(&mut self) -> Option<crate::snapshot::SnapshotError> {
+        self.snapshot_failure.take()
     }
 
     /// Which stages are batched or parallel (all on by default). The head reached is the same
@@ -487,7 +506,7 @@ impl Chain {
         }
         let snapshots = self.snapshots.as_mut().ok_or_else(|| {
             ChainError::Config(format!(
-                "block {height} commits to a snapshot, but the chain has no snapshot directory (Chain::set_snapshots)"
+                "block {height} commits to a snapshot, but the chain has no snapshot directory (Chain::set_snapshots), or its snapshots stopped on an error (Chain::take_snapshot_failure says which): open the chain again"
             ))
         })?;
         Ok(snapshots.digest_for(height)?)
@@ -552,18 +571,40 @@ impl Chain {
             .ok_or_else(|| ChainError::Config("no executed block to commit".into()))?;
         let height = record.header.height;
         let header = record.header.clone();
-        let changes = self.snapshots.is_some().then(|| record.changes.clone());
-        self.store
-            .commit(record, self.commit_options(height, durability))?;
-        if let (Some(snapshots), Some(changes)) = (self.snapshots.as_mut(), changes) {
-            snapshots.committed(height, changes);
-            snapshots.publish_if_due(&header, self.store.as_ref())?;
+        let options = self.commit_options(height, durability);
+        // The block's changes wait on disk for the next snapshot. Spilled first: a block the
+        // snapshot misses would give it another digest than every other node's.
+        let spilled = match self.snapshots.as_mut() {
+            Some(snapshots) => Some(snapshots.spill(height, &record.changes)?),
+            None => None,
+        };
+        if let Err(e) = self.store.commit(record, options) {
+            if let (Some(snapshots), Some(mark)) = (self.snapshots.as_mut(), spilled)
+                && snapshots.undo(mark).is_err()
+            {
+                // The spill holds a block that never committed: no snapshot is built from
+                // it. Block `T` then fails until the chain is opened again, which spills
+                // the committed blocks anew.
+                self.snapshots = None;
+            }
+            return Err(e.into());
         }
         self.head = header;
         self.head_id = self.head.id();
         self.window
             .push_block(self.head.height, &self.head_id, self.head.timestamp_ms, ids);
         self.code.install(code);
+        if let Some(snapshots) = self.snapshots.as_mut() {
+            // Publishing only serves peers: a failure (a full disk) is reported, and the
+            // chain goes on. A merge that cannot start (no room for its files) stops the
+            // snapshots: block `T` then fails until the chain is opened again.
+            if let Err(e) = snapshots.committed(height, self.head_id) {
+                self.snapshots = None;
+                self.snapshot_failure = Some(e);
+            } else if let Err(e) = snapshots.publish_if_due(&self.head, self.store.as_ref()) {
+                self.snapshot_failure = Some(e);
+            }
+        }
         Ok(self.head.clone())
     }
 

@@ -341,6 +341,13 @@ impl Fee {
     }
 }
 
+/// Refuses `tx` if its max fee cannot pay for its own size and intrinsic fuel at `prices`
+/// (the next block's, [`crate::Chain::fee_state`]): what executing it would reject as
+/// [`crate::TxError::MaxFeeTooLow`], for a mempool to refuse before any block carries it.
+pub fn check_max_fee(prices: &Prices, tx: &crate::PreparedTx) -> Result<(), crate::TxError> {
+    crate::phase::finalize::fee_terms(prices, tx).check()
+}
+
 /// The fee of `usage` at `prices` before any tip: `Σ price_d × used_d / PRICE_SCALE`,
 /// rounded down once over the sum, saturating.
 pub fn base_fee(prices: &Prices, usage: &Usage) -> u64 {

@@ -234,6 +234,10 @@ impl Chain {
     ) -> Result<GenesisBuilder, ChainError> {
         config.fees.validate().map_err(ChainError::Config)?;
         config.snapshots.validate().map_err(ChainError::Config)?;
+        config
+            .snapshots
+            .check_fees(&config.fees)
+            .map_err(ChainError::Config)?;
         if let Some(head) = store.head() {
             return Err(ChainError::Config(format!(
                 "the store already holds a chain (at block {}); open it instead",

@@ -13,8 +13,7 @@ use serde_json::json;
 use tally_bench::baseline;
 use tally_bench::proc::{cpu_model, peak_rss_bytes};
 use tally_bench::report::{
-    BaselineReport, BlockPoint, ConfigReport, FeesReport, MachineReport, ParallelReport,
-    PipelineReport, Report,
+    BaselineReport, ConfigReport, FeesReport, MachineReport, ParallelReport, PipelineReport, Report,
 };
 use tally_bench::sampler::Distribution;
 use tally_bench::workload::{self, BenchConfig, BenchReport};
@@ -522,11 +521,7 @@ fn report(
             confirmed: run.confirmed,
             confirmed_share: run.confirmed as f64 / run.speculated.max(1) as f64,
         },
-        per_block: run
-            .per_block
-            .iter()
-            .map(|&(tps, rss_bytes)| BlockPoint { tps, rss_bytes })
-            .collect(),
+        per_block: run.per_block.clone(),
         us_per_transfer: per(run.elapsed),
         verify_us: per(run.phases.verify),
         execute_us: per(run.phases.execute),

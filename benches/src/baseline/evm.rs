@@ -115,7 +115,7 @@ struct Measured {
     done: u64,
     failed: u64,
     elapsed: Duration,
-    per_block: Vec<(f64, u64)>,
+    per_block: Vec<crate::report::BlockPoint>,
 }
 
 impl Measured {
@@ -126,7 +126,11 @@ impl Measured {
         self.done += n;
         self.failed += failed;
         let tps = n as f64 / took.as_secs_f64().max(1e-9);
-        self.per_block.push((tps, crate::proc::resident_bytes()));
+        self.per_block.push(crate::report::BlockPoint {
+            tps,
+            rss_bytes: crate::proc::resident_bytes(),
+            disk_bytes: 0,
+        });
         tps
     }
 

@@ -127,7 +127,7 @@ pub struct Compared {
 
 /// Compares `base` with `tally`, block by block.
 pub fn compare(tally: &BenchReport, base: BenchReport) -> Compared {
-    let tps = |r: &BenchReport| r.per_block.iter().map(|&(t, _)| t).collect::<Vec<_>>();
+    let tps = |r: &BenchReport| r.per_block.iter().map(|p| p.tps).collect::<Vec<_>>();
     let ratios = per_block_ratios(&tps(tally), &tps(&base));
     Compared {
         spread: Spread::of(&ratios),

@@ -33,6 +33,10 @@ pub struct ChunkInfo {
 pub struct StateIndex {
     /// The height whose state it is.
     pub height: u64,
+    /// The id of block `height`: binds the file to its chain, so a file another chain (or
+    /// another branch of a store put back from a backup) left in the directory is never taken
+    /// for this chain's state. Not part of the digest.
+    pub block: [u8; 32],
     /// Entries in it.
     pub entries: u64,
     /// Its chunks, in order.
@@ -117,9 +121,15 @@ pub struct StateWriter {
 }
 
 impl StateWriter {
-    /// Starts the state file of `height` at `path` (written under a temporary name until
-    /// [`StateWriter::finish`]), cutting chunks at `chunk_bytes` (at most [`CHUNK_BYTES`]).
-    pub fn create(path: &Path, height: u64, chunk_bytes: u32) -> Result<Self, SnapshotError> {
+    /// Starts the state file of `height` (block id `block`) at `path` (written under a
+    /// temporary name until [`StateWriter::finish`]), cutting chunks at `chunk_bytes` (at most
+    /// [`CHUNK_BYTES`]).
+    pub fn create(
+        path: &Path,
+        height: u64,
+        block: [u8; 32],
+        chunk_bytes: u32,
+    ) -> Result<Self, SnapshotError> {
         let tmp = tmp_path(path);
         let file = File::create(&tmp).map_err(|e| SnapshotError::io(&tmp, e))?;
         Ok(Self {
@@ -129,6 +139,7 @@ impl StateWriter {
             chunk: Vec::with_capacity(chunk_bytes as usize + 4096),
             index: StateIndex {
                 height,
+                block,
                 entries: 0,
                 chunks: Vec::new(),
             },

@@ -14,24 +14,30 @@
 //!   while blocks go on, and block `T` waits for it only if it has not finished by then. It
 //!   reads files and the changes the chain handed it, never the store, so the result depends
 //!   only on committed blocks, on every backend.
-//! - **Served** ([`SnapshotStore`]): the snapshot CometBFT sees is at height `T`: chunks
-//!   `0..n` are the state file's, read from disk as they are asked for; the last `T - S + 1`
-//!   are the blocks `S..=T` (bodies, and the changes of `S+1..=T`), which bring the state from
-//!   `S` to `T`. The metadata is the [`Manifest`]: the chunk hashes and the headers `S..=T`.
+//! - **Served** ([`SnapshotStore`]): the snapshot CometBFT sees is at height `T`. Its first
+//!   chunks are the tail: the blocks `S..=T` (bodies, and the changes of `S+1..=T`, which
+//!   bring the state from `S` to `T`), back to back, in pieces of [`CHUNK_BYTES`]; then the
+//!   state file's chunks, read from disk as they are asked for. The metadata is the
+//!   [`Manifest`]: the chunk hashes, the headers `S..=T`, and the tail's block lengths and
+//!   piece hashes. The tail comes first because its piece hashes are the manifest's word, not
+//!   consensus's: a lying one is caught before any state is fetched.
 //! - **Restored** ([`Restore`]): the headers must chain up to the app hash the light client
 //!   verified, and the chunk hashes must give the digest in `T`'s header, before any chunk is
-//!   looked at; then each chunk must match its hash (state) or its header (blocks) before it
-//!   is kept. A forged or damaged chunk is refused alone, and fetched again from another peer.
+//!   looked at; then each chunk must match its hash before it is kept, and each block of the
+//!   tail its header. A forged or damaged chunk is refused alone, and fetched again from
+//!   another peer; a manifest whose tail hashes lie is refused whole once its block fails.
 //!   The state streams into a fresh store as a genesis does, in bounded memory.
 
 use borsh::{BorshDeserialize, BorshSerialize};
 
 use crate::block::BlockHeader;
+use crate::fee::{Dimension, FeeSchedule, MAX_BLOCK_BYTES, MAX_BLOCK_WRITE};
 use crate::store::Change;
 
 mod build;
 pub mod file;
 mod restore;
+mod spill;
 mod store;
 
 pub(crate) use build::Snapshotter;
@@ -137,6 +143,31 @@ impl SnapshotSchedule {
         Ok(())
     }
 
+    /// Checks that every block a chain priced by `fees` may produce can travel in a
+    /// snapshot: a restoring node refuses a block of the tail over [`MAX_TAIL_BLOCK_BYTES`]
+    /// and a state chunk over [`MAX_CHUNK_BYTES`] (the largest entry is a block's transaction
+    /// ids, 32 bytes a transaction), both sized for the standard maxima: 16 MiB of
+    /// transactions (`fee::MAX_BLOCK_BYTES`) and 64 MB of write units (`fee::MAX_BLOCK_WRITE`).
+    pub fn check_fees(&self, fees: &FeeSchedule) -> Result<(), String> {
+        if !self.is_enabled() {
+            return Ok(());
+        }
+        for (dimension, most) in [
+            (Dimension::Bandwidth, MAX_BLOCK_BYTES),
+            (Dimension::Write, MAX_BLOCK_WRITE),
+        ] {
+            let max = fees.max[dimension as usize];
+            if max > most {
+                return Err(format!(
+                    "a chain that snapshots may let a block use at most {most} {} of {} ({max} asked): a node restoring its snapshots would refuse larger blocks; lower the fee schedule's maximum or take no snapshots",
+                    dimension.unit(),
+                    dimension.name()
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Whether the state at `height` is snapshotted.
     pub fn is_snapshot(&self, height: u64) -> bool {
         self.is_enabled() && height > 0 && height.is_multiple_of(self.interval)
@@ -175,14 +206,49 @@ pub struct Manifest {
     /// The headers of blocks `S..=T`: the last one's id is the app hash of `T`, and its
     /// [`BlockHeader::snapshot`] the digest of the state at `S`.
     pub headers: Vec<BlockHeader>,
+    /// The length of each block of `S..=T` as the tail carries it (the borsh of its body and
+    /// changes), in order.
+    pub tail_lens: Vec<u64>,
+    /// The BLAKE3 of each piece of the tail: the blocks back to back, cut every
+    /// [`CHUNK_BYTES`] (a block may be larger than a chunk may be).
+    pub tail_hashes: Vec<[u8; 32]>,
 }
 
 impl Manifest {
-    /// How many chunks the snapshot has: the state's, then one per block of `S..=T`.
+    /// How many chunks the snapshot has: the tail's, then the state's.
     pub fn chunks(&self) -> u64 {
-        self.chunk_hashes.len() as u64 + self.headers.len() as u64
+        self.chunk_hashes.len() as u64 + self.tail_hashes.len() as u64
+    }
+
+    /// The length of the tail.
+    pub fn tail_len(&self) -> u64 {
+        self.tail_lens.iter().sum()
+    }
+
+    /// The manifest of the state `index` describes and the blocks `S..=T` (`headers`, and
+    /// their tail: each block's [`TailBlock`] encoding `tail_lens` long, back to back, cut
+    /// every [`CHUNK_BYTES`] into pieces hashed `tail_hashes`).
+    pub(crate) fn new(
+        index: &file::StateIndex,
+        headers: Vec<BlockHeader>,
+        tail_lens: Vec<u64>,
+        tail_hashes: Vec<[u8; 32]>,
+    ) -> Self {
+        Self {
+            entries: index.entries,
+            chunk_hashes: index.chunk_hashes(),
+            headers,
+            tail_lens,
+            tail_hashes,
+        }
     }
 }
+
+/// The most bytes one block of `S..=T` may take in the tail: a block carries at most 16 MiB
+/// of transactions ([`MAX_BLOCK_BYTES`]) and 64 MB of write units of changes
+/// ([`MAX_BLOCK_WRITE`]), which [`SnapshotSchedule::check_fees`] holds a chain that snapshots
+/// to; four times their sum leaves room for encoding and the last transaction's overshoot.
+pub const MAX_TAIL_BLOCK_BYTES: u64 = 4 * (MAX_BLOCK_BYTES + MAX_BLOCK_WRITE);
 
 /// A snapshot as CometBFT lists and offers it (its `Snapshot` message).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,7 +279,7 @@ impl Offer {
     }
 }
 
-/// One block of `S..=T` as a chunk carries it: its body, and its changes (none for `S`,
+/// One block of `S..=T` as the tail carries it: its body, and its changes (none for `S`,
 /// whose state the state chunks hold).
 #[derive(Debug, Clone, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
 pub(crate) struct TailBlock {

@@ -20,10 +20,10 @@ use crate::store::{BlockRecord, ChangeFn, ChangeSource, Commit, Durability, Stat
 use crate::tx::BlockBody;
 
 use super::file::{StateIndex, StateWriter, for_each_entry, read_chunk};
-use super::store::TailPos;
 use super::{
-    FORMAT, MAX_CHUNK_BYTES, MAX_CHUNKS, MAX_DELAY, MAX_METADATA_BYTES, Manifest, Offer,
-    SnapshotError, SnapshotStore, TailBlock, decode_entries, digest,
+    CHUNK_BYTES, FORMAT, MAX_CHUNK_BYTES, MAX_CHUNKS, MAX_DELAY, MAX_METADATA_BYTES,
+    MAX_TAIL_BLOCK_BYTES, Manifest, Offer, SnapshotError, SnapshotStore, TailBlock, decode_entries,
+    digest,
 };
 
 /// Why an offered snapshot is refused.
@@ -48,6 +48,11 @@ pub enum ChunkError {
     /// sender).
     #[error("chunk refused: {0}")]
     Refused(String),
+    /// The chunk matches the manifest, but a block of the tail it completes does not match
+    /// its header: the manifest's tail hashes lie, so the whole snapshot is refused
+    /// (CometBFT: `REJECT_SNAPSHOT`), and another is restored instead.
+    #[error("snapshot refused: {0}")]
+    Snapshot(String),
     /// The node cannot write its work directory (CometBFT: `ABORT`).
     #[error(transparent)]
     Io(#[from] SnapshotError),
@@ -71,8 +76,11 @@ pub struct Restore {
     index: Option<StateIndex>,
     last_key: Option<Vec<u8>>,
     tail: BufWriter<File>,
-    tail_pos: Vec<TailPos>,
-    tail_len: u64,
+    /// Bytes of the tail written.
+    tail_written: u64,
+    /// Blocks of the tail checked against their headers, and where the next one starts.
+    blocks_checked: usize,
+    block_start: u64,
 }
 
 fn invalid(why: impl Into<String>) -> OfferError {
@@ -109,11 +117,12 @@ impl Restore {
             _ => {}
         }
         std::fs::create_dir_all(work_dir).map_err(|e| SnapshotError::io(work_dir, e))?;
-        let base = manifest.headers[0].height;
+        let base = &manifest.headers[0];
         // Chunks arrive whole: the writer never cuts one (the size is the largest allowed).
         let state = StateWriter::create(
             &work_dir.join("state.snap"),
-            base,
+            base.height,
+            base.id(),
             super::CHUNK_BYTES as u32,
         )?;
         let tail_path = work_dir.join("tail");
@@ -126,12 +135,13 @@ impl Restore {
             index: None,
             last_key: None,
             tail: BufWriter::new(tail),
-            tail_pos: Vec::new(),
-            tail_len: 0,
+            tail_written: 0,
+            blocks_checked: 0,
+            block_start: 0,
         };
         if restore.manifest.chunk_hashes.is_empty() {
             restore.end_state().map_err(|e| match e {
-                ChunkError::Refused(why) => OfferError::Invalid(why),
+                ChunkError::Refused(why) | ChunkError::Snapshot(why) => OfferError::Invalid(why),
                 ChunkError::Io(e) => OfferError::Io(e),
             })?;
         }
@@ -150,6 +160,12 @@ impl Restore {
 
     /// Checks chunk `index` (chunks come in order) and keeps it if it matches.
     pub fn apply(&mut self, index: u32, chunk: &[u8]) -> Result<Applied, ChunkError> {
+        if self.next == self.manifest.chunks() {
+            return Err(refused(format!(
+                "chunk {index} arrived after the last, {}",
+                self.next - 1
+            )));
+        }
         if u64::from(index) != self.next {
             return Err(refused(format!(
                 "chunk {index} arrived where chunk {} was expected",
@@ -162,11 +178,13 @@ impl Restore {
                 chunk.len()
             )));
         }
-        let states = self.manifest.chunk_hashes.len() as u64;
-        if self.next < states {
-            self.apply_state(index, chunk)?;
+        // The tail first: its blocks are checked against the headers as they complete, so a
+        // manifest whose tail lies is refused before any of the state is fetched.
+        let pieces = self.manifest.tail_hashes.len() as u64;
+        if self.next < pieces {
+            self.apply_tail(self.next as usize, chunk)?;
         } else {
-            self.apply_block((self.next - states) as usize, chunk)?;
+            self.apply_state((self.next - pieces) as u32, chunk)?;
         }
         self.next += 1;
         if self.next == self.manifest.chunks() {
@@ -179,10 +197,11 @@ impl Restore {
         Ok(Applied::More)
     }
 
+    /// State chunk `index` (of the state's chunks, after the tail's pieces).
     fn apply_state(&mut self, index: u32, chunk: &[u8]) -> Result<(), ChunkError> {
         if blake3::hash(chunk).as_bytes() != &self.manifest.chunk_hashes[index as usize] {
             return Err(refused(format!(
-                "chunk {index} does not match its hash in the manifest"
+                "state chunk {index} does not match its hash in the manifest"
             )));
         }
         // The hash is the one consensus committed: what follows holds for every honest
@@ -197,13 +216,13 @@ impl Restore {
             entries += 1;
             Ok(())
         })
-        .map_err(|why| refused(format!("chunk {index}: {why}")))?;
+        .map_err(|why| refused(format!("state chunk {index}: {why}")))?;
         self.last_key = last;
         self.state
             .as_mut()
-            .expect("state chunks come first")
+            .expect("the state is open until its last chunk")
             .add_chunk(chunk, entries)?;
-        if self.next + 1 == self.manifest.chunk_hashes.len() as u64 {
+        if index as usize + 1 == self.manifest.chunk_hashes.len() {
             self.end_state()?;
         }
         Ok(())
@@ -221,49 +240,74 @@ impl Restore {
         Ok(())
     }
 
-    fn apply_block(&mut self, j: usize, chunk: &[u8]) -> Result<(), ChunkError> {
-        let header = &self.manifest.headers[j];
-        let height = header.height;
-        let block = TailBlock::try_from_slice(chunk)
-            .map_err(|e| refused(format!("block {height} does not decode: {e}")))?;
-        if BlockBody::transactions_root(&block.body) != header.transactions_root {
+    fn apply_tail(&mut self, k: usize, piece: &[u8]) -> Result<(), ChunkError> {
+        let offset = (k * CHUNK_BYTES) as u64;
+        let expected = (self.manifest.tail_len() - offset).min(CHUNK_BYTES as u64);
+        if piece.len() as u64 != expected {
             return Err(refused(format!(
-                "block {height}'s body does not match its header's transactions root"
+                "tail piece {k} has {} bytes where the manifest says {expected}",
+                piece.len()
             )));
         }
-        if j == 0 {
-            if !block.changes.is_empty() {
-                return Err(refused(format!(
-                    "block {height} is the base: its changes are the state chunks'"
-                )));
-            }
-        } else {
-            if block.changes.windows(2).any(|w| w[0].0 >= w[1].0) {
-                return Err(refused(format!("block {height}'s changes are not sorted")));
-            }
-            let previous = &self.manifest.headers[j - 1].state_checksum;
-            let checksum = chain_checksum(
-                previous,
-                block
-                    .changes
-                    .iter()
-                    .map(|(k, v)| (k.as_slice(), v.as_deref())),
-            );
-            if checksum != header.state_checksum {
-                return Err(refused(format!(
-                    "block {height}'s changes do not give its header's state checksum"
-                )));
-            }
+        if blake3::hash(piece).as_bytes() != &self.manifest.tail_hashes[k] {
+            return Err(refused(format!(
+                "tail piece {k} does not match its hash in the manifest"
+            )));
         }
         let path = self.dir.join("tail");
         self.tail
-            .write_all(chunk)
+            .write_all(piece)
+            .and_then(|()| self.tail.flush())
             .map_err(|e| SnapshotError::io(&path, e))?;
-        self.tail_pos.push(TailPos {
-            offset: self.tail_len,
-            len: chunk.len() as u32,
-        });
-        self.tail_len += chunk.len() as u64;
+        self.tail_written += piece.len() as u64;
+        // Check every block this piece completes against its header.
+        while let Some(&len) = self.manifest.tail_lens.get(self.blocks_checked)
+            && self.block_start + len <= self.tail_written
+        {
+            let bytes = read_at(&path, self.block_start, len)?;
+            self.check_block(self.blocks_checked, &bytes)
+                .map_err(ChunkError::Snapshot)?;
+            self.blocks_checked += 1;
+            self.block_start += len;
+        }
+        Ok(())
+    }
+
+    /// Checks block `j` of `S..=T` (`bytes`, its [`TailBlock`]) against its header.
+    fn check_block(&self, j: usize, bytes: &[u8]) -> Result<(), String> {
+        let header = &self.manifest.headers[j];
+        let height = header.height;
+        let block = TailBlock::try_from_slice(bytes)
+            .map_err(|e| format!("block {height} does not decode: {e}"))?;
+        if BlockBody::transactions_root(&block.body) != header.transactions_root {
+            return Err(format!(
+                "block {height}'s body does not match its header's transactions root"
+            ));
+        }
+        if j == 0 {
+            if !block.changes.is_empty() {
+                return Err(format!(
+                    "block {height} is the base: its changes are the state chunks'"
+                ));
+            }
+            return Ok(());
+        }
+        if block.changes.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err(format!("block {height}'s changes are not sorted"));
+        }
+        let previous = &self.manifest.headers[j - 1].state_checksum;
+        let checksum = chain_checksum(
+            previous,
+            block
+                .changes
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_deref())),
+        );
+        if checksum != header.state_checksum {
+            return Err(format!(
+                "block {height}'s changes do not give its header's state checksum"
+            ));
+        }
         Ok(())
     }
 
@@ -292,16 +336,15 @@ impl Restore {
             durability: Durability::Immediate,
             retain_from,
         };
+        let mut offsets = Vec::with_capacity(self.manifest.tail_lens.len());
+        let mut at = 0;
+        for &len in &self.manifest.tail_lens {
+            offsets.push((at, len));
+            at += len;
+        }
         let block = |j: usize| -> Result<TailBlock, SnapshotError> {
-            let pos = self.tail_pos[j];
-            let bytes = read_chunk(
-                &tail_path,
-                &super::file::ChunkInfo {
-                    offset: pos.offset,
-                    len: pos.len,
-                    hash: [0; 32],
-                },
-            )?;
+            let (offset, len) = offsets[j];
+            let bytes = read_at(&tail_path, offset, len)?;
             TailBlock::try_from_slice(&bytes)
                 .map_err(|e| SnapshotError::corrupt(&tail_path, e.to_string()))
         };
@@ -330,14 +373,7 @@ impl Restore {
             )?;
         }
         let head = self.manifest.headers.last().expect("checked").clone();
-        snapshots.adopt(
-            &state_path,
-            index,
-            head.height,
-            &self.manifest,
-            &tail_path,
-            self.tail_pos,
-        )?;
+        snapshots.adopt(&state_path, index, head.height, &self.manifest, &tail_path)?;
         let _ = std::fs::remove_dir_all(&self.dir);
         Ok(head)
     }
@@ -397,6 +433,23 @@ fn check_manifest(manifest: &Manifest, offer: &Offer, app_hash: &[u8]) -> Result
             last.height
         )));
     }
+    if manifest.tail_lens.len() != headers.len()
+        || manifest
+            .tail_lens
+            .iter()
+            .any(|&len| len == 0 || len > MAX_TAIL_BLOCK_BYTES)
+    {
+        return Err(invalid(
+            "its tail does not give each block of its headers a length it may have",
+        ));
+    }
+    if manifest.tail_hashes.len() as u64 != manifest.tail_len().div_ceil(CHUNK_BYTES as u64) {
+        return Err(invalid(format!(
+            "its tail of {} bytes has {} pieces",
+            manifest.tail_len(),
+            manifest.tail_hashes.len()
+        )));
+    }
     if u64::from(offer.chunks) != manifest.chunks() {
         return Err(invalid(format!(
             "it offers {} chunks where its manifest has {}",
@@ -434,4 +487,17 @@ impl ChangeSource for StateFile {
             (Err(e), None) => Err(std::io::Error::other(e.to_string())),
         }
     }
+}
+
+/// Reads `len` bytes at `offset` of the file at `path` (a block of the tail).
+fn read_at(path: &Path, offset: u64, len: u64) -> Result<Vec<u8>, SnapshotError> {
+    let len = u32::try_from(len).map_err(|_| SnapshotError::corrupt(path, "a block too large"))?;
+    read_chunk(
+        path,
+        &super::file::ChunkInfo {
+            offset,
+            len,
+            hash: [0; 32],
+        },
+    )
 }

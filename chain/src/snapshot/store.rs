@@ -2,9 +2,12 @@
 //! snapshots it serves.
 //!
 //! - `state-<S>.snap` and `.idx`: the state at `S` ([`super::file`]).
-//! - `snap-<T>.meta`: a served snapshot: the borsh of its manifest and of where each block
-//!   of `S..=T` lies in `snap-<T>.tail`, with a BLAKE3 after it. Written last, so a
+//! - `snap-<T>.meta`: a served snapshot: the borsh of its manifest, with a BLAKE3 after it;
+//!   `snap-<T>.tail`, its tail (the blocks `S..=T`). The meta file is written last, so a
 //!   snapshot is listed only once all its files are whole.
+//!
+//! - `pending-<h>.chg`: the changes of the blocks from `h` up awaiting the next snapshot
+//!   ([`super::spill`]), rebuilt from the block archive when the chain opens.
 //!
 //! Serving reads files only: it never waits for block execution, and holds no snapshot in
 //! memory beyond the manifests.
@@ -13,31 +16,21 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use borsh::{BorshDeserialize, BorshSerialize};
+use borsh::BorshDeserialize;
 
-use super::file::{StateIndex, checked, index_path, read_chunk, rename_synced, write_synced};
-use super::{FORMAT, Manifest, Offer, SnapshotError};
+use std::fs::File;
+use std::io::{BufWriter, Write};
 
-/// Where one block of `S..=T` lies in a snapshot's tail file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
-pub(crate) struct TailPos {
-    pub offset: u64,
-    pub len: u32,
-}
-
-/// What `snap-<T>.meta` holds.
-#[derive(Debug, Clone, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
-pub(crate) struct Served {
-    /// The manifest, encoded as offered.
-    pub metadata: Vec<u8>,
-    /// Where each block of `S..=T` lies in the tail file.
-    pub tail: Vec<TailPos>,
-}
+use super::file::{
+    StateIndex, checked, index_path, read_chunk, rename_synced, tmp_path, write_synced,
+};
+use super::{CHUNK_BYTES, FORMAT, Manifest, Offer, SnapshotError, TailBlock};
 
 struct Snapshot {
     offer: Offer,
     base: u64,
-    served: Served,
+    /// Bytes of the tail.
+    tail_len: u64,
 }
 
 #[derive(Default)]
@@ -161,13 +154,17 @@ impl SnapshotStore {
             };
             (s, state)
         };
-        let index = index as usize;
-        let read = if let Some(info) = state.chunks.get(index) {
-            read_chunk(&state_path(&self.dir, snapshot.base), info)
-        } else if let Some(pos) = snapshot.served.tail.get(index - state.chunks.len()) {
-            read_at(&tail_path(&self.dir, height), pos.offset, pos.len)
+        // The tail's pieces first, then the state's chunks.
+        let offset = u64::from(index) * CHUNK_BYTES as u64;
+        let read = if offset < snapshot.tail_len {
+            let len = (snapshot.tail_len - offset).min(CHUNK_BYTES as u64) as u32;
+            read_at(&tail_path(&self.dir, height), offset, len)
         } else {
-            return Ok(None);
+            let pieces = snapshot.tail_len.div_ceil(CHUNK_BYTES as u64) as usize;
+            match state.chunks.get(index as usize - pieces) {
+                Some(info) => read_chunk(&state_path(&self.dir, snapshot.base), info),
+                None => return Ok(None),
+            }
         };
         match read {
             Ok(bytes) => Ok(Some(bytes)),
@@ -202,6 +199,44 @@ impl SnapshotStore {
         state_path(&self.dir, height)
     }
 
+    /// Where the changes of the blocks from `height` up are spilled ([`super::spill`]).
+    pub(crate) fn spill_path(&self, height: u64) -> PathBuf {
+        self.dir.join(format!("pending-{height:020}.chg"))
+    }
+
+    /// Deletes the spill files a chain left: the chain that opens spills its blocks again.
+    pub(crate) fn remove_spills(&self) -> Result<(), SnapshotError> {
+        for entry in std::fs::read_dir(&self.dir).map_err(|e| SnapshotError::io(&self.dir, e))? {
+            let entry = entry.map_err(|e| SnapshotError::io(&self.dir, e))?;
+            if entry.file_name().to_string_lossy().ends_with(".chg") {
+                remove(&entry.path())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the state files and snapshots above `height`: a chain at `height` has not
+    /// written them (see [`super::build::Snapshotter`]).
+    pub(crate) fn forget_above(&self, height: u64) -> Result<(), SnapshotError> {
+        let above = height.saturating_add(1);
+        let (snapshots, states) = {
+            let mut inner = self.inner.write().expect("no panics under the lock");
+            let snapshots = inner.snapshots.split_off(&above);
+            let states = inner.states.split_off(&above);
+            (snapshots, states)
+        };
+        for &t in snapshots.keys() {
+            remove(&meta_path(&self.dir, t))?;
+            remove(&tail_path(&self.dir, t))?;
+        }
+        for &h in states.keys() {
+            let path = state_path(&self.dir, h);
+            remove(&index_path(&path))?;
+            remove(&path)?;
+        }
+        Ok(())
+    }
+
     /// Takes a state file just written (its index too) into the store.
     pub(crate) fn add_state(&self, index: StateIndex) {
         let mut inner = self.inner.write().expect("no panics under the lock");
@@ -214,30 +249,36 @@ impl SnapshotStore {
         inner.snapshots.contains_key(&height)
     }
 
-    /// Publishes the snapshot at `height` (`T`): its manifest, and its blocks `S..=T`, each
-    /// the borsh of a [`super::TailBlock`]. Then drops what is no longer served.
+    /// Starts writing the tail of the snapshot at `height` (under a temporary name, until
+    /// [`SnapshotStore::publish`]).
+    pub(crate) fn tail_writer(&self, height: u64) -> Result<TailWriter, SnapshotError> {
+        let tmp = tmp_path(&tail_path(&self.dir, height));
+        let file = File::create(&tmp).map_err(|e| SnapshotError::io(&tmp, e))?;
+        Ok(TailWriter {
+            out: BufWriter::with_capacity(1 << 20, file),
+            tmp,
+            piece: blake3::Hasher::new(),
+            in_piece: 0,
+            hashes: Vec::new(),
+        })
+    }
+
+    /// Publishes the snapshot at `height` (`T`): its manifest and its tail (the blocks
+    /// `S..=T`, back to back), written at `tail` by a [`TailWriter`]. Then drops what is no
+    /// longer served.
     pub(crate) fn publish(
         &self,
         height: u64,
         manifest: &Manifest,
-        blocks: &[Vec<u8>],
+        tail: &Path,
     ) -> Result<(), SnapshotError> {
-        let mut tail = Vec::with_capacity(blocks.len());
-        let mut bytes = Vec::new();
-        for b in blocks {
-            tail.push(TailPos {
-                offset: bytes.len() as u64,
-                len: b.len() as u32,
-            });
-            bytes.extend_from_slice(b);
-        }
-        write_synced(&tail_path(&self.dir, height), &bytes)?;
-        self.install(height, manifest, tail)
+        rename_synced(tail, &tail_path(&self.dir, height))?;
+        self.install(height, manifest)
     }
 
     /// Takes in a snapshot a node restored: its checked state file at `state` (with `index`)
-    /// and its blocks in the file `tail` at `positions`. The node serves it from now on, and
-    /// builds its next snapshot from the state file.
+    /// and its tail file at `tail`. The node serves it from now on, and builds its next
+    /// snapshot from the state file.
     pub(crate) fn adopt(
         &self,
         state: &Path,
@@ -245,41 +286,26 @@ impl SnapshotStore {
         height: u64,
         manifest: &Manifest,
         tail: &Path,
-        positions: Vec<TailPos>,
     ) -> Result<(), SnapshotError> {
         let to = state_path(&self.dir, index.height);
         rename_synced(state, &to)?;
         index.write(&index_path(&to))?;
         self.add_state(index);
         rename_synced(tail, &tail_path(&self.dir, height))?;
-        self.install(height, manifest, positions)
+        self.install(height, manifest)
     }
 
     /// Writes the meta file of the snapshot at `height`, whose tail file is in place, and
     /// lists it.
-    fn install(
-        &self,
-        height: u64,
-        manifest: &Manifest,
-        tail: Vec<TailPos>,
-    ) -> Result<(), SnapshotError> {
-        let served = Served {
-            metadata: borsh::to_vec(manifest).expect("encoding into a Vec cannot fail"),
-            tail,
-        };
-        let mut meta = borsh::to_vec(&served).expect("encoding into a Vec cannot fail");
+    fn install(&self, height: u64, manifest: &Manifest) -> Result<(), SnapshotError> {
+        let mut meta = borsh::to_vec(manifest).expect("encoding into a Vec cannot fail");
         meta.extend_from_slice(blake3::hash(&meta).as_bytes());
         write_synced(&meta_path(&self.dir, height), &meta)?;
-        let snapshot = Snapshot {
-            offer: Offer::of(height, manifest),
-            base: manifest.headers[0].height,
-            served,
-        };
         self.inner
             .write()
             .expect("no panics under the lock")
             .snapshots
-            .insert(height, Arc::new(snapshot));
+            .insert(height, Arc::new(Snapshot::of(height, manifest)));
         self.prune()
     }
 
@@ -320,6 +346,58 @@ impl SnapshotStore {
     }
 }
 
+/// A snapshot's tail being written: blocks appended one at a time, cut every [`CHUNK_BYTES`]
+/// into pieces hashed as they pass, so no more than one block is ever held.
+pub(crate) struct TailWriter {
+    out: BufWriter<File>,
+    tmp: PathBuf,
+    piece: blake3::Hasher,
+    /// Bytes of the current piece hashed so far.
+    in_piece: usize,
+    hashes: Vec<[u8; 32]>,
+}
+
+impl TailWriter {
+    /// Appends one block; returns its length in the tail.
+    pub(crate) fn add(&mut self, block: &TailBlock) -> Result<u64, SnapshotError> {
+        let bytes = borsh::to_vec(block).expect("encoding into a Vec cannot fail");
+        self.out
+            .write_all(&bytes)
+            .map_err(|e| SnapshotError::io(&self.tmp, e))?;
+        let mut rest = &bytes[..];
+        while !rest.is_empty() {
+            let take = rest.len().min(CHUNK_BYTES - self.in_piece);
+            self.piece.update(&rest[..take]);
+            self.in_piece += take;
+            rest = &rest[take..];
+            if self.in_piece == CHUNK_BYTES {
+                self.cut();
+            }
+        }
+        Ok(bytes.len() as u64)
+    }
+
+    fn cut(&mut self) {
+        self.hashes.push(self.piece.finalize().into());
+        self.piece.reset();
+        self.in_piece = 0;
+    }
+
+    /// Syncs the file; returns where it is and the hash of each piece.
+    pub(crate) fn finish(mut self) -> Result<(PathBuf, Vec<[u8; 32]>), SnapshotError> {
+        if self.in_piece > 0 {
+            self.cut();
+        }
+        let file = self
+            .out
+            .into_inner()
+            .map_err(|e| SnapshotError::io(&self.tmp, e.into_error()))?;
+        file.sync_data()
+            .map_err(|e| SnapshotError::io(&self.tmp, e))?;
+        Ok((self.tmp, self.hashes))
+    }
+}
+
 fn remove(path: &Path) -> Result<(), SnapshotError> {
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(SnapshotError::io(path, e)),
@@ -338,21 +416,23 @@ fn read_at(path: &Path, offset: u64, len: u32) -> Result<Vec<u8>, SnapshotError>
     )
 }
 
+impl Snapshot {
+    fn of(height: u64, manifest: &Manifest) -> Self {
+        Self {
+            offer: Offer::of(height, manifest),
+            base: manifest.headers[0].height,
+            tail_len: manifest.tail_len(),
+        }
+    }
+}
+
 fn read_meta(dir: &Path, t: u64) -> Result<Snapshot, SnapshotError> {
     let path = meta_path(dir, t);
     let bytes = std::fs::read(&path).map_err(|e| SnapshotError::io(&path, e))?;
-    let served = Served::try_from_slice(checked(&path, &bytes)?)
+    let manifest = Manifest::try_from_slice(checked(&path, &bytes)?)
         .map_err(|e| SnapshotError::corrupt(&path, e.to_string()))?;
-    let manifest = Manifest::try_from_slice(&served.metadata)
-        .map_err(|e| SnapshotError::corrupt(&path, e.to_string()))?;
-    let base = manifest
-        .headers
-        .first()
-        .ok_or_else(|| SnapshotError::corrupt(&path, "a manifest without headers"))?
-        .height;
-    Ok(Snapshot {
-        offer: Offer::of(t, &manifest),
-        base,
-        served,
-    })
+    if manifest.headers.is_empty() {
+        return Err(SnapshotError::corrupt(&path, "a manifest without headers"));
+    }
+    Ok(Snapshot::of(t, &manifest))
 }

@@ -423,8 +423,18 @@ fn issue_24_a_payer_that_cannot_cover_its_max_fee_is_not_included() {
         }) => assert_eq!((payer, balance, max_fee), (name("alice"), FUNDS, FUNDS + 1)),
         other => panic!("expected CannotPay, got {other:?}"),
     }
-    // A max fee below the transaction's own size and intrinsic fuel: refused too.
+    // A max fee below the transaction's own size and intrinsic fuel: refused too, and a
+    // mempool can tell before any block (`fee::check_max_fee` at the next block's prices).
     let tx = call_tx(&chain, "spin", vec![], "alice", 10, 0);
+    let prices = chain.fee_state().unwrap().prices;
+    let prepared = prepare_block(vec![tx.clone()], false, &chain.pipeline());
+    assert!(matches!(
+        tally_chain::fee::check_max_fee(&prices, &prepared[0]),
+        Err(TxError::MaxFeeTooLow { max_fee: 10, .. })
+    ));
+    let enough = call_tx(&chain, "spin", vec![], "alice", 30_000, 0);
+    let prepared = prepare_block(vec![enough], false, &chain.pipeline());
+    tally_chain::fee::check_max_fee(&prices, &prepared[0]).unwrap();
     match push(&mut chain, tx) {
         TxResult::Rejected(TxError::MaxFeeTooLow { max_fee: 10, .. }) => {}
         other => panic!("expected MaxFeeTooLow, got {other:?}"),

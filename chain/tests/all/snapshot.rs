@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use tally_chain::snapshot::{Applied, ChunkError, Offer, OfferError, Restore, SnapshotSchedule};
+use tally_chain::snapshot::{
+    Applied, ChunkError, Manifest, Offer, OfferError, Restore, SnapshotSchedule,
+};
 use tally_chain::{
     BlockHeader, Chain, ChainConfig, FeeSchedule, Genesis, GenesisBuilder, LogOptions, LogStore,
     MemoryStore, SignedTransaction, SnapshotStore, StateStore, Transfer,
@@ -210,7 +212,13 @@ fn issue_25_forged_damaged_foreign_and_truncated_chunks_are_refused_and_the_hone
     let snapshots = SnapshotStore::open(&tmp.path().join("a"), 2).unwrap();
     let (offer, chunks) = served(&snapshots, 10);
     let (_, older) = served(&snapshots, 6);
-    let states = chunks.len() - 3; // blocks 8, 9, 10 travel last
+    let manifest: Manifest = borsh::from_slice(&offer.metadata).unwrap();
+    let pieces = manifest.tail_hashes.len();
+    assert_eq!(
+        chunks.len(),
+        manifest.chunk_hashes.len() + 1,
+        "blocks 8, 9 and 10 travel in one piece"
+    );
 
     let mut restore = Restore::offer(&tmp.path().join("work"), &offer, &app_hash).unwrap();
     for (i, chunk) in chunks.iter().enumerate() {
@@ -220,7 +228,7 @@ fn issue_25_forged_damaged_foreign_and_truncated_chunks_are_refused_and_the_hone
         damaged[at] ^= 1;
         let truncated = &chunk[..chunk.len() - 1];
         // Forged: well-formed entries with other values.
-        let forged = if (i as usize) < states {
+        let forged = if i as usize >= pieces {
             // One entry, `[len][key][len][value]`, as state chunks encode them.
             let mut f = Vec::new();
             for part in [&b"\x10forged-key"[..], &b"forged-value"[..]] {
@@ -276,7 +284,7 @@ fn issue_25_an_offer_that_does_not_match_the_verified_app_hash_is_refused() {
     relabelled.height = 10;
     assert!(refused(&relabelled, &a.head_id()));
     // A manifest with one chunk hash changed, re-hashed so the offer is self-consistent.
-    let mut manifest: tally_chain::snapshot::Manifest = borsh::from_slice(&offer.metadata).unwrap();
+    let mut manifest: Manifest = borsh::from_slice(&offer.metadata).unwrap();
     manifest.chunk_hashes[0][0] ^= 1;
     assert!(refused(&Offer::of(10, &manifest), &a.head_id()));
     // A hash that is not the metadata's; another format.
@@ -290,4 +298,253 @@ fn issue_25_an_offer_that_does_not_match_the_verified_app_hash_is_refused() {
         Err(OfferError::Format(2))
     ));
     assert!(Restore::offer(&work, &offer, &a.head_id()).is_ok());
+}
+
+/// Copies every file of `from` into `to` (a backup of a store's directory).
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+/// A store put back from an older backup, beside a snapshots directory that went on: the
+/// directory holds state files and snapshots above the head. Pruning used to count the
+/// newest of those as "the base of the next snapshot" and delete the real base, so the
+/// merge at the next snapshot height panicked ("the base stays until replaced").
+#[test]
+fn issue_25_a_store_put_back_from_an_older_backup_goes_on_snapshotting() {
+    let tmp = tempfile::tempdir().unwrap();
+    let snapshots = tmp.path().join("snapshots");
+    let store_dir = tmp.path().join("store");
+    let backup = tmp.path().join("backup");
+    let mut a = chain_in(
+        Box::new(LogStore::open(&store_dir, LogOptions::default()).unwrap()),
+        &snapshots,
+    );
+    run_to(&mut a, 7);
+    drop(a.into_store());
+    copy_dir(&store_dir, &backup);
+    let store = Box::new(LogStore::open(&store_dir, LogOptions::default()).unwrap());
+    let mut a = Chain::open(runtime(), store, config()).unwrap();
+    a.set_snapshots(Arc::new(SnapshotStore::open(&snapshots, 2).unwrap()))
+        .unwrap();
+    run_to(&mut a, 23);
+    drop(a.into_store());
+    // The store goes back to block 7; the snapshots directory stays at 22.
+    std::fs::remove_dir_all(&store_dir).unwrap();
+    copy_dir(&backup, &store_dir);
+    let store = Box::new(LogStore::open(&store_dir, LogOptions::default()).unwrap());
+    let mut a = Chain::open(runtime(), store, config()).unwrap();
+    let a_snapshots = Arc::new(SnapshotStore::open(&snapshots, 2).unwrap());
+    a.set_snapshots(a_snapshots.clone()).unwrap();
+    let mut b = chain_in(Box::new(MemoryStore::new(512)), &tmp.path().join("b"));
+    for h in 8..=23 {
+        run_to(&mut b, h);
+        let n = a.head().height;
+        let executed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            a.run_block(block_txs(&a, n))
+        }));
+        assert!(
+            matches!(executed, Ok(Ok(_))),
+            "block {h} after the store went back: {:?}",
+            executed.map(|r| r.map(|e| e.header.height))
+        );
+        assert_eq!(a.head_id(), b.head_id(), "block {h}");
+    }
+}
+
+/// A snapshots directory left from another chain (a node's store re-created for a new
+/// genesis, its snapshots directory kept): its state file of block 0 is not this chain's, and
+/// must not become the base this chain's snapshots are merged from, or the node commits
+/// another digest than its peers at the first snapshot and falls out of consensus.
+#[test]
+fn issue_25_a_state_file_of_another_chain_is_never_taken_as_a_base() {
+    let tmp = tempfile::tempdir().unwrap();
+    let snapshots = tmp.path().join("snapshots");
+    // The old chain: other accounts, stopped before its first snapshot was published.
+    let mut builder = Chain::genesis(runtime(), Box::new(MemoryStore::new(512)), config()).unwrap();
+    builder.apply(&Genesis::default()).unwrap();
+    builder.fund(tally_chain::system::SYSTEM, 1 << 60);
+    builder.fund(name("oldchain"), 7);
+    builder.deploy(simplecoin(), SIMPLECOIN_WASM).unwrap();
+    let mut old = builder.finish().unwrap();
+    old.set_snapshots(Arc::new(SnapshotStore::open(&snapshots, 2).unwrap()))
+        .unwrap();
+    run_to(&mut old, 3);
+    drop(old);
+    // The new chain on the same snapshots directory, and a peer with a clean one.
+    let mut a = chain_in(Box::new(MemoryStore::new(512)), &snapshots);
+    let mut b = chain_in(Box::new(MemoryStore::new(512)), &tmp.path().join("b"));
+    run_to(&mut a, 6);
+    run_to(&mut b, 6);
+    assert_eq!(
+        a.store().block(6).unwrap().unwrap().header.snapshot,
+        b.store().block(6).unwrap().unwrap().header.snapshot,
+        "the digest of block 4 committed in block 6"
+    );
+    assert_eq!(a.head_id(), b.head_id());
+}
+
+/// A chunk past the last (a confused or hostile caller, once every chunk is in) is refused,
+/// not a panic of the node (it indexed the tail's hashes past their end).
+#[test]
+fn issue_25_a_chunk_past_the_last_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut a = chain_in(Box::new(MemoryStore::new(512)), &tmp.path().join("a"));
+    run_to(&mut a, 6);
+    let snapshots = SnapshotStore::open(&tmp.path().join("a"), 2).unwrap();
+    let (offer, chunks) = served(&snapshots, 6);
+    let mut restore = restore_all(&tmp.path().join("work"), &offer, &a.head_id(), &chunks);
+    let past = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        restore.apply(offer.chunks, chunks.last().unwrap())
+    }));
+    assert!(
+        matches!(past, Ok(Err(ChunkError::Refused(_)))),
+        "a chunk past the last gave {:?}",
+        past.map(|r| r.map_err(|e| e.to_string()))
+    );
+}
+
+/// Killed after block `T` is in the store but before its snapshot is published (a long
+/// write of the tail): the restarted node publishes it, instead of never serving it.
+#[test]
+fn issue_25_a_snapshot_a_crash_left_unpublished_is_published_on_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let snapshots = tmp.path().join("snapshots");
+    let store_dir = tmp.path().join("store");
+    let mut a = chain_in(
+        Box::new(LogStore::open(&store_dir, LogOptions::default()).unwrap()),
+        &snapshots,
+    );
+    run_to(&mut a, 6);
+    let (offer, chunks) = served(&SnapshotStore::open(&snapshots, 2).unwrap(), 6);
+    drop(a.into_store());
+    // What the kill left: block 6 committed, its snapshot's files not written.
+    for ext in ["meta", "tail"] {
+        std::fs::remove_file(snapshots.join(format!("snap-{:020}.{ext}", 6))).unwrap();
+    }
+    let store = Box::new(LogStore::open(&store_dir, LogOptions::default()).unwrap());
+    let mut a = Chain::open(runtime(), store, config()).unwrap();
+    let a_snapshots = Arc::new(SnapshotStore::open(&snapshots, 2).unwrap());
+    a.set_snapshots(a_snapshots.clone()).unwrap();
+    assert!(
+        a_snapshots.list().iter().any(|o| o.height == 6),
+        "snapshot 6 is served again: {:?}",
+        a_snapshots.list()
+    );
+    assert_eq!(served(&a_snapshots, 6), (offer, chunks));
+}
+
+/// A node restored into a log store is a node like any other: its store reopens from disk
+/// (its first block is the snapshot's base, at block 8, beside the run of its state), and
+/// goes on after merges and pruning have moved past that base.
+#[test]
+fn issue_25_a_restored_log_store_reopens_after_its_base_is_pruned() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut a = chain_in(Box::new(MemoryStore::new(512)), &tmp.path().join("a"));
+    run_to(&mut a, 10);
+    let a_snapshots = SnapshotStore::open(&tmp.path().join("a"), 2).unwrap();
+    let (offer, chunks) = served(&a_snapshots, 10);
+    let restore = restore_all(&tmp.path().join("work"), &offer, &a.head_id(), &chunks);
+    // Small segments and merges, few blocks kept: the base's segment goes early.
+    let options = LogOptions {
+        segment_bytes: 64 * 1024,
+        snapshot_min_bytes: 64 * 1024,
+        background: false,
+        ..LogOptions::default()
+    };
+    let store_dir = tmp.path().join("c-store");
+    let c_snapshots = tmp.path().join("c");
+    let mut store: Box<dyn StateStore> =
+        Box::new(LogStore::open(&store_dir, options.clone()).unwrap());
+    restore
+        .finish(
+            store.as_mut(),
+            &SnapshotStore::open(&c_snapshots, 2).unwrap(),
+        )
+        .unwrap();
+    drop(store);
+    let short = ChainConfig {
+        retain_blocks: 2,
+        ..config()
+    };
+    let reopen = |options: &LogOptions| {
+        let store = Box::new(LogStore::open(&store_dir, options.clone()).unwrap());
+        let mut c = Chain::open(runtime(), store, short.clone()).unwrap();
+        c.set_snapshots(Arc::new(SnapshotStore::open(&c_snapshots, 2).unwrap()))
+            .unwrap();
+        c
+    };
+    let mut c = reopen(&options);
+    assert_eq!(c.head_id(), a.head_id());
+    for stop in [13, 19, 27] {
+        run_to(&mut a, stop);
+        run_to(&mut c, stop);
+        drop(c.into_store());
+        c = reopen(&options);
+        assert_eq!(c.head_id(), a.head_id(), "block {stop}");
+        assert_eq!(entries(c.store()), entries(a.store()), "block {stop}");
+    }
+    assert!(c.store().first_retained() > 8, "the base was pruned");
+}
+
+/// A restoring node refuses a tail block over `MAX_TAIL_BLOCK_BYTES` and a state chunk over
+/// `MAX_CHUNK_BYTES`, both sized for the standard block maxima: a chain whose fee schedule lets
+/// blocks grow past them would commit to snapshots no node can restore (a block of 64 MiB of
+/// transactions, or the ids of its ~385,000 transactions in one state entry, 12 MB, beside a
+/// 4 MiB chunk). Such a genesis is refused.
+#[test]
+fn issue_25_a_chain_that_snapshots_cannot_have_blocks_a_restoring_node_refuses() {
+    for (dimension, max) in [
+        (tally_chain::Dimension::Bandwidth, 64 << 20),
+        (tally_chain::Dimension::Write, 1 << 30),
+    ] {
+        let mut fees = FeeSchedule::STANDARD;
+        fees.max[dimension as usize] = max;
+        let config = ChainConfig { fees, ..config() };
+        let genesis = Chain::genesis(runtime(), Box::new(MemoryStore::new(512)), config.clone());
+        assert!(
+            matches!(genesis, Err(tally_chain::ChainError::Config(_))),
+            "{dimension:?} up to {max}: {:?}",
+            genesis.err()
+        );
+        // Without snapshots it is a chain like any other.
+        let never = ChainConfig {
+            snapshots: SnapshotSchedule::NEVER,
+            ..config
+        };
+        assert!(Chain::genesis(runtime(), Box::new(MemoryStore::new(512)), never).is_ok());
+    }
+}
+
+/// The tail's piece hashes and block lengths are the manifest's word, not consensus's: a peer
+/// may offer honest headers and chunk hashes with a lying tail (a new metadata hash, so a new
+/// snapshot, as often as it likes). The tail travels first, so the lie shows when its block
+/// fails its header, before any of the state (1.1 GB at 10M accounts) is fetched, and the
+/// whole snapshot is refused.
+#[test]
+fn issue_25_a_manifest_whose_tail_lies_is_refused_before_its_state_is_taken() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut a = chain_in(Box::new(MemoryStore::new(512)), &tmp.path().join("a"));
+    run_to(&mut a, 10);
+    let snapshots = SnapshotStore::open(&tmp.path().join("a"), 2).unwrap();
+    let (offer, chunks) = served(&snapshots, 10);
+    let mut manifest: Manifest = borsh::from_slice(&offer.metadata).unwrap();
+    assert_eq!(
+        manifest.tail_hashes.len(),
+        1,
+        "blocks 8, 9 and 10 in one piece, first"
+    );
+    let mut forged_tail = chunks[0].clone();
+    let last = forged_tail.len() - 1;
+    forged_tail[last] ^= 1; // the last byte of block 10's changes
+    manifest.tail_hashes = vec![blake3::hash(&forged_tail).into()];
+    let forged = Offer::of(10, &manifest);
+    let mut restore = Restore::offer(&tmp.path().join("work"), &forged, &a.head_id()).unwrap();
+    match restore.apply(0, &forged_tail) {
+        Err(ChunkError::Snapshot(why)) => assert!(why.contains("block 10"), "{why}"),
+        other => panic!("a forged tail gave {other:?}"),
+    }
 }
