@@ -2325,8 +2325,8 @@ fn issue_25_a_restore_refuses_each_bad_chunk_of_a_hostile_peer_and_survives_kill
     let good_older = chunks_of(&mut honest, &older);
     assert!(good.len() >= 3 && good.iter().all(|c| !c.is_empty()));
     let last = newest.chunks - 1;
-    // The hostile peer's answers, each way in turn, for the first (a state chunk) and the
-    // last chunk (a block).
+    // The hostile peer's answers, each way in turn, for the first chunk (the tail: blocks
+    // S..=T) and the last (a state chunk).
     let bad: Vec<(u32, Vec<u8>)> = [0, last]
         .iter()
         .flat_map(|&i| (0..4).map(move |_| i))
@@ -2399,7 +2399,7 @@ fn issue_25_a_restore_refuses_each_bad_chunk_of_a_hostile_peer_and_survives_kill
         );
     }
     // Forged, damaged and truncated chunks always differ from the true ones; a chunk of
-    // another height differs at least at the last index (a block).
+    // another height differs at least at the first index (other blocks).
     let differing = bad.iter().filter(|(i, c)| *c != good[*i as usize]).count();
     assert!(differing >= 7, "the hostile peer served true chunks");
     assert_eq!(

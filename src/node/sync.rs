@@ -172,30 +172,34 @@ impl Serving {
         }
     }
 
-    /// `chunk` (the true one) with its framing kept and one byte of its contents changed: in
-    /// a state chunk (`[key len u32][key][value len u32][value]`…) the first entry's last
-    /// value byte; in a block chunk (borsh: body, then changes) the body's first byte.
+    /// `chunk` (the true one) with its framing kept and one byte of its contents changed. The
+    /// tail comes first (the blocks `S..=T` back to back, each the borsh of its body then its
+    /// changes, cut into pieces): in its first piece, the first block's first body byte (its
+    /// length prefix kept); in a later piece, the middle byte. In a state chunk (`[key len
+    /// u32][key][value len u32][value]`…): the first entry's last value byte.
     fn forge(&self, req: &RequestLoadSnapshotChunk, mut chunk: Vec<u8>) -> Vec<u8> {
-        let state_chunks = self
+        let tail_pieces = self
             .snapshots
             .list()
             .into_iter()
             .find(|o| o.height == req.height)
             .and_then(|o| borsh::from_slice::<Manifest>(&o.metadata).ok())
-            .map_or(0, |m| m.chunk_hashes.len());
+            .map_or(0, |m| m.tail_hashes.len());
         let len_at = |c: &[u8], at: usize| {
             c.get(at..at + 4)
                 .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
         };
-        let at = if (req.chunk as usize) < state_chunks {
+        let index = req.chunk as usize;
+        let at = if index == 0 && tail_pieces > 0 {
+            // A body is never empty: it holds its transaction count.
+            len_at(&chunk, 0).filter(|&n| n > 0).map(|_| 4)
+        } else if index < tail_pieces {
+            Some(chunk.len() / 2)
+        } else {
             len_at(&chunk, 0).and_then(|key| {
                 let value = len_at(&chunk, 4 + key)?;
                 Some(if value > 0 { 8 + key + value - 1 } else { 4 })
             })
-        } else {
-            // The body's length, then its bytes (a body is never empty: it holds its
-            // transaction count).
-            len_at(&chunk, 0).filter(|&n| n > 0).map(|_| 4)
         };
         if let Some(b) = at.and_then(|at| chunk.get_mut(at)) {
             *b ^= 0x01;
