@@ -2017,8 +2017,11 @@ fn committed_app_hash(url: &str, h: u64) -> Option<String> {
     })
 }
 
+/// A store entry: key and value.
+type Entry = (Vec<u8>, Vec<u8>);
+
 /// Every entry of the log store in `dir` (opened read-only) and its head height.
-fn store_entries(dir: &Path) -> (u64, Vec<(Vec<u8>, Vec<u8>)>) {
+fn store_entries(dir: &Path) -> (u64, Vec<Entry>) {
     use tally_chain::{BlockArchive, StateStore};
     let store = tally_chain::LogStore::open_read_only(dir)
         .unwrap_or_else(|e| panic!("cannot open {}: {e}", dir.display()));

@@ -1153,7 +1153,7 @@ impl Application for App {
                 answer
             }
             ChunkOutcome::Answer(answer) => answer,
-            ChunkOutcome::Done(restoring) => match self.install(restoring) {
+            ChunkOutcome::Done(restoring) => match self.install(*restoring) {
                 Ok(()) => sync::chunk_answer(R::Accept),
                 Err(e) => {
                     eprintln!("tally node: cannot install the restored snapshot: {e:#}");

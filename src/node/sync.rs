@@ -271,7 +271,7 @@ pub enum ChunkOutcome {
     /// Applied; more chunks to come.
     More(ResponseApplySnapshotChunk),
     /// The last chunk: the restore is verified and must now be finished.
-    Done(Restoring),
+    Done(Box<Restoring>),
     /// Refused or failed: the answer to give.
     Answer(ResponseApplySnapshotChunk),
 }
@@ -372,7 +372,7 @@ impl Restoring {
             }
             Ok(Applied::Done) => {
                 self.applied += 1;
-                (None, ChunkOutcome::Done(self))
+                (None, ChunkOutcome::Done(Box::new(self)))
             }
             Err(ChunkError::Refused(why)) => {
                 eprintln!(
