@@ -670,3 +670,75 @@ impl Ledger {
         self.chain.code_hash(account)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mark(dir: &Path, name: &str) {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("which"), name).unwrap();
+    }
+
+    fn which(dir: &Path) -> Option<String> {
+        std::fs::read_to_string(dir.join("which")).ok()
+    }
+
+    #[test]
+    fn an_install_cut_before_its_rename_puts_the_replaced_store_back() {
+        let dir = tempfile::tempdir().unwrap();
+        mark(&replaced_store_dir(dir.path()), "old");
+        mark(&restore_store_dir(dir.path()), "new");
+        assert!(recover_install(dir.path()).unwrap());
+        assert_eq!(which(&store_dir(dir.path())).as_deref(), Some("old"));
+        assert!(!replaced_store_dir(dir.path()).exists());
+    }
+
+    #[test]
+    fn an_install_cut_after_its_rename_keeps_the_restored_store() {
+        let dir = tempfile::tempdir().unwrap();
+        mark(&replaced_store_dir(dir.path()), "old");
+        mark(&store_dir(dir.path()), "new");
+        assert!(recover_install(dir.path()).unwrap());
+        assert_eq!(which(&store_dir(dir.path())).as_deref(), Some("new"));
+        assert!(!replaced_store_dir(dir.path()).exists());
+        assert!(
+            !recover_install(dir.path()).unwrap(),
+            "nothing left the second time"
+        );
+    }
+
+    #[test]
+    fn a_joining_node_reads_its_network_from_the_genesis_file_without_its_accounts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("genesis.json");
+        let address = "AB".repeat(20);
+        std::fs::write(
+            &path,
+            serde_json::to_vec(&serde_json::json!({
+                "chain_id": "net",
+                "genesis_time": "2026-01-01T00:00:00.5Z",
+                "app_state": {
+                    "accounts": [{"name": "val1", "key": "00".repeat(32), "balance": 1}],
+                    "proposers": {address.clone(): "val1"},
+                    "snapshots": {"interval": 10, "delay": 5},
+                },
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+        let n = Network::from_genesis_file(&path).unwrap();
+        assert_eq!(n.chain_id(), "net");
+        // As InitChain would give it: 1 ms before CometBFT's genesis time.
+        assert_eq!(n.file.genesis_time_ms, 1_767_225_600_499);
+        assert_eq!(
+            n.file.proposers.get(&address).map(String::as_str),
+            Some("val1")
+        );
+        let schedule: SnapshotSchedule = n.file.snapshots.unwrap().into();
+        assert_eq!(schedule, SnapshotSchedule::every(10, 5));
+        std::fs::write(&path, br#"{"chain_id": "net", "genesis_time": "soon"}"#).unwrap();
+        let err = Network::from_genesis_file(&path).unwrap_err();
+        assert!(format!("{err:#}").contains("RFC 3339"), "{err:#}");
+    }
+}
