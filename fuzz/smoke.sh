@@ -13,7 +13,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 seconds="${FUZZ_SMOKE_SECONDS:-20}"
-targets=(tx_decode module_upload host_args log_open verify_differential calls)
+targets=(tx_decode module_upload host_args log_open verify_differential calls snapshot_restore)
 flags=(-s none)
 # FUZZ_TARGET_DIR: where the build goes (CI keeps it beside its cargo cache).
 if [ -n "${FUZZ_TARGET_DIR:-}" ]; then
