@@ -378,6 +378,21 @@ pub fn create(
     Ok((genesis.finish_with(&accounts)?, deploy))
 }
 
+/// The genesis changes of `accounts` signed benchmark accounts of `seed` holding simplecoin
+/// (what [`create`] streams into a signed simplecoin run's genesis, and what a devnet too large
+/// to list its accounts in `genesis.json` generates): each account's public key (from the
+/// seed's pool), its native coins and its simplecoin balance, in key order, never all in
+/// memory.
+pub fn accounts_source(accounts: u64, seed: u64) -> impl ChangeSource {
+    BenchAccounts::new(&BenchConfig {
+        accounts,
+        seed,
+        signed: true,
+        contract: BenchContract::Simplecoin,
+        ..BenchConfig::default()
+    })
+}
+
 /// The benchmark's accounts as genesis changes, streamed in key order so that ten million of
 /// them are never all in memory: each account's balance, its native coins
 /// ([`NATIVE_FUNDS`], which pay its fees) and (signed runs) its public key.

@@ -363,6 +363,11 @@ pub fn genesis(accounts: u64, seed: u64, system_key: [u8; 32]) -> Genesis {
     }
 }
 
+/// The most accounts a devnet lists in `genesis.json`; more are generated at InitChain
+/// (`app_state.generated`). InitChain carries the listed accounts as JSON (~280 bytes each)
+/// in one ABCI message of at most 128 MiB, which ~450,000 would reach.
+const LISTED_ACCOUNTS: u64 = 100_000;
+
 /// Writes the configuration of a new network in `dir` (which must not hold one).
 pub fn create(dir: &Path, config: &DevnetConfig, cometbft: &Path) -> anyhow::Result<Devnet> {
     if config.snapshot_interval == 1 {
@@ -425,12 +430,19 @@ pub fn create(dir: &Path, config: &DevnetConfig, cometbft: &Path) -> anyhow::Res
     let system = tally_chain::crypto::random_key()?;
     let mut wallet = crate::commands::Keystore::default();
     wallet.insert(tally_chain::system::SYSTEM, &system);
+    // Up to LISTED_ACCOUNTS, the accounts are listed in genesis.json (readable, editable);
+    // above, genesis generates them (`app_state.generated`), as `tally bench` does.
+    let listed = config.accounts <= LISTED_ACCOUNTS;
     let mut app_state = AppState {
         genesis: genesis(
-            config.accounts,
+            if listed { config.accounts } else { 0 },
             config.seed,
             system.verifying_key().to_bytes(),
         ),
+        generated: (!listed).then_some(super::ledger::GeneratedAccounts {
+            accounts: config.accounts,
+            seed: config.seed,
+        }),
         proposers: Default::default(),
         snapshots: (config.snapshot_interval > 0).then_some(super::ledger::SnapshotParams {
             interval: config.snapshot_interval,

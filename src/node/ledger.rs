@@ -195,6 +195,23 @@ pub struct AppState {
     /// When the chain takes snapshots for state sync (absent: the chain's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshots: Option<SnapshotParams>,
+    /// Accounts genesis creates besides those it lists, generated as `tally bench` makes
+    /// them: a devnet of millions of accounts, whose list would not fit in an ABCI message
+    /// (InitChain carries `genesis.json`'s `app_state`, and ABCI messages stop at 128 MiB:
+    /// about 450,000 listed accounts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generated: Option<GeneratedAccounts>,
+}
+
+/// Accounts a genesis generates (`tally_bench::workload::accounts_source`): `accounts`
+/// accounts named as `tally bench` names them (`u1`, `u2`, …), each with a key of `seed`'s
+/// pool, the benchmark's native coins and a simplecoin balance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GeneratedAccounts {
+    /// How many.
+    pub accounts: u64,
+    /// The seed of their keys.
+    pub seed: u64,
 }
 
 /// Validator address → account, checked: each address 20 bytes of hex, each account a name
@@ -432,7 +449,14 @@ impl Ledger {
             config.retain_blocks,
             tally_chain::Access::ReadWrite,
         )?;
-        let mut chain = Chain::create(runtime(dir)?, store, config, genesis)?;
+        let mut chain = match state.generated {
+            None => Chain::create(runtime(dir)?, store, config, genesis)?,
+            Some(g) => {
+                let mut builder = Chain::genesis(runtime(dir)?, store, config)?;
+                builder.apply(genesis)?;
+                builder.finish_with(&tally_bench::workload::accounts_source(g.accounts, g.seed))?
+            }
+        };
         chain.sync()?;
         chain.set_snapshots(snapshots.clone())?;
         write_atomic(
