@@ -87,6 +87,9 @@ pub mod code {
     /// A payer's committed native balance cannot cover the max fees of its pending
     /// transactions and the bundle's.
     pub const CANNOT_PAY: u32 = 9;
+    /// A transaction's max fee cannot pay for its own size and intrinsic fuel at the next
+    /// block's prices: the chain would reject it.
+    pub const MAX_FEE_TOO_LOW: u32 = 10;
 }
 
 /// What PrepareProposal expects a transaction to use before any block ran: the intrinsic
@@ -216,7 +219,7 @@ const CALLS: [&str; 10] = [
 
 /// A node fault: the store failed or the state is corrupt. The node must stop rather than
 /// answer CometBFT wrongly; CometBFT then stops too, and both restart from the last commit.
-fn fatal(what: &str, e: impl std::fmt::Display) -> ! {
+pub(super) fn fatal(what: &str, e: impl std::fmt::Display) -> ! {
     eprintln!("tally node: fatal: {what}: {e}");
     std::process::exit(1)
 }
@@ -324,7 +327,12 @@ impl App {
                     "tally node: resuming at height {} (app hash {})",
                     head.height, head.app_hash
                 );
-                Mempool::new(head.height, head.time_ms, head.max_lifetime_ms)
+                Mempool::new(
+                    head.height,
+                    head.time_ms,
+                    head.max_lifetime_ms,
+                    head.next_prices,
+                )
             }
         };
         let max_block_bytes = ledger.as_ref().map_or(u64::MAX, |l| {
@@ -1040,7 +1048,8 @@ impl Application for App {
         let first_retained = l.first_retained();
         drop(consensus);
         let block = finalized.map(|f| f.bundles).unwrap_or_default();
-        self.mempool().committed(head.height, head.time_ms, &block);
+        self.mempool()
+            .committed(head.height, head.time_ms, head.next_prices, &block);
         ResponseCommit {
             retain_height: self.retain_height(first_retained) as i64,
         }

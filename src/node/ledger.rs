@@ -295,6 +295,8 @@ pub struct Head {
     pub ref_block_prefix: u32,
     /// Longest a transaction may live past the block time.
     pub max_lifetime_ms: u64,
+    /// The next block's fee prices, per dimension.
+    pub next_prices: tally_chain::fee::Prices,
 }
 
 /// The chain as the node drives it.
@@ -586,6 +588,11 @@ impl Ledger {
             ref_block_num,
             ref_block_prefix,
             max_lifetime_ms: self.chain.config().max_tx_lifetime_ms,
+            next_prices: self
+                .chain
+                .fee_state()
+                .unwrap_or_else(|e| super::app::fatal("reading the fee state", e))
+                .prices,
         }
     }
 

@@ -159,16 +159,24 @@ pub struct Mempool {
     head_height: u64,
     head_time_ms: u64,
     max_lifetime_ms: u64,
+    /// The next block's fee prices (zero before the first block is known).
+    prices: tally_chain::fee::Prices,
 }
 
 impl Mempool {
     /// An empty mempool over a chain whose last block has height `head_height` and time
-    /// `head_time_ms`.
-    pub fn new(head_height: u64, head_time_ms: u64, max_lifetime_ms: u64) -> Self {
+    /// `head_time_ms`, and whose next block's fee prices are `prices`.
+    pub fn new(
+        head_height: u64,
+        head_time_ms: u64,
+        max_lifetime_ms: u64,
+        prices: tally_chain::fee::Prices,
+    ) -> Self {
         Self {
             head_height,
             head_time_ms,
             max_lifetime_ms,
+            prices,
             ..Self::default()
         }
     }
@@ -178,8 +186,10 @@ impl Mempool {
         self.head_time_ms + MIN_BLOCK_STEP_MS
     }
 
-    /// The checks that need the mempool but no signature: expiration and duplicates (within
-    /// the bundle and against the mempool). Run before verification, so a flood of stale or
+    /// The checks that need the mempool but no signature: expiration, a max fee that cannot
+    /// pay for the transaction's own size and intrinsic fuel at the next block's prices (the
+    /// chain would reject it: `TxError::MaxFeeTooLow`), and duplicates (within the bundle and
+    /// against the mempool). Run before verification, so a flood of stale, unpaid or
     /// duplicate bundles costs none.
     pub fn screen(&self, txs: &[PreparedTx]) -> Result<(), Refusal> {
         let time_ms = self.next_block_ms();
@@ -191,6 +201,12 @@ impl Mempool {
                 self.max_lifetime_ms,
             ) {
                 return Err(Refusal::new(code::EXPIRED, format!("transaction {i}: {e}")));
+            }
+            if let Err(e) = tally_chain::fee::check_max_fee(&self.prices, t) {
+                return Err(Refusal::new(
+                    code::MAX_FEE_TOO_LOW,
+                    format!("transaction {i}: {e}"),
+                ));
             }
             if !seen.insert(t.id) || self.ids.contains_key(&t.id) {
                 return Err(Refusal::new(
@@ -375,9 +391,16 @@ impl Mempool {
     /// and so does every bundle the chain's rule says has expired (CometBFT's recheck would
     /// drop it anyway; this bounds what a bundle CometBFT forgot costs). The balances the pool
     /// knows are now a block old: they are read again when next needed.
-    pub fn committed(&mut self, head_height: u64, head_time_ms: u64, block: &[[u8; 32]]) {
+    pub fn committed(
+        &mut self,
+        head_height: u64,
+        head_time_ms: u64,
+        prices: tally_chain::fee::Prices,
+        block: &[[u8; 32]],
+    ) {
         self.head_height = head_height;
         self.head_time_ms = head_time_ms;
+        self.prices = prices;
         for h in block {
             self.remove(h);
         }
@@ -518,7 +541,7 @@ mod tests {
     const HEIGHT: u64 = 7;
 
     fn pool() -> Mempool {
-        Mempool::new(HEIGHT, HEAD_MS, LIFETIME_MS)
+        Mempool::new(HEIGHT, HEAD_MS, LIFETIME_MS, [0; 5])
     }
 
     /// Balances read at the pool's head: every payer rich but `system`'s.
@@ -568,6 +591,24 @@ mod tests {
         assert_eq!(code_of(next + LIFETIME_MS + 1), Err(code::EXPIRED));
     }
 
+    /// Issue 24's gap: a max fee below the transaction's own size and intrinsic fuel at the
+    /// next block's prices is refused at CheckTx, not only when a block rejects it; the
+    /// prices are the ones the last commit left.
+    #[test]
+    fn issue_24_a_max_fee_below_the_intrinsic_fee_is_refused_at_the_next_blocks_prices() {
+        let prices = tally_chain::FeeSchedule::STANDARD.start_price;
+        let mut pool = Mempool::new(HEIGHT, HEAD_MS, LIFETIME_MS, prices);
+        let code_of = |pool: &Mempool, max_fee| {
+            pool.screen(&[paid("alice", max_fee, 0, 1)])
+                .map_err(|r| r.code)
+        };
+        assert_eq!(code_of(&pool, 10), Err(code::MAX_FEE_TOO_LOW));
+        assert_eq!(code_of(&pool, 1_000_000), Ok(()));
+        // Prices fall to zero at the next commit: the same offer is enough.
+        pool.committed(HEIGHT + 1, HEAD_MS + 500, [0; 5], &[]);
+        assert_eq!(code_of(&pool, 10), Ok(()));
+    }
+
     #[test]
     fn issue_21_no_slack_past_the_longest_lifetime() {
         // The node used to admit transactions up to a minute past the chain's longest
@@ -613,7 +654,7 @@ mod tests {
             "a second copy in the block is decoded anew"
         );
         assert!(pool.take(&[2; 32]).is_some());
-        pool.committed(HEIGHT + 1, HEAD_MS + 500, &[[1; 32]]);
+        pool.committed(HEIGHT + 1, HEAD_MS + 500, [0; 5], &[[1; 32]]);
         assert!(!pool.knows(&[1; 32]) && !pool.knows(&[2; 32]));
         pool.screen(&[a]).unwrap();
     }
@@ -635,7 +676,7 @@ mod tests {
         );
         assert_eq!(pool.recheck(&[1; 32], &rich()), None, "it left");
         assert_eq!(pool.recheck(&[2; 32], &rich()), Some(Ok(())));
-        pool.committed(HEIGHT + 1, HEAD_MS + 60_000, &[]);
+        pool.committed(HEIGHT + 1, HEAD_MS + 60_000, [0; 5], &[]);
         assert_eq!(pool.recheck(&[2; 32], &rich()), None);
         assert!(pool.payers.is_empty(), "payers leave with their bundles");
     }
@@ -670,7 +711,7 @@ mod tests {
         );
         assert_eq!(pool.pending_of(alice), 20, "a refusal reserves nothing");
         // The first commits; alice paid 4 in fees: 21 covers the second's 10 and 10 more.
-        pool.committed(HEIGHT + 1, HEAD_MS + 100, &[[1; 32]]);
+        pool.committed(HEIGHT + 1, HEAD_MS + 100, [0; 5], &[[1; 32]]);
         assert_eq!(pool.unknown_balances([&alice]), [alice], "a block old");
         pool.admit(
             [3; 32],
@@ -708,7 +749,7 @@ mod tests {
                 .unwrap();
         }
         // Carol's balance fell to 20 in a block holding none of these (a transfer away).
-        pool.committed(HEIGHT + 1, HEAD_MS + 100, &[]);
+        pool.committed(HEIGHT + 1, HEAD_MS + 100, [0; 5], &[]);
         assert_eq!(pool.unknown_balances_of(&[1; 32]), Some(vec![carol]));
         let now = read(HEIGHT + 1, carol, 20);
         let first = pool.recheck(&[1; 32], &now).unwrap().unwrap_err();
