@@ -211,9 +211,16 @@ pub fn index_path(path: &Path) -> PathBuf {
 
 /// Reads chunk `info` of the state file at `path`.
 pub fn read_chunk(path: &Path, info: &ChunkInfo) -> Result<Vec<u8>, SnapshotError> {
+    read_at(path, info.offset, u64::from(info.len))
+}
+
+/// Reads `len` bytes at `offset` of the file at `path` (a chunk, a piece or a block of a
+/// tail); `len` is bounded by the caller (a block of the tail by `MAX_TAIL_BLOCK_BYTES`).
+pub(crate) fn read_at(path: &Path, offset: u64, len: u64) -> Result<Vec<u8>, SnapshotError> {
+    let len = usize::try_from(len).map_err(|_| SnapshotError::corrupt(path, "a read too large"))?;
     let mut f = File::open(path).map_err(|e| SnapshotError::io(path, e))?;
-    let mut bytes = vec![0; info.len as usize];
-    f.seek(SeekFrom::Start(info.offset))
+    let mut bytes = vec![0; len];
+    f.seek(SeekFrom::Start(offset))
         .and_then(|_| f.read_exact(&mut bytes))
         .map_err(|e| SnapshotError::io(path, e))?;
     Ok(bytes)

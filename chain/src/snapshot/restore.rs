@@ -19,7 +19,7 @@ use crate::block::{BlockHeader, chain_checksum};
 use crate::store::{BlockRecord, ChangeFn, ChangeSource, Commit, Durability, StateStore};
 use crate::tx::BlockBody;
 
-use super::file::{StateIndex, StateWriter, for_each_entry, read_chunk};
+use super::file::{StateIndex, StateWriter, for_each_entry, read_at};
 use super::{
     CHUNK_BYTES, FORMAT, MAX_CHUNK_BYTES, MAX_CHUNKS, MAX_DELAY, MAX_METADATA_BYTES,
     MAX_TAIL_BLOCK_BYTES, Manifest, Offer, SnapshotError, SnapshotStore, TailBlock, decode_entries,
@@ -487,17 +487,4 @@ impl ChangeSource for StateFile {
             (Err(e), None) => Err(std::io::Error::other(e.to_string())),
         }
     }
-}
-
-/// Reads `len` bytes at `offset` of the file at `path` (a block of the tail).
-fn read_at(path: &Path, offset: u64, len: u64) -> Result<Vec<u8>, SnapshotError> {
-    let len = u32::try_from(len).map_err(|_| SnapshotError::corrupt(path, "a block too large"))?;
-    read_chunk(
-        path,
-        &super::file::ChunkInfo {
-            offset,
-            len,
-            hash: [0; 32],
-        },
-    )
 }

@@ -22,7 +22,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 
 use super::file::{
-    StateIndex, checked, index_path, read_chunk, rename_synced, tmp_path, write_synced,
+    StateIndex, checked, index_path, read_at, read_chunk, rename_synced, tmp_path, write_synced,
 };
 use super::{CHUNK_BYTES, FORMAT, Manifest, Offer, SnapshotError, TailBlock};
 
@@ -157,7 +157,7 @@ impl SnapshotStore {
         // The tail's pieces first, then the state's chunks.
         let offset = u64::from(index) * CHUNK_BYTES as u64;
         let read = if offset < snapshot.tail_len {
-            let len = (snapshot.tail_len - offset).min(CHUNK_BYTES as u64) as u32;
+            let len = (snapshot.tail_len - offset).min(CHUNK_BYTES as u64);
             read_at(&tail_path(&self.dir, height), offset, len)
         } else {
             let pieces = snapshot.tail_len.div_ceil(CHUNK_BYTES as u64) as usize;
@@ -403,17 +403,6 @@ fn remove(path: &Path) -> Result<(), SnapshotError> {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(SnapshotError::io(path, e)),
         _ => Ok(()),
     }
-}
-
-fn read_at(path: &Path, offset: u64, len: u32) -> Result<Vec<u8>, SnapshotError> {
-    read_chunk(
-        path,
-        &super::file::ChunkInfo {
-            offset,
-            len,
-            hash: [0; 32],
-        },
-    )
 }
 
 impl Snapshot {
