@@ -93,6 +93,15 @@ pub(crate) fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), SnapshotErro
     rename_synced(&tmp, path)
 }
 
+/// Flushes `out` (writing the file at `path`) and syncs the file's data.
+pub(crate) fn flush_synced(out: BufWriter<File>, path: &Path) -> Result<File, SnapshotError> {
+    let file = out
+        .into_inner()
+        .map_err(|e| SnapshotError::io(path, e.into_error()))?;
+    file.sync_data().map_err(|e| SnapshotError::io(path, e))?;
+    Ok(file)
+}
+
 /// Renames `from` to `to` and syncs `to`'s directory, so the new name survives a power cut.
 pub(crate) fn rename_synced(from: &Path, to: &Path) -> Result<(), SnapshotError> {
     std::fs::rename(from, to).map_err(|e| SnapshotError::io(from, e))?;
@@ -192,12 +201,7 @@ impl StateWriter {
         if !self.chunk.is_empty() {
             self.cut()?;
         }
-        let file = self
-            .out
-            .into_inner()
-            .map_err(|e| SnapshotError::io(&self.tmp, e.into_error()))?;
-        file.sync_data()
-            .map_err(|e| SnapshotError::io(&self.tmp, e))?;
+        flush_synced(self.out, &self.tmp)?;
         rename_synced(&self.tmp, &self.path)?;
         self.index.write(&index_path(&self.path))?;
         Ok(self.index)

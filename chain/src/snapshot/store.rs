@@ -22,7 +22,8 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 
 use super::file::{
-    StateIndex, checked, index_path, read_at, read_chunk, rename_synced, tmp_path, write_synced,
+    StateIndex, checked, flush_synced, index_path, read_at, read_chunk, rename_synced, tmp_path,
+    write_synced,
 };
 use super::{CHUNK_BYTES, FORMAT, Manifest, Offer, SnapshotError, TailBlock};
 
@@ -388,12 +389,7 @@ impl TailWriter {
         if self.in_piece > 0 {
             self.cut();
         }
-        let file = self
-            .out
-            .into_inner()
-            .map_err(|e| SnapshotError::io(&self.tmp, e.into_error()))?;
-        file.sync_data()
-            .map_err(|e| SnapshotError::io(&self.tmp, e))?;
+        flush_synced(self.out, &self.tmp)?;
         Ok((self.tmp, self.hashes))
     }
 }
