@@ -652,6 +652,15 @@ impl Ledger {
     /// committed by the application once Commit answers.
     pub fn commit(&mut self) -> Result<(), ChainError> {
         self.chain.commit(tally_chain::Durability::Immediate)?;
+        // A snapshot that could not be published (a full disk) only stops this node serving
+        // it; the operator hears why. One whose merge could not start fails the block that
+        // commits to it, with the reason, until the node restarts.
+        if let Some(e) = self.chain.take_snapshot_failure() {
+            eprintln!(
+                "tally node: snapshot at height {}: {e}",
+                self.chain.head().height
+            );
+        }
         Ok(())
     }
 
