@@ -4,8 +4,8 @@
 //! - `state-<S>.snap` and `.idx`: the state at `S` ([`super::file`]).
 //! - `snap-<T>.meta`: a served snapshot: the borsh of its manifest, with a BLAKE3 after it;
 //!   `snap-<T>.tail`, its tail (the blocks `S..=T`). The meta file is written last, so a
-//!   snapshot is listed only once all its files are whole.
-//!
+//!   snapshot is listed only once all its files are whole. Chunks are served tail first (its
+//!   4 MiB pieces), then the state file's chunks.
 //! - `pending-<h>.chg`: the changes of the blocks from `h` up awaiting the next snapshot
 //!   ([`super::spill`]), rebuilt from the block archive when the chain opens.
 //!
@@ -13,13 +13,12 @@
 //! memory beyond the manifests.
 
 use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use borsh::BorshDeserialize;
-
-use std::fs::File;
-use std::io::{BufWriter, Write};
 
 use super::file::{
     StateIndex, checked, flush_synced, index_path, read_at, read_chunk, rename_synced, tmp_path,
