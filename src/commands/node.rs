@@ -52,6 +52,12 @@ pub struct NodeArgs {
     /// InitChain. Ignored once the node has a chain.
     #[arg(long, value_name = "FILE")]
     pub genesis: Option<PathBuf>,
+    /// Serve Prometheus metrics at ADDR (HOST:PORT; any path): each ABCI call's time as a
+    /// histogram (FinalizeBlock is block execution, Commit the durable write, CheckTx
+    /// signature verification), the mempool's size, the height, fees burned, the next block's
+    /// prices and speculation's hit rate.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
     /// For tests only: serve wrong snapshot chunks (these ways in turn), so a test can sync
     /// next to a real misbehaving peer.
     #[arg(long, value_name = "HOW", value_delimiter = ',', hide = true)]
@@ -70,10 +76,15 @@ pub fn run(args: NodeArgs) -> anyhow::Result<()> {
         genesis: args.genesis,
         serve_bad_snapshots: args.test_serve_bad_snapshots,
     };
-    let app = App::open(args.data.clone(), options)?;
+    let app = Arc::new(App::open(args.data.clone(), options)?);
+    if let Some(addr) = &args.metrics {
+        let scraped = app.clone();
+        let bound = crate::node::metrics::serve(addr, move || scraped.render_metrics())?;
+        eprintln!("tally node: metrics at http://{bound}/metrics");
+    }
     eprintln!(
         "tally node: data {}, listening on {address}, verifying with {backend:?}",
         args.data.display()
     );
-    abci::serve(&address, Arc::new(app))
+    abci::serve(&address, app)
 }

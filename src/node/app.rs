@@ -59,6 +59,7 @@ use super::abci::{self, Application};
 use super::bundle;
 use super::ledger::{AppState, Ledger, Network, TxOutcome};
 use super::mempool::{self, Balances, Candidate, Mempool, Refusal};
+use super::metrics::Histogram;
 use super::results::{self, BundleResult, TxSummary};
 use super::sync::{self, BadSnapshots, ChunkOutcome, Restoring, Serving};
 
@@ -185,6 +186,8 @@ pub struct App {
     abort_before_commit: Option<i64>,
     /// Nanoseconds spent in each call, by [`CALLS`] index, for the `stats` query.
     busy_ns: [AtomicU64; CALLS.len()],
+    /// What `tally node --metrics` serves, updated without the consensus lock.
+    metrics: NodeMetrics,
     /// Fuel an included transaction used on average in the last non-empty block: what
     /// PrepareProposal expects of the next ones.
     fuel_per_tx: AtomicU64,
@@ -342,7 +345,7 @@ impl App {
             .ok()
             .and_then(|v| v.parse().ok());
         let serving = Serving::new(snapshots, options.serve_bad_snapshots.clone());
-        Ok(Self {
+        let app = Self {
             dir,
             options,
             consensus: Mutex::new(Consensus {
@@ -352,13 +355,19 @@ impl App {
             mempool: Mutex::new(mempool),
             abort_before_commit,
             busy_ns: Default::default(),
+            metrics: NodeMetrics::default(),
             fuel_per_tx: AtomicU64::new(INITIAL_FUEL_PER_TX),
             finalized_any: AtomicBool::new(false),
             max_block_bytes: AtomicU64::new(max_block_bytes),
             serving,
             restoring: Mutex::new(None),
             network,
-        })
+        };
+        // A resumed node's metrics start at its head, not at zero.
+        if let Some(l) = app.consensus().ledger.as_ref() {
+            app.metrics.committed(&l.head(), l.speculation());
+        }
+        Ok(app)
     }
 
     /// What CometBFT may prune below (`retain_height`): the blocks Tally's store no longer
@@ -1046,6 +1055,7 @@ impl Application for App {
             .unwrap_or_else(|e| fatal("committing a block", e));
         let head = l.head();
         let first_retained = l.first_retained();
+        self.metrics.committed(&head, l.speculation());
         drop(consensus);
         let block = finalized.map(|f| f.bundles).unwrap_or_default();
         self.mempool()
@@ -1191,8 +1201,115 @@ impl Application for App {
         let start = Instant::now();
         let response = abci::dispatch(self, request);
         if let Some(i) = call {
-            self.busy_ns[i].fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            let took = start.elapsed();
+            self.busy_ns[i].fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+            self.metrics.calls[i].observe(took);
         }
         response
+    }
+}
+
+/// The gauges and histograms `tally node --metrics` serves ([`super::metrics`]).
+#[derive(Default)]
+struct NodeMetrics {
+    /// Each ABCI call's time, by [`CALLS`] index.
+    calls: [Histogram; CALLS.len()],
+    height: AtomicU64,
+    fees_burned: AtomicU64,
+    prices: [AtomicU64; tally_chain::fee::DIMENSIONS],
+    speculated: AtomicU64,
+    confirmed: AtomicU64,
+}
+
+impl NodeMetrics {
+    /// Takes the committed head's figures.
+    fn committed(&self, head: &super::ledger::Head, (speculated, confirmed): (u64, u64)) {
+        self.height.store(head.height, Ordering::Relaxed);
+        self.fees_burned.store(head.fees_burned, Ordering::Relaxed);
+        for (p, v) in self.prices.iter().zip(head.next_prices) {
+            p.store(v, Ordering::Relaxed);
+        }
+        self.speculated.store(speculated, Ordering::Relaxed);
+        self.confirmed.store(confirmed, Ordering::Relaxed);
+    }
+}
+
+impl App {
+    /// The metrics in Prometheus's text format. Takes the mempool's lock for a moment, never
+    /// the consensus lock.
+    pub fn render_metrics(&self) -> String {
+        use std::fmt::Write as _;
+        let m = &self.metrics;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP tally_abci_call_seconds Time of each ABCI call (FinalizeBlock executes a block, Commit makes it durable, CheckTx verifies a bundle).\n# TYPE tally_abci_call_seconds histogram"
+        );
+        for (i, call) in CALLS.iter().enumerate() {
+            m.calls[i].render(
+                &mut out,
+                "tally_abci_call_seconds",
+                &format!("call=\"{call}\""),
+            );
+        }
+        let (bundles, transactions) = self.mempool().size();
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let gauges = [
+            (
+                "tally_height",
+                "gauge",
+                "The last committed height.",
+                load(&m.height),
+            ),
+            (
+                "tally_mempool_bundles",
+                "gauge",
+                "Bundles in the mempool.",
+                bundles as u64,
+            ),
+            (
+                "tally_mempool_transactions",
+                "gauge",
+                "Transactions in the mempool.",
+                transactions as u64,
+            ),
+            (
+                "tally_fees_burned_total",
+                "counter",
+                "Coins burned in fees since genesis.",
+                load(&m.fees_burned),
+            ),
+            (
+                "tally_speculated_total",
+                "counter",
+                "Transactions run speculatively in parallel since the node started.",
+                load(&m.speculated),
+            ),
+            (
+                "tally_speculation_confirmed_total",
+                "counter",
+                "Speculative runs that stood (no re-execution).",
+                load(&m.confirmed),
+            ),
+        ];
+        for (name, kind, help, value) in gauges {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP tally_fee_price The next block's price of each fee dimension.\n# TYPE tally_fee_price gauge"
+        );
+        for d in Dimension::ALL {
+            let _ = writeln!(
+                out,
+                "tally_fee_price{{dimension=\"{}\"}} {}",
+                d.name(),
+                load(&m.prices[d as usize])
+            );
+        }
+        out
     }
 }

@@ -296,7 +296,11 @@ pub struct Head {
     /// Longest a transaction may live past the block time.
     pub max_lifetime_ms: u64,
     /// The next block's fee prices, per dimension.
+    #[serde(default)]
     pub next_prices: tally_chain::fee::Prices,
+    /// Coins burned in fees since genesis.
+    #[serde(default)]
+    pub fees_burned: u64,
 }
 
 /// The chain as the node drives it.
@@ -306,6 +310,9 @@ pub struct Ledger {
     proposers: BTreeMap<[u8; 20], Name>,
     /// The snapshot height this node joined at by state sync, if it did.
     state_synced_at: Option<u64>,
+    /// Transactions run speculatively in parallel since the node started, and of them those
+    /// whose run stood (`tally node --metrics`).
+    speculation: (u64, u64),
 }
 
 /// Blocks a node keeps below its head by default (`tally node --retain-blocks`): the depth the
@@ -417,6 +424,7 @@ impl Ledger {
             chain,
             proposers,
             state_synced_at: file.state_synced_at,
+            speculation: (0, 0),
         }))
     }
 
@@ -470,6 +478,7 @@ impl Ledger {
             chain,
             proposers,
             state_synced_at: None,
+            speculation: (0, 0),
         })
     }
 
@@ -580,6 +589,10 @@ impl Ledger {
     pub fn head(&self) -> Head {
         let h = self.chain.head();
         let (ref_block_num, ref_block_prefix) = self.chain.tapos();
+        let fees = self
+            .chain
+            .fee_state()
+            .unwrap_or_else(|e| super::app::fatal("reading the fee state", e));
         Head {
             height: h.height,
             time_ms: h.timestamp_ms,
@@ -588,11 +601,8 @@ impl Ledger {
             ref_block_num,
             ref_block_prefix,
             max_lifetime_ms: self.chain.config().max_tx_lifetime_ms,
-            next_prices: self
-                .chain
-                .fee_state()
-                .unwrap_or_else(|e| super::app::fatal("reading the fee state", e))
-                .prices,
+            next_prices: fees.prices,
+            fees_burned: fees.burned,
         }
     }
 
@@ -623,6 +633,8 @@ impl Ledger {
         let time_ms = time_ms.max(self.chain.head().timestamp_ms + 1);
         let proposer = self.proposer_account(proposer);
         let executed = self.chain.execute_block_by(time_ms, proposer, txs)?;
+        self.speculation.0 += u64::from(executed.speculated);
+        self.speculation.1 += u64::from(executed.confirmed);
         let outcomes = executed
             .results
             .into_iter()
@@ -662,6 +674,12 @@ impl Ledger {
             );
         }
         Ok(())
+    }
+
+    /// Transactions run speculatively in parallel since the node started, and of them those
+    /// whose run stood.
+    pub fn speculation(&self) -> (u64, u64) {
+        self.speculation
     }
 
     /// The committed value of `contract`'s storage key `key`.

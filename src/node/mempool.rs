@@ -357,6 +357,11 @@ impl Mempool {
         Some(Ok(()))
     }
 
+    /// Bundles and transactions in the pool.
+    pub fn size(&self) -> (usize, usize) {
+        (self.bundles.len(), self.ids.len())
+    }
+
     /// The tips a pooled bundle offers, summed; `None` if it is not pooled.
     pub fn tips_of(&self, hash: &[u8; 32]) -> Option<u64> {
         self.bundles.get(hash).map(|p| p.tips)

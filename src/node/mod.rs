@@ -9,6 +9,7 @@ pub mod keys;
 pub mod ledger;
 pub mod load;
 pub mod mempool;
+pub mod metrics;
 pub mod results;
 pub mod rpc;
 pub mod sync;
