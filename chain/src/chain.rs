@@ -32,37 +32,44 @@ use crate::tx::{SignedTransaction, TxId};
 use crate::window::ReplayWindow;
 use tally_host_api::Name;
 
+/// A parameter genesis recorded in the store under `key` (borsh), if it recorded one: what
+/// every check that a store is opened with its own genesis's parameters reads.
+fn genesis_param<T: borsh::BorshDeserialize>(
+    store: &dyn StateStore,
+    key: u8,
+    what: &str,
+) -> Result<Option<T>, ChainError> {
+    store
+        .get(&[key])?
+        .map(|bytes| borsh::from_slice::<T>(&bytes))
+        .transpose()
+        .map_err(|e| ChainError::Corrupt(format!("the {what}: {e}")))
+}
+
 /// Refuses a store whose genesis recorded another fee schedule than `fees`: the prices of
 /// every block would differ from its other nodes'.
 pub(crate) fn check_schedule(
     store: &dyn StateStore,
     fees: &crate::fee::FeeSchedule,
 ) -> Result<(), ChainError> {
-    let Some(stored) = store.get(&[keys::FEE_SCHEDULE])? else {
-        return Ok(());
-    };
-    match borsh::from_slice::<crate::fee::FeeSchedule>(&stored) {
-        Ok(s) if s == *fees => Ok(()),
-        Ok(_) => Err(ChainError::Config(
+    match genesis_param::<crate::fee::FeeSchedule>(store, keys::FEE_SCHEDULE, "fee schedule")? {
+        Some(s) if s != *fees => Err(ChainError::Config(
             "the store's chain was created with another fee schedule: open it with the \
              schedule of its genesis"
                 .into(),
         )),
-        Err(e) => Err(ChainError::Corrupt(format!("the fee schedule: {e}"))),
+        _ => Ok(()),
     }
 }
 
-/// Refuses a store whose genesis recorded another snapshot schedule than `snapshots`: its
-/// headers would commit to other snapshots than its other nodes'.
+/// Refuses a store whose genesis recorded another snapshot schedule than `snapshots` (none
+/// recorded: never): its headers would commit to other snapshots than its other nodes'.
 pub(crate) fn check_snapshot_schedule(
     store: &dyn StateStore,
     snapshots: &SnapshotSchedule,
 ) -> Result<(), ChainError> {
-    let stored = match store.get(&[keys::SNAPSHOT_SCHEDULE])? {
-        None => SnapshotSchedule::NEVER,
-        Some(bytes) => borsh::from_slice::<SnapshotSchedule>(&bytes)
-            .map_err(|e| ChainError::Corrupt(format!("the snapshot schedule: {e}")))?,
-    };
+    let stored = genesis_param(store, keys::SNAPSHOT_SCHEDULE, "snapshot schedule")?
+        .unwrap_or(SnapshotSchedule::NEVER);
     if stored != *snapshots {
         return Err(ChainError::Config(format!(
             "the store's chain snapshots every {} blocks (committed {} blocks later), not every {} ({}): open it with the schedule of its genesis",
