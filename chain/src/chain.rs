@@ -391,7 +391,7 @@ impl Chain {
             proposer,
             fees.prices,
             self.config.fees.max,
-            txs.len(),
+            txs,
         );
         let run = self
             .run_transactions(&mut block, txs)

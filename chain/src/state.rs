@@ -53,9 +53,12 @@ pub mod keys {
         with_name(CODE_HASH, account)
     }
 
-    /// The key of `account`'s native balance.
-    pub fn balance(account: Name) -> Vec<u8> {
-        with_name(BALANCE, account)
+    /// The key of `account`'s native balance: a fixed array, as every transaction's fee reads
+    /// and writes one and a key on the stack costs no allocation.
+    pub fn balance(account: Name) -> [u8; 9] {
+        let mut k = [BALANCE; 9];
+        k[1..].copy_from_slice(&account.0.to_be_bytes());
+        k
     }
 
     /// The key of the chain's fee state.

@@ -555,6 +555,27 @@ impl Journal {
         self.overlay.insert(key, value);
     }
 
+    /// [`Journal::write_block`] of a value, without allocating when the block wrote the key
+    /// already with a value of the same length (a payer's native balance, written by every
+    /// transaction it pays for): the key is hashed once and the bytes copied in place.
+    pub(crate) fn set_block_value(&mut self, key: &[u8], value: &[u8]) {
+        debug_assert!(self.undo.is_empty(), "a transaction is running");
+        let hash = self.overlay.hasher().hash_one(key);
+        match self
+            .overlay
+            .raw_entry_mut_v1()
+            .from_key_hashed_nocheck(hash, key)
+        {
+            RawEntryMut::Occupied(mut entry) => match entry.get_mut() {
+                Some(slot) if slot.len() == value.len() => slot.copy_from_slice(value),
+                slot => *slot = Some(value.to_vec()),
+            },
+            RawEntryMut::Vacant(entry) => {
+                entry.insert_hashed_nocheck(hash, key.to_vec(), Some(value.to_vec()));
+            }
+        }
+    }
+
     /// Starts a transaction: its changes can be discarded until [`Journal::commit_tx`].
     pub fn checkpoint(&mut self) {
         debug_assert!(self.undo.is_empty(), "a transaction is already running");

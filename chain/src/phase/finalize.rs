@@ -43,15 +43,15 @@ pub(crate) struct Block {
 }
 
 impl Block {
-    /// An empty block `height` at `time_ms` proposed by `proposer`, for `txs` transactions,
-    /// at `prices`, within `max`.
+    /// An empty block `height` at `time_ms` proposed by `proposer`, for `txs`, at `prices`,
+    /// within `max`.
     pub(crate) fn new(
         height: u64,
         time_ms: u64,
         proposer: Name,
         prices: Prices,
         max: [u64; DIMENSIONS],
-        txs: usize,
+        txs: &[PreparedTx],
     ) -> Self {
         Self {
             height,
@@ -62,8 +62,8 @@ impl Block {
             used: Usage::default(),
             burned: 0,
             tips: 0,
-            body: BodyBuilder::default(),
-            results: Vec::with_capacity(txs),
+            body: BodyBuilder::for_txs(txs),
+            results: Vec::with_capacity(txs.len()),
             speculated: 0,
             confirmed: 0,
         }
@@ -113,23 +113,35 @@ impl Block {
 /// What `tx`'s fee at `prices` depends on besides what its actions do.
 pub(crate) fn fee_terms(prices: &Prices, tx: &PreparedTx) -> FeeTerms {
     let t = &tx.tx.transaction;
-    FeeTerms {
-        prices: *prices,
-        max_fee: t.max_fee,
-        tip: t.tip,
-        bytes: tx.bytes.len() as u64,
-        intrinsic_fuel: intrinsic_fuel(tx),
+    FeeTerms::of(prices, tx.bytes.len() as u64, t.max_fee, t.tip)
+}
+
+impl FeeTerms {
+    /// The terms of a transaction of `bytes` signed bytes offering `max_fee` and `tip`, at
+    /// `prices`.
+    pub(crate) fn of(prices: &Prices, bytes: u64, max_fee: u64, tip: u64) -> Self {
+        FeeTerms {
+            prices: *prices,
+            max_fee,
+            tip,
+            bytes,
+            intrinsic_fuel: intrinsic_fuel_of(bytes),
+        }
     }
 }
 
 /// What a transaction pays before any action runs: for being one, and for its size.
 fn intrinsic_fuel(tx: &PreparedTx) -> u64 {
-    FUEL_PER_TX + FUEL_PER_TX_BYTE * tx.bytes.len() as u64
+    intrinsic_fuel_of(tx.bytes.len() as u64)
+}
+
+/// [`intrinsic_fuel`] of a transaction of `bytes` signed bytes.
+fn intrinsic_fuel_of(bytes: u64) -> u64 {
+    FUEL_PER_TX + FUEL_PER_TX_BYTE * bytes
 }
 
 /// The pending block's body as it grows: the signed bytes of each included transaction
 /// appended, so committing needs no encoding pass.
-#[derive(Default)]
 pub(crate) struct BodyBuilder {
     count: u32,
     transactions: Vec<u8>,
@@ -140,6 +152,18 @@ pub(crate) struct BodyBuilder {
 }
 
 impl BodyBuilder {
+    /// An empty body with room for all of `txs`, so that appending them never moves the
+    /// bytes appended so far (about 1.1 MB for a block of 5,000 transfers).
+    fn for_txs(txs: &[PreparedTx]) -> Self {
+        Self {
+            count: 0,
+            transactions: Vec::with_capacity(txs.iter().map(|tx| tx.bytes.len()).sum()),
+            success: Vec::with_capacity(txs.len()),
+            events: Vec::with_capacity(4 * txs.len()),
+            ids: Vec::with_capacity(txs.len()),
+        }
+    }
+
     fn push(&mut self, tx: &PreparedTx, success: bool, events: &[Event]) {
         self.transactions.extend_from_slice(&tx.bytes);
         self.count += 1;
@@ -195,7 +219,7 @@ impl Chain {
     /// Sets the native balance of `account` in the pending block, outside any transaction.
     pub(crate) fn set_balance(&mut self, account: Name, balance: u64) {
         self.journal
-            .write_block(keys::balance(account), Some(balance.to_le_bytes().to_vec()));
+            .set_block_value(&keys::balance(account), &balance.to_le_bytes());
     }
 
     /// Whether `tx`'s payer can cover its max fee now: a transaction that could not is not
