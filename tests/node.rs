@@ -718,10 +718,19 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         process(&mut s, vec![bundle(&[&good])]),
         ProposalStatus::Accept as i32
     );
+    // Issue 24: a transaction whose max fee cannot pay for its own size at this block's
+    // prices, which the chain would reject having carried it.
+    let underpaid = {
+        let mut t = transfer(tapos, 1, 2, "underpaid", 0).transaction;
+        t.max_fee = 1;
+        let key = tally_chain::crypto::derived_key(1, 1 % workload::KEY_POOL);
+        SignedTransaction::sign(t, &[(workload::account_name(1), &key)]).encode()
+    };
     for bad in [
         bundle(&[&good, &forged.encode()]),
         b"junk".to_vec(),
         bundle(&[b"\x00"]),
+        bundle(&[&underpaid]),
     ] {
         assert_eq!(
             process(&mut s, vec![bundle(&[&good]), bad]),

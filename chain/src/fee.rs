@@ -348,6 +348,13 @@ pub fn check_max_fee(prices: &Prices, tx: &crate::PreparedTx) -> Result<(), crat
     crate::phase::finalize::fee_terms(prices, tx).check()
 }
 
+/// [`check_max_fee`] of a transaction of `bytes` signed bytes offering `max_fee`: the same
+/// rule, for a caller that kept only those two numbers (a mempool deciding, at every block's
+/// prices, whether a transaction it holds may still be proposed).
+pub fn check_max_fee_of(prices: &Prices, bytes: u64, max_fee: u64) -> Result<(), crate::TxError> {
+    crate::exec::FeeTerms::of(prices, bytes, max_fee, 0).check()
+}
+
 /// The fee of `usage` at `prices` before any tip: `Σ price_d × used_d / PRICE_SCALE`,
 /// rounded down once over the sum, saturating.
 pub fn base_fee(prices: &Prices, usage: &Usage) -> u64 {

@@ -438,7 +438,7 @@ impl App {
         consensus.ledger = Some(ledger);
         drop(consensus);
         self.mempool()
-            .set_head(h.height, h.time_ms, h.max_lifetime_ms);
+            .set_head(h.height, h.time_ms, h.max_lifetime_ms, h.next_prices);
         eprintln!(
             "tally node: restored the snapshot at height {height} ({chunks} chunks) in {:.1} s; \
              app hash {}",
@@ -524,19 +524,50 @@ impl App {
         }
     }
 
+    /// The bundles of `txs` whose every transaction's max fee pays for its own size at this
+    /// block's prices: ProcessProposal refuses a proposal with any other (the chain would
+    /// reject the transaction, having carried it for nothing). CometBFT's mempool may still
+    /// hold a bundle that was admitted at lower prices, or that this node never decoded: its
+    /// recheck after a commit runs beside the next proposal, not before it. A bundle that
+    /// does not decode is dropped too.
+    fn payable(&self, txs: Vec<Bytes>) -> Vec<Bytes> {
+        let hashes: Vec<[u8; 32]> = txs.iter().map(|tx| bundle::hash(tx)).collect();
+        let known: Vec<Option<bool>> = {
+            let pool = self.mempool();
+            hashes
+                .iter()
+                .map(|h| pool.pays(h).map(|p| p.is_ok()))
+                .collect()
+        };
+        txs.into_iter()
+            .zip(known)
+            .filter(|(tx, known)| match known {
+                Some(pays) => *pays,
+                None => mempool::decode(tx).is_ok_and(|txs| self.mempool().pay(&txs).is_ok()),
+            })
+            .map(|(tx, _)| tx)
+            .collect()
+    }
+
     /// Decodes and verifies the proposal's bundles this node has not verified before, and
     /// keeps them for FinalizeBlock; the first reason to reject the proposal, if any.
     fn verify_proposal(&self, txs: &[Bytes]) -> Result<(), Refusal> {
         let unknown: Vec<&Bytes> = {
             let pool = self.mempool();
-            txs.iter()
-                .filter(|tx| !pool.knows(&bundle::hash(tx)))
-                .collect()
+            let mut unknown = Vec::new();
+            for tx in txs {
+                match pool.pays(&bundle::hash(tx)) {
+                    Some(paid) => paid?,
+                    None => unknown.push(tx),
+                }
+            }
+            unknown
         };
         let mut all = Vec::new();
         let mut sizes = Vec::with_capacity(unknown.len());
         for tx in &unknown {
             let decoded = mempool::decode(tx)?;
+            self.mempool().pay(&decoded)?;
             sizes.push((bundle::hash(tx), decoded.len()));
             all.extend(decoded);
         }
@@ -900,8 +931,12 @@ impl Application for App {
             l.fee_schedule().max[Dimension::Bandwidth as usize],
             Ordering::Relaxed,
         );
-        self.mempool()
-            .set_head(head.height, head.time_ms, head.max_lifetime_ms);
+        self.mempool().set_head(
+            head.height,
+            head.time_ms,
+            head.max_lifetime_ms,
+            head.next_prices,
+        );
         ResponseInitChain {
             app_hash: Bytes::copy_from_slice(&l.app_hash()),
             ..Default::default()
@@ -939,8 +974,8 @@ impl Application for App {
         let budget = (MAX_BLOCK_FUEL - FUEL_PER_ACTION) / 100 * PROPOSAL_FUEL_PERCENT;
         let max_bytes =
             (req.max_tx_bytes.max(0) as u64).min(self.max_block_bytes.load(Ordering::Relaxed));
-        let mut candidates: Vec<Candidate> = req
-            .txs
+        let txs = self.payable(req.txs);
+        let mut candidates: Vec<Candidate> = txs
             .iter()
             .map(|tx| {
                 let count = tx.get(1..5).map_or(1, |c| {
@@ -954,12 +989,12 @@ impl Application for App {
             })
             .collect();
         if mempool::all_fit(&candidates, max_bytes, budget) {
-            // Nothing to rank: the bundles are not even hashed.
-            return ResponsePrepareProposal { txs: req.txs };
+            // Nothing to rank.
+            return ResponsePrepareProposal { txs };
         }
         {
             let pool = self.mempool();
-            for (c, tx) in candidates.iter_mut().zip(&req.txs) {
+            for (c, tx) in candidates.iter_mut().zip(&txs) {
                 // A bundle this node did not admit (it restarted): its tips as it says; a
                 // malformed one offers none.
                 c.tips = pool
@@ -967,7 +1002,7 @@ impl Application for App {
                     .unwrap_or_else(|| mempool::decode(tx).map_or(0, |txs| mempool::tips(&txs)));
             }
         }
-        let mut txs: Vec<Option<Bytes>> = req.txs.into_iter().map(Some).collect();
+        let mut txs: Vec<Option<Bytes>> = txs.into_iter().map(Some).collect();
         let txs = mempool::propose(&candidates, max_bytes, budget)
             .into_iter()
             .filter_map(|i| txs[i].take())
@@ -975,7 +1010,8 @@ impl Application for App {
         ResponsePrepareProposal { txs }
     }
 
-    /// Rejects a block holding anything CheckTx would refuse for good.
+    /// Rejects a block holding anything CheckTx would refuse for good, or a transaction whose
+    /// max fee does not pay for its own size at this block's prices.
     fn process_proposal(&self, req: RequestProcessProposal) -> ResponseProcessProposal {
         let status = match self.verify_proposal(&req.txs) {
             Ok(()) => ProposalStatus::Accept,

@@ -119,6 +119,41 @@ pub fn tips(txs: &[PreparedTx]) -> u64 {
         .fold(0, u64::saturating_add)
 }
 
+/// What a transaction offers for its fee, kept while it waits: its signed size and its max
+/// fee, all that the chain's max-fee rule reads ([`tally_chain::fee::check_max_fee_of`]), so
+/// the pool can apply the rule again at every block's prices without the transaction.
+#[derive(Debug, Clone, Copy)]
+struct Offer {
+    bytes: u64,
+    max_fee: u64,
+}
+
+impl Offer {
+    fn of(t: &PreparedTx) -> Self {
+        Self {
+            bytes: t.bytes.len() as u64,
+            max_fee: t.tx.transaction.max_fee,
+        }
+    }
+}
+
+/// The first of `offers` whose max fee cannot pay for its own size and intrinsic fuel at
+/// `prices`, as a refusal: what the chain rejects with `TxError::MaxFeeTooLow`.
+fn underpaid(
+    prices: &tally_chain::fee::Prices,
+    offers: impl IntoIterator<Item = Offer>,
+) -> Result<(), Refusal> {
+    for (i, o) in offers.into_iter().enumerate() {
+        if let Err(e) = tally_chain::fee::check_max_fee_of(prices, o.bytes, o.max_fee) {
+            return Err(Refusal::new(
+                code::MAX_FEE_TOO_LOW,
+                format!("transaction {i}: {e}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A payer with pending transactions.
 #[derive(Debug, Clone, Copy, Default)]
 struct Payer {
@@ -141,6 +176,8 @@ struct Pooled {
     asked: BTreeMap<Name, u64>,
     /// Its transactions' tips summed ([`tips`]).
     tips: u64,
+    /// What each of its transactions offers for its fee, in order.
+    offers: Vec<Offer>,
 }
 
 /// The bundles this node verified and has not yet seen committed.
@@ -319,6 +356,7 @@ impl Mempool {
                 ids,
                 expires_ms,
                 tips: tips(txs.as_slice()),
+                offers: txs.iter().map(Offer::of).collect(),
                 txs: Some(txs),
                 asked,
             },
@@ -327,8 +365,9 @@ impl Mempool {
     }
 
     /// CheckTx's recheck of a bundle after a commit: `None` if this node does not know it (it
-    /// restarted), else whether it stays. An expired bundle leaves, and so does one whose
-    /// payer's committed balance (as known, or `read`) no longer covers what its pending
+    /// restarted), else whether it stays. An expired bundle leaves, so does one with a
+    /// transaction whose max fee no longer pays for its size at the next block's prices, and
+    /// so does one whose payer's committed balance (as known, or `read`) no longer covers what its pending
     /// transactions may spend (bundles leave in the order CometBFT rechecks them, its
     /// mempool's order, until the rest fit).
     pub fn recheck(&mut self, hash: &[u8; 32], read: &Balances) -> Option<Result<(), Refusal>> {
@@ -337,6 +376,10 @@ impl Mempool {
         if let Err(e) = expiry(p.expires_ms, time_ms, u64::MAX) {
             self.remove(hash);
             return Some(Err(Refusal::new(code::EXPIRED, e.to_string())));
+        }
+        if let Err(refusal) = underpaid(&self.prices, p.offers.iter().copied()) {
+            self.remove(hash);
+            return Some(Err(refusal));
         }
         let payers: Vec<Name> = p.asked.keys().copied().collect();
         for payer in payers {
@@ -373,8 +416,26 @@ impl Mempool {
         self.payers.get(&payer).map_or(0, |p| p.pending)
     }
 
+    /// Whether the max fee of every transaction of the bundle `hash` pays for its own size
+    /// and intrinsic fuel at the next block's prices (the chain's rule, `fee::check_max_fee`):
+    /// `None` if this node has not verified the bundle. What PrepareProposal keeps and
+    /// ProcessProposal accepts.
+    pub fn pays(&self, hash: &[u8; 32]) -> Option<Result<(), Refusal>> {
+        if let Some(p) = self.bundles.get(hash) {
+            return Some(underpaid(&self.prices, p.offers.iter().copied()));
+        }
+        let txs = self.proposed.get(hash)?;
+        Some(self.pay(txs))
+    }
+
+    /// [`Mempool::pays`] for decoded transactions.
+    pub fn pay(&self, txs: &[PreparedTx]) -> Result<(), Refusal> {
+        underpaid(&self.prices, txs.iter().map(Offer::of))
+    }
+
     /// Whether the bundle was verified here (in the mempool, or in the proposal).
-    pub fn knows(&self, hash: &[u8; 32]) -> bool {
+    #[cfg(test)]
+    fn knows(&self, hash: &[u8; 32]) -> bool {
         self.bundles.contains_key(hash) || self.proposed.contains_key(hash)
     }
 
@@ -410,10 +471,14 @@ impl Mempool {
             self.remove(h);
         }
         let time_ms = self.next_block_ms();
+        // Expired, or underpaid at the new prices: the next block would reject it.
         let expired: Vec<[u8; 32]> = self
             .bundles
             .iter()
-            .filter(|(_, p)| p.expires_ms <= time_ms)
+            .filter(|(_, p)| {
+                p.expires_ms <= time_ms
+                    || underpaid(&self.prices, p.offers.iter().copied()).is_err()
+            })
             .map(|(h, _)| *h)
             .collect();
         for h in &expired {
@@ -422,11 +487,19 @@ impl Mempool {
         self.proposed.clear();
     }
 
-    /// Sets the head after InitChain.
-    pub fn set_head(&mut self, head_height: u64, head_time_ms: u64, max_lifetime_ms: u64) {
+    /// Sets the head after InitChain or a restored snapshot, and the next block's prices
+    /// (which the pool's fee rule reads: zero until set would admit any max fee).
+    pub fn set_head(
+        &mut self,
+        head_height: u64,
+        head_time_ms: u64,
+        max_lifetime_ms: u64,
+        prices: tally_chain::fee::Prices,
+    ) {
         self.head_height = head_height;
         self.head_time_ms = head_time_ms;
         self.max_lifetime_ms = max_lifetime_ms;
+        self.prices = prices;
     }
 
     fn remove(&mut self, hash: &[u8; 32]) {
@@ -612,6 +685,43 @@ mod tests {
         // Prices fall to zero at the next commit: the same offer is enough.
         pool.committed(HEIGHT + 1, HEAD_MS + 500, [0; 5], &[]);
         assert_eq!(code_of(&pool, 10), Ok(()));
+    }
+
+    /// Issue 24's proposal gap: a bundle admitted while its max fee paid for its size stops
+    /// being proposable once a commit raises the prices past it. The pool drops it at that
+    /// commit, and refuses it at CometBFT's recheck; a proposal carrying it (`pays`, `pay`:
+    /// what PrepareProposal keeps and ProcessProposal accepts) is refused.
+    #[test]
+    fn issue_24_a_bundle_underpaid_at_the_new_prices_is_neither_kept_nor_proposable() {
+        let mut pool = Mempool::new(HEIGHT, HEAD_MS, LIFETIME_MS, [0; 5]);
+        let cheap = vec![paid("alice", 10, 0, 1)];
+        let ample = vec![paid("bob", 1_000_000, 0, 2)];
+        let rich = Balances {
+            height: HEIGHT,
+            balances: ["alice", "bob"]
+                .map(|p| (p.parse().unwrap(), u64::MAX))
+                .into(),
+        };
+        pool.admit([1; 32], cheap.clone(), &rich).unwrap();
+        pool.admit([2; 32], ample, &rich).unwrap();
+        assert_eq!(pool.pays(&[1; 32]), Some(Ok(())), "free at zero prices");
+        let prices = tally_chain::FeeSchedule::STANDARD.start_price;
+        pool.committed(HEIGHT + 1, HEAD_MS + 500, prices, &[]);
+        assert_eq!(pool.pays(&[1; 32]), None, "dropped at the commit");
+        assert_eq!(pool.recheck(&[1; 32], &rich), None);
+        assert_eq!(
+            pool.pay(&cheap).map_err(|r| r.code),
+            Err(code::MAX_FEE_TOO_LOW),
+            "decoded again, it is refused"
+        );
+        assert_eq!(pool.pays(&[2; 32]), Some(Ok(())));
+        assert_eq!(pool.recheck(&[2; 32], &rich), Some(Ok(())));
+        // A proposal's bundle this node verified in ProcessProposal is held to the same rule.
+        pool.proposed([([3; 32], cheap)]);
+        assert_eq!(
+            pool.pays(&[3; 32]).map(|p| p.map_err(|r| r.code)),
+            Some(Err(code::MAX_FEE_TOO_LOW))
+        );
     }
 
     #[test]
