@@ -320,6 +320,24 @@ fn one_validator_commits_transfers_answers_balances_and_resumes_without_replay()
     assert_eq!(report["committed"], 3_000, "{report:#}");
     assert_eq!(report["app_hashes_agree"], true);
 
+    // Issue 26: the devnet starts its node with `--metrics` and writes where.
+    let metrics = net.devnet_json()["validators"][0]["metrics"]
+        .as_str()
+        .expect("devnet.json names the metrics address")
+        .to_string();
+    let scraped = ureq::get(format!("http://{metrics}/metrics"))
+        .call()
+        .expect("the node serves its metrics")
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    let committed_height = scraped
+        .lines()
+        .find_map(|l| l.strip_prefix("tally_height "))
+        .and_then(|h| h.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no tally_height in:\n{scraped}"));
+    assert!(committed_height > 0, "{scraped}");
+
     // Every coin is still there, and some moved. Nothing is in flight once the load has seen
     // every transfer committed, so reading account by account gives one state.
     let read_all = || -> (u64, Vec<u64>, u64) {

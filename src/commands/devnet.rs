@@ -40,7 +40,7 @@ const DEFAULT_SNAPSHOT_INTERVAL: u64 = 500;
 
 Each validator is two processes: `cometbft start` and `tally node`, joined by a unix socket
 (DIR/vI/abci.sock); logs are DIR/vI/cometbft.log and DIR/vI/tally.log. Validator I serves RPC
-on 127.0.0.1:(base-port + 10*I + 1). Genesis holds simplecoin and --accounts accounts (u1,
+on 127.0.0.1:(base-port + 10*I + 1) and Prometheus metrics on base-port + 10*I + 2. Genesis holds simplecoin and --accounts accounts (u1,
 u2, ... as `tally bench` names them) whose keys `tally load` derives from --seed, and the
 system account `tally`, whose key DIR/keystore.json holds: DIR is the wallet of `--rpc URL
 --wallet DIR` commands (account create, deploy, push). CometBFT indexes transactions and their
@@ -67,7 +67,8 @@ pub struct DevnetArgs {
     /// Seed of the accounts' keys (give `tally load` the same).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Validator I listens on P2P base-port + 10*I and RPC base-port + 10*I + 1.
+    /// Validator I listens on P2P base-port + 10*I, RPC base-port + 10*I + 1 and serves
+    /// metrics on base-port + 10*I + 2.
     #[arg(long, default_value_t = 26_600)]
     pub base_port: u16,
     /// How long an idle network waits before an empty block, in ms (0: at once, ~70 blocks/s).
@@ -187,12 +188,15 @@ pub fn run(args: DevnetArgs) -> anyhow::Result<()> {
         args.data.display(),
         args.data.display()
     );
-    text.push_str("node       rpc                 tally pid  cometbft pid  logs\n");
+    text.push_str(
+        "node       rpc                 metrics             tally pid  cometbft pid  logs\n",
+    );
     for (node, v) in d.nodes() {
         text.push_str(&format!(
-            "{:<9}  {:<18}  {:>9}  {:>12}  {}/{}/{{tally,cometbft}}.log\n",
+            "{:<9}  {:<18}  {:<18}  {:>9}  {:>12}  {}/{}/{{tally,cometbft}}.log\n",
             node.name(),
             v.rpc,
+            v.metrics.as_deref().unwrap_or("-"),
             v.tally_pid.unwrap_or(0),
             v.cometbft_pid.unwrap_or(0),
             args.data.display(),

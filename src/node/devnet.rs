@@ -98,6 +98,15 @@ pub struct Validator {
     /// (`--test-serve-bad-snapshots`), if it is to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub test_serve_bad_snapshots: Option<String>,
+    /// Where its `tally node` serves Prometheus metrics (`--metrics`): `http://ADDR/metrics`
+    /// (absent in a devnet made before metrics).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
+}
+
+/// Where node `port`'s metrics are served: the port after its RPC's (each node has ten).
+fn metrics_addr(port: u32) -> String {
+    format!("127.0.0.1:{}", port + 2)
 }
 
 /// The account of validator `i`: `val` and `i + 1` in the base-31 digits of names
@@ -165,7 +174,8 @@ pub struct DevnetConfig {
     pub accounts: u64,
     /// Seed of their keys.
     pub seed: u64,
-    /// Validator I listens on P2P `base_port + 10 I` and RPC `base_port + 10 I + 1`.
+    /// Validator I listens on P2P `base_port + 10 I`, RPC `base_port + 10 I + 1` and serves
+    /// its metrics on `base_port + 10 I + 2`.
     pub base_port: u16,
     /// How long an idle network waits before an empty block (0: at once).
     pub empty_blocks_ms: u64,
@@ -397,7 +407,7 @@ pub fn create(dir: &Path, config: &DevnetConfig, cometbft: &Path) -> anyhow::Res
         genesis_validators.push(v);
         template.get_or_insert(g);
         let port = config.base_port as u32 + 10 * i as u32;
-        if port + 1 > u16::MAX as u32 {
+        if port + 2 > u16::MAX as u32 {
             bail!(
                 "--base-port {} leaves no room for {} validators",
                 config.base_port,
@@ -412,6 +422,7 @@ pub fn create(dir: &Path, config: &DevnetConfig, cometbft: &Path) -> anyhow::Res
             tally_pid: None,
             cometbft_pid: None,
             account: Some(validator_account(i).to_string()),
+            metrics: Some(metrics_addr(port)),
             test_serve_bad_snapshots: config
                 .bad_snapshots
                 .iter()
@@ -678,6 +689,10 @@ fn start_node(d: &mut Devnet, dir: &Path, tally: &Path, node: NodeRef) -> anyhow
                 .into(),
         );
     }
+    if let Some(addr) = &v.metrics {
+        args.push("--metrics".into());
+        args.push(addr.clone());
+    }
     if let Some(how) = &v.test_serve_bad_snapshots {
         args.push("--test-serve-bad-snapshots".into());
         args.push(how.clone());
@@ -794,7 +809,7 @@ pub fn join(dir: &Path, n: usize) -> anyhow::Result<(Devnet, Vec<NodeRef>)> {
         let node = NodeRef::Full(j);
         let ndir = node.dir(&dir);
         let port = base_port + 10 * (d.validators.len() + j) as u32;
-        if port + 1 > u16::MAX as u32 {
+        if port + 2 > u16::MAX as u32 {
             bail!("no ports are left above {base_port} for full node {j}");
         }
         let home = ndir.join("cometbft");
@@ -853,6 +868,7 @@ pub fn join(dir: &Path, n: usize) -> anyhow::Result<(Devnet, Vec<NodeRef>)> {
             cometbft_pid: None,
             account: None,
             test_serve_bad_snapshots: None,
+            metrics: Some(metrics_addr(port)),
         });
         save(&dir, &d)?;
         added.push(node);
@@ -871,6 +887,8 @@ pub struct NodeStatus {
     pub node: String,
     /// Its RPC address.
     pub rpc: String,
+    /// Where its metrics are served, if they are.
+    pub metrics: Option<String>,
     /// Whether its processes run.
     pub running: bool,
     /// CometBFT's latest height (0 if it does not answer).
@@ -905,6 +923,7 @@ pub fn status(dir: &Path) -> anyhow::Result<Vec<NodeStatus>> {
             NodeStatus {
                 node: node.name(),
                 rpc: v.rpc.clone(),
+                metrics: v.metrics.clone(),
                 running: v.tally_pid.is_some_and(|p| is_ours(p, &dir))
                     && v.cometbft_pid.is_some_and(|p| is_ours(p, &dir)),
                 height: num("latest_block_height"),
