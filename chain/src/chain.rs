@@ -13,7 +13,6 @@ use std::sync::Arc;
 
 use tally_runtime::Runtime;
 
-use crate::KeyedSet;
 use crate::block::{BlockHeader, BlockId, chain_checksum};
 use crate::config::ChainConfig;
 use crate::error::{ChainError, TxError};
@@ -104,7 +103,7 @@ pub struct Chain {
     /// Scratch space for state keys, reused by every host call.
     pub(crate) key: Vec<u8>,
     /// Ids included in the block being executed (kept between blocks for its capacity).
-    pub(crate) block_ids: KeyedSet<TxId>,
+    pub(crate) block_ids: crate::IdSet,
     executed: Option<Executed>,
     /// Blocks to run sequentially before speculating again (see [`MIN_CONFIRMED_SHARE`]).
     pub(crate) speculation_backoff: u32,
@@ -142,7 +141,7 @@ impl Chain {
             code: CodeMap::default(),
             journal: Journal::default(),
             key: Vec::with_capacity(64),
-            block_ids: KeyedSet::default(),
+            block_ids: crate::IdSet::default(),
             executed: None,
             speculation_backoff: 0,
             snapshots: None,

@@ -56,10 +56,65 @@ pub use exec::system;
 /// collide and turn lookups linear. FxHash (`rustc_hash`), fast but unseeded, is kept for
 /// keys nobody chooses.
 pub(crate) type KeyedMap<K, V> = std::collections::HashMap<K, V, KeyedHasher>;
-/// A hash set of what others choose; see [`KeyedMap`].
-pub(crate) type KeyedSet<K> = std::collections::HashSet<K, KeyedHasher>;
-/// The seeded hasher of [`KeyedMap`] and [`KeyedSet`].
+/// The seeded hasher of [`KeyedMap`].
 pub(crate) type KeyedHasher = foldhash::fast::RandomState;
+
+/// A set of transaction ids: [`KeyedMap`]'s guarantee, for keys that are already BLAKE3 hashes.
+pub(crate) type IdSet = std::collections::HashSet<tx::TxId, IdHasher>;
+
+/// Hashes a transaction id by its first eight bytes, mixed with a per-process random seed by
+/// a folded multiply. An id is a BLAKE3 output, so those bytes are already uniform; a sender
+/// grinding ids cannot aim them at one bucket without the seed, and ids equal in all eight
+/// bytes cost 2^32 tries for one pair. Foldhash over all 32 bytes (and their length) cost
+/// four times as much, and every transaction hashes its id four times (the window's lookup,
+/// insert and expiry, and the block's own set).
+#[derive(Clone)]
+pub(crate) struct IdHasher {
+    seed: u64,
+}
+
+impl Default for IdHasher {
+    fn default() -> Self {
+        use std::hash::BuildHasher;
+        Self {
+            seed: foldhash::fast::RandomState::default().hash_one(0x7a11_u64) | 1,
+        }
+    }
+}
+
+impl std::hash::BuildHasher for IdHasher {
+    type Hasher = IdHash;
+
+    fn build_hasher(&self) -> IdHash {
+        IdHash {
+            seed: self.seed,
+            word: 0,
+        }
+    }
+}
+
+/// The state of [`IdHasher`] for one id.
+pub(crate) struct IdHash {
+    seed: u64,
+    word: u64,
+}
+
+impl std::hash::Hasher for IdHash {
+    fn write(&mut self, bytes: &[u8]) {
+        // An id's bytes arrive in one call; its length prefix goes to `write_usize`.
+        let mut word = [0u8; 8];
+        let n = bytes.len().min(8);
+        word[..n].copy_from_slice(&bytes[..n]);
+        self.word ^= u64::from_le_bytes(word);
+    }
+
+    fn write_usize(&mut self, _len: usize) {}
+
+    fn finish(&self) -> u64 {
+        let product = u128::from(self.word ^ self.seed) * u128::from(self.seed.rotate_left(29) | 1);
+        (product as u64) ^ ((product >> 64) as u64)
+    }
+}
 
 pub use block::{BlockHeader, BlockId};
 pub use chain::Chain;
@@ -79,3 +134,32 @@ pub use store::{
 };
 pub use tally_host_api::Name;
 pub use tx::{Action, BlockBody, SignedTransaction, Transaction, Transfer, TxId, TxSignature};
+
+#[cfg(test)]
+mod tests {
+    use std::hash::BuildHasher;
+
+    use super::IdHasher;
+
+    /// Ids a sender ground to agree in the low bits of their first word (cheap: 2^16 tries
+    /// each for 16 bits) still spread over a table's buckets, which a hash map takes from the
+    /// low bits: the multiply carries the high bits down.
+    #[test]
+    fn ids_alike_in_their_low_bits_spread_over_buckets() {
+        let hasher = IdHasher::default();
+        let buckets: std::collections::HashSet<u64> = (0..4096u64)
+            .map(|i| {
+                let mut id = [0u8; 32];
+                id[..8].copy_from_slice(&(i << 48 | 0xbeef).to_le_bytes());
+                hasher.hash_one(id) & 0xffff
+            })
+            .collect();
+        assert!(
+            buckets.len() > 3900,
+            "{} buckets of 4096 ids",
+            buckets.len()
+        );
+        let id = [7u8; 32];
+        assert_eq!(hasher.hash_one(id), hasher.hash_one(id));
+    }
+}

@@ -16,7 +16,6 @@ use std::collections::VecDeque;
 
 use rayon::prelude::*;
 
-use crate::KeyedSet;
 use crate::block::{BlockId, ref_prefix};
 use crate::error::ChainError;
 use crate::exec::journal::Journal;
@@ -43,7 +42,7 @@ pub struct ReplayWindow {
     /// `(height, prefix)` of the latest block with each `height % TAPOS_WINDOW`.
     tapos: Vec<(u64, u32)>,
     /// Ids included within the lifetime window.
-    ids: KeyedSet<TxId>,
+    ids: crate::IdSet,
     /// Per committed block, the ids it included, oldest first, so they can be forgotten once
     /// they could no longer be valid. Exactly the blocks whose [`keys::recent_ids`] key
     /// state holds.
@@ -58,7 +57,7 @@ impl ReplayWindow {
     pub fn new(max_lifetime_ms: u64) -> Self {
         Self {
             tapos: vec![(u64::MAX, 0); TAPOS_WINDOW],
-            ids: KeyedSet::default(),
+            ids: crate::IdSet::default(),
             by_block: VecDeque::new(),
             max_lifetime_ms,
         }
