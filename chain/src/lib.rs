@@ -48,6 +48,7 @@ pub mod testing;
 pub mod tx;
 pub mod verify;
 pub mod window;
+pub mod wire;
 
 pub use exec::system;
 
@@ -62,7 +63,7 @@ pub(crate) type KeyedSet<K> = std::collections::HashSet<K, KeyedHasher>;
 pub(crate) type KeyedHasher = foldhash::fast::RandomState;
 
 pub use block::{BlockHeader, BlockId};
-pub use chain::Chain;
+pub use chain::{Chain, CommittedKeys};
 pub use config::ChainConfig;
 pub use error::{ChainError, TxError};
 pub use exec::code::NativeContract;
