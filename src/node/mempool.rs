@@ -22,6 +22,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use prost::bytes::Bytes;
+use tally_chain::crypto::KeySource;
 use tally_chain::{Check, Name, PreparedTx, TxError, TxId};
 
 use super::app::code;
@@ -69,13 +70,41 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<PreparedTx>, Refusal> {
         .collect()
 }
 
-/// Verifies every signature of `txs` in one batched call: the first refusal, if any.
-pub fn verify(txs: &mut [PreparedTx]) -> Result<(), Refusal> {
-    tally_chain::pipeline::verify_batched(txs);
-    match txs.iter().enumerate().find_map(|(i, t)| match &t.check {
-        Check::Refused(e) => Some((i, e)),
-        _ => None,
-    }) {
+/// Verifies every signature of `txs` in one batched call, one without its key against the
+/// key `keys` gives (the committed state's: [`super::ledger::Ledger::committed_keys_of`]): the
+/// first refusal, if any.
+///
+/// With `committed_keys_only` (CheckTx), a signature without its key must also verify under
+/// the committed key of its account, which must exist: the pool admits nothing that only a
+/// pending block could make valid. Without it (ProcessProposal), such a signature is left to
+/// execution: a proposal may create an account and spend from it in one block.
+pub fn verify(
+    txs: &mut [PreparedTx],
+    keys: &dyn KeySource,
+    committed_keys_only: bool,
+) -> Result<(), Refusal> {
+    tally_chain::pipeline::verify_batched(txs, keys);
+    let refusal = |t: &PreparedTx| -> Option<TxError> {
+        match &t.check {
+            Check::Refused(e) => Some(e.clone()),
+            _ if !committed_keys_only => None,
+            // What the batch left to execution: no committed key, or not valid under it.
+            _ => t
+                .keys
+                .iter()
+                .zip(&t.tx.signatures)
+                .find(|(key, _)| key.is_none())
+                .map(|(_, sig)| match keys.registered_key(sig.account) {
+                    None => TxError::UnknownAccount(sig.account),
+                    Some(_) => TxError::BadSignature(sig.account),
+                }),
+        }
+    };
+    match txs
+        .iter()
+        .enumerate()
+        .find_map(|(i, t)| refusal(t).map(|e| (i, e)))
+    {
         Some((i, e)) => Err(Refusal::new(code::REFUSED, format!("transaction {i}: {e}"))),
         None => Ok(()),
     }
