@@ -107,7 +107,18 @@ mod tests {
 
     #[test]
     fn varints_round_trip_with_their_length() {
-        for v in [0, 1, 127, 128, 300, 16_383, 16_384, u32::MAX as u64, u64::MAX - 1, u64::MAX] {
+        for v in [
+            0,
+            1,
+            127,
+            128,
+            300,
+            16_383,
+            16_384,
+            u32::MAX as u64,
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
             let bytes = encode(v);
             assert_eq!(bytes.len(), varint_len(v), "{v}");
             assert_eq!(read_varint(&mut bytes.as_slice()).unwrap(), v);

@@ -191,10 +191,7 @@ pub type VerifiedKeys = Vec<Option<[u8; 32]>>;
 fn keys_of(tx: &SignedTransaction, keys: &dyn KeySource) -> VerifiedKeys {
     tx.signatures
         .iter()
-        .map(|sig| {
-            sig.public_key
-                .or_else(|| keys.registered_key(sig.account))
-        })
+        .map(|sig| sig.public_key.or_else(|| keys.registered_key(sig.account)))
         .collect()
 }
 
@@ -287,16 +284,13 @@ pub fn verify_many_with(
         .iter()
         .zip(&candidates)
         .flat_map(|((tx, id), keys)| {
-            tx.signatures
-                .iter()
-                .zip(keys)
-                .filter_map(|(sig, key)| {
-                    key.as_ref().map(|key| SigItem {
-                        public_key: key,
-                        signature: &sig.signature,
-                        message: &id[..],
-                    })
+            tx.signatures.iter().zip(keys).filter_map(|(sig, key)| {
+                key.as_ref().map(|key| SigItem {
+                    public_key: key,
+                    signature: &sig.signature,
+                    message: &id[..],
                 })
+            })
         })
         .collect();
     let valid: Vec<bool> = match backend {

@@ -562,7 +562,11 @@ fn batched_verification_gives_each_transaction_the_single_result() {
     let items: Vec<_> = txs.iter().zip(&ids).collect();
     let batched = verify_many(&items, &NoKeys);
     for (i, (tx, id)) in txs.iter().zip(&ids).enumerate() {
-        assert_eq!(batched[i], verify_signatures(tx, id, &NoKeys), "transaction {i}");
+        assert_eq!(
+            batched[i],
+            verify_signatures(tx, id, &NoKeys),
+            "transaction {i}"
+        );
         assert_eq!(batched[i].is_ok(), i != 7 && i != 300, "transaction {i}");
     }
 }
@@ -1050,7 +1054,9 @@ fn issue_26_signatures_without_keys_verify_against_the_sources_key() {
         }
         let verified = result.as_ref().expect("no carried key is bad");
         for (n, (sig, got)) in tx.signatures.iter().zip(verified).enumerate() {
-            let own = keys[(sig.account.0 - 21) as usize].verifying_key().to_bytes();
+            let own = keys[(sig.account.0 - 21) as usize]
+                .verifying_key()
+                .to_bytes();
             let expected = match sig.public_key {
                 Some(carried) => Some(carried),
                 // Known, current and valid: verified under the registered key.
