@@ -611,6 +611,47 @@ mod tests {
         PreparedTx::new(SignedTransaction::unsigned(t))
     }
 
+    /// Issue 26: CheckTx verifies a signature without its key against the committed key and
+    /// refuses it when that does not verify it (another key, or no account yet); a proposal's
+    /// check leaves such a signature to execution, where an account created earlier in the
+    /// block can sign.
+    #[test]
+    fn issue_26_checktx_needs_the_committed_key_and_a_proposal_leaves_it_to_execution() {
+        let (alice, other) = (
+            tally_chain::crypto::derived_key(26, 0),
+            tally_chain::crypto::derived_key(26, 1),
+        );
+        let name_of = |s: &str| -> Name { s.parse().unwrap() };
+        let signed = |who: &str, key: &ed25519_dalek::SigningKey| {
+            let t = Transaction::new(
+                HEAD_MS + 60_000,
+                (0, 0),
+                vec![Action {
+                    account: Name::from_str_const("simplecoin").unwrap(),
+                    name: Name::from_str_const("transfer").unwrap(),
+                    authorization: vec![name_of(who)],
+                    data: vec![1],
+                }],
+            );
+            let signed = SignedTransaction::sign_registered(t, &[(name_of(who), key)]);
+            PreparedTx::decode(signed.encode()).unwrap()
+        };
+        let committed =
+            |account: Name| (account == name_of("alice")).then(|| alice.verifying_key().to_bytes());
+        let code_of = |t: PreparedTx, checktx: bool| {
+            verify(&mut [t], &committed, checktx).map_err(|r| (r.code, r.log))
+        };
+        assert_eq!(code_of(signed("alice", &alice), true), Ok(()));
+        let wrong = code_of(signed("alice", &other), true).unwrap_err();
+        assert_eq!(wrong.0, code::REFUSED);
+        assert!(wrong.1.contains("signature"), "{}", wrong.1);
+        let unknown = code_of(signed("carol", &other), true).unwrap_err();
+        assert_eq!(unknown.0, code::REFUSED);
+        assert!(unknown.1.contains("carol"), "{}", unknown.1);
+        assert_eq!(code_of(signed("alice", &other), false), Ok(()));
+        assert_eq!(code_of(signed("carol", &other), false), Ok(()));
+    }
+
     #[test]
     fn admission_is_the_chains_expiry_rule_at_the_next_blocks_earliest_time() {
         let next = HEAD_MS + MIN_BLOCK_STEP_MS;
