@@ -215,7 +215,8 @@ fn swaps(c: &mut Criterion) {
             for _ in 0..iters {
                 let txs = swap::block(&chain, TRADERS, first, BLOCK);
                 first += BLOCK;
-                let prepared = prepare_block(txs, false, &chain.pipeline());
+                let prepared =
+                    prepare_block(txs, false, &chain.pipeline(), &tally_chain::crypto::NoKeys);
                 let start = Instant::now();
                 let block = chain
                     .execute_block(chain.next_block_time_ms(), &prepared)
@@ -233,7 +234,7 @@ fn swaps(c: &mut Criterion) {
     group.finish();
 }
 
-fn signed_block(n: u64) -> (Vec<SignedTransaction>, Vec<TxId>) {
+fn signed_block(n: u64) -> (Vec<SignedTransaction>, Vec<TxId>, crypto::ResolvedKeys) {
     let config = BenchConfig {
         transfers: n,
         ..BenchConfig::default()
@@ -244,19 +245,21 @@ fn signed_block(n: u64) -> (Vec<SignedTransaction>, Vec<TxId>) {
     let mut generator = TransferGen::new(&config);
     let block = generator.next_block(&chain, chain.head().height + 1, n);
     let ids = block.iter().map(|tx| tx.transaction.id()).collect();
-    (block, ids)
+    // The senders' keys as the committed state has them: the signatures omit them.
+    let keys = crypto::ResolvedKeys::read(&block, &chain.committed_keys());
+    (block, ids, keys)
 }
 
 fn verify(c: &mut Criterion) {
-    let (block, ids) = signed_block(1024);
+    let (block, ids, keys) = signed_block(1024);
     let mut group = c.benchmark_group("verify");
     group.bench_function("one signature", |b| {
-        b.iter(|| crypto::verify_signatures(&block[0], &ids[0]).unwrap())
+        b.iter(|| crypto::verify_signatures(&block[0], &ids[0], &keys).unwrap())
     });
     group.throughput(criterion::Throughput::Elements(block.len() as u64));
     group.bench_function("1024 signatures, batched on all cores", |b| {
         let items: Vec<_> = block.iter().zip(&ids).collect();
-        b.iter(|| crypto::verify_many(&items))
+        b.iter(|| crypto::verify_many(&items, &keys))
     });
     group.finish();
 }
@@ -286,7 +289,12 @@ fn chain(c: &mut Criterion) {
             for _ in 0..iters {
                 let height = chain.head().height + 1;
                 let block = generator.next_block(&chain, height, config.transfers);
-                let prepared = prepare_block(block, false, &chain.pipeline());
+                let prepared = prepare_block(
+                    block,
+                    false,
+                    &chain.pipeline(),
+                    &tally_chain::crypto::NoKeys,
+                );
                 let start = Instant::now();
                 workload::execute_and_commit(&mut chain, &prepared, Durability::Immediate).unwrap();
                 timed += start.elapsed();

@@ -276,7 +276,7 @@ pub fn block(chain: &Chain, hostile: &Hostile) -> Vec<SignedTransaction> {
 /// Executes and commits one block of `hostile` on `chain`, timing only that.
 pub fn run(chain: &mut Chain, hostile: &Hostile) -> Result<HostileRun, ChainError> {
     let txs = block(chain, hostile);
-    let prepared = prepare_block(txs, false, &chain.pipeline());
+    let prepared = prepare_block(txs, false, &chain.pipeline(), &tally_chain::crypto::NoKeys);
     let start = Instant::now();
     let executed = chain.execute_block(chain.next_block_time_ms(), &prepared)?;
     chain.commit(Durability::Background)?;

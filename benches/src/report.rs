@@ -191,6 +191,9 @@ pub struct Report {
     pub per_block: Vec<BlockPoint>,
     /// µs per transfer, all phases.
     pub us_per_transfer: f64,
+    /// Bytes of a transaction's signed encoding, on average: what a block stores and a
+    /// network carries for each (issue 26).
+    pub bytes_per_tx: f64,
     /// µs per transfer in the stateless stage.
     pub verify_us: f64,
     /// µs per transfer executing.

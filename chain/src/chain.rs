@@ -31,6 +31,21 @@ use crate::tx::{SignedTransaction, TxId};
 use crate::window::ReplayWindow;
 use tally_host_api::Name;
 
+/// The keys registered in a chain's committed state ([`Chain::committed_keys`]). A read that
+/// fails gives no key: the signature is then verified when its transaction executes, where
+/// the same read through the journal reports the fault.
+pub struct CommittedKeys<'a>(&'a dyn StateStore);
+
+impl crate::crypto::KeySource for CommittedKeys<'_> {
+    fn registered_key(&self, account: Name) -> Option<[u8; 32]> {
+        self.0
+            .get(&keys::account(account))
+            .ok()
+            .flatten()
+            .and_then(|k| k.as_ref().try_into().ok())
+    }
+}
+
 /// A parameter genesis recorded in the store under `key` (borsh), if it recorded one: what
 /// every check that a store is opened with its own genesis's parameters reads.
 fn genesis_param<T: borsh::BorshDeserialize>(
@@ -326,6 +341,23 @@ impl Chain {
             .and_then(|k| k.try_into().ok()))
     }
 
+    /// The keys accounts have registered in the committed state, for the stateless stage to
+    /// verify signatures without their key against ([`crate::crypto::KeySource`]).
+    pub fn committed_keys(&self) -> CommittedKeys<'_> {
+        CommittedKeys(self.store.as_ref())
+    }
+
+    /// The stateless stage for `txs` with this chain's pipeline and committed keys
+    /// ([`prepare_block`]), ready for [`Chain::execute_block`].
+    pub fn prepare(&self, txs: Vec<SignedTransaction>) -> Vec<PreparedTx> {
+        prepare_block(
+            txs,
+            self.config.check_signatures,
+            &self.pipeline,
+            &self.committed_keys(),
+        )
+    }
+
     /// The sha256 of the code `account` runs, if it has a contract.
     pub fn code_hash(&self, account: Name) -> Result<Option<[u8; 32]>, ChainError> {
         Ok(self
@@ -343,7 +375,7 @@ impl Chain {
     /// [`Chain::next_block_time_ms`] and commits it, durable before it returns: the whole
     /// block path in one call.
     pub fn run_block(&mut self, txs: Vec<SignedTransaction>) -> Result<ExecutedBlock, ChainError> {
-        let prepared = prepare_block(txs, self.config.check_signatures, &self.pipeline);
+        let prepared = self.prepare(txs);
         let executed = self.execute_block(self.next_block_time_ms(), &prepared)?;
         self.commit(Durability::Immediate)?;
         Ok(executed)

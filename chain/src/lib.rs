@@ -48,6 +48,7 @@ pub mod testing;
 pub mod tx;
 pub mod verify;
 pub mod window;
+pub mod wire;
 
 pub use exec::system;
 
@@ -117,7 +118,7 @@ impl std::hash::Hasher for IdHash {
 }
 
 pub use block::{BlockHeader, BlockId};
-pub use chain::Chain;
+pub use chain::{Chain, CommittedKeys};
 pub use config::ChainConfig;
 pub use error::{ChainError, TxError};
 pub use exec::code::NativeContract;

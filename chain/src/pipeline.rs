@@ -11,7 +11,7 @@
 
 use rayon::prelude::*;
 
-use crate::crypto;
+use crate::crypto::{self, KeySource, VerifiedKeys};
 use crate::error::TxError;
 use crate::tx::{SignedTransaction, TxId};
 
@@ -73,8 +73,11 @@ impl Default for Pipeline {
 pub enum Check {
     /// Within every admission limit; its signatures are checked when it executes.
     Admitted,
-    /// Within every admission limit, and every signature verified. (Who had to sign is
-    /// checked again at execution: it is cheap, and needs no trust in whoever set this.)
+    /// Within every admission limit, and every signature verified under the key
+    /// [`PreparedTx::keys`] names for it (a signature that names none is verified at
+    /// execution). Who had to sign, and that each key is the one the account has registered
+    /// when the transaction executes, are checked at execution: it is cheap, and needs no
+    /// trust in whoever set this.
     Verified,
     /// Refused: it can never be included.
     Refused(TxError),
@@ -92,6 +95,9 @@ pub struct PreparedTx {
     pub bytes: Vec<u8>,
     /// What the stateless checks found.
     pub check: Check,
+    /// When `check` is [`Check::Verified`]: the key each signature verified under, in order
+    /// (see [`VerifiedKeys`]); empty otherwise.
+    pub keys: VerifiedKeys,
 }
 
 impl PreparedTx {
@@ -108,6 +114,7 @@ impl PreparedTx {
             id,
             bytes,
             check,
+            keys: Vec::new(),
         }
     }
 
@@ -121,27 +128,40 @@ impl PreparedTx {
             id,
             bytes,
             check: Check::Admitted,
+            keys: Vec::new(),
         })
     }
 
-    /// Checks this transaction's signatures now, on this thread, unless already done.
-    pub fn verify(&mut self) {
+    /// Checks this transaction's signatures now, on this thread, unless already done; one
+    /// without its key against the key `keys` gives for its account.
+    pub fn verify(&mut self, keys: &dyn KeySource) {
         if self.check == Check::Admitted {
-            self.check = match crypto::verify_signatures(&self.tx, &self.id) {
-                Ok(()) => Check::Verified,
-                Err(e) => Check::Refused(e),
-            };
+            let result = crypto::verify_signatures(&self.tx, &self.id, keys);
+            self.settle(result);
+        }
+    }
+
+    fn settle(&mut self, result: Result<VerifiedKeys, TxError>) {
+        match result {
+            Ok(keys) => {
+                self.check = Check::Verified;
+                self.keys = keys;
+            }
+            Err(e) => self.check = Check::Refused(e),
         }
     }
 }
 
 /// The stateless stage for one block of transactions: encodings, ids and admission limits,
 /// then (with `check_signatures` and batched verification on) every signature in batches on
-/// all cores. Parallel when any switch asks for all cores.
+/// all cores, one without its key against the key `keys` gives for its account (the committed
+/// state: [`crate::Chain::committed_keys`]; [`crypto::NoKeys`] leaves them to execution).
+/// Parallel when any switch asks for all cores.
 pub fn prepare_block(
     txs: Vec<SignedTransaction>,
     check_signatures: bool,
     pipeline: &Pipeline,
+    keys: &dyn KeySource,
 ) -> Vec<PreparedTx> {
     let mut prepared: Vec<PreparedTx> = if pipeline.early_encode || pipeline.batch_verify {
         txs.into_par_iter().map(PreparedTx::new).collect()
@@ -149,25 +169,23 @@ pub fn prepare_block(
         txs.into_iter().map(PreparedTx::new).collect()
     };
     if check_signatures && pipeline.batch_verify {
-        verify_batched(&mut prepared);
+        verify_batched(&mut prepared, keys);
     }
     prepared
 }
 
-/// Verifies the signatures of every admitted transaction of `txs` in batches on all cores;
-/// each gets exactly the result single verification would give it.
-pub fn verify_batched(txs: &mut [PreparedTx]) {
+/// Verifies the signatures of every admitted transaction of `txs` in batches on all cores,
+/// one without its key against the key `keys` gives for its account; each gets exactly the
+/// result single verification ([`PreparedTx::verify`]) would give it.
+pub fn verify_batched(txs: &mut [PreparedTx], keys: &dyn KeySource) {
     let pending: Vec<usize> = (0..txs.len())
         .filter(|&i| txs[i].check == Check::Admitted)
         .collect();
     let items: Vec<(&SignedTransaction, &TxId)> =
         pending.iter().map(|&i| (&txs[i].tx, &txs[i].id)).collect();
-    let results = crypto::verify_many(&items);
+    let results = crypto::verify_many(&items, keys);
     for (i, result) in pending.into_iter().zip(results) {
-        txs[i].check = match result {
-            Ok(()) => Check::Verified,
-            Err(e) => Check::Refused(e),
-        };
+        txs[i].settle(result);
     }
 }
 

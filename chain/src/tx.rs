@@ -9,7 +9,7 @@ use tally_host_api::limits::{
 use crate::error::TxError;
 
 /// One call of a contract.
-#[derive(Debug, Clone, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Action {
     /// The account whose contract runs the action.
     pub account: Name,
@@ -23,7 +23,14 @@ pub struct Action {
 
 /// A transaction: actions that apply atomically, valid until `expiration`, and bound to a
 /// recent block (TaPoS) so it cannot be replayed on another fork or chain.
-#[derive(Debug, Clone, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
+///
+/// Its encoding (the `borsh` traits are implemented by hand, see [`crate::wire`]): the
+/// expiration as a varint, `ref_block_num` (2 bytes LE), `ref_block_prefix` (4 bytes LE),
+/// the actions (a varint count; each: account and name, 8 bytes LE each, the authorizations as
+/// a varint count of 8-byte names, the data as a varint length and its bytes), the payer (a
+/// byte 0 when it is the [implied payer](Transaction::implied_payer), else 1 and its 8 bytes),
+/// then `max_fee` and `tip` as varints. Every value has exactly one encoding.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transaction {
     /// Last moment (milliseconds since the Unix epoch, in block time) it may be included.
     pub expiration_ms: u64,
@@ -61,21 +68,17 @@ impl Transaction {
     /// names, paid for by the first account that authorizes an action (`payer` otherwise
     /// unset: the system account) with [`DEFAULT_MAX_FEE`] and no tip.
     pub fn new(expiration_ms: u64, tapos: (u16, u32), actions: Vec<Action>) -> Self {
-        let payer = actions
-            .iter()
-            .flat_map(|a| a.authorization.first())
-            .copied()
-            .next()
-            .unwrap_or(crate::system::SYSTEM);
-        Self {
+        let mut tx = Self {
             expiration_ms,
             ref_block_num: tapos.0,
             ref_block_prefix: tapos.1,
             actions,
-            payer,
+            payer: crate::system::SYSTEM,
             max_fee: DEFAULT_MAX_FEE,
             tip: 0,
-        }
+        };
+        tx.payer = tx.implied_payer();
+        tx
     }
 
     /// The accounts that must sign it, in the order their signatures go: the payer, then
@@ -86,6 +89,36 @@ impl Transaction {
                 .iter()
                 .flat_map(|a| a.authorization.iter().copied()),
         )
+    }
+
+    /// The payer a transaction has unless it names another: the first account that
+    /// authorizes an action, or the system account if none does (what [`Transaction::new`]
+    /// picks). Such a payer is not written in the encoding (issue 26: 7 bytes a transfer).
+    pub fn implied_payer(&self) -> Name {
+        self.actions
+            .iter()
+            .flat_map(|a| a.authorization.first())
+            .copied()
+            .next()
+            .unwrap_or(crate::system::SYSTEM)
+    }
+
+    /// The distinct accounts that must sign it, in the order their signatures go (the
+    /// [signers](Transaction::signers) without repeats): the `index`-th, if there are that
+    /// many. Without allocating; admission bounds the work to `MAX_ACTIONS_PER_TX` x
+    /// `MAX_SIGNATURES_PER_TX` names.
+    pub fn signer_at(&self, index: usize) -> Option<Name> {
+        let mut seen = 0;
+        for (at, account) in self.signers().enumerate() {
+            if self.signers().take(at).any(|a| a == account) {
+                continue;
+            }
+            if seen == index {
+                return Some(account);
+            }
+            seen += 1;
+        }
+        None
     }
 
     /// Its deterministic encoding.
@@ -119,24 +152,40 @@ impl Transfer {
     }
 }
 
-/// One account's signature on a transaction. The public key travels with the signature, so
-/// signatures can be checked in parallel before execution without reading state; execution
-/// then only compares the key with the account's registered one.
-#[derive(Debug, Clone, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
+/// One account's signature on a transaction.
+///
+/// The signing account is not encoded: signatures go in the canonical order, one for each
+/// [distinct signer](Transaction::signer_at), so the `i`-th signature is the `i`-th signer's
+/// (issue 26: 8 bytes a signature). The public key is encoded only when the signature
+/// carries one: a signature by a registered account normally omits it (32 bytes), and is
+/// then checked against the key the account has registered when the transaction executes.
+/// Either way the rule is one: every signature verifies under the key registered for its
+/// account when the transaction executes (a carried key must be that key).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TxSignature {
-    /// The signing account.
+    /// The signing account (implied by the signature's place, not encoded).
     pub account: Name,
-    /// The ed25519 public key that signed.
-    pub public_key: [u8; 32],
+    /// The ed25519 public key that signed, if the signature carries it; `None`: the key the
+    /// account has registered.
+    pub public_key: Option<[u8; 32]>,
     /// The ed25519 signature of the transaction id.
     pub signature: [u8; 64],
 }
 
+impl TxSignature {
+    /// Bytes it takes in the encoding: a byte saying whether a key follows, the key if it
+    /// does, and the signature.
+    pub const fn encoded_len(&self) -> usize {
+        1 + if self.public_key.is_some() { 32 } else { 0 } + 64
+    }
+}
+
 /// A transaction with the signatures of every account that authorizes one of its actions.
 ///
-/// Its borsh encoding is the transaction's encoding followed by the signatures, so the
-/// unsigned id can be hashed from a prefix of the signed bytes.
-#[derive(Debug, Clone, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
+/// Its encoding is the transaction's encoding followed by the signatures (a varint count; each
+/// a byte 0, or 1 and a 32-byte public key, then the 64-byte signature), so the unsigned id
+/// can be hashed from a prefix of the signed bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SignedTransaction {
     /// What is signed.
     pub transaction: Transaction,
@@ -144,14 +193,31 @@ pub struct SignedTransaction {
     pub signatures: Vec<TxSignature>,
 }
 
-/// Bytes one [`TxSignature`] takes in the encoding: account, public key, signature.
-pub(crate) const SIGNATURE_BYTES: usize = 8 + 32 + 64;
-
 impl SignedTransaction {
-    /// Signs `transaction` with one key per authorizing account. The signatures are put in
-    /// the canonical order ([`SignedTransaction::check_limits`]) whatever the order of
-    /// `signers`.
+    /// Signs `transaction` with one key per authorizing account, each signature carrying its
+    /// public key (what an account's first transaction, before its key is registered, needs).
+    /// The signatures are put in the canonical order ([`SignedTransaction::check_limits`])
+    /// whatever the order of `signers`.
     pub fn sign(transaction: Transaction, signers: &[(Name, &ed25519_dalek::SigningKey)]) -> Self {
+        Self::sign_with(transaction, signers, |_| true)
+    }
+
+    /// Signs `transaction` as [`SignedTransaction::sign`] does, but omits each public key:
+    /// every signer must have registered the key that signs by the time the transaction
+    /// executes. 32 bytes less a signature; what clients send for registered accounts.
+    pub fn sign_registered(
+        transaction: Transaction,
+        signers: &[(Name, &ed25519_dalek::SigningKey)],
+    ) -> Self {
+        Self::sign_with(transaction, signers, |_| false)
+    }
+
+    /// Signs `transaction`, a signature carrying its public key where `carry_key(account)`.
+    pub fn sign_with(
+        transaction: Transaction,
+        signers: &[(Name, &ed25519_dalek::SigningKey)],
+        carry_key: impl Fn(Name) -> bool,
+    ) -> Self {
         use ed25519_dalek::Signer;
         let id = transaction.id();
         let mut signers = signers.to_vec();
@@ -160,7 +226,7 @@ impl SignedTransaction {
             .iter()
             .map(|(account, key)| TxSignature {
                 account: *account,
-                public_key: key.verifying_key().to_bytes(),
+                public_key: carry_key(*account).then(|| key.verifying_key().to_bytes()),
                 signature: key.sign(&id).to_bytes(),
             })
             .collect();
@@ -265,16 +331,17 @@ impl SignedTransaction {
                 });
             }
         }
-        let mut previous = None;
-        for sig in &self.signatures {
-            // A signature from an account that authorizes nothing has no place in the order.
-            let Some(at) = first_authorization(&self.transaction, sig.account) else {
-                return Err(TxError::UnneededSignature(sig.account));
-            };
-            if previous.is_some_and(|p| at <= p) {
-                return Err(TxError::SignatureOrder(sig.account));
+        // The encoding does not carry the accounts: the i-th signature is the i-th distinct
+        // signer's, so any other assignment has no encoding. (Signers who did not sign are
+        // found when the signatures are checked: `crypto::check_signers`.)
+        for (i, sig) in self.signatures.iter().enumerate() {
+            if self.transaction.signer_at(i) != Some(sig.account) {
+                // A signature from an account that authorizes nothing has no place in the order.
+                return Err(match first_authorization(&self.transaction, sig.account) {
+                    None => TxError::UnneededSignature(sig.account),
+                    Some(_) => TxError::SignatureOrder(sig.account),
+                });
             }
-            previous = Some(at);
         }
         Ok(())
     }
@@ -282,7 +349,9 @@ impl SignedTransaction {
     /// The transaction id computed from this transaction's own signed encoding, whose prefix
     /// is the unsigned encoding: one encoding gives both the block bytes and the id.
     pub(crate) fn id_from_encoding(&self, encoded: &[u8]) -> TxId {
-        let unsigned = encoded.len() - 4 - self.signatures.len() * SIGNATURE_BYTES;
+        let signatures: usize = self.signatures.iter().map(TxSignature::encoded_len).sum();
+        let unsigned =
+            encoded.len() - crate::wire::varint_len(self.signatures.len() as u64) - signatures;
         blake3::hash(&encoded[..unsigned]).into()
     }
 }
@@ -319,5 +388,165 @@ impl BlockBody {
     /// The root of this body (encoding it again).
     pub fn root(&self) -> [u8; 32] {
         Self::transactions_root(&borsh::to_vec(self).expect("encoding into a Vec cannot fail"))
+    }
+}
+
+// The encoding, by hand: compact integers, an implied payer and implied signing accounts
+// (see `Transaction` and `TxSignature`). Decoding refuses every encoding but the one
+// `serialize` writes, so a transaction's id and block bytes are unambiguous.
+
+use std::io::{self, Read, Write};
+
+use crate::wire::{read_bytes, read_len, read_u8, read_varint, write_varint};
+
+fn write_name<W: Write>(w: &mut W, name: Name) -> io::Result<()> {
+    w.write_all(&name.0.to_le_bytes())
+}
+
+fn read_array<const N: usize, R: Read>(r: &mut R) -> io::Result<[u8; N]> {
+    let mut out = [0u8; N];
+    r.read_exact(&mut out)?;
+    Ok(out)
+}
+
+fn read_name<R: Read>(r: &mut R) -> io::Result<Name> {
+    Ok(Name(u64::from_le_bytes(read_array(r)?)))
+}
+
+fn malformed(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
+}
+
+/// A tag byte that must be 0 or 1.
+fn read_flag<R: Read>(r: &mut R, what: &str) -> io::Result<bool> {
+    match read_u8(r)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        other => Err(malformed(format!("{what}: tag {other}, not 0 or 1"))),
+    }
+}
+
+impl BorshSerialize for Transaction {
+    fn serialize<W: Write>(&self, w: &mut W) -> io::Result<()> {
+        write_varint(w, self.expiration_ms)?;
+        w.write_all(&self.ref_block_num.to_le_bytes())?;
+        w.write_all(&self.ref_block_prefix.to_le_bytes())?;
+        write_varint(w, self.actions.len() as u64)?;
+        for action in &self.actions {
+            write_name(w, action.account)?;
+            write_name(w, action.name)?;
+            write_varint(w, action.authorization.len() as u64)?;
+            for &account in &action.authorization {
+                write_name(w, account)?;
+            }
+            write_varint(w, action.data.len() as u64)?;
+            w.write_all(&action.data)?;
+        }
+        if self.payer == self.implied_payer() {
+            w.write_all(&[0])?;
+        } else {
+            w.write_all(&[1])?;
+            write_name(w, self.payer)?;
+        }
+        write_varint(w, self.max_fee)?;
+        write_varint(w, self.tip)
+    }
+}
+
+impl BorshDeserialize for Transaction {
+    fn deserialize_reader<R: Read>(r: &mut R) -> io::Result<Self> {
+        let expiration_ms = read_varint(r)?;
+        let ref_block_num = u16::from_le_bytes(read_array(r)?);
+        let ref_block_prefix = u32::from_le_bytes(read_array(r)?);
+        // Counts are bounded by the size limit before anything is allocated; the admission
+        // limits (`check_limits`) then give each its own error.
+        let count = read_len(r, MAX_TX_BYTES, "actions")?;
+        let mut actions = Vec::new();
+        for _ in 0..count {
+            let account = read_name(r)?;
+            let name = read_name(r)?;
+            let auths = read_len(r, MAX_TX_BYTES / 8, "authorizations")?;
+            let mut authorization = Vec::new();
+            for _ in 0..auths {
+                authorization.push(read_name(r)?);
+            }
+            let len = read_len(r, MAX_TX_BYTES, "action data")?;
+            let data = read_bytes(r, len)?;
+            actions.push(Action {
+                account,
+                name,
+                authorization,
+                data,
+            });
+        }
+        let mut tx = Self {
+            expiration_ms,
+            ref_block_num,
+            ref_block_prefix,
+            actions,
+            payer: crate::system::SYSTEM,
+            max_fee: 0,
+            tip: 0,
+        };
+        let implied = tx.implied_payer();
+        tx.payer = if read_flag(r, "payer")? {
+            let payer = read_name(r)?;
+            if payer == implied {
+                return Err(malformed(format!(
+                    "the payer {payer} is written out, but it is the implied payer (tag 0)"
+                )));
+            }
+            payer
+        } else {
+            implied
+        };
+        tx.max_fee = read_varint(r)?;
+        tx.tip = read_varint(r)?;
+        Ok(tx)
+    }
+}
+
+impl BorshSerialize for SignedTransaction {
+    fn serialize<W: Write>(&self, w: &mut W) -> io::Result<()> {
+        self.transaction.serialize(w)?;
+        write_varint(w, self.signatures.len() as u64)?;
+        for sig in &self.signatures {
+            match &sig.public_key {
+                None => w.write_all(&[0])?,
+                Some(key) => {
+                    w.write_all(&[1])?;
+                    w.write_all(key)?;
+                }
+            }
+            w.write_all(&sig.signature)?;
+        }
+        Ok(())
+    }
+}
+
+impl BorshDeserialize for SignedTransaction {
+    fn deserialize_reader<R: Read>(r: &mut R) -> io::Result<Self> {
+        let transaction = Transaction::deserialize_reader(r)?;
+        let count = read_len(r, MAX_SIGNATURES_PER_TX, "signatures")?;
+        let mut signatures = Vec::with_capacity(count);
+        for i in 0..count {
+            let account = transaction.signer_at(i).ok_or_else(|| {
+                malformed(format!(
+                    "{count} signatures, but only {i} accounts must sign"
+                ))
+            })?;
+            let public_key = read_flag(r, "public key")?
+                .then(|| read_array(r))
+                .transpose()?;
+            signatures.push(TxSignature {
+                account,
+                public_key,
+                signature: read_array(r)?,
+            });
+        }
+        Ok(Self {
+            transaction,
+            signatures,
+        })
     }
 }

@@ -213,7 +213,12 @@ impl Replay {
     ) -> Result<u64, ChainError> {
         let height = header.height;
         let pipeline = self.chain.pipeline();
-        let prepared = prepare_block(body.transactions, config.check_signatures, &pipeline);
+        let prepared = prepare_block(
+            body.transactions,
+            config.check_signatures,
+            &pipeline,
+            &self.chain.committed_keys(),
+        );
         // The header names the proposer its tips went to (consensus chose it).
         let executed =
             self.chain

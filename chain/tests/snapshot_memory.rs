@@ -111,7 +111,12 @@ fn issue_25_publishing_a_snapshot_holds_one_block_of_its_tail_not_all() {
         } else {
             Vec::new()
         };
-        let prepared = tally_chain::prepare_block(txs, false, &Default::default());
+        let prepared = tally_chain::prepare_block(
+            txs,
+            false,
+            &Default::default(),
+            &tally_chain::crypto::NoKeys,
+        );
         chain
             .execute_block(chain.next_block_time_ms(), &prepared)
             .unwrap();

@@ -3,14 +3,26 @@
 //! `cargo +nightly fuzz run tx_decode`
 //!
 //! Holds: decoding never panics; whatever decodes is within every admission limit,
-//! re-encodes to exactly the input bytes (so one transaction has one encoding, and one id),
-//! and goes through the rest of the stateless stage (ids, signature checks) without panicking.
+//! re-encodes to exactly the input bytes (so one transaction has one encoding, and one id:
+//! no non-minimal varint, tag or implied field survives, issue 26), and goes through the rest
+//! of the stateless stage (ids, signature checks, signatures without their key against a key
+//! source) without panicking, single and batched verification agreeing.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use tally_chain::crypto::{KeySource, NoKeys, derived_key};
 use tally_chain::pipeline::verify_batched;
-use tally_chain::{Check, PreparedTx, SignedTransaction};
+use tally_chain::{Check, Name, PreparedTx, SignedTransaction};
+
+/// Registers a key for accounts with an even name, as a committed state might.
+struct EvenAccounts;
+
+impl KeySource for EvenAccounts {
+    fn registered_key(&self, account: Name) -> Option<[u8; 32]> {
+        (account.0 % 2 == 0).then(|| derived_key(26, account.0).verifying_key().to_bytes())
+    }
+}
 
 fuzz_target!(|data: &[u8]| {
     let decoded = SignedTransaction::decode(data);
@@ -44,12 +56,20 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(local.id, prepared.id);
     assert_eq!(local.check, Check::Admitted);
 
-    // Signatures: one at a time and batched give the same verdict.
-    prepared.verify();
+    // Signatures: one at a time and batched give the same verdict, and the same keys, with
+    // and without a key source.
+    let mut again = prepared.clone();
+    prepared.verify(&NoKeys);
     let mut batch = vec![local];
-    verify_batched(&mut batch);
+    verify_batched(&mut batch, &NoKeys);
     assert_eq!(
         prepared.check, batch[0].check,
         "single and batched verification differ"
     );
+    assert_eq!(prepared.keys, batch[0].keys);
+    again.verify(&EvenAccounts);
+    let mut batch = vec![PreparedTx::new(tx)];
+    verify_batched(&mut batch, &EvenAccounts);
+    assert_eq!(again.check, batch[0].check);
+    assert_eq!(again.keys, batch[0].keys);
 });

@@ -538,6 +538,7 @@ fn report(
         },
         per_block: run.per_block.clone(),
         us_per_transfer: per(run.elapsed),
+        bytes_per_tx: run.tx_bytes as f64 / run.transfers.max(1) as f64,
         verify_us: per(run.phases.verify),
         execute_us: per(run.phases.execute),
         commit_us: per(run.phases.commit),

@@ -315,7 +315,7 @@ fn print_dry_run(
         "actions": actions,
         "signatures": signed.signatures.iter().map(|s| serde_json::json!({
             "account": s.account.to_string(),
-            "public_key": hex::encode(s.public_key),
+            "public_key": s.public_key.map(hex::encode),
         })).collect::<Vec<_>>(),
     });
     let id = hex::encode(tx.id());

@@ -108,6 +108,25 @@ pub fn raw_value_text(value: &[u8]) -> String {
     }
 }
 
+/// The public key `account` has registered, asked of a node (ABCI query `account`); `None`
+/// if there is no such account.
+pub fn registered_key(rpc: &Rpc, account: Name) -> anyhow::Result<Option<[u8; 32]>> {
+    let (status, value, log) = rpc.query("account", &account.0.to_le_bytes())?;
+    match status {
+        code::OK => Ok(Some(value.try_into().map_err(|v: Vec<u8>| {
+            anyhow::anyhow!(
+                "the node gave a {}-byte key for {account}, not 32 (is it another chain?)",
+                v.len()
+            )
+        })?)),
+        code::NOT_FOUND => Ok(None),
+        _ => bail!(
+            "the node refused the query (code {status}): {log} (is it an older tally node, \
+             without query `account`?)"
+        ),
+    }
+}
+
 /// Whether `account` exists, asked of a node (ABCI query `account`).
 pub fn account_exists(rpc: &Rpc, account: Name) -> anyhow::Result<bool> {
     let (status, _, log) = rpc.query("account", &account.0.to_le_bytes())?;

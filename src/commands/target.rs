@@ -250,7 +250,19 @@ impl Network {
             .collect::<anyhow::Result<Vec<_>>>()
             .with_context(|| format!("wallet {}", self.wallet.dir.display()))?;
         let refs: Vec<(Name, &SigningKey)> = keys.iter().map(|(n, k)| (*n, k)).collect();
-        Ok(SignedTransaction::sign(tx, &refs))
+        // A signer whose committed key is the one that signs leaves it out (32 bytes less a
+        // signature, issue 26); one the node does not know yet (an account created in this
+        // transaction) carries it.
+        let mut carry = Vec::new();
+        for (name, key) in &keys {
+            let registered = super::state::registered_key(&self.rpc, *name)?;
+            if registered != Some(key.verifying_key().to_bytes()) {
+                carry.push(*name);
+            }
+        }
+        Ok(SignedTransaction::sign_with(tx, &refs, |n| {
+            carry.contains(&n)
+        }))
     }
 
     fn push(&mut self, actions: Vec<Action>, signers: &[Name]) -> anyhow::Result<Committed> {

@@ -39,6 +39,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use prost::bytes::Bytes;
+use tally_chain::crypto::ResolvedKeys;
 use tally_chain::snapshot::SnapshotStore;
 use tally_chain::{Dimension, Name, PreparedTx, TxError};
 use tendermint_proto::google::protobuf::Timestamp;
@@ -492,12 +493,30 @@ impl App {
     fn admit(&self, hash: [u8; 32], bytes: &[u8]) -> Result<usize, Refusal> {
         let mut txs = mempool::decode(bytes)?;
         self.mempool().screen(&txs)?;
-        mempool::verify(&mut txs)?;
+        let keys = self.read_keys(&txs);
+        mempool::verify(&mut txs, &keys, true)?;
         let n = txs.len();
         let unknown = self.mempool().unknown_balances(mempool::asked(&txs).keys());
         let read = self.read_balances(unknown);
         self.mempool().admit(hash, txs, &read)?;
         Ok(n)
+    }
+
+    /// The committed keys of the accounts that sign `txs` without their key, read under the
+    /// consensus lock, which verification (the slow part) then does not hold. None when
+    /// every signature carries its key.
+    fn read_keys(&self, txs: &[PreparedTx]) -> ResolvedKeys {
+        if txs
+            .iter()
+            .all(|t| t.tx.signatures.iter().all(|s| s.public_key.is_some()))
+        {
+            return ResolvedKeys::default();
+        }
+        let consensus = self.consensus();
+        match consensus.ledger.as_ref() {
+            Some(l) => l.committed_keys_of(txs),
+            None => ResolvedKeys::default(),
+        }
     }
 
     /// The committed native balances of `payers`, at the committed height. The consensus
@@ -572,7 +591,8 @@ impl App {
             all.extend(decoded);
         }
         // Every unknown bundle in one batched verification.
-        mempool::verify(&mut all)?;
+        let keys = self.read_keys(&all);
+        mempool::verify(&mut all, &keys, false)?;
         let mut all = all.into_iter();
         let bundles: Vec<_> = sizes
             .into_iter()

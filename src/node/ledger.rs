@@ -31,6 +31,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 pub use tally_chain::Genesis;
+use tally_chain::crypto::ResolvedKeys;
 use tally_chain::snapshot::{SnapshotSchedule, SnapshotStore};
 use tally_chain::{
     BlockHeader, Chain, ChainConfig, ChainError, Fee, FeeSchedule, Name, PreparedTx, StateStore,
@@ -42,8 +43,9 @@ use tally_runtime::{Outcome, Runtime, RuntimeConfig};
 use crate::common::fs::{rename_durably, write_atomic};
 use crate::common::store::{StoreKind, open_store};
 
-/// Version of the node's data-directory layout.
-const LAYOUT_VERSION: u32 = 1;
+/// Version of the node's data-directory layout: 2 stores blocks whose transactions have the
+/// compact encoding of issue 26 (whatever the store backend).
+const LAYOUT_VERSION: u32 = 2;
 
 /// `DIR/node.json`: what InitChain fixed, so a restarted node opens the same chain.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -627,7 +629,9 @@ impl Ledger {
         txs: &mut [PreparedTx],
     ) -> Result<([u8; 32], Vec<TxOutcome>), ChainError> {
         self.chain.discard();
-        tally_chain::pipeline::verify_batched(txs);
+        // A signature without its key against the committed key (the block's own changes are
+        // seen when it executes, which verifies again under any other key).
+        tally_chain::pipeline::verify_batched(txs, &self.chain.committed_keys());
         // Block times must increase; CometBFT's do, by at least a millisecond. The guard keeps
         // the node alive (and deterministic: it depends only on the chain) if one does not.
         let time_ms = time_ms.max(self.chain.head().timestamp_ms + 1);
@@ -716,6 +720,12 @@ impl Ledger {
     /// The native coins of `account`.
     pub fn native_balance(&self, account: Name) -> Result<u64, ChainError> {
         self.chain.native_balance(account)
+    }
+
+    /// The keys the committed state registers for the accounts of `txs`' signatures without
+    /// their key, read now so that they can be verified later without the ledger.
+    pub fn committed_keys_of(&self, txs: &[PreparedTx]) -> ResolvedKeys {
+        ResolvedKeys::read(txs.iter().map(|t| &t.tx), &self.chain.committed_keys())
     }
 
     /// The registered public key of `account`, if it exists.

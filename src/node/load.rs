@@ -230,7 +230,8 @@ fn sign_all(config: &LoadConfig, head: &Head) -> Vec<Vec<u8>> {
                 }],
             );
             let key = &keys[(from % workload::KEY_POOL) as usize];
-            SignedTransaction::sign(tx, &[(from_name, key)]).encode()
+            // Genesis registered every sender's key: the signature leaves it out (issue 26).
+            SignedTransaction::sign_registered(tx, &[(from_name, key)]).encode()
         })
         .collect()
 }

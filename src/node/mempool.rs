@@ -22,6 +22,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use prost::bytes::Bytes;
+use tally_chain::crypto::KeySource;
 use tally_chain::{Check, Name, PreparedTx, TxError, TxId};
 
 use super::app::code;
@@ -69,13 +70,41 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<PreparedTx>, Refusal> {
         .collect()
 }
 
-/// Verifies every signature of `txs` in one batched call: the first refusal, if any.
-pub fn verify(txs: &mut [PreparedTx]) -> Result<(), Refusal> {
-    tally_chain::pipeline::verify_batched(txs);
-    match txs.iter().enumerate().find_map(|(i, t)| match &t.check {
-        Check::Refused(e) => Some((i, e)),
-        _ => None,
-    }) {
+/// Verifies every signature of `txs` in one batched call, one without its key against the
+/// key `keys` gives (the committed state's: [`super::ledger::Ledger::committed_keys_of`]): the
+/// first refusal, if any.
+///
+/// With `committed_keys_only` (CheckTx), a signature without its key must also verify under
+/// the committed key of its account, which must exist: the pool admits nothing that only a
+/// pending block could make valid. Without it (ProcessProposal), such a signature is left to
+/// execution: a proposal may create an account and spend from it in one block.
+pub fn verify(
+    txs: &mut [PreparedTx],
+    keys: &dyn KeySource,
+    committed_keys_only: bool,
+) -> Result<(), Refusal> {
+    tally_chain::pipeline::verify_batched(txs, keys);
+    let refusal = |t: &PreparedTx| -> Option<TxError> {
+        match &t.check {
+            Check::Refused(e) => Some(e.clone()),
+            _ if !committed_keys_only => None,
+            // What the batch left to execution: no committed key, or not valid under it.
+            _ => t
+                .keys
+                .iter()
+                .zip(&t.tx.signatures)
+                .find(|(key, _)| key.is_none())
+                .map(|(_, sig)| match keys.registered_key(sig.account) {
+                    None => TxError::UnknownAccount(sig.account),
+                    Some(_) => TxError::BadSignature(sig.account),
+                }),
+        }
+    };
+    match txs
+        .iter()
+        .enumerate()
+        .find_map(|(i, t)| refusal(t).map(|e| (i, e)))
+    {
         Some((i, e)) => Err(Refusal::new(code::REFUSED, format!("transaction {i}: {e}"))),
         None => Ok(()),
     }
@@ -653,6 +682,47 @@ mod tests {
         t.max_fee = max_fee;
         t.tip = tip;
         PreparedTx::new(SignedTransaction::unsigned(t))
+    }
+
+    /// Issue 26: CheckTx verifies a signature without its key against the committed key and
+    /// refuses it when that does not verify it (another key, or no account yet); a proposal's
+    /// check leaves such a signature to execution, where an account created earlier in the
+    /// block can sign.
+    #[test]
+    fn issue_26_checktx_needs_the_committed_key_and_a_proposal_leaves_it_to_execution() {
+        let (alice, other) = (
+            tally_chain::crypto::derived_key(26, 0),
+            tally_chain::crypto::derived_key(26, 1),
+        );
+        let name_of = |s: &str| -> Name { s.parse().unwrap() };
+        let signed = |who: &str, key: &ed25519_dalek::SigningKey| {
+            let t = Transaction::new(
+                HEAD_MS + 60_000,
+                (0, 0),
+                vec![Action {
+                    account: Name::from_str_const("simplecoin").unwrap(),
+                    name: Name::from_str_const("transfer").unwrap(),
+                    authorization: vec![name_of(who)],
+                    data: vec![1],
+                }],
+            );
+            let signed = SignedTransaction::sign_registered(t, &[(name_of(who), key)]);
+            PreparedTx::decode(signed.encode()).unwrap()
+        };
+        let committed =
+            |account: Name| (account == name_of("alice")).then(|| alice.verifying_key().to_bytes());
+        let code_of = |t: PreparedTx, checktx: bool| {
+            verify(&mut [t], &committed, checktx).map_err(|r| (r.code, r.log))
+        };
+        assert_eq!(code_of(signed("alice", &alice), true), Ok(()));
+        let wrong = code_of(signed("alice", &other), true).unwrap_err();
+        assert_eq!(wrong.0, code::REFUSED);
+        assert!(wrong.1.contains("signature"), "{}", wrong.1);
+        let unknown = code_of(signed("carol", &other), true).unwrap_err();
+        assert_eq!(unknown.0, code::REFUSED);
+        assert!(unknown.1.contains("carol"), "{}", unknown.1);
+        assert_eq!(code_of(signed("alice", &other), false), Ok(()));
+        assert_eq!(code_of(signed("carol", &other), false), Ok(()));
     }
 
     #[test]

@@ -151,6 +151,7 @@ impl Measured {
             per_block: self.per_block.clone(),
             speculated: 0,
             confirmed: 0,
+            tx_bytes: 0,
         }
     }
 }

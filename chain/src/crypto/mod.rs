@@ -36,6 +36,8 @@ pub use backend::{BACKEND_ENV, Backend, BackendChoice, BackendError, set_backend
 pub use key_cache::{KEY_CACHE_ENTRIES, KeyCache};
 pub use zip215::SigItem;
 
+use tally_host_api::Name;
+
 use crate::error::TxError;
 use crate::tx::{SignedTransaction, TxId};
 
@@ -112,22 +114,133 @@ pub fn random_key() -> std::io::Result<SigningKey> {
     Ok(SigningKey::from_bytes(&secret))
 }
 
-/// Checks every signature of `tx` against the public key it carries, over the transaction
-/// id. Needs no state, so it can run on any thread before execution. The error names the
-/// first signature (in order) that does not verify.
-pub fn verify_signatures(tx: &SignedTransaction, id: &TxId) -> Result<(), TxError> {
-    check_signers(tx)?;
-    for sig in &tx.signatures {
-        let item = SigItem {
-            public_key: &sig.public_key,
-            signature: &sig.signature,
-            message: id,
-        };
-        if !zip215::verify_one(&item, &Keys::shared().points) {
-            return Err(TxError::BadSignature(sig.account));
-        }
+/// Where the stateless stage finds the key an account has registered, for signatures that
+/// omit theirs: the committed state the caller passes in. What it says is only a hint of
+/// which key to verify against ahead of execution; execution reads the key as the block sees
+/// it and verifies again, in order, under any other key (`Chain::authorize`). So a source that
+/// is stale, or knows nothing ([`NoKeys`]), changes how fast a block runs, never its result.
+pub trait KeySource: Sync {
+    /// The key `account` has registered, if it is known.
+    fn registered_key(&self, account: Name) -> Option<[u8; 32]>;
+}
+
+/// A [`KeySource`] that knows no key: every signature without its key is verified when its
+/// transaction executes.
+pub struct NoKeys;
+
+impl KeySource for NoKeys {
+    fn registered_key(&self, _: Name) -> Option<[u8; 32]> {
+        None
     }
-    Ok(())
+}
+
+impl<F: Fn(Name) -> Option<[u8; 32]> + Sync> KeySource for F {
+    fn registered_key(&self, account: Name) -> Option<[u8; 32]> {
+        self(account)
+    }
+}
+
+/// Keys read once from a [`KeySource`] for the signatures without their key of some
+/// transactions, to verify them later without holding the source: a node reads them under its
+/// consensus lock and verifies with the lock released; a pipeline reads them from the committed
+/// state before it lends the chain to execution.
+#[derive(Debug, Clone, Default)]
+pub struct ResolvedKeys(Vec<(Name, [u8; 32])>);
+
+impl ResolvedKeys {
+    /// The keys `source` gives for the account of every signature of `txs` that omits its
+    /// key (those it knows).
+    pub fn read<'a>(
+        txs: impl IntoIterator<Item = &'a SignedTransaction>,
+        source: &dyn KeySource,
+    ) -> Self {
+        let mut accounts: Vec<Name> = txs
+            .into_iter()
+            .flat_map(|t| &t.signatures)
+            .filter(|s| s.public_key.is_none())
+            .map(|s| s.account)
+            .collect();
+        accounts.sort_unstable();
+        accounts.dedup();
+        Self(
+            accounts
+                .into_par_iter()
+                .filter_map(|a| source.registered_key(a).map(|k| (a, k)))
+                .collect(),
+        )
+    }
+}
+
+impl KeySource for ResolvedKeys {
+    fn registered_key(&self, account: Name) -> Option<[u8; 32]> {
+        self.0
+            .binary_search_by_key(&account, |(a, _)| *a)
+            .ok()
+            .map(|i| self.0[i].1)
+    }
+}
+
+/// For each signature of a transaction, in order, the key it was verified under: its own key
+/// if it carries one; for one without, the key [`KeySource`] gave, or `None` if the source
+/// knew no key for its account or the signature did not verify under it (its transaction
+/// executes it against the key the block sees, [`Chain::authorize`](crate::Chain)).
+pub type VerifiedKeys = Vec<Option<[u8; 32]>>;
+
+/// The key each signature of `tx` is to be verified under ahead of execution: the one it
+/// carries, or the one `keys` gives for its account.
+fn keys_of(tx: &SignedTransaction, keys: &dyn KeySource) -> VerifiedKeys {
+    tx.signatures
+        .iter()
+        .map(|sig| sig.public_key.or_else(|| keys.registered_key(sig.account)))
+        .collect()
+}
+
+/// What one signature's check gives: an `Err` refuses the transaction (a signature that
+/// carries its key and does not verify under it can never be valid); `Ok(None)` leaves a
+/// signature without its key to execution.
+fn settle(
+    sig: &crate::tx::TxSignature,
+    key: Option<[u8; 32]>,
+    valid: bool,
+) -> Result<Option<[u8; 32]>, TxError> {
+    match (sig.public_key, valid) {
+        (Some(_), false) => Err(TxError::BadSignature(sig.account)),
+        (_, true) => Ok(key),
+        (None, false) => Ok(None),
+    }
+}
+
+/// Checks every signature of `tx` over the transaction id, ahead of execution: one that
+/// carries its public key under that key, one without under the key `keys` gives for its
+/// account. Reads no state but through `keys`, so it can run on any thread before execution.
+/// The error names the first signature (in order) that carries its key and does not verify;
+/// the result says which key each signature verified under ([`VerifiedKeys`]).
+pub fn verify_signatures(
+    tx: &SignedTransaction,
+    id: &TxId,
+    keys: &dyn KeySource,
+) -> Result<VerifiedKeys, TxError> {
+    check_signers(tx)?;
+    let candidates = keys_of(tx, keys);
+    tx.signatures
+        .iter()
+        .zip(candidates)
+        .map(|(sig, key)| {
+            let valid = key.is_some_and(|key| verify_one(&key, &sig.signature, id));
+            settle(sig, key, valid)
+        })
+        .collect()
+}
+
+/// Whether `signature` of `message` verifies under `public_key` ([`zip215::verify_one`], with
+/// the shared key cache): the rule every batch gives each signature.
+pub fn verify_one(public_key: &[u8; 32], signature: &[u8; 64], message: &[u8]) -> bool {
+    let item = SigItem {
+        public_key,
+        signature,
+        message,
+    };
+    zip215::verify_one(&item, &Keys::shared().points)
 }
 
 /// [`verify_signatures`] for many transactions: their signatures in batches on all cores,
@@ -138,8 +251,11 @@ pub fn verify_signatures(tx: &SignedTransaction, id: &TxId) -> Result<(), TxErro
 /// # Panics
 /// If `TALLY_VERIFY_BACKEND` forces a backend that does not exist or that this CPU cannot
 /// run ([`Backend::best`]).
-pub fn verify_many(items: &[(&SignedTransaction, &TxId)]) -> Vec<Result<(), TxError>> {
-    verify_many_with(items, Backend::best())
+pub fn verify_many(
+    items: &[(&SignedTransaction, &TxId)],
+    keys: &dyn KeySource,
+) -> Vec<Result<VerifiedKeys, TxError>> {
+    verify_many_with(items, keys, Backend::best())
 }
 
 /// [`verify_many`] on `backend`.
@@ -148,20 +264,32 @@ pub fn verify_many(items: &[(&SignedTransaction, &TxId)]) -> Vec<Result<(), TxEr
 /// If this CPU does not run `backend` ([`Backend::available`]).
 pub fn verify_many_with(
     items: &[(&SignedTransaction, &TxId)],
+    keys: &dyn KeySource,
     backend: Backend,
-) -> Vec<Result<(), TxError>> {
+) -> Vec<Result<VerifiedKeys, TxError>> {
     // The signer check first, as `verify_signatures` does it; a transaction that fails it
     // puts no signature into the batches.
     let signers: Vec<Result<(), TxError>> = items.iter().map(|(tx, _)| check_signers(tx)).collect();
+    // The key each signature goes into the batch with; a signature without a known key
+    // stays out of the batch (execution verifies it).
+    let candidates: Vec<VerifiedKeys> = items
+        .par_iter()
+        .zip(&signers)
+        .map(|((tx, _), signers)| match signers {
+            Ok(()) => keys_of(tx, keys),
+            Err(_) => Vec::new(),
+        })
+        .collect();
     let sigs: Vec<SigItem> = items
         .iter()
-        .zip(&signers)
-        .filter(|(_, signers)| signers.is_ok())
-        .flat_map(|((tx, id), _)| {
-            tx.signatures.iter().map(|sig| SigItem {
-                public_key: &sig.public_key,
-                signature: &sig.signature,
-                message: &id[..],
+        .zip(&candidates)
+        .flat_map(|((tx, id), keys)| {
+            tx.signatures.iter().zip(keys).filter_map(|(sig, key)| {
+                key.as_ref().map(|key| SigItem {
+                    public_key: key,
+                    signature: &sig.signature,
+                    message: &id[..],
+                })
             })
         })
         .collect();
@@ -186,18 +314,25 @@ pub fn verify_many_with(
                 .collect()
         }
     };
-    let mut start = 0;
+    let mut valid = valid.into_iter();
     items
         .iter()
         .zip(signers)
-        .map(|((tx, _), signers)| {
+        .zip(candidates)
+        .map(|(((tx, _), signers), keys)| {
             signers?;
-            let n = tx.signatures.len();
-            let first_bad = valid[start..start + n].iter().position(|ok| !ok);
-            start += n;
-            first_bad.map_or(Ok(()), |i| {
-                Err(TxError::BadSignature(tx.signatures[i].account))
-            })
+            // Every signature is settled (consuming its batch result) before the first
+            // error is returned, so the next transaction reads its own results.
+            let settled: Vec<Result<Option<[u8; 32]>, TxError>> = tx
+                .signatures
+                .iter()
+                .zip(keys)
+                .map(|(sig, key)| {
+                    let ok = key.is_some() && valid.next().expect("one result per signature");
+                    settle(sig, key, ok)
+                })
+                .collect();
+            settled.into_iter().collect()
         })
         .collect()
 }

@@ -552,7 +552,7 @@ fn batched_verification_gives_each_transaction_the_single_result() {
             let mut signed = transaction(i, &[(Name(3), &key)]);
             match i {
                 7 => signed.signatures[0].signature[5] ^= 1, // corrupt signature
-                300 => signed.signatures[0].public_key = [0xff; 32], // not a point
+                300 => signed.signatures[0].public_key = Some([0xff; 32]), // not a point
                 _ => {}
             }
             signed
@@ -560,9 +560,13 @@ fn batched_verification_gives_each_transaction_the_single_result() {
         .collect();
     let ids: Vec<TxId> = txs.iter().map(|t| t.transaction.id()).collect();
     let items: Vec<_> = txs.iter().zip(&ids).collect();
-    let batched = verify_many(&items);
+    let batched = verify_many(&items, &NoKeys);
     for (i, (tx, id)) in txs.iter().zip(&ids).enumerate() {
-        assert_eq!(batched[i], verify_signatures(tx, id), "transaction {i}");
+        assert_eq!(
+            batched[i],
+            verify_signatures(tx, id, &NoKeys),
+            "transaction {i}"
+        );
         assert_eq!(batched[i].is_ok(), i != 7 && i != 300, "transaction {i}");
     }
 }
@@ -593,7 +597,7 @@ fn verify_many_gives_the_single_result_for_any_thread_count() {
     let items: Vec<_> = txs.iter().zip(&ids).collect();
     let single: Vec<_> = items
         .iter()
-        .map(|(t, id)| verify_signatures(t, id))
+        .map(|(t, id)| verify_signatures(t, id, &NoKeys))
         .collect();
     assert!(single.iter().any(|r| r.is_err()) && single.iter().any(|r| r.is_ok()));
     for backend in backends() {
@@ -602,7 +606,7 @@ fn verify_many_gives_the_single_result_for_any_thread_count() {
                 .num_threads(threads)
                 .build()
                 .unwrap();
-            let batched = pool.install(|| verify_many_with(&items, backend));
+            let batched = pool.install(|| verify_many_with(&items, &NoKeys, backend));
             assert_eq!(batched, single, "{backend:?}, {threads} threads");
         }
     }
@@ -611,8 +615,8 @@ fn verify_many_gives_the_single_result_for_any_thread_count() {
         .find(|i| i % 9 == 0 && i % 13 == 0 && i % 4 > 1)
         .unwrap();
     assert_eq!(
-        single[both_bad],
-        Err(TxError::BadSignature(txs[both_bad].signatures[0].account))
+        single[both_bad].as_ref().err(),
+        Some(&TxError::BadSignature(txs[both_bad].signatures[0].account))
     );
 }
 
@@ -701,11 +705,15 @@ fn exactly_the_authorizing_accounts_must_sign_checked_without_state() {
         .map(|((_, t, _), id)| (t, id))
         .collect();
     for backend in backends() {
-        let batched = verify_many_with(&items, backend);
+        let batched = verify_many_with(&items, &NoKeys, backend);
         for (((what, t, expected), id), got) in cases.iter().zip(&ids).zip(batched) {
             assert_eq!(check_signers(t), *expected, "{what}");
-            assert_eq!(verify_signatures(t, id), *expected, "{what}");
-            assert_eq!(got, *expected, "{what}, batched on {backend:?}");
+            assert_eq!(
+                verify_signatures(t, id, &NoKeys).map(|_| ()),
+                *expected,
+                "{what}"
+            );
+            assert_eq!(got.map(|_| ()), *expected, "{what}, batched on {backend:?}");
         }
     }
 }
@@ -987,5 +995,85 @@ fn issue_20_backend_choices_parse_and_resolve_as_documented() {
         let before = Backend::best();
         assert!(set_backend(BackendChoice::Force(Backend::Avx512)).is_err());
         assert_eq!(Backend::best(), before);
+    }
+}
+
+/// Issue 26: a signature without its key is verified ahead against the key the source gives
+/// for its account, and the result says which key; one the source knows no key for, or that
+/// does not verify under the key it gives, is left to execution (not refused: the account
+/// may be created or re-keyed earlier in the block). Batched and single agree, on every
+/// backend and thread count.
+#[test]
+fn issue_26_signatures_without_keys_verify_against_the_sources_key() {
+    let keys: Vec<SigningKey> = (0..4).map(|i| derived_key(26, i)).collect();
+    let names = [Name(21), Name(22), Name(23), Name(24)];
+    let registered = |account: Name| {
+        // Name(24) is unknown to the source; Name(23)'s entry is a stale key.
+        match account.0 {
+            21 | 22 => Some(keys[(account.0 - 21) as usize].verifying_key().to_bytes()),
+            23 => Some(keys[0].verifying_key().to_bytes()),
+            _ => None,
+        }
+    };
+    let txs: Vec<SignedTransaction> = (0..300u64)
+        .map(|i| {
+            let j = (i % 4) as usize;
+            let k = ((i / 4) % 4) as usize;
+            let signers = if j == k {
+                vec![(names[j], &keys[j])]
+            } else {
+                vec![(names[j], &keys[j]), (names[k], &keys[k])]
+            };
+            let tx = transaction(i, &signers);
+            // Every third transaction carries its first key.
+            let mut signed = SignedTransaction::sign_registered(tx.transaction, &signers);
+            if i % 3 == 0 {
+                signed.signatures[0].public_key = Some(keys[j].verifying_key().to_bytes());
+            }
+            if i % 7 == 0 {
+                signed.signatures[0].signature[9] ^= 4;
+            }
+            signed
+        })
+        .collect();
+    let ids: Vec<TxId> = txs.iter().map(|t| t.transaction.id()).collect();
+    let items: Vec<_> = txs.iter().zip(&ids).collect();
+    let single: Vec<_> = items
+        .iter()
+        .map(|(t, id)| verify_signatures(t, id, &registered))
+        .collect();
+    for (i, (tx, result)) in txs.iter().zip(&single).enumerate() {
+        let corrupted = i % 7 == 0;
+        if corrupted && tx.signatures[0].public_key.is_some() {
+            assert_eq!(
+                result.as_ref().err(),
+                Some(&TxError::BadSignature(tx.signatures[0].account)),
+                "{i}"
+            );
+            continue;
+        }
+        let verified = result.as_ref().expect("no carried key is bad");
+        for (n, (sig, got)) in tx.signatures.iter().zip(verified).enumerate() {
+            let own = keys[(sig.account.0 - 21) as usize]
+                .verifying_key()
+                .to_bytes();
+            let expected = match sig.public_key {
+                Some(carried) => Some(carried),
+                // Known, current and valid: verified under the registered key.
+                None if (n > 0 || !corrupted) && matches!(sig.account.0, 21 | 22) => Some(own),
+                None => None,
+            };
+            assert_eq!(*got, expected, "transaction {i}, signature {n}");
+        }
+    }
+    for backend in backends() {
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let batched = pool.install(|| verify_many_with(&items, &registered, backend));
+            assert_eq!(batched, single, "{backend:?}, {threads} threads");
+        }
     }
 }

@@ -1,14 +1,20 @@
-//! Authorize: exactly the authorizing accounts signed, each with its registered key, and every
-//! signature verifies.
+//! Authorize: exactly the authorizing accounts signed, and every signature verifies under the
+//! key registered for its account when the transaction executes.
 
 use crate::chain::Chain;
+use crate::crypto::{self, NoKeys};
 use crate::error::{ChainError, TxError};
 use crate::pipeline::{Check, PreparedTx};
 use crate::state::keys;
 
 impl Chain {
-    /// Checks `tx`'s signers against their registered keys, and its signatures now if the
-    /// stateless stage did not batch them. The outer `Err` is a node fault; the inner one a
+    /// Checks `tx`'s signers against their registered keys as this block sees them, and
+    /// verifies now, in order, every signature the stateless stage did not verify under that
+    /// key: all of them if it did not batch them; one without its key whose account was
+    /// created or re-keyed earlier in the block, or that was verified against an older
+    /// commit, or not at all. The rule is one whatever was verified ahead: every signature
+    /// verifies under the key registered for its account when the transaction executes (a key
+    /// it carries must be that key). The outer `Err` is a node fault; the inner one a
     /// rejection.
     pub(crate) fn authorize(&mut self, tx: &PreparedTx) -> Result<Result<(), TxError>, ChainError> {
         if !self.config.check_signatures {
@@ -16,27 +22,55 @@ impl Chain {
         }
         // The signer set is checked here whatever `check` says: it is cheap, and a caller that
         // verified signatures on its own and marked the transaction `Verified` may not have
-        // checked who had to sign.
-        let stateless = match tx.check {
-            Check::Admitted => crate::crypto::verify_signatures(&tx.tx, &tx.id),
-            _ => crate::crypto::check_signers(&tx.tx),
+        // checked who had to sign. A signature that carries its key is verified under it
+        // without state, as the batched stage does, so both give the same error.
+        let unbatched;
+        let verified: &[Option<[u8; 32]>] = match tx.check {
+            Check::Admitted => match crypto::verify_signatures(&tx.tx, &tx.id, &NoKeys) {
+                Ok(keys) => {
+                    unbatched = keys;
+                    &unbatched
+                }
+                Err(e) => return Ok(Err(e)),
+            },
+            _ => match crypto::check_signers(&tx.tx) {
+                Ok(()) => &tx.keys,
+                Err(e) => return Ok(Err(e)),
+            },
         };
-        if let Err(e) = stateless {
-            return Ok(Err(e));
-        }
         // Exactly the required signers signed, once each: what is left is their keys.
-        for sig in &tx.tx.signatures {
+        for (i, sig) in tx.tx.signatures.iter().enumerate() {
             let account = sig.account;
-            // Through the journal: an account created earlier in this block can sign.
-            match self
+            // Through the journal: an account created or re-keyed earlier in this block signs
+            // with its new key.
+            let registered: [u8; 32] = match self
                 .journal
                 .get(self.store.as_ref(), &keys::account(account))?
             {
                 None => return Ok(Err(TxError::UnknownAccount(account))),
-                Some(key) if key != sig.public_key => {
+                Some(key) => match key.try_into() {
+                    Ok(key) => key,
+                    Err(_) => {
+                        return Err(ChainError::Corrupt(format!(
+                            "the registered key of {account} is {} bytes, not 32",
+                            key.len()
+                        )));
+                    }
+                },
+            };
+            match sig.public_key {
+                // Verified under the key it carries, without state.
+                Some(carried) if carried != registered => {
                     return Ok(Err(TxError::WrongKey(account)));
                 }
                 Some(_) => {}
+                // Verified ahead under this very key: done.
+                None if verified.get(i) == Some(&Some(registered)) => {}
+                None => {
+                    if !crypto::verify_one(&registered, &sig.signature, &tx.id) {
+                        return Ok(Err(TxError::BadSignature(account)));
+                    }
+                }
             }
         }
         Ok(Ok(()))

@@ -400,7 +400,12 @@ fn issue_11_a_store_fault_aborts_the_block_and_is_never_a_receipt() {
     let mut chain = builder.finish().unwrap();
     let head = chain.head().clone();
     let tx = transfer_tx(&chain, "simplecoin", "alice", 1);
-    let prepared = prepare_block(vec![tx.clone()], false, &chain.pipeline());
+    let prepared = prepare_block(
+        vec![tx.clone()],
+        false,
+        &chain.pipeline(),
+        &tally_chain::crypto::NoKeys,
+    );
     fail.store(true, Ordering::Relaxed);
     match chain.execute_block(chain.next_block_time_ms(), &prepared) {
         // The fault surfaces where the block first reads the store: its fee state, or a
@@ -777,8 +782,10 @@ mod tampering {
     }
 
     /// Issue 20, item 5: one transaction, one encoding. The same transaction with its
-    /// signatures reordered (or one repeated) is refused at decode, and a stored block re-hashed
-    /// around a reordered transaction is refused by `verify`.
+    /// signatures reordered (or one repeated) is refused at admission (its bytes, whose
+    /// signatures imply their accounts since issue 26, decode to signatures that do not verify,
+    /// or not at all), and a stored block re-hashed around a reordered transaction is refused
+    /// by `verify`.
     #[test]
     fn issue_20_reordered_signatures_are_refused_at_decode_and_by_verify() {
         let mut chain = signed_chain();
@@ -801,19 +808,32 @@ mod tampering {
         reordered.signatures.reverse();
         assert_eq!(reordered.transaction.id(), signed.transaction.id());
         assert_eq!(
-            SignedTransaction::decode(&reordered.encode()),
-            Err(TxError::SignatureOrder(name("alice")))
+            reordered.check_limits(reordered.encode().len()),
+            Err(TxError::SignatureOrder(name("bob")))
+        );
+        // The encoding leaves the accounts out (issue 26): reordered signature bytes decode
+        // as bob's signature for alice and alice's for bob, which do not verify.
+        let swapped = SignedTransaction::decode(&reordered.encode()).unwrap();
+        assert_ne!(swapped, reordered);
+        assert_eq!(swapped.signatures[0].account, name("alice"));
+        assert_eq!(
+            swapped.signatures[0].signature,
+            signed.signatures[1].signature
         );
         let mut repeated = signed.clone();
         repeated.signatures.push(signed.signatures[1].clone());
         assert_eq!(
-            SignedTransaction::decode(&repeated.encode()),
+            repeated.check_limits(repeated.encode().len()),
             Err(TxError::SignatureOrder(name("bob")))
         );
+        assert!(matches!(
+            SignedTransaction::decode(&repeated.encode()),
+            Err(TxError::Malformed(_))
+        ));
         let block = chain.run_block(vec![reordered.clone(), signed]).unwrap();
         assert_eq!(
             block.results[0],
-            TxResult::Rejected(TxError::SignatureOrder(name("alice")))
+            TxResult::Rejected(TxError::SignatureOrder(name("bob")))
         );
         // Included (alice has no coins to move, so it fails, which does not matter here).
         assert!(
@@ -847,7 +867,7 @@ mod tampering {
                 .unwrap();
         }
         let err = verify(&store, chain.runtime().clone(), chain.config()).unwrap_err();
-        assert!(err.to_string().contains("could not be admitted"), "{err}");
+        assert!(err.to_string().contains("another outcome"), "{err}");
     }
 
     /// A store that refuses to load block 0 whole, as a ten-million-account genesis must not
@@ -1143,7 +1163,12 @@ fn issue_20_a_restarted_chain_decides_every_transaction_as_one_that_never_stoppe
             }
         }
         pushed += txs.len();
-        let prepared = prepare_block(txs.clone(), false, &steady.pipeline());
+        let prepared = prepare_block(
+            txs.clone(),
+            false,
+            &steady.pipeline(),
+            &tally_chain::crypto::NoKeys,
+        );
         let a = steady.execute_block(time, &prepared).unwrap();
         steady.commit(Durability::Immediate).unwrap();
 

@@ -208,12 +208,22 @@ fn issue_24_a_transaction_nobody_signs_is_refused_at_decode_and_the_payer_must_s
     };
     let alice_only = SignedTransaction::sign(tx.clone(), &[(alice, &alice_key)]);
     assert_eq!(
-        SignedTransaction::decode(&alice_only.encode()),
-        Err(TxError::MissingSignature(sponsor))
+        alice_only.check_limits(alice_only.encode().len()),
+        Err(TxError::SignatureOrder(alice))
     );
-    match push(&mut chain, alice_only) {
-        TxResult::Rejected(TxError::MissingSignature(who)) => assert_eq!(who, sponsor),
-        other => panic!("expected the sponsor's missing signature, got {other:?}"),
+    // On the wire a signature's place names its account (issue 26): alice's one signature
+    // comes back as the sponsor's, under a key that is not the sponsor's, and alice's is
+    // missing. Either way it is never included.
+    let decoded = SignedTransaction::decode(&alice_only.encode()).unwrap();
+    assert_eq!(decoded.signatures[0].account, sponsor);
+    for (tx, expected) in [
+        (alice_only, TxError::SignatureOrder(alice)),
+        (decoded, TxError::MissingSignature(alice)),
+    ] {
+        match push(&mut chain, tx) {
+            TxResult::Rejected(e) => assert_eq!(e, expected),
+            other => panic!("expected {expected:?}, got {other:?}"),
+        }
     }
     let both = SignedTransaction::sign(tx, &[(alice, &alice_key), (sponsor, &sponsor_key)]);
     assert_eq!(both.signatures[0].account, sponsor, "the payer signs first");
@@ -234,6 +244,7 @@ fn issue_24_a_failed_transaction_pays_its_fee_and_changes_nothing_else() {
     let before_state = user_state(&chain);
     // bob holds no simplecoin: the transfer fails in the contract.
     let tx = transfer_tx(&chain, "bob", "alice", 5);
+    let bytes = tx.encode().len() as u64;
     let result = push(&mut chain, tx);
     let receipt = result.receipt().expect("included");
     assert!(!receipt.is_success());
@@ -247,7 +258,11 @@ fn issue_24_a_failed_transaction_pays_its_fee_and_changes_nothing_else() {
         .sum::<u128>()
         / u128::from(PRICE_SCALE);
     assert_eq!(u128::from(fee.burned), priced);
-    assert!(receipt.usage.get(Dimension::Bandwidth) > 100);
+    assert_eq!(
+        receipt.usage.get(Dimension::Bandwidth),
+        bytes,
+        "its signed bytes"
+    );
     assert!(receipt.usage.get(Dimension::Compute) > 5_000);
     assert!(
         receipt.usage.get(Dimension::Read) > 0,
@@ -427,13 +442,23 @@ fn issue_24_a_payer_that_cannot_cover_its_max_fee_is_not_included() {
     // mempool can tell before any block (`fee::check_max_fee` at the next block's prices).
     let tx = call_tx(&chain, "spin", vec![], "alice", 10, 0);
     let prices = chain.fee_state().unwrap().prices;
-    let prepared = prepare_block(vec![tx.clone()], false, &chain.pipeline());
+    let prepared = prepare_block(
+        vec![tx.clone()],
+        false,
+        &chain.pipeline(),
+        &tally_chain::crypto::NoKeys,
+    );
     assert!(matches!(
         tally_chain::fee::check_max_fee(&prices, &prepared[0]),
         Err(TxError::MaxFeeTooLow { max_fee: 10, .. })
     ));
     let enough = call_tx(&chain, "spin", vec![], "alice", 30_000, 0);
-    let prepared = prepare_block(vec![enough], false, &chain.pipeline());
+    let prepared = prepare_block(
+        vec![enough],
+        false,
+        &chain.pipeline(),
+        &tally_chain::crypto::NoKeys,
+    );
     tally_chain::fee::check_max_fee(&prices, &prepared[0]).unwrap();
     match push(&mut chain, tx) {
         TxResult::Rejected(TxError::MaxFeeTooLow { max_fee: 10, .. }) => {}
@@ -456,7 +481,7 @@ fn issue_24_tips_go_to_the_proposer_named_for_the_block() {
         ),
         call_tx(&chain, "spin", vec![], "bob", 30_000, 25),
     ];
-    let prepared = prepare_block(txs, false, &chain.pipeline());
+    let prepared = prepare_block(txs, false, &chain.pipeline(), &tally_chain::crypto::NoKeys);
     let block = chain
         .execute_block_by(chain.next_block_time_ms(), name("carol"), &prepared)
         .unwrap();
@@ -486,7 +511,12 @@ fn issue_24_verify_replays_each_block_with_its_proposer() {
             10_000_000,
             500,
         );
-        let prepared = prepare_block(vec![tx], false, &chain.pipeline());
+        let prepared = prepare_block(
+            vec![tx],
+            false,
+            &chain.pipeline(),
+            &tally_chain::crypto::NoKeys,
+        );
         chain
             .execute_block_by(chain.next_block_time_ms(), name("dave"), &prepared)
             .unwrap();
@@ -663,7 +693,7 @@ proptest! {
                     }
                 })
                 .collect();
-            let prepared = prepare_block(txs, false, &chain.pipeline());
+            let prepared = prepare_block(txs, false, &chain.pipeline(), &tally_chain::crypto::NoKeys);
             chain
                 .execute_block_by(chain.next_block_time_ms(), name(PAYERS[proposer]), &prepared)
                 .unwrap();

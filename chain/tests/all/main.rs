@@ -19,3 +19,4 @@ mod script;
 mod snapshot;
 mod store;
 mod swap;
+mod wire;

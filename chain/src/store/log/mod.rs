@@ -93,8 +93,9 @@ use writer::{Durable, Syncing};
 const LOG_MAGIC: &[u8; 8] = b"TALLYLOG";
 /// Version 2 added the record header's own checksum; version 3 the record kind and
 /// `retain_from` in the payload; version 4 the block header's proposer, prices and usage
-/// (fees, issue 24).
-const FORMAT_VERSION: u32 = 5;
+/// (fees, issue 24); version 6 the compact transaction encoding of the blocks' bodies (varints,
+/// implied signers and public keys, issue 26).
+const FORMAT_VERSION: u32 = 6;
 const FILE_HEADER_LEN: u64 = 12;
 
 /// Changes at which a genesis goes straight into a run as well as into the log, instead of
