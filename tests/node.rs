@@ -744,11 +744,27 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         let key = tally_chain::crypto::derived_key(1, 1 % workload::KEY_POOL);
         SignedTransaction::sign(t, &[(workload::account_name(1), &key)]).encode()
     };
+    // Issue 26: a signature without its key that the committed key does not verify (forged,
+    // or by an account with no committed key), which execution would check again one by one.
+    let keyless = |from: u64, flip: bool| {
+        let t = transfer(tapos, from, 2, "keyless", 0).transaction;
+        let key = tally_chain::crypto::derived_key(1, from % workload::KEY_POOL);
+        let mut signed =
+            SignedTransaction::sign_registered(t, &[(workload::account_name(from), &key)]);
+        signed.signatures[0].signature[0] ^= u8::from(flip);
+        signed.encode()
+    };
+    assert_eq!(
+        process(&mut s, vec![bundle(&[&keyless(1, false)])]),
+        ProposalStatus::Accept as i32
+    );
     for bad in [
         bundle(&[&good, &forged.encode()]),
         b"junk".to_vec(),
         bundle(&[b"\x00"]),
         bundle(&[&underpaid]),
+        bundle(&[&keyless(1, true)]),
+        bundle(&[&keyless(3, false)]),
     ] {
         assert_eq!(
             process(&mut s, vec![bundle(&[&good]), bad]),

@@ -494,7 +494,7 @@ impl App {
         let mut txs = mempool::decode(bytes)?;
         self.mempool().screen(&txs)?;
         let keys = self.read_keys(&txs);
-        mempool::verify(&mut txs, &keys, true)?;
+        mempool::verify(&mut txs, &keys)?;
         let n = txs.len();
         let unknown = self.mempool().unknown_balances(mempool::asked(&txs).keys());
         let read = self.read_balances(unknown);
@@ -592,7 +592,7 @@ impl App {
         }
         // Every unknown bundle in one batched verification.
         let keys = self.read_keys(&all);
-        mempool::verify(&mut all, &keys, false)?;
+        mempool::verify(&mut all, &keys)?;
         let mut all = all.into_iter();
         let bundles: Vec<_> = sizes
             .into_iter()

@@ -74,20 +74,18 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<PreparedTx>, Refusal> {
 /// key `keys` gives (the committed state's: [`super::ledger::Ledger::committed_keys_of`]): the
 /// first refusal, if any.
 ///
-/// With `committed_keys_only` (CheckTx), a signature without its key must also verify under
-/// the committed key of its account, which must exist: the pool admits nothing that only a
-/// pending block could make valid. Without it (ProcessProposal), such a signature is left to
-/// execution: a proposal may create an account and spend from it in one block.
-pub fn verify(
-    txs: &mut [PreparedTx],
-    keys: &dyn KeySource,
-    committed_keys_only: bool,
-) -> Result<(), Refusal> {
+/// A signature without its key must verify under the committed key of its account, which must
+/// exist, in CheckTx and in ProcessProposal alike. The pool admits nothing that only a pending
+/// block could make valid, and a committed key never changes (there is no action that
+/// re-keys an account), so an honest proposal never carries such a signature. Accepting one
+/// would let a proposer fill its block with signatures every node must verify again, one at a
+/// time, at execution (an account created earlier in the block has no batched check). A
+/// node that executes a block it did not vote on still applies the chain's rule there.
+pub fn verify(txs: &mut [PreparedTx], keys: &dyn KeySource) -> Result<(), Refusal> {
     tally_chain::pipeline::verify_batched(txs, keys);
     let refusal = |t: &PreparedTx| -> Option<TxError> {
         match &t.check {
             Check::Refused(e) => Some(e.clone()),
-            _ if !committed_keys_only => None,
             // What the batch left to execution: no committed key, or not valid under it.
             _ => t
                 .keys
@@ -684,12 +682,11 @@ mod tests {
         PreparedTx::new(SignedTransaction::unsigned(t))
     }
 
-    /// Issue 26: CheckTx verifies a signature without its key against the committed key and
-    /// refuses it when that does not verify it (another key, or no account yet); a proposal's
-    /// check leaves such a signature to execution, where an account created earlier in the
-    /// block can sign.
+    /// Issue 26: CheckTx and ProcessProposal verify a signature without its key against the
+    /// committed key and refuse it when that does not verify it (another key, or no account
+    /// yet).
     #[test]
-    fn issue_26_checktx_needs_the_committed_key_and_a_proposal_leaves_it_to_execution() {
+    fn issue_26_a_signature_without_its_key_needs_the_committed_key() {
         let (alice, other) = (
             tally_chain::crypto::derived_key(26, 0),
             tally_chain::crypto::derived_key(26, 1),
@@ -711,18 +708,14 @@ mod tests {
         };
         let committed =
             |account: Name| (account == name_of("alice")).then(|| alice.verifying_key().to_bytes());
-        let code_of = |t: PreparedTx, checktx: bool| {
-            verify(&mut [t], &committed, checktx).map_err(|r| (r.code, r.log))
-        };
-        assert_eq!(code_of(signed("alice", &alice), true), Ok(()));
-        let wrong = code_of(signed("alice", &other), true).unwrap_err();
+        let code_of = |t: PreparedTx| verify(&mut [t], &committed).map_err(|r| (r.code, r.log));
+        assert_eq!(code_of(signed("alice", &alice)), Ok(()));
+        let wrong = code_of(signed("alice", &other)).unwrap_err();
         assert_eq!(wrong.0, code::REFUSED);
         assert!(wrong.1.contains("signature"), "{}", wrong.1);
-        let unknown = code_of(signed("carol", &other), true).unwrap_err();
+        let unknown = code_of(signed("carol", &other)).unwrap_err();
         assert_eq!(unknown.0, code::REFUSED);
         assert!(unknown.1.contains("carol"), "{}", unknown.1);
-        assert_eq!(code_of(signed("alice", &other), false), Ok(()));
-        assert_eq!(code_of(signed("carol", &other), false), Ok(()));
     }
 
     #[test]
