@@ -812,6 +812,42 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
     );
 }
 
+/// Issue 26: a node whose metrics port is taken (a process that held it still exiting) still
+/// serves consensus, and serves its metrics once the port is free.
+#[test]
+fn a_taken_metrics_port_does_not_keep_a_node_from_starting() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("abci.sock");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let node = Command::new(TALLY)
+        .args(["node", "--data", dir.path().join("data").to_str().unwrap()])
+        .args(["--abci", &format!("unix://{}", socket.display())])
+        .args(["--metrics", &addr.to_string()])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _guard = Kill(node);
+    wait_for("the node's socket", Duration::from_secs(30), || {
+        socket.exists()
+    });
+    drop(taken);
+    wait_for("the node's metrics", Duration::from_secs(30), || {
+        ureq::get(format!("http://{addr}/metrics"))
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok())
+            .is_some_and(|body| body.contains("tally_height"))
+    });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Fault injection (issue 20): `kill -9` at random moments under load, in the spirit of Jepsen.
 // ---------------------------------------------------------------------------------------------

@@ -77,14 +77,40 @@ pub fn run(args: NodeArgs) -> anyhow::Result<()> {
         serve_bad_snapshots: args.test_serve_bad_snapshots,
     };
     let app = Arc::new(App::open(args.data.clone(), options)?);
-    if let Some(addr) = &args.metrics {
-        let scraped = app.clone();
-        let bound = crate::node::metrics::serve(addr, move || scraped.render_metrics())?;
-        eprintln!("tally node: metrics at http://{bound}/metrics");
+    if let Some(addr) = args.metrics.clone() {
+        serve_metrics(addr, app.clone());
     }
     eprintln!(
         "tally node: data {}, listening on {address}, verifying with {backend:?}",
         args.data.display()
     );
     abci::serve(&address, app)
+}
+
+/// How often a node whose metrics address was taken tries it again.
+const METRICS_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Serves `app`'s metrics at `addr`. A taken port (a process that held it still exiting, or
+/// another program) does not keep a validator from consensus: the node says so, goes on, and
+/// tries the address again every [`METRICS_RETRY`] until it gets it.
+fn serve_metrics(addr: String, app: Arc<App>) {
+    let serve = move || {
+        let scraped = app.clone();
+        crate::node::metrics::serve(&addr, move || scraped.render_metrics())
+    };
+    match serve() {
+        Ok(bound) => eprintln!("tally node: metrics at http://{bound}/metrics"),
+        Err(e) => {
+            eprintln!("tally node: {e:#}; running without metrics, trying again every second");
+            std::thread::spawn(move || {
+                loop {
+                    std::thread::sleep(METRICS_RETRY);
+                    if let Ok(bound) = serve() {
+                        eprintln!("tally node: metrics at http://{bound}/metrics");
+                        return;
+                    }
+                }
+            });
+        }
+    }
 }
