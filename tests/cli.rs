@@ -990,10 +990,10 @@ TALLY_EXPORT("apply") void apply(uint64_t receiver, uint64_t code, uint64_t acti
         let good = std::fs::read_to_string(&chain_json).unwrap();
         std::fs::write(
             &chain_json,
-            good.replace("\"version\": 2", "\"version\": 3"),
+            good.replace("\"version\": 3", "\"version\": 4"),
         )
         .unwrap();
-        fails(&["verify", "--data", d], "layout version 3");
+        fails(&["verify", "--data", d], "layout version 4");
         std::fs::write(&chain_json, &good).unwrap();
         // Nothing above committed a block.
         assert_eq!(ok(&["blocks", "--data", d])["head"], height);
