@@ -646,28 +646,39 @@ fn abci(stream: &mut std::os::unix::net::UnixStream, value: request::Value) -> r
     answer
 }
 
+/// A `tally node` process alone in `dir`, with `args` added, once its ABCI socket is open:
+/// the process (killed when dropped) and the socket, for a test that drives it as CometBFT does.
+fn lone_node(dir: &Path, args: &[&str]) -> (KillOnDrop, PathBuf) {
+    let socket = dir.join("abci.sock");
+    let node = Command::new(TALLY)
+        .args(["node", "--data", dir.join("data").to_str().unwrap()])
+        .args(["--abci", &format!("unix://{}", socket.display())])
+        .args(args)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let node = KillOnDrop(node);
+    wait_for("the node's socket", Duration::from_secs(30), || {
+        socket.exists()
+    });
+    (node, socket)
+}
+
+/// A child process killed and reaped when dropped, also when the test fails.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn a_proposal_holding_a_bad_transaction_is_rejected() {
     // The `tally node` process alone, driven over its socket as CometBFT drives it.
     let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("abci.sock");
-    let node = Command::new(TALLY)
-        .args(["node", "--data", dir.path().join("data").to_str().unwrap()])
-        .args(["--abci", &format!("unix://{}", socket.display())])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _guard = Kill(node);
-    wait_for("the node's socket", Duration::from_secs(30), || {
-        socket.exists()
-    });
+    let (_node, socket) = lone_node(dir.path(), &[]);
     let mut s = std::os::unix::net::UnixStream::connect(&socket).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
 
@@ -817,27 +828,10 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
 #[test]
 fn a_taken_metrics_port_does_not_keep_a_node_from_starting() {
     let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("abci.sock");
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap();
-    let node = Command::new(TALLY)
-        .args(["node", "--data", dir.path().join("data").to_str().unwrap()])
-        .args(["--abci", &format!("unix://{}", socket.display())])
-        .args(["--metrics", &addr.to_string()])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _guard = Kill(node);
-    wait_for("the node's socket", Duration::from_secs(30), || {
-        socket.exists()
-    });
+    // Its socket opens: the node started.
+    let _node = lone_node(dir.path(), &["--metrics", &addr.to_string()]);
     drop(taken);
     wait_for("the node's metrics", Duration::from_secs(30), || {
         ureq::get(format!("http://{addr}/metrics"))
