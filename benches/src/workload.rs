@@ -465,20 +465,14 @@ impl ChangeSource for BenchAccounts {
         let mut key = Vec::with_capacity(32);
         if self.signed {
             for &(name, i) in &self.by_name {
-                key.clear();
-                key.push(keys::ACCOUNT); // keys::account, without its allocation
-                key.extend_from_slice(&name.to_be_bytes());
                 let public = &self.public_keys[(i as u64 % KEY_POOL) as usize];
-                f(&key, Some(public))?;
+                f(&keys::account(Name(name)), Some(public))?;
             }
         }
         // Native balances ([BALANCE, name]) sort between accounts and contract storage.
         let coins = NATIVE_FUNDS.to_le_bytes();
         for &(name, _) in &self.by_name {
-            key.clear();
-            key.push(keys::BALANCE); // keys::balance, without its allocation
-            key.extend_from_slice(&name.to_be_bytes());
-            f(&key, Some(&coins))?;
+            f(&keys::balance(Name(name)), Some(&coins))?;
         }
         let balance = INITIAL_BALANCE.to_le_bytes();
         for &contract in &self.contracts {

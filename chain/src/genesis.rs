@@ -125,7 +125,7 @@ impl GenesisBuilder {
     pub fn account(&mut self, account: Name, key: [u8; 32]) {
         self.chain
             .journal
-            .write_block(keys::account(account), Some(key.to_vec()));
+            .write_block(keys::account(account).to_vec(), Some(key.to_vec()));
     }
 
     /// Gives `account` `coins` native coins (replacing any balance given before). The sum of

@@ -36,29 +36,28 @@ pub mod keys {
     /// `[CONTRACT, account, key…]` → a contract's own storage.
     pub const CONTRACT: u8 = 0x10;
 
-    fn with_name(prefix: u8, account: Name) -> Vec<u8> {
-        let mut k = Vec::with_capacity(9);
-        k.push(prefix);
-        k.extend_from_slice(&account.0.to_be_bytes());
+    /// A key of `prefix` and `account`: a fixed array, as every transaction reads several
+    /// (its signers' keys, its payer's balance, the code hash of what it runs) and a key on
+    /// the stack costs no allocation.
+    fn with_name(prefix: u8, account: Name) -> [u8; 9] {
+        let mut k = [prefix; 9];
+        k[1..].copy_from_slice(&account.0.to_be_bytes());
         k
     }
 
     /// The key of `account`'s public key.
-    pub fn account(account: Name) -> Vec<u8> {
+    pub fn account(account: Name) -> [u8; 9] {
         with_name(ACCOUNT, account)
     }
 
     /// The key of `account`'s code hash.
-    pub fn code_hash(account: Name) -> Vec<u8> {
+    pub fn code_hash(account: Name) -> [u8; 9] {
         with_name(CODE_HASH, account)
     }
 
-    /// The key of `account`'s native balance: a fixed array, as every transaction's fee reads
-    /// and writes one and a key on the stack costs no allocation.
+    /// The key of `account`'s native balance.
     pub fn balance(account: Name) -> [u8; 9] {
-        let mut k = [BALANCE; 9];
-        k[1..].copy_from_slice(&account.0.to_be_bytes());
-        k
+        with_name(BALANCE, account)
     }
 
     /// The key of the chain's fee state.

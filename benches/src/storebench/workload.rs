@@ -407,7 +407,7 @@ fn balance_key(account: u64) -> Vec<u8> {
 
 /// An account's public-key key, as the chain lays it out.
 fn account_key(account: u64) -> Vec<u8> {
-    tally_chain::state::keys::account(tally_chain::Name(account))
+    tally_chain::state::keys::account(tally_chain::Name(account)).to_vec()
 }
 
 impl Transfers {

@@ -249,7 +249,7 @@ pub(crate) fn install(
     let code_key = keys::code(&hash);
     let code_is_new = env.journal.get(env.store, &code_key)?.is_none();
     for (key, value, new) in [
-        (keys::code_hash(account), &hash[..], !upgrade),
+        (keys::code_hash(account).to_vec(), &hash[..], !upgrade),
         (code_key, code, code_is_new),
     ] {
         if let Err(abort) = env.journal.set(&key, Some(value)) {

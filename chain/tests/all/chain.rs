@@ -952,7 +952,10 @@ mod tampering {
         // its header and checksum recomputed so that every link and checksum checks out.
         let head = chain.head().clone();
         let attacker = derived_key(666, 0).verifying_key().to_bytes();
-        let changes = vec![(keys::account(name("alice")), Some(attacker.to_vec()))];
+        let changes = vec![(
+            keys::account(name("alice")).to_vec(),
+            Some(attacker.to_vec()),
+        )];
         let header = BlockHeader {
             height: head.height + 1,
             previous: head.id(),
