@@ -122,6 +122,11 @@ pub struct Chain {
     executed: Option<Executed>,
     /// Blocks to run sequentially before speculating again (see [`MIN_CONFIRMED_SHARE`]).
     pub(crate) speculation_backoff: u32,
+    /// Speculating blocks in a row that did not pay: each doubles the next back-off.
+    speculation_misses: u32,
+    /// Whether the last block executed in order would have gained from speculation
+    /// ([`Journal::take_conflicts`](crate::exec::journal::Journal)); true until a block says.
+    pub(crate) speculation_would_pay: bool,
     /// Builds and publishes the snapshots the chain commits to ([`Chain::set_snapshots`]).
     snapshots: Option<Snapshotter>,
     /// Why the last snapshot could not be published, until [`Chain::take_snapshot_failure`].
@@ -134,9 +139,15 @@ pub struct Chain {
 /// result, only how fast it is reached.
 const MIN_CONFIRMED_SHARE: f64 = 0.6;
 
-/// How many blocks run sequentially after a block whose speculation did not pay, before the
-/// next attempt (the workload may have changed).
+/// How many blocks run in order after a block whose speculation did not pay although the
+/// block before said it would (its runs walked ranges others wrote, or read code that changed,
+/// which [`Journal::take_conflicts`](crate::exec::journal::Journal) does not see). Each further
+/// miss in a row doubles it, up to [`MAX_SPECULATION_BACKOFF_BLOCKS`].
 const SPECULATION_BACKOFF_BLOCKS: u32 = 8;
+
+/// The longest back-off: where the estimate keeps being wrong, one block in 65 speculates in
+/// vain, and a speculating block that does not pay runs at about half the speed of one in order.
+const MAX_SPECULATION_BACKOFF_BLOCKS: u32 = 64;
 
 impl Chain {
     pub(crate) fn new(
@@ -159,6 +170,8 @@ impl Chain {
             block_ids: crate::IdSet::default(),
             executed: None,
             speculation_backoff: 0,
+            speculation_misses: 0,
+            speculation_would_pay: true,
             snapshots: None,
             snapshot_failure: None,
         }
@@ -588,8 +601,20 @@ impl Chain {
             code: changes.code,
         });
         let (speculated, confirmed) = (block.speculated, block.confirmed);
-        if speculated > 0 && f64::from(confirmed) < MIN_CONFIRMED_SHARE * f64::from(speculated) {
-            self.speculation_backoff = SPECULATION_BACKOFF_BLOCKS;
+        let (ran, conflicted) = self.journal.take_conflicts();
+        if speculated == 0 && ran > 0 {
+            self.speculation_would_pay =
+                f64::from(ran - conflicted) >= MIN_CONFIRMED_SHARE * f64::from(ran);
+        }
+        if speculated > 0 {
+            if f64::from(confirmed) < MIN_CONFIRMED_SHARE * f64::from(speculated) {
+                self.speculation_backoff = SPECULATION_BACKOFF_BLOCKS
+                    .saturating_mul(1 << self.speculation_misses.min(16))
+                    .min(MAX_SPECULATION_BACKOFF_BLOCKS);
+                self.speculation_misses = self.speculation_misses.saturating_add(1);
+            } else {
+                self.speculation_misses = 0;
+            }
         }
         ExecutedBlock {
             header,

@@ -191,6 +191,15 @@ pub struct Journal {
     walks: Vec<Walked>,
     /// The overlay's keys in order, built on the block's first ordered read.
     order: OverlayOrder,
+    /// The overlay's length when the running transaction started: entries before it were
+    /// written by earlier transactions of the block.
+    tx_start: usize,
+    /// Whether the running transaction loaded or overwrote a key an earlier transaction of
+    /// the block wrote: run speculatively, against the block's start, it would not stand.
+    tx_conflicted: bool,
+    /// Transactions run since [`Journal::take_conflicts`], and how many of them conflicted.
+    txs_run: u32,
+    txs_conflicted: u32,
 }
 
 impl Default for Journal {
@@ -212,6 +221,10 @@ impl Default for Journal {
             reads: None,
             walks: Vec::new(),
             order: OverlayOrder::default(),
+            tx_start: 0,
+            tx_conflicted: false,
+            txs_run: 0,
+            txs_conflicted: 0,
         }
     }
 }
@@ -256,8 +269,11 @@ impl Journal {
         key: &[u8],
         counted: bool,
     ) -> StoreResult<Result<Option<&'a [u8]>, Abort>> {
-        let value = match self.overlay.get(key) {
-            Some(slot) => slot.as_deref(),
+        let value = match self.overlay.get_full(key) {
+            Some((index, _, slot)) => {
+                self.tx_conflicted |= counted && index < self.tx_start;
+                slot.as_deref()
+            }
             None => {
                 if let Some(reads) = &mut self.reads {
                     reads.push(key.to_vec());
@@ -436,6 +452,8 @@ impl Journal {
                 {
                     return Ok(Err(abort));
                 }
+                // Whether the key existed is a read of it.
+                self.tx_conflicted |= entry.index() < self.tx_start;
                 let previous = entry.insert(Some(value.to_vec()));
                 if previous.is_none() {
                     // Deleted earlier in the block: writing it creates it again.
@@ -581,6 +599,8 @@ impl Journal {
         debug_assert!(self.undo.is_empty(), "a transaction is already running");
         self.undo.clear();
         self.events.clear();
+        self.tx_start = self.overlay.len();
+        self.tx_conflicted = false;
         self.tx_writes = 0;
         self.tx_bytes = 0;
         self.tx_reads = 0;
@@ -654,6 +674,7 @@ impl Journal {
     /// with [`Journal::take_events`]).
     pub fn commit_tx(&mut self) {
         self.undo.clear();
+        self.count_conflict();
     }
 
     /// Drops the running transaction's changes and events, leaving the journal as at the
@@ -661,6 +682,24 @@ impl Journal {
     pub fn discard_tx(&mut self) {
         self.revert_to(0);
         self.events.clear();
+        self.count_conflict();
+    }
+
+    fn count_conflict(&mut self) {
+        self.txs_run += 1;
+        self.txs_conflicted += u32::from(self.tx_conflicted);
+    }
+
+    /// How many transactions ran since the last call, and how many of those loaded (or
+    /// overwrote) a key an earlier transaction of their block wrote: run against the block's
+    /// start, as speculation runs them, those would have had to run again. A block executed in
+    /// order thereby says what speculating it would have gained, for the price of a comparison
+    /// per load. It leaves out what speculation also checks and contracts seldom do (code
+    /// reads, walks, fuel), so it can only overestimate how many runs would stand.
+    pub(crate) fn take_conflicts(&mut self) -> (u32, u32) {
+        let counts = (self.txs_run, self.txs_conflicted);
+        (self.txs_run, self.txs_conflicted) = (0, 0);
+        counts
     }
 
     /// The pending block's changes, leaving an empty journal for the next block.

@@ -7,6 +7,11 @@
 //! transaction runs again, in order, on the usual path. The head is therefore identical to
 //! sequential execution's, for any thread count (tested, hostile contracts included).
 //!
+//! Speculation pays only where most runs stand, so a block speculates only when the block
+//! before, run in order, counted few transactions loading what an earlier one of its block wrote
+//! (a speculative run of those would not stand); a speculating block that still did not pay
+//! makes the next ones run in order, for longer each time in a row.
+//!
 //! Two kinds of work never run speculatively: system actions (`newaccount`, `setcode`), which
 //! change accounts and code, and anything whose fuel limit depends on how much of the block's
 //! fuel earlier transactions used (checked when it is finalized).
@@ -116,8 +121,16 @@ impl Chain {
         {
             return Ok(None);
         }
+        // A block speculates only when the last block run in order says enough of its runs
+        // would stand: at 10k uniform accounts 43% do, a speculating block ran at 200-300k
+        // transfers/s against 440k in order (two cores), and probing every ninth block made
+        // the default mode 6% slower than `--sequential --threads 1` over 200,000 transfers.
+        // After a block whose speculation did not pay anyway, the next ones wait.
         if self.speculation_backoff > 0 {
             self.speculation_backoff -= 1;
+            return Ok(None);
+        }
+        if !self.speculation_would_pay {
             return Ok(None);
         }
         debug_assert!(

@@ -389,3 +389,38 @@ fn walks_give_the_same_results_sequentially_and_speculatively_on_every_thread_co
         }
     }
 }
+
+/// Speculation that keeps missing where the in-order estimate cannot see why backs off for
+/// longer each time (8, 16, 32, then 64 blocks at most): a walk over a range an earlier
+/// transaction of its block wrote in conflicts, and the estimate counts loads, not walks.
+#[test]
+fn speculation_that_keeps_missing_backs_off_longer_each_time() {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    let speculated: Vec<u32> = pool.install(|| {
+        let mut chain = chain_on(Box::new(MemoryStore::new(64)));
+        chain.set_pipeline(Pipeline::ALL);
+        let mut speculated = Vec::new();
+        for height in 0..130u32 {
+            let key: &'static [u8] = Box::leak(Box::new([b'k', height as u8, 0]));
+            let put = vec![Op::Put(key, vec![1])];
+            let walk = |limit: u32| {
+                vec![Op::Walk(Walk {
+                    limit,
+                    ..Walk::prefix(b"k", 0)
+                })]
+            };
+            let txs = [put, walk(200), walk(201), walk(202)]
+                .iter()
+                .map(|ops| tx(&chain, ordered(), ops))
+                .collect();
+            if chain.run_block(txs).unwrap().speculated > 0 {
+                speculated.push(height);
+            }
+        }
+        speculated
+    });
+    assert_eq!(speculated, [0, 9, 26, 59, 124]);
+}

@@ -224,3 +224,46 @@ fn issue_20_a_block_of_spinning_calls_executes_alike_on_every_core_count() {
         assert_eq!(head, &heads[0], "{threads} threads");
     }
 }
+
+/// A block executed in order says whether speculating the next one would pay: blocks of
+/// counter calls on one contract all conflict, so after the first block (which speculates, as
+/// nothing is known yet) none speculates; calls spread over four counters do not conflict, and
+/// the block after the first of those speculates, as does every later one. Whether a block
+/// speculates never changes its head.
+#[test]
+fn blocks_run_in_order_decide_whether_the_next_speculates() {
+    let counter = wat::parse_str(COUNTER).unwrap();
+    let counters: Vec<Name> = (1..=4).map(|i| name(&format!("c{i}"))).collect();
+    let contracts: Vec<(Name, &[u8])> = counters.iter().map(|c| (*c, &counter[..])).collect();
+    let run = |pipeline: Pipeline, threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let mut chain = unsigned_chain(&contracts);
+            chain.set_pipeline(pipeline);
+            let (mut speculated, mut heads) = (Vec::new(), Vec::new());
+            for height in 0..30u8 {
+                let txs = (0..4u8)
+                    .map(|i| {
+                        let to = if height < 20 { 0 } else { usize::from(i) };
+                        unsigned_tx(&chain, counters[to], name("hit"), vec![i, height])
+                    })
+                    .collect();
+                let executed = chain.run_block(txs).unwrap();
+                if executed.speculated > 0 {
+                    speculated.push(height);
+                }
+                heads.push(chain.head_id());
+            }
+            (speculated, heads)
+        })
+    };
+    let (none, sequential) = run(Pipeline::NONE, 1);
+    assert!(none.is_empty());
+    let (speculated, heads) = run(Pipeline::ALL, 2);
+    assert_eq!(heads, sequential);
+    let expected: Vec<u8> = [0].into_iter().chain(21..30).collect();
+    assert_eq!(speculated, expected);
+}
