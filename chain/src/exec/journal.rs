@@ -46,6 +46,10 @@ enum Undo {
     /// copy of its key for the undo log: entries are only ever appended while a transaction
     /// runs, so the entry a write added is the overlay's last when its undo comes round.
     Write(usize, Option<Slot>),
+    /// An update in place of a value by one of the same length (a balance): the entry's index,
+    /// and where in [`Journal::undo_bytes`] the bytes it replaced start (they run to its end,
+    /// and are as long as the entry's value).
+    Overwrite(usize, usize),
     /// A deployment: the account and the contract it had deployed earlier in the block, if any.
     Code(Name, Option<Executor>),
     /// An event: the running transaction's last.
@@ -168,6 +172,9 @@ pub struct Journal {
     read_cache: KeyedMap<Vec<u8>, Vec<u8>>,
     /// The running transaction's undo log, newest last.
     undo: Vec<Undo>,
+    /// The values [`Undo::Overwrite`] entries replaced, oldest first: kept in one buffer, so
+    /// that updating a value the block wrote before allocates nothing.
+    undo_bytes: Vec<u8>,
     /// The running transaction's events, in the order they were emitted.
     events: Vec<Event>,
     /// Writes and bytes written by the running transaction, against the limits.
@@ -209,6 +216,7 @@ impl Default for Journal {
             code: KeyedMap::default(),
             read_cache: KeyedMap::default(),
             undo: Vec::new(),
+            undo_bytes: Vec::new(),
             events: Vec::new(),
             tx_writes: 0,
             tx_bytes: 0,
@@ -454,16 +462,24 @@ impl Journal {
                 }
                 // Whether the key existed is a read of it.
                 self.tx_conflicted |= entry.index() < self.tx_start;
-                let previous = entry.insert(Some(value.to_vec()));
-                if previous.is_none() {
-                    // Deleted earlier in the block: writing it creates it again.
-                    self.tx_new_keys += 1;
-                    self.tx_new_bytes += (key.len() + value.len()) as u64;
+                let index = entry.index();
+                match entry.get_mut() {
+                    Some(slot) if slot.len() == value.len() => {
+                        let start = self.undo_bytes.len();
+                        self.undo_bytes.extend_from_slice(slot);
+                        slot.copy_from_slice(value);
+                        (true, Undo::Overwrite(index, start))
+                    }
+                    slot => {
+                        let previous = slot.replace(value.to_vec());
+                        if previous.is_none() {
+                            // Deleted earlier in the block: writing it creates it again.
+                            self.tx_new_keys += 1;
+                            self.tx_new_bytes += (key.len() + value.len()) as u64;
+                        }
+                        (previous.is_some(), Undo::Write(index, Some(previous)))
+                    }
                 }
-                (
-                    previous.is_some(),
-                    Undo::Write(entry.index(), Some(previous)),
-                )
             }
             RawEntryMut::Vacant(entry) => {
                 if let Some(reads) = &mut self.reads {
@@ -541,6 +557,13 @@ impl Journal {
             let Some(undo) = self.undo.pop() else { break };
             match undo {
                 Undo::Write(index, Some(slot)) => self.overlay[index] = slot,
+                Undo::Overwrite(index, start) => {
+                    let slot = self.overlay[index]
+                        .as_mut()
+                        .expect("an overwritten value is there until its undo");
+                    slot.copy_from_slice(&self.undo_bytes[start..]);
+                    self.undo_bytes.truncate(start);
+                }
                 Undo::Write(index, None) => {
                     // Undone newest first, so every entry added after this one is gone.
                     debug_assert_eq!(index + 1, self.overlay.len());
@@ -598,6 +621,7 @@ impl Journal {
     pub fn checkpoint(&mut self) {
         debug_assert!(self.undo.is_empty(), "a transaction is already running");
         self.undo.clear();
+        self.undo_bytes.clear();
         self.events.clear();
         self.tx_start = self.overlay.len();
         self.tx_conflicted = false;
@@ -674,6 +698,7 @@ impl Journal {
     /// with [`Journal::take_events`]).
     pub fn commit_tx(&mut self) {
         self.undo.clear();
+        self.undo_bytes.clear();
         self.count_conflict();
     }
 
@@ -739,6 +764,7 @@ impl Journal {
         self.code.clear();
         self.read_cache.clear();
         self.undo.clear();
+        self.undo_bytes.clear();
         self.events.clear();
         self.order.clear();
         self.walks.clear();
@@ -777,6 +803,45 @@ mod tests {
         assert_eq!(
             j.take_changes().state,
             vec![(b"a".to_vec(), Some(b"1".to_vec()))]
+        );
+    }
+
+    /// Updates in place (a value replaced by one of its length) undo like any write: a
+    /// discarded transaction, and a call reverted to its mark inside a transaction that goes
+    /// on, leave the values as they were, whatever the mix of in-place and other writes.
+    #[test]
+    fn updates_in_place_undo_exactly() {
+        let store = MemoryStore::new(1);
+        let mut j = Journal::default();
+        let value = |j: &mut Journal, k: &[u8]| j.get(&store, k).unwrap().map(<[u8]>::to_vec);
+        j.checkpoint();
+        j.upsert(&store, b"a", b"11").unwrap().unwrap();
+        j.upsert(&store, b"b", b"22").unwrap().unwrap();
+        j.commit_tx();
+        j.checkpoint();
+        assert!(j.upsert(&store, b"a", b"12").unwrap().unwrap(), "a existed");
+        let mark = j.mark();
+        j.upsert(&store, b"a", b"13").unwrap().unwrap();
+        j.upsert(&store, b"b", b"222").unwrap().unwrap();
+        j.upsert(&store, b"b", b"223").unwrap().unwrap();
+        j.upsert(&store, b"a", b"14").unwrap().unwrap();
+        assert_eq!(value(&mut j, b"a"), Some(b"14".to_vec()));
+        j.revert_to(mark);
+        assert_eq!(value(&mut j, b"a"), Some(b"12".to_vec()));
+        assert_eq!(value(&mut j, b"b"), Some(b"22".to_vec()));
+        j.upsert(&store, b"b", b"23").unwrap().unwrap();
+        j.discard_tx();
+        assert_eq!(value(&mut j, b"a"), Some(b"11".to_vec()));
+        assert_eq!(value(&mut j, b"b"), Some(b"22".to_vec()));
+        j.checkpoint();
+        j.upsert(&store, b"a", b"15").unwrap().unwrap();
+        j.commit_tx();
+        assert_eq!(
+            j.take_changes().state,
+            vec![
+                (b"a".to_vec(), Some(b"15".to_vec())),
+                (b"b".to_vec(), Some(b"22".to_vec()))
+            ]
         );
     }
 
