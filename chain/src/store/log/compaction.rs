@@ -15,7 +15,7 @@ use super::index::{Loc, SHARDS};
 use super::merge::{MergeBlock, MergeDone, MergeJob, run_merge};
 use super::record::{FileReader, RECORD_HEADER_LEN, read_prefix};
 use super::run::{KeptBlock, Run, RunMask};
-use super::worker::{Pending, Worker};
+use super::worker::{Pending, Priority, Worker};
 use super::{BlockPos, LogStore, segment_path};
 
 /// Most blocks one merge reads at once: each holds a 16 KiB buffer, so at most 16 MiB.
@@ -261,7 +261,7 @@ impl LogStore {
             cancel: cancel.clone(),
         };
         if self.options.background {
-            let handle = Worker::get(&mut self.merge_worker, "tally-merge")
+            let handle = Worker::get(&mut self.merge_worker, "tally-merge", Priority::Yielding)
                 .at("starting the merge worker for", &self.dir)?
                 .run(move || run_merge(job));
             self.merging = Some(Merging { handle, cancel });

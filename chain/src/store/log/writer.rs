@@ -23,7 +23,7 @@ use super::record::{
 };
 use super::run::{Run, RunWriter};
 use super::vfs::FileWriter;
-use super::worker::{Pending, Worker};
+use super::worker::{Pending, Priority, Worker};
 use super::{
     BULK_GENESIS_CHANGES, BlockPos, FILE_HEADER_LEN, FORMAT_VERSION, LOG_MAGIC, LogStore, Segment,
     segment_path,
@@ -286,7 +286,7 @@ impl LogStore {
                 self.raise_durable(seq, end, Some(&block.header));
             }
             Durability::Background => {
-                let worker = Worker::get(&mut self.sync_worker, "tally-sync")
+                let worker = Worker::get(&mut self.sync_worker, "tally-sync", Priority::Normal)
                     .at("starting the sync worker for", &path)?;
                 let handle =
                     worker.run(move || crash::io_point("block-sync").and_then(|()| file.sync()));
