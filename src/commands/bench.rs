@@ -679,6 +679,25 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.flood {
         return run_flood(&args);
     }
+    // The run goes on a worker thread of the pool, so that the blocks' stages (each a
+    // rayon::join of the next block's preparation and this block's execution) allocate and
+    // free on the threads that run them: from the main thread, every join was handed to a
+    // worker, and each block's buffers were freed on another thread than the one that
+    // allocated them.
+    let (done, result) = std::sync::mpsc::channel();
+    rayon::spawn(move || {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_transfers(args)));
+        let _ = done.send(run);
+    });
+    match result.recv() {
+        Ok(Ok(report)) => report,
+        // A panic goes on in the main thread, as it would have without the hand-off.
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        Err(_) => anyhow::bail!("the benchmark's thread ended without a result"),
+    }
+}
+
+fn run_transfers(args: BenchArgs) -> anyhow::Result<()> {
     let config = bench_config(&args);
     let chain_config = ChainConfig {
         check_signatures: config.signed,
