@@ -67,13 +67,15 @@ impl Backend {
         }
     }
 
-    /// The fastest backend this CPU runs, whatever is forced.
+    /// The fastest backend this CPU runs, whatever is forced: AVX-512F's lanes, else AVX2's,
+    /// else dalek. On this project's AVX2 machine (AMD EPYC, no AVX-512) the AVX2 lanes beat
+    /// dalek's AVX2 code: `tally bench` 106,026 against 84,673 transfers/s (medians of 5
+    /// interleaved pairs), 101,481 against 78,415 with 1M zipf accounts (3 pairs).
     pub fn fastest() -> Backend {
-        if Backend::Avx512.available() {
-            Backend::Avx512
-        } else {
-            Backend::Dalek
-        }
+        [Backend::Avx512, Backend::Avx2]
+            .into_iter()
+            .find(|b| b.available())
+            .unwrap_or(Backend::Dalek)
     }
 
     /// The backend this process verifies batches with: the one [`set_backend`] forced, else

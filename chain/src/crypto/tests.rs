@@ -1001,6 +1001,15 @@ fn issue_20_backend_choices_parse_and_resolve_as_documented() {
     );
     assert_eq!(BackendChoice::Auto.resolve(), Ok(Backend::fastest()));
     assert!(Backend::fastest().available());
+    // The lanes on AVX-512F, else on AVX2 (faster than dalek there), else dalek.
+    let expected = if Backend::Avx512.available() {
+        Backend::Avx512
+    } else if Backend::Avx2.available() {
+        Backend::Avx2
+    } else {
+        Backend::Dalek
+    };
+    assert_eq!(Backend::fastest(), expected);
     for backend in [Backend::Avx2, Backend::Avx512] {
         let resolved = BackendChoice::Force(backend).resolve();
         if backend.available() {
