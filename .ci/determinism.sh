@@ -17,7 +17,7 @@ checksum() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["st
 
 expected=""
 cells=0
-for backend in dalek avx512; do
+for backend in dalek avx2 avx512; do
   if ! TALLY_VERIFY_BACKEND=$backend "$tally" "${args[@]}" --transfers 1000 --store memory \
       --json "$work/probe.json" >/dev/null 2>"$work/probe.err"; then
     echo "determinism: backend $backend not on this CPU: $(tail -n 1 "$work/probe.err")"

@@ -5,7 +5,8 @@
 //! - `single`: one signature, ed25519-zebra against `zip215::verify_one` (key cached or not);
 //! - `batch N`: one batch of N signatures on one thread: ed25519-zebra's batch verifier (what
 //!   Tally used before), curve25519-dalek's multiscalar multiplication (`Backend::Dalek`: its
-//!   AVX2 backend here), and the AVX-512F backend, each with a warm key cache and with none;
+//!   AVX2 backend here), and the lane backends (AVX-512F, and its code on AVX2), each with a
+//!   warm key cache and with none;
 //! - `block`: `verify_many` on a block of 10,000 transfers with every core, against the
 //!   previous implementation (ed25519-zebra, batches of 256 on rayon).
 //!
@@ -68,10 +69,12 @@ fn zebra_batch(sigs: &[([u8; 32], [u8; 64], [u8; 32])]) -> bool {
 
 fn backends() -> Vec<(&'static str, Backend)> {
     let mut all = vec![("dalek", Backend::Dalek)];
-    if Backend::Avx512.available() {
-        all.push(("avx512", Backend::Avx512));
-    } else {
-        eprintln!("no AVX-512F on this CPU: the avx512 variants do not run");
+    for backend in [Backend::Avx2, Backend::Avx512] {
+        if backend.available() {
+            all.push((backend.name(), backend));
+        } else {
+            eprintln!("this CPU cannot run the {backend} backend: its variants do not run");
+        }
     }
     all
 }

@@ -1,6 +1,6 @@
 //! Signature verification, differentially: every batch backend against the ZIP-215 reference
-//! (issue 20). A signature one backend accepts and another rejects forks AVX-512 validators
-//! from the others.
+//! (issue 20): dalek, and the lane backend on AVX2 and on AVX-512F. A signature one backend
+//! accepts and another rejects forks the validators of one CPU kind from the others.
 //!
 //! `cargo +nightly fuzz run verify_differential`
 //! On a CPU without AVX-512F, with the AVX-512 backend on its scalar emulation:

@@ -30,7 +30,7 @@ struct Entry<P> {
 
 /// Decompressed keys by their 32 encoded bytes: set-associative, least recently used out.
 /// `P` is the form a verifier wants the point in: curve25519-dalek's [`EdwardsPoint`] by
-/// default, or the AVX-512 verifier's table row.
+/// default, or the lane verifiers' (AVX-512F, AVX2) table row.
 ///
 /// Sets are found by a hash with a per-process random seed, so a signer cannot choose keys
 /// that all land in the set of someone else's key to evict it.

@@ -7,24 +7,28 @@
 //! depending on the batch's random coefficients, so nodes that batch differently could
 //! disagree on which transactions are valid.
 //!
-//! Two backends check batches, chosen at run time ([`Backend::best`]): [`avx512`], which
-//! puts a different signature in each lane of AVX-512F registers, and [`zip215`] on
-//! curve25519-dalek (its AVX2 code on other x86-64 CPUs), which is also the reference every
-//! result is defined by: batched or not, on any backend, batch size or thread count, a
-//! signature gets the result [`zip215::verify_one`] gives it. No build flag is needed; a
-//! binary built anywhere uses AVX-512 where the CPU has it. An operator can force either
-//! with `TALLY_VERIFY_BACKEND=dalek|avx512|auto`, an embedder with [`set_backend`]
-//! ([`backend`]). `fuzz/fuzz_targets/verify_differential.rs` checks both backends against
+//! Three backends check batches, chosen at run time ([`Backend::best`]): [`avx512`], which
+//! puts a different signature in each lane of AVX-512F registers, [`avx2`], the same code
+//! ([`lanes`]) on AVX2 registers, and [`zip215`] on curve25519-dalek (its AVX2 code on other
+//! x86-64 CPUs), which is also the reference every result is defined by: batched or not, on
+//! any backend, batch size or thread count, a signature gets the result
+//! [`zip215::verify_one`] gives it. No build flag is needed; a binary built anywhere uses
+//! AVX-512 where the CPU has it. An operator can force any with
+//! `TALLY_VERIFY_BACKEND=dalek|avx2|avx512|auto`, an embedder with [`set_backend`]
+//! ([`backend`]). `fuzz/fuzz_targets/verify_differential.rs` checks every backend against
 //! [`zip215::verify_one`] on crafted batches.
 //!
 //! Decompressed public keys are kept in bounded caches shared by every thread ([`Keys`]), so
 //! an account's key is decompressed once, not once per signature.
 
-#[cfg(target_arch = "x86_64")]
-pub mod avx512;
 pub mod backend;
 pub mod key_cache;
+#[cfg(target_arch = "x86_64")]
+pub mod lanes;
 pub mod zip215;
+
+#[cfg(target_arch = "x86_64")]
+pub use lanes::{avx2, avx512};
 
 use std::sync::LazyLock;
 
@@ -44,9 +48,10 @@ use crate::tx::{SignedTransaction, TxId};
 /// Signatures per batch at most. A batch's multiscalar multiplication costs less per
 /// signature the larger it is (Pippenger's buckets are shared; on the AVX-512 backend, CPU
 /// time a signature fell from 12.6 µs at 1,250 to 11.7 at 2,500 and 10.2 at 5,000 on this
-/// loaded machine), so [`verify_many`] gives the AVX-512 backend whole blocks, which it
-/// spreads over every core itself, and the dalek backend one batch per thread. The bound
-/// keeps a batch's working set (about 0.6 KiB a signature) near 5 MiB for huge blocks.
+/// loaded machine), so [`verify_many`] gives the lane backends (AVX-512, AVX2) whole blocks,
+/// which they spread over every core themselves, and the dalek backend one batch per thread.
+/// The bound keeps a batch's working set (about 0.6 KiB a signature) near 5 MiB for huge
+/// blocks.
 pub const VERIFY_BATCH: usize = 8192;
 
 /// Fewest signatures [`verify_many`] gives a thread of its own on the dalek backend: below
@@ -57,7 +62,7 @@ const MIN_BATCH: usize = 64;
 pub struct Keys {
     points: KeyCache,
     #[cfg(target_arch = "x86_64")]
-    rows: KeyCache<avx512::Row>,
+    rows: KeyCache<lanes::Row>,
 }
 
 impl Keys {
@@ -91,9 +96,13 @@ pub fn verify_batch(items: &[SigItem], backend: Backend, keys: &Keys) -> Vec<boo
     match backend {
         Backend::Dalek => zip215::verify_batch(items, &keys.points),
         #[cfg(target_arch = "x86_64")]
+        Backend::Avx2 => avx2::verify_batch(items, keys),
+        #[cfg(target_arch = "x86_64")]
         Backend::Avx512 => avx512::verify_batch(items, keys),
         #[cfg(not(target_arch = "x86_64"))]
-        Backend::Avx512 => panic!("the AVX-512 backend runs on x86-64 only"),
+        Backend::Avx2 | Backend::Avx512 => {
+            panic!("the {backend} backend runs on x86-64 only")
+        }
     }
 }
 
@@ -295,7 +304,7 @@ pub fn verify_many_with(
         .collect();
     let valid: Vec<bool> = match backend {
         // Parallel inside a batch: as large a batch as VERIFY_BATCH allows, on every core.
-        Backend::Avx512 => sigs
+        Backend::Avx2 | Backend::Avx512 => sigs
             .chunks(VERIFY_BATCH)
             .flat_map(|chunk| verify_batch(chunk, backend, Keys::shared()))
             .collect(),

@@ -15,7 +15,7 @@ use tally_host_api::Name;
 
 /// The backends this CPU runs: the tests check each.
 fn backends() -> Vec<Backend> {
-    let all = [Backend::Dalek, Backend::Avx512];
+    let all = Backend::ALL;
     for b in all {
         if !b.available() {
             eprintln!("{b:?} is not available on this CPU: its batch checks do not run");
@@ -410,9 +410,11 @@ fn batch_equation_holds(items: &[SigItem], backend: Backend, keys: &Keys) -> boo
     match backend {
         Backend::Dalek => zip215::batch_equation_holds(items, &keys.points),
         #[cfg(target_arch = "x86_64")]
+        Backend::Avx2 => avx2::batch_equation_holds(items, keys),
+        #[cfg(target_arch = "x86_64")]
         Backend::Avx512 => avx512::batch_equation_holds(items, keys),
         #[cfg(not(target_arch = "x86_64"))]
-        Backend::Avx512 => unreachable!("not available"),
+        Backend::Avx2 | Backend::Avx512 => unreachable!("not available"),
     }
 }
 
@@ -912,10 +914,15 @@ fn issue_20_tally_verify_backend_forces_a_backend_or_refuses() {
         println!("best backend: {}", Backend::best());
         return;
     }
-    let avx512 = if Backend::Avx512.available() {
-        Ok("avx512")
-    } else {
-        Err("the avx512 signature verification backend was forced, but this CPU cannot run it")
+    let forced = |backend: Backend| {
+        if backend.available() {
+            Ok(backend.name())
+        } else {
+            Err(format!(
+                "the {backend} signature verification backend was forced, but this CPU cannot \
+                 run it"
+            ))
+        }
     };
     let fastest = Backend::fastest().name();
     for (value, expected) in [
@@ -924,12 +931,15 @@ fn issue_20_tally_verify_backend_forces_a_backend_or_refuses() {
         (Some("auto"), Ok(fastest)),
         (Some("dalek"), Ok("dalek")),
         (Some("Dalek"), Ok("dalek")),
-        (Some("avx512"), avx512),
+        (Some("avx512"), forced(Backend::Avx512)),
+        (Some("avx2"), forced(Backend::Avx2)),
+        (Some("AVX2"), forced(Backend::Avx2)),
         (
-            Some("avx2"),
+            Some("avx"),
             Err(
-                "\"avx2\" names no signature verification backend: set TALLY_VERIFY_BACKEND \
-                 to dalek, avx512 or auto",
+                "\"avx\" names no signature verification backend: set TALLY_VERIFY_BACKEND \
+                 to dalek, avx2, avx512 or auto"
+                    .to_owned(),
             ),
         ),
     ] {
@@ -954,7 +964,7 @@ fn issue_20_tally_verify_backend_forces_a_backend_or_refuses() {
             Err(message) => assert!(
                 !out.status.success()
                     && stderr.contains("refusing to verify signatures")
-                    && stderr.contains(message)
+                    && stderr.contains(&message)
                     && !stdout.contains("best backend"),
                 "{BACKEND_ENV}={value:?}: expected a refusal\n{stdout}\n{stderr}"
             ),
@@ -969,6 +979,7 @@ fn issue_20_backend_choices_parse_and_resolve_as_documented() {
         ("auto", BackendChoice::Auto),
         ("", BackendChoice::Auto),
         ("dalek", BackendChoice::Force(Backend::Dalek)),
+        ("avx2", BackendChoice::Force(Backend::Avx2)),
         (" AVX512 ", BackendChoice::Force(Backend::Avx512)),
     ] {
         assert_eq!(text.parse(), Ok(choice), "{text:?}");
@@ -980,21 +991,36 @@ fn issue_20_backend_choices_parse_and_resolve_as_documented() {
             value: "ifma".into()
         }
     );
-    assert!(unknown.to_string().contains("dalek, avx512 or auto"));
+    assert!(unknown.to_string().contains("dalek, avx2, avx512 or auto"));
+    for backend in Backend::ALL {
+        assert_eq!(backend.name().parse(), Ok(BackendChoice::Force(backend)));
+    }
     assert_eq!(
         BackendChoice::Force(Backend::Dalek).resolve(),
         Ok(Backend::Dalek)
     );
     assert_eq!(BackendChoice::Auto.resolve(), Ok(Backend::fastest()));
-    let avx512 = BackendChoice::Force(Backend::Avx512).resolve();
-    if Backend::Avx512.available() {
-        assert_eq!(avx512, Ok(Backend::Avx512));
+    assert!(Backend::fastest().available());
+    // The lanes on AVX-512F, else on AVX2 (faster than dalek there), else dalek.
+    let expected = if Backend::Avx512.available() {
+        Backend::Avx512
+    } else if Backend::Avx2.available() {
+        Backend::Avx2
     } else {
-        assert_eq!(avx512, Err(BackendError::Unavailable(Backend::Avx512)));
-        // Refused: what was in force stays.
-        let before = Backend::best();
-        assert!(set_backend(BackendChoice::Force(Backend::Avx512)).is_err());
-        assert_eq!(Backend::best(), before);
+        Backend::Dalek
+    };
+    assert_eq!(Backend::fastest(), expected);
+    for backend in [Backend::Avx2, Backend::Avx512] {
+        let resolved = BackendChoice::Force(backend).resolve();
+        if backend.available() {
+            assert_eq!(resolved, Ok(backend));
+        } else {
+            assert_eq!(resolved, Err(BackendError::Unavailable(backend)));
+            // Refused: what was in force stays.
+            let before = Backend::best();
+            assert!(set_backend(BackendChoice::Force(backend)).is_err());
+            assert_eq!(Backend::best(), before);
+        }
     }
 }
 
