@@ -710,10 +710,15 @@ impl<'c> Run<'c> {
             })
         };
         let (next, executed) = if pipeline.batch_verify {
-            rayon::join(
-                || prepare_ahead(ahead),
+            // Execution first, on this thread: rayon::join runs its first half where it is
+            // called and offers the second to other workers. With preparation first, the block
+            // ran on whichever worker took it, away from the state this thread built: at 10M
+            // accounts the memory store's commit took 3.9 µs a transfer instead of 1.5.
+            let (executed, next) = rayon::join(
                 || execute_and_commit(chain, &prepared, durability),
-            )
+                || prepare_ahead(ahead),
+            );
+            (next, executed)
         } else {
             let executed = execute_and_commit(chain, &prepared, durability);
             (prepare_ahead(ahead), executed)
