@@ -460,10 +460,7 @@ fn setcode_over_code_runs_migrate_and_a_failing_migrate_keeps_the_old_code() {
 #[test]
 fn blocks_with_calls_give_one_head_on_every_thread_count_and_pipeline() {
     let heads = |pipeline: Pipeline, threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
+        let pool = thread_pool(threads);
         pool.install(|| {
             let mut chain = chain();
             chain.set_pipeline(pipeline);
@@ -612,10 +609,7 @@ fn random_script(rng: &mut u64, depth: u32, budget: &mut u32) -> Vec<Op> {
 #[test]
 fn random_call_trees_give_one_history_on_every_path() {
     let run = |pipeline: Pipeline, threads: usize, restart_after: Option<u64>| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
+        let pool = thread_pool(threads);
         pool.install(|| {
             let mut chain = chain();
             chain.set_pipeline(pipeline);

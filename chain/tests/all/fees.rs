@@ -632,10 +632,7 @@ fn mixed_block(chain: &Chain, round: u64) -> Vec<SignedTransaction> {
 /// The heads of four mixed blocks under `pipeline` on `threads`, and how many transactions'
 /// speculative runs stood.
 fn mixed_heads(pipeline: Pipeline, threads: usize) -> (Vec<[u8; 32]>, u32) {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .unwrap();
+    let pool = thread_pool(threads);
     pool.install(|| {
         let mut chain = fee_chain(FeeSchedule::STANDARD);
         chain.set_pipeline(pipeline);

@@ -8,7 +8,7 @@ use tally_chain::{Chain, ChainConfig, Genesis, LogOptions, LogStore, MemoryStore
 use tally_chain::{Name, SignedTransaction, StateStore, TxResult};
 use tally_host_api::limits::FUEL_PER_KEY_SEEK;
 
-use crate::common::{action, envelope, name, runtime};
+use crate::common::{action, envelope, name, runtime, thread_pool};
 
 /// contracts/ordered.wasm (recipe: contracts/README.md).
 const ORDERED_WASM: &[u8] = include_bytes!("../../../contracts/ordered.wasm");
@@ -337,10 +337,7 @@ fn a_walk_pays_for_every_key_it_visits() {
 #[test]
 fn walks_give_the_same_results_sequentially_and_speculatively_on_every_thread_count() {
     let run = |pipeline: Pipeline, threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
+        let pool = thread_pool(threads);
         pool.install(|| {
             let mut chain = chain_on(Box::new(MemoryStore::new(64)));
             chain.set_pipeline(pipeline);
@@ -395,10 +392,7 @@ fn walks_give_the_same_results_sequentially_and_speculatively_on_every_thread_co
 /// transaction of its block wrote in conflicts, and the estimate counts loads, not walks.
 #[test]
 fn speculation_that_keeps_missing_backs_off_longer_each_time() {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(2)
-        .build()
-        .unwrap();
+    let pool = thread_pool(2);
     let speculated: Vec<u32> = pool.install(|| {
         let mut chain = chain_on(Box::new(MemoryStore::new(64)));
         chain.set_pipeline(Pipeline::ALL);

@@ -100,10 +100,7 @@ fn heads(pipeline: Pipeline, threads: usize) -> (Vec<BlockId>, u32) {
         (name("trapper"), &trapper),
         (name("deep"), &deep),
     ];
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .unwrap();
+    let pool = thread_pool(threads);
     pool.install(|| {
         let mut chain = unsigned_chain(&contracts);
         chain.set_pipeline(pipeline);
@@ -167,10 +164,7 @@ fn a_transaction_whose_later_actions_would_get_less_fuel_in_order_runs_again() {
     let spin = hostile("(loop $l (br $l))");
     let contracts: Vec<(Name, &[u8])> = vec![(name("burn"), &burn), (name("spin"), &spin)];
     let run = |pipeline: Pipeline, threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
+        let pool = thread_pool(threads);
         pool.install(|| {
             let mut chain = unsigned_chain(&contracts);
             chain.set_pipeline(pipeline);
@@ -213,10 +207,7 @@ fn issue_20_a_block_of_spinning_calls_executes_alike_on_every_core_count() {
         let txs: Vec<_> = (0..256u32)
             .map(|i| unsigned_tx(&chain, name("spin"), name("go"), i.to_le_bytes().to_vec()))
             .collect();
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
+        let pool = thread_pool(threads);
         let executed = pool.install(|| chain.run_block(txs)).unwrap();
         heads.push((executed.header, executed.results));
     }
@@ -236,10 +227,7 @@ fn blocks_run_in_order_decide_whether_the_next_speculates() {
     let counters: Vec<Name> = (1..=4).map(|i| name(&format!("c{i}"))).collect();
     let contracts: Vec<(Name, &[u8])> = counters.iter().map(|c| (*c, &counter[..])).collect();
     let run = |pipeline: Pipeline, threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
+        let pool = thread_pool(threads);
         pool.install(|| {
             let mut chain = unsigned_chain(&contracts);
             chain.set_pipeline(pipeline);

@@ -283,10 +283,7 @@ fn issue_26_thread_counts_and_pipelines_give_the_same_head() {
     let mut heads = Vec::new();
     for pipeline in PIPELINES {
         for threads in [1, 2, 3] {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
+            let pool = thread_pool(threads);
             let (head, results) = pool.install(|| {
                 let World {
                     mut chain,

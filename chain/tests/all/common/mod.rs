@@ -116,3 +116,11 @@ pub fn user_state(chain: &Chain) -> Vec<(Vec<u8>, Vec<u8>)> {
         .filter(|(k, _)| !matches!(k.first(), Some(&TAPOS | &RECENT_IDS | &FEES)))
         .collect()
 }
+
+/// A rayon pool of `threads` workers, for running the same blocks on several thread counts.
+pub fn thread_pool(threads: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
+}
