@@ -127,6 +127,9 @@ pub struct Chain {
     /// Whether the last block executed in order would have gained from speculation
     /// ([`Journal::take_conflicts`](crate::exec::journal::Journal)); true until a block says.
     pub(crate) speculation_would_pay: bool,
+    /// Speculate on every block the pipeline lets, whatever the blocks before said
+    /// ([`Chain::set_speculate_always`]).
+    pub(crate) speculate_always: bool,
     /// Builds and publishes the snapshots the chain commits to ([`Chain::set_snapshots`]).
     snapshots: Option<Snapshotter>,
     /// Why the last snapshot could not be published, until [`Chain::take_snapshot_failure`].
@@ -172,6 +175,7 @@ impl Chain {
             speculation_backoff: 0,
             speculation_misses: 0,
             speculation_would_pay: true,
+            speculate_always: false,
             snapshots: None,
             snapshot_failure: None,
         }
@@ -248,6 +252,14 @@ impl Chain {
     /// The pipeline switches in use.
     pub fn pipeline(&self) -> Pipeline {
         self.pipeline
+    }
+
+    /// Speculate on every block the pipeline and the thread count let speculate (`true`), or
+    /// only where the blocks before say it pays (`false`, the default). Either way the head
+    /// is the same; tests and fuzzers set it to compare the speculative path with the
+    /// in-order one on every block, not only on the first.
+    pub fn set_speculate_always(&mut self, always: bool) {
+        self.speculate_always = always;
     }
 
     /// The last committed block.

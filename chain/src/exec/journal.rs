@@ -771,6 +771,8 @@ impl Journal {
         if let Some(reads) = &mut self.reads {
             reads.clear();
         }
+        // An aborted block's count says nothing of the next block's.
+        (self.txs_run, self.txs_conflicted) = (0, 0);
     }
 
     /// Whether the pending block has written nothing yet.

@@ -126,12 +126,14 @@ impl Chain {
         // transfers/s against 440k in order (two cores), and probing every ninth block made
         // the default mode 6% slower than `--sequential --threads 1` over 200,000 transfers.
         // After a block whose speculation did not pay anyway, the next ones wait.
-        if self.speculation_backoff > 0 {
-            self.speculation_backoff -= 1;
-            return Ok(None);
-        }
-        if !self.speculation_would_pay {
-            return Ok(None);
+        if !self.speculate_always {
+            if self.speculation_backoff > 0 {
+                self.speculation_backoff -= 1;
+                return Ok(None);
+            }
+            if !self.speculation_would_pay {
+                return Ok(None);
+            }
         }
         debug_assert!(
             self.journal.is_empty(),
