@@ -14,9 +14,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${FUZZ_SMOKE_SECONDS:-20}"
 targets=(tx_decode module_upload host_args log_open verify_differential calls snapshot_restore)
-# 16 codegen units: cargo-fuzz's default of one leaves a core idle while the largest crates
-# (wasmtime, Cranelift, the chain) go through LLVM; the smoke's few seconds a target do not
-# miss the faster code.
+# 16 codegen units rather than cargo-fuzz's one, so the largest crates (wasmtime, Cranelift,
+# the chain) can use both cores in LLVM; the smoke's seconds a target do not need the faster
+# code. Measured gain is small: a build of every target and crate took 486 s against 490 s.
 flags=(-s none --codegen-units 16)
 # FUZZ_TARGET_DIR: where the build goes (CI keeps it beside its cargo cache).
 if [ -n "${FUZZ_TARGET_DIR:-}" ]; then
