@@ -679,22 +679,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.flood {
         return run_flood(&args);
     }
-    // The run goes on a worker thread of the pool, so that the blocks' stages (each a
-    // rayon::join of the next block's preparation and this block's execution) allocate and
-    // free on the threads that run them: from the main thread, every join was handed to a
-    // worker, and each block's buffers were freed on another thread than the one that
-    // allocated them.
-    let (done, result) = std::sync::mpsc::channel();
-    rayon::spawn(move || {
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_transfers(args)));
-        let _ = done.send(run);
-    });
-    match result.recv() {
-        Ok(Ok(report)) => report,
-        // A panic goes on in the main thread, as it would have without the hand-off.
-        Ok(Err(panic)) => std::panic::resume_unwind(panic),
-        Err(_) => anyhow::bail!("the benchmark's thread ended without a result"),
-    }
+    // The run goes on a worker thread of the pool (rayon::scope called from outside the pool
+    // runs its body there, and hands back its result or panic), so that the blocks' stages
+    // (each a rayon::join of this block's execution and the next block's preparation)
+    // allocate and free on the threads that run them: from the main thread, every join was
+    // handed to a worker, and each block's buffers were freed on another thread than the one
+    // that allocated them.
+    rayon::scope(|_| run_transfers(args))
 }
 
 fn run_transfers(args: BenchArgs) -> anyhow::Result<()> {
