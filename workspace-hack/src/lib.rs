@@ -1,0 +1,1 @@
+//! Holds no code: see Cargo.toml. Its dependencies unify the workspace's feature sets.
