@@ -809,6 +809,37 @@ fn harness_target() -> PathBuf {
         .to_path_buf()
 }
 
+/// The rustflags this build ran with, for the harness's cargo, which runs outside the workspace
+/// and so does not read its `.cargo/config.toml`: every crate's hash covers them, and without
+/// them the harness compiled wasmtime and Cranelift a second time. Flags in the environment
+/// reach the harness as they are; otherwise the config's `rustflags = [..]` line, as cargo's
+/// `\x1f`-separated CARGO_ENCODED_RUSTFLAGS (`tally build` removes it for the contract itself).
+fn harness_rustflags() -> Vec<(&'static str, String)> {
+    if std::env::var_os("RUSTFLAGS").is_some()
+        || std::env::var_os("CARGO_ENCODED_RUSTFLAGS").is_some()
+    {
+        return Vec::new();
+    }
+    let config = std::fs::read_to_string(root().join(".cargo/config.toml")).unwrap_or_default();
+    let Some(line) = config
+        .lines()
+        .find(|line| line.trim_start().starts_with("rustflags"))
+    else {
+        return Vec::new();
+    };
+    // TOML strings in either quote, without escapes: what the config's one line holds.
+    let mut flags = Vec::new();
+    let mut rest = &line[line.find('[').map_or(line.len(), |at| at + 1)..];
+    while let Some(start) = rest.find(['"', '\'']) {
+        let quote = rest.as_bytes()[start] as char;
+        let body = &rest[start + 1..];
+        let Some(end) = body.find(quote) else { break };
+        flags.push(&body[..end]);
+        rest = &body[end + 1..];
+    }
+    vec![("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"))]
+}
+
 /// Runs `tally new NAME --lang LANG` in a fresh directory, then the project's test.sh (which,
 /// for Rust, also runs its tests on the in-process harness); then copies the project as git
 /// would (no `.tally/` link, no build output) to another directory and builds it there.
@@ -823,6 +854,7 @@ fn new_project_passes_its_test(lang: &str) {
             .current_dir(&project)
             .env("TALLY", tally_bin)
             .env("TALLY_TEST_TARGET", harness_target())
+            .envs(harness_rustflags())
             .env_remove("TALLY_SKIP_HARNESS")
             .output()
             .unwrap()
@@ -832,6 +864,7 @@ fn new_project_passes_its_test(lang: &str) {
             .args(["test", "--quiet", "--manifest-path", "test/Cargo.toml"])
             .current_dir(&project)
             .env("CARGO_TARGET_DIR", harness_target())
+            .envs(harness_rustflags())
             .output()
             .unwrap()
     };
@@ -983,6 +1016,7 @@ fn tutorial_runs_as_written(lang: &str) {
         .current_dir(dir.path())
         .env("PATH", path_var)
         .env("TALLY_TEST_TARGET", harness_target())
+        .envs(harness_rustflags())
         .env_remove("TALLY")
         .output()
         .unwrap();
