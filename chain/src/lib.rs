@@ -68,11 +68,11 @@ pub(crate) type IdSet = std::collections::HashSet<tx::TxId, IdHasher>;
 /// badly for about one seed in sixteen: 4,096 ids differing only in their top 16 bits fell
 /// into as few as 24 of 65,536 buckets, and 1,237 of 20,000 seeds gave 3,900 or fewer. With
 /// two fixed factors the least over those 20,000 seeds, at each of four bit offsets, was 3,920
-/// (a uniform hash gives about 3,970). An id is a BLAKE3 output, so those bytes are already uniform; a sender
-/// grinding ids cannot aim them at one bucket without the seed, and ids equal in all eight
-/// bytes cost 2^32 tries for one pair. Foldhash over all 32 bytes (and their length) cost
-/// four times as much, and every transaction hashes its id four times (the window's lookup,
-/// insert and expiry, and the block's own set).
+/// (a uniform hash gives about 3,970). An id is a BLAKE3 output, so those bytes are already
+/// uniform; a sender grinding ids cannot aim them at one bucket without the seed, and ids
+/// equal in all eight bytes cost 2^32 tries for one pair. Foldhash over all 32 bytes (and
+/// their length) cost four times as much, and every transaction hashes its id four times (the
+/// window's lookup, insert and expiry, and the block's own set).
 #[derive(Clone)]
 pub(crate) struct IdHasher {
     seed: u64,
@@ -92,7 +92,8 @@ impl IdHasher {
     }
 }
 
-/// The folded multiply: the 128-bit product's halves XORed, so every input bit reaches the low bits.
+/// The folded multiply: the 128-bit product's halves XORed, so every input bit reaches the low
+/// bits.
 fn folded_multiply(a: u64, b: u64) -> u64 {
     let product = u128::from(a) * u128::from(b);
     (product as u64) ^ ((product >> 64) as u64)
