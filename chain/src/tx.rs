@@ -247,7 +247,28 @@ impl SignedTransaction {
 
     /// Its deterministic encoding: what a block stores and commits to.
     pub fn encode(&self) -> Vec<u8> {
-        borsh::to_vec(self).expect("encoding into a Vec cannot fail")
+        // Sized for the encoding (borsh's `to_vec` starts at 1 KiB): a block's prepared
+        // transactions keep these buffers until it is committed.
+        let hint = self.encoded_len_hint();
+        let mut bytes = Vec::with_capacity(hint);
+        self.serialize(&mut bytes)
+            .expect("encoding into a Vec cannot fail");
+        debug_assert!(bytes.len() <= hint, "{} > {hint}", bytes.len());
+        bytes
+    }
+
+    /// At least as long as [`SignedTransaction::encode`] is (each varint counted at its
+    /// longest): a capacity, never a limit.
+    fn encoded_len_hint(&self) -> usize {
+        let t = &self.transaction;
+        let actions: usize = t
+            .actions
+            .iter()
+            .map(|a| 16 + 10 + 8 * a.authorization.len() + 10 + a.data.len())
+            .sum();
+        let signatures = 10 + self.signatures.len() * (1 + 32 + 64);
+        // Expiration, reference block, action count, payer, max fee and tip.
+        10 + 2 + 4 + 10 + 9 + 10 + 10 + actions + signatures
     }
 
     /// Decodes a transaction received from outside (a client, a peer, a block) and admits it:

@@ -185,9 +185,22 @@ impl DirtyChunks {
             if or_all(block) == 0 {
                 continue;
             }
-            for (i, &byte) in block.iter().enumerate() {
+            // Eight bytes at a time, and within a word only its set bytes, in order: a byte
+            // at a time cost about 130 instructions an action for a two-page memory.
+            let words = block.chunks_exact(8);
+            let rest = words.remainder();
+            for (word_index, word) in words.enumerate() {
+                let mut set = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+                while set != 0 {
+                    let byte = set.trailing_zeros() / 8;
+                    set &= !(0xff << (byte * 8));
+                    self.mark((block_index * BLOCK + word_index * 8) as u32 + byte);
+                }
+            }
+            let rest_start = block_index * BLOCK + block.len() - rest.len();
+            for (i, &byte) in rest.iter().enumerate() {
                 if byte != 0 {
-                    self.mark((block_index * BLOCK + i) as u32);
+                    self.mark((rest_start + i) as u32);
                 }
             }
         }
@@ -298,6 +311,36 @@ mod tests {
         assert!(!dirty.is_marked(8));
         dirty.wrote(10..20);
         assert_eq!(dirty.chunks(), [0]);
+    }
+
+    #[test]
+    fn collecting_marks_every_set_byte_of_the_map_in_order() {
+        let chunk = DIRTY_CHUNK_BYTES as usize;
+        // A map whose length is no multiple of 8, bytes set in assorted words and blocks.
+        let mut map = vec![0u8; 8 * 256 + 5];
+        let set = [0usize, 7, 8, 9, 63, 255, 256, 1000, 1031, 2047, 2048, 2052];
+        for (i, &at) in set.iter().enumerate() {
+            map[at] = [1, 2, 0x80, 0xff][i % 4];
+        }
+        let memory_len = map.len() * chunk;
+        let mut dirty = DirtyChunks::default();
+        dirty.wrote(3 * chunk..3 * chunk + 1); // a chunk only the host wrote
+        let fuel = dirty.collect(&map, memory_len, false, 2);
+        let mut expected: Vec<u32> = set.iter().map(|&i| i as u32).collect();
+        expected.push(3);
+        expected.sort_unstable();
+        let mut got = dirty.chunks().to_vec();
+        got.sort_unstable();
+        assert_eq!(got, expected);
+        let pages = (memory_len as u64).div_ceil(PAGE_SIZE);
+        assert_eq!(
+            fuel,
+            (2 + 1) * FUEL_PER_DIRTY_CHUNK + pages * FUEL_PER_MEMORY_PAGE
+        );
+        // A successful action's scan stops at its memory's length.
+        let mut dirty = DirtyChunks::default();
+        dirty.collect(&map, 9 * chunk, false, 0);
+        assert_eq!(dirty.chunks(), [0, 7, 8]);
     }
 
     #[test]

@@ -732,16 +732,27 @@ impl Journal {
         debug_assert!(self.undo.is_empty(), "a transaction is still running");
         // A block's sort compares keys a dozen times each, and keys mostly differ within
         // their first 16 bytes: compare those as one integer, and whole keys only on a tie.
-        let mut keyed: Vec<(u128, Change)> = self
-            .overlay
-            .drain(..)
-            .map(|change| (sort_prefix(&change.0), change))
+        // It sorts (prefix, index) pairs, half the size of (prefix, change), and moves each
+        // change once afterwards: 1,186 instructions a transfer for the whole of this method,
+        // against 1,282 sorting (prefix, change) (callgrind, 5,000 transfers a block among
+        // 10,000 accounts: about two changes a transfer).
+        let mut changes: Vec<Change> = self.overlay.drain(..).collect();
+        let mut order: Vec<(u128, u32)> = changes
+            .iter()
+            .enumerate()
+            .map(|(i, (key, _))| (sort_prefix(key), i as u32))
             .collect();
-        keyed.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.0.cmp(&b.1.0)));
+        order.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then_with(|| changes[a.1 as usize].0.cmp(&changes[b.1 as usize].0))
+        });
         self.read_cache.clear();
         self.order.clear();
         BlockChanges {
-            state: keyed.into_iter().map(|(_, change)| change).collect(),
+            state: order
+                .iter()
+                .map(|&(_, i)| std::mem::take(&mut changes[i as usize]))
+                .collect(),
             code: self.code.drain().collect(),
         }
     }
