@@ -193,8 +193,16 @@ impl FeeTerms {
         if price == 0 {
             return u64::MAX;
         }
-        let budget = u128::from(self.budget());
-        u64::try_from(budget * u128::from(fee::PRICE_SCALE) / u128::from(price)).unwrap_or(u64::MAX)
+        // In 64 bits when the product fits, as `fee::unscale` does: the same quotient
+        // without a call to `__udivti3`.
+        match self.budget().checked_mul(fee::PRICE_SCALE) {
+            Some(scaled) => scaled / price,
+            None => {
+                let budget = u128::from(self.budget());
+                u64::try_from(budget * u128::from(fee::PRICE_SCALE) / u128::from(price))
+                    .unwrap_or(u64::MAX)
+            }
+        }
     }
 }
 
@@ -413,6 +421,45 @@ impl Exec<'_> {
             Ok(()) => Ok(Receipt::success(0)),
             Err(HostError::Abort(abort)) => Ok(Receipt::failed(abort, 0)),
             Err(HostError::Fault(fault)) => Err(ChainError::Runtime(fault.into())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fuel_cap_is_the_128_bit_quotient_whether_or_not_it_fits_in_64_bits() {
+        let compute = Dimension::Compute as usize;
+        for price in [1, 7, fee::PRICE_SCALE, u64::MAX] {
+            for max_fee in [
+                0,
+                1,
+                12_345,
+                u64::MAX / fee::PRICE_SCALE,
+                u64::MAX / 2,
+                u64::MAX,
+            ] {
+                let mut prices = Prices::default();
+                prices[compute] = price;
+                let terms = FeeTerms {
+                    prices,
+                    max_fee,
+                    tip: 0,
+                    bytes: 0,
+                    intrinsic_fuel: 0,
+                };
+                let reference = u64::try_from(
+                    u128::from(terms.budget()) * u128::from(fee::PRICE_SCALE) / u128::from(price),
+                )
+                .unwrap_or(u64::MAX);
+                assert_eq!(
+                    terms.fuel_cap(),
+                    reference,
+                    "price {price}, max fee {max_fee}"
+                );
+            }
         }
     }
 }
