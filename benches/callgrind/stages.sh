@@ -12,7 +12,8 @@
 # valgrind 3.19 cannot map the instance pool's address space (a 2-thread runtime reserves
 # 56 slots, ~450 GiB; see runtime/src/engine.rs), so the profile binary is built with a pool
 # of 4 instances: one contract's transfers need one. The source is patched for that build
-# only and put back on exit; the binary goes to target/callgrind/tally.
+# only, in a target dir of its own (target/callgrind/build: the first build is a whole
+# release build), and put back on exit; the binary goes to target/callgrind/tally.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out="target/callgrind"
@@ -24,10 +25,11 @@ if [ "${1:-}" != "--no-build" ]; then
   trap 'cp "$out/engine.rs.orig" "$engine"' EXIT
   sed -i 's/^    WARM_INSTANCES as u32 + threads \* MAX_CALL_DEPTH + PREPARE_INSTANCES$/    let _ = (threads, WARM_INSTANCES, MAX_CALL_DEPTH, PREPARE_INSTANCES); 4/' "$engine"
   grep -q '; 4$' "$engine" || { echo "stages.sh: pool_instances changed; update the patch" >&2; exit 1; }
-  CARGO_PROFILE_RELEASE_DEBUG=line-tables-only cargo build --release --bin tally
+  CARGO_PROFILE_RELEASE_DEBUG=line-tables-only \
+    cargo build --release --bin tally --target-dir "$out/build"
   cp "$out/engine.rs.orig" "$engine"
   trap - EXIT
-  cp target/release/tally "$out/tally"
+  cp "$out/build/release/tally" "$out/tally"
 fi
 
 for n in 20000 60000; do

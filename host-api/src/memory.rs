@@ -314,7 +314,7 @@ mod tests {
     }
 
     #[test]
-    fn collecting_marks_every_set_byte_of_the_map_in_order() {
+    fn collecting_marks_every_set_byte_of_the_map() {
         let chunk = DIRTY_CHUNK_BYTES as usize;
         // A map whose length is no multiple of 8, bytes set in assorted words and blocks.
         let mut map = vec![0u8; 8 * 256 + 5];
