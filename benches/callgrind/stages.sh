@@ -32,10 +32,16 @@ if [ "${1:-}" != "--no-build" ]; then
   cp "$out/build/release/tally" "$out/tally"
 fi
 
+command -v valgrind >/dev/null || { echo "stages.sh: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
+pids=()
 for n in 20000 60000; do
   valgrind --tool=callgrind --callgrind-out-file="$out/cg.$n.out" "$out/tally" bench \
     --store memory --unsigned --threads 1 --transfers "$n" --json "$out/bench.$n.json" \
     > "$out/run.$n.log" 2>&1 &
+  pids+=("$!")
 done
-wait
+# A failed run (the pool, a bench error) would leave a profile of nothing: say so, not a table.
+for i in 0 1; do
+  wait "${pids[$i]}" || { echo "stages.sh: a profiled run failed; see $out/run.*.log" >&2; exit 1; }
+done
 python3 benches/callgrind/stages.py "$out/cg.20000.out" "$out/cg.60000.out" 40000

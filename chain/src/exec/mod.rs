@@ -195,11 +195,11 @@ impl FeeTerms {
         }
         // In 64 bits when the product fits, as `fee::unscale` does: the same quotient
         // without a call to `__udivti3`.
-        match self.budget().checked_mul(fee::PRICE_SCALE) {
+        let budget = self.budget();
+        match budget.checked_mul(fee::PRICE_SCALE) {
             Some(scaled) => scaled / price,
             None => {
-                let budget = u128::from(self.budget());
-                u64::try_from(budget * u128::from(fee::PRICE_SCALE) / u128::from(price))
+                u64::try_from(u128::from(budget) * u128::from(fee::PRICE_SCALE) / u128::from(price))
                     .unwrap_or(u64::MAX)
             }
         }
