@@ -29,11 +29,10 @@ use tally_host_api::limits::{MAX_EVENTS_PER_TX, MAX_TX_WRITE_BYTES, MAX_TX_WRITE
 use tally_host_api::{Abort, AbortCode, Name};
 
 use super::code::Executor;
+use super::key_order::key_order;
 use super::overlay_order::OverlayOrder;
 use crate::receipt::Event;
-use crate::store::{
-    Change, Direction, KeyRange, StateStore, StoreResult, comes_before, sort_prefix,
-};
+use crate::store::{Change, Direction, KeyRange, StateStore, StoreResult, comes_before};
 use crate::{KeyedHasher, KeyedMap};
 
 /// A value in the overlay: `None` means the pending block deleted the key.
@@ -730,28 +729,14 @@ impl Journal {
     /// The pending block's changes, leaving an empty journal for the next block.
     pub(crate) fn take_changes(&mut self) -> BlockChanges {
         debug_assert!(self.undo.is_empty(), "a transaction is still running");
-        // A block's sort compares keys a dozen times each, and keys mostly differ within
-        // their first 16 bytes: compare those as one integer, and whole keys only on a tie.
-        // It sorts (prefix, index) pairs, half the size of (prefix, change), and moves each
-        // change once afterwards: 1,186 instructions a transfer for the whole of this method,
-        // against 1,282 sorting (prefix, change) (callgrind, 5,000 transfers a block among
-        // 10,000 accounts: about two changes a transfer).
         let mut changes: Vec<Change> = self.overlay.drain(..).collect();
-        let mut order: Vec<(u128, u32)> = changes
-            .iter()
-            .enumerate()
-            .map(|(i, (key, _))| (sort_prefix(key), i as u32))
-            .collect();
-        order.sort_unstable_by(|a, b| {
-            a.0.cmp(&b.0)
-                .then_with(|| changes[a.1 as usize].0.cmp(&changes[b.1 as usize].0))
-        });
+        let order = key_order(&changes, |(key, _)| key);
         self.read_cache.clear();
         self.order.clear();
         BlockChanges {
             state: order
                 .iter()
-                .map(|&(_, i)| std::mem::take(&mut changes[i as usize]))
+                .map(|&i| std::mem::take(&mut changes[i as usize]))
                 .collect(),
             code: self.code.drain().collect(),
         }

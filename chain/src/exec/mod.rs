@@ -6,6 +6,7 @@
 pub mod code;
 pub(crate) mod host;
 pub mod journal;
+mod key_order;
 mod overlay_order;
 mod query;
 pub(crate) mod speculate;
