@@ -1,0 +1,1 @@
+//! Nothing: this crate exists to build librocksdb-sys (see Cargo.toml).
