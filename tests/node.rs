@@ -237,6 +237,17 @@ fn bundle(txs: &[&[u8]]) -> Vec<u8> {
     out
 }
 
+/// A compressed bundle (node/bundle.rs): tag 0x02, the count, the length of the uncompressed
+/// framing (each transaction with its length), then that framing as one LZ4 block.
+fn compressed_bundle(txs: &[&[u8]]) -> Vec<u8> {
+    let framing = &bundle(txs)[5..];
+    let mut out = vec![0x02];
+    out.extend_from_slice(&(txs.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(framing.len() as u32).to_le_bytes());
+    out.extend_from_slice(&lz4_flex::block::compress(framing));
+    out
+}
+
 /// The chain's head as the node reports it: (ref_block_num, ref_block_prefix, time_ms).
 fn head(url: &str) -> (u16, u32, u64) {
     let r = rpc(url, "abci_query", json!({"path": "head", "data": ""})).expect("head");
@@ -530,6 +541,25 @@ fn bad_input_is_refused_at_check_tx_with_a_clear_code_and_log() {
             "malformed bundle framing",
         ),
         (
+            "a compressed bundle whose block is cut short",
+            {
+                let b = compressed_bundle(&[&good]);
+                b[..b.len() - 3].to_vec()
+            },
+            1,
+            "compressed framing is corrupt",
+        ),
+        (
+            "a compressed bundle that would decompress to 64 MiB",
+            {
+                let mut b = compressed_bundle(&[&good]);
+                b[5..9].copy_from_slice(&(64u32 << 20).to_le_bytes());
+                b
+            },
+            1,
+            "the limit is 4194304",
+        ),
+        (
             "a malformed transaction",
             bundle(&[&good, b"\x01\x02"]),
             2,
@@ -600,8 +630,8 @@ fn bad_input_is_refused_at_check_tx_with_a_clear_code_and_log() {
             "{what}: log {got_log:?} lacks {log:?}"
         );
     }
-    // The good transfer alone is accepted and committed.
-    let (code, log) = broadcast(&url, &bundle(&[&good]));
+    // The good transfer alone is accepted and committed, sent compressed.
+    let (code, log) = broadcast(&url, &compressed_bundle(&[&good]));
     assert_eq!(code, 0, "{log}");
     wait_for(
         "the good transfer to commit",
@@ -1166,15 +1196,28 @@ fn block_txs(url: &str, h: u64) -> Vec<Vec<u8>> {
         .unwrap_or_default()
 }
 
-/// Splits a bundle (node/bundle.rs) into its transactions.
-fn unbundle(bytes: &[u8]) -> Vec<&[u8]> {
-    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-    let (count, mut at) = (u32_at(1), 5);
+/// Splits a bundle (node/bundle.rs) into its transactions: tag 0x01 and the count, then each
+/// transaction with its length; or tag 0x02, the count, the length of that framing, and the
+/// framing as one LZ4 block (what `tally load` sends).
+fn unbundle(bytes: &[u8]) -> Vec<Vec<u8>> {
+    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+    let count = u32_at(bytes, 1);
+    let framing = match bytes[0] {
+        0x01 => bytes[5..].to_vec(),
+        0x02 => {
+            let mut framing = vec![0; u32_at(bytes, 5) as usize];
+            let n = lz4_flex::block::decompress_into(&bytes[9..], &mut framing).unwrap();
+            assert_eq!(n, framing.len());
+            framing
+        }
+        tag => panic!("not a bundle: tag {tag}"),
+    };
+    let mut at = 0;
     (0..count)
         .map(|_| {
-            let len = u32_at(at);
+            let len = u32_at(&framing, at) as usize;
             at += 4 + len;
-            &bytes[at - len..at]
+            framing[at - len..at].to_vec()
         })
         .collect()
 }

@@ -53,6 +53,9 @@ pub struct LoadArgs {
     /// Transfers per CometBFT transaction.
     #[arg(long, default_value_t = 1_000)]
     pub bundle: usize,
+    /// Send bundles uncompressed (their first layout), to compare what compression saves.
+    #[arg(long)]
+    pub uncompressed: bool,
     /// Most transfers in flight (submitted, not yet seen committed). Latency is about this
     /// over the throughput (Little's law): 16,000 keeps it near a second at the rates measured
     /// here, while blocks still fill.
@@ -87,6 +90,7 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
         },
         seed: args.seed,
         bundle: args.bundle,
+        compress: !args.uncompressed,
         window: args.window,
         submitters: args.submitters,
         timeout: Duration::from_secs(args.timeout),
@@ -128,6 +132,16 @@ fn table(r: &LoadReport) -> String {
     t.push_str(&format!(
         "committed transfers/s   {:>10.0}   ({} committed in {:.2} s, bundles of {})\n",
         r.tps, r.committed, r.elapsed_s, r.bundle
+    ));
+    t.push_str(&format!(
+        "bytes a transfer        {:>10.1}   on the wire ({:.1} signed, {})\n",
+        r.wire_bytes_per_transfer,
+        r.signed_bytes_per_transfer,
+        if r.compressed {
+            "bundles compressed"
+        } else {
+            "bundles uncompressed"
+        }
     ));
     t.push_str(&format!(
         "latency p50 / p99 / max {:>7.0} / {:.0} / {:.0} ms (submission to commit)\n",

@@ -269,9 +269,9 @@ fn block_txs(
             Err(e) => slots.push(Slot::Malformed(e.to_string())),
             Ok(parts) => slots.push(Slot::Txs(
                 parts
-                    .iter()
+                    .into_iter()
                     .map(|b| {
-                        PreparedTx::decode(b.to_vec()).map(|t| {
+                        PreparedTx::decode(b).map(|t| {
                             prepared.push(t);
                             prepared.len() - 1
                         })
@@ -997,15 +997,12 @@ impl Application for App {
         let txs = self.payable(req.txs);
         let mut candidates: Vec<Candidate> = txs
             .iter()
-            .map(|tx| {
-                let count = tx.get(1..5).map_or(1, |c| {
-                    u32::from_le_bytes(c.try_into().expect("4 bytes")) as u64
-                });
-                Candidate {
-                    bytes: tx.len() as u64,
-                    fuel: count.saturating_mul(per_tx),
-                    tips: 0,
-                }
+            .map(|tx| Candidate {
+                // Its transactions' signed bytes, which the bandwidth dimension charges, and
+                // at least its own bytes, which CometBFT's limit counts: within both.
+                bytes: bundle::stated_raw_len(tx),
+                fuel: u64::from(bundle::stated_count(tx).max(1)).saturating_mul(per_tx),
+                tips: 0,
             })
             .collect();
         if mempool::all_fit(&candidates, max_bytes, budget) {

@@ -6,24 +6,49 @@
 //! signatures, and every validator verifies each of them: bundling changes what CometBFT
 //! orders, never what Tally checks.
 //!
-//! Layout: the byte [`BUNDLE_TAG`], then borsh of `Vec<Vec<u8>>`: a u32 LE count and, per
-//! transaction, a u32 LE length and its exact signed bytes ([`tally_chain::SignedTransaction`]
-//! in borsh).
+//! Two layouts, told apart by the first byte:
+//! - [`BUNDLE_TAG`]: a u32 LE count, then per transaction a u32 LE length and its exact
+//!   signed bytes ([`tally_chain::SignedTransaction`] in borsh).
+//! - [`BUNDLE_LZ4_TAG`]: the u32 LE count, the u32 LE length of the framing (the lengths and
+//!   bytes above, without the count), then that framing as one LZ4 block. Transfers in a
+//!   bundle share their contract, action, reference block and fee fields, and account names
+//!   are mostly zero bytes: a bundle of 1,000 signed transfers takes about 90 bytes a
+//!   transfer instead of 148, of which 64 are the signature (issue 26's wire goal is 110).
+//!   CometBFT hashes, gossips and stores every byte several times, so it does that much less.
+//!
+//! Both layouts decode to the same transactions, and a block's root commits to each
+//! transaction's signed bytes, not to the layout: compression is transport only. Every
+//! validator must still agree on which bytes decode, so the LZ4 decoder is pinned
+//! (`lz4_flex`, Cargo.toml) and a compressed bundle must decompress to exactly the length its
+//! header states.
 
 use sha2::{Digest, Sha256};
 
-/// First byte of a bundle: lets a later format coexist with this one.
+/// First byte of an uncompressed bundle.
 pub const BUNDLE_TAG: u8 = 0x01;
+
+/// First byte of a bundle whose framing is one LZ4 block.
+pub const BUNDLE_LZ4_TAG: u8 = 0x02;
 
 /// Most transactions in one bundle. A bundle's signatures are verified in one batched call
 /// (`VERIFY_BATCH` = 256 per batch on all cores); 8,192 of about 170 bytes is 1.4 MB, above
 /// CometBFT's default mempool `max_tx_bytes` of 1 MiB, so the byte limit binds first for
-/// transfers and this only bounds the per-transaction bookkeeping of tiny ones.
+/// uncompressed transfers and this only bounds the per-transaction bookkeeping of tiny ones.
 pub const MAX_BUNDLE_TXS: usize = 8_192;
 
 /// Largest bundle in bytes: CometBFT's default mempool `max_tx_bytes` (1 MiB), which devnet
 /// keeps. A larger one could never be gossiped, so it is refused before anything is decoded.
 pub const MAX_BUNDLE_BYTES: usize = 1 << 20;
+
+/// Largest framing a compressed bundle may decompress to: 4 MiB, four times what an
+/// uncompressed bundle may carry. LZ4 can expand a byte about 255 times, so without this a
+/// 1 MiB bundle could make every validator allocate and write 255 MiB; with it, decompressing
+/// costs at most 4 MiB of writes (about a millisecond). [`MAX_BUNDLE_TXS`] transfers of 150
+/// bytes take 1.2 MB.
+pub const MAX_BUNDLE_RAW_BYTES: usize = 4 << 20;
+
+/// Bytes before a compressed bundle's LZ4 block: the tag, the count and the framing's length.
+const LZ4_HEADER: usize = 9;
 
 /// Why bytes are not a bundle.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -31,8 +56,10 @@ pub enum BundleError {
     /// Larger than [`MAX_BUNDLE_BYTES`].
     #[error("the bundle is {0} bytes; the limit is {MAX_BUNDLE_BYTES}")]
     TooLarge(usize),
-    /// The first byte is not [`BUNDLE_TAG`].
-    #[error("not a Tally bundle: it must start with byte {BUNDLE_TAG:#04x}")]
+    /// The first byte is neither [`BUNDLE_TAG`] nor [`BUNDLE_LZ4_TAG`].
+    #[error(
+        "not a Tally bundle: it must start with byte {BUNDLE_TAG:#04x} or {BUNDLE_LZ4_TAG:#04x}"
+    )]
     BadTag,
     /// No transactions.
     #[error("the bundle holds no transactions")]
@@ -40,20 +67,27 @@ pub enum BundleError {
     /// More than [`MAX_BUNDLE_TXS`].
     #[error("the bundle holds {0} transactions; the limit is {MAX_BUNDLE_TXS}")]
     TooMany(usize),
+    /// A compressed bundle states a framing longer than [`MAX_BUNDLE_RAW_BYTES`].
+    #[error("the bundle decompresses to {0} bytes; the limit is {MAX_BUNDLE_RAW_BYTES}")]
+    TooLargeDecompressed(usize),
+    /// The LZ4 block is not valid, or does not decompress to the length the header states.
+    #[error("the bundle's compressed framing is corrupt")]
+    Corrupt,
     /// The framing is cut short or has bytes after its end.
     #[error("malformed bundle framing: {0}")]
     Framing(&'static str),
 }
 
-/// Splits a bundle into its transactions' bytes (not yet decoded as transactions).
-pub fn split(bytes: &[u8]) -> Result<Vec<&[u8]>, BundleError> {
+/// Splits a bundle (either layout) into its transactions' bytes, not yet decoded as
+/// transactions.
+pub fn split(bytes: &[u8]) -> Result<Vec<Vec<u8>>, BundleError> {
     if bytes.len() > MAX_BUNDLE_BYTES {
         return Err(BundleError::TooLarge(bytes.len()));
     }
     let Some((&tag, mut rest)) = bytes.split_first() else {
         return Err(BundleError::BadTag);
     };
-    if tag != BUNDLE_TAG {
+    if tag != BUNDLE_TAG && tag != BUNDLE_LZ4_TAG {
         return Err(BundleError::BadTag);
     }
     let count = take_u32(&mut rest).ok_or(BundleError::Framing("no count"))? as usize;
@@ -63,6 +97,23 @@ pub fn split(bytes: &[u8]) -> Result<Vec<&[u8]>, BundleError> {
     if count > MAX_BUNDLE_TXS {
         return Err(BundleError::TooMany(count));
     }
+    if tag == BUNDLE_TAG {
+        return split_framing(count, rest);
+    }
+    let raw_len =
+        take_u32(&mut rest).ok_or(BundleError::Framing("no decompressed length"))? as usize;
+    if raw_len > MAX_BUNDLE_RAW_BYTES {
+        return Err(BundleError::TooLargeDecompressed(raw_len));
+    }
+    let mut framing = vec![0; raw_len];
+    match lz4_flex::block::decompress_into(rest, &mut framing) {
+        Ok(n) if n == raw_len => split_framing(count, &framing),
+        _ => Err(BundleError::Corrupt),
+    }
+}
+
+/// The `count` length-prefixed transactions that `framing` must hold exactly.
+fn split_framing(count: usize, mut rest: &[u8]) -> Result<Vec<Vec<u8>>, BundleError> {
     let mut txs = Vec::with_capacity(count);
     for _ in 0..count {
         let len =
@@ -71,7 +122,7 @@ pub fn split(bytes: &[u8]) -> Result<Vec<&[u8]>, BundleError> {
             return Err(BundleError::Framing("a transaction is cut short"));
         }
         let (tx, tail) = rest.split_at(len);
-        txs.push(tx);
+        txs.push(tx.to_vec());
         rest = tail;
     }
     if !rest.is_empty() {
@@ -86,8 +137,49 @@ fn take_u32(rest: &mut &[u8]) -> Option<u32> {
     Some(u32::from_le_bytes(*head))
 }
 
-/// Builds a bundle from transactions' signed bytes.
+/// The transactions a bundle says it holds, from its header alone (0 if it has none): for
+/// estimates before it is decoded, never for a validity rule.
+pub fn stated_count(bytes: &[u8]) -> u32 {
+    bytes
+        .get(1..5)
+        .map_or(0, |c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+}
+
+/// The bytes a bundle's transactions take decoded, as its header states them (at least its own
+/// length): what a proposal counts against the chain's bandwidth dimension, which charges each
+/// transaction's signed bytes, before the bundle is decoded.
+pub fn stated_raw_len(bytes: &[u8]) -> u64 {
+    let raw = match bytes.first() {
+        Some(&BUNDLE_LZ4_TAG) => bytes
+            .get(5..9)
+            .map_or(0, |l| u32::from_le_bytes(l.try_into().expect("4 bytes"))),
+        _ => 0,
+    };
+    (bytes.len() as u64).max(u64::from(raw))
+}
+
+/// Builds a bundle from transactions' signed bytes: compressed when that is smaller (a
+/// bundle of one small transaction is not).
 pub fn join<'a>(txs: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    let out = join_uncompressed(txs);
+    let framing = &out[5..];
+    if framing.len() > MAX_BUNDLE_RAW_BYTES {
+        return out;
+    }
+    let block = lz4_flex::block::compress(framing);
+    if LZ4_HEADER + block.len() >= out.len() {
+        return out;
+    }
+    let mut compressed = Vec::with_capacity(LZ4_HEADER + block.len());
+    compressed.push(BUNDLE_LZ4_TAG);
+    compressed.extend_from_slice(&out[1..5]);
+    compressed.extend_from_slice(&(framing.len() as u32).to_le_bytes());
+    compressed.extend_from_slice(&block);
+    compressed
+}
+
+/// Builds an uncompressed bundle ([`BUNDLE_TAG`]) from transactions' signed bytes.
+pub fn join_uncompressed<'a>(txs: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
     let mut out = vec![BUNDLE_TAG, 0, 0, 0, 0];
     let mut count = 0u32;
     for tx in txs {
@@ -109,10 +201,49 @@ pub fn hash(bytes: &[u8]) -> [u8; 32] {
 mod tests {
     use super::*;
 
+    /// Transfer-like transactions: a shared 40-byte prefix, an 8-byte account and 64 bytes of
+    /// noise standing in for a signature.
+    fn transfers(n: usize) -> Vec<Vec<u8>> {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        (0..n)
+            .map(|_| {
+                let mut tx = b"simplecoin-transfer-expiration-tapos-fee".to_vec();
+                tx.extend_from_slice(&(next() % 10_000).to_le_bytes());
+                for _ in 0..8 {
+                    tx.extend_from_slice(&next().to_le_bytes());
+                }
+                tx
+            })
+            .collect()
+    }
+
+    fn slices(txs: &[Vec<u8>]) -> impl Iterator<Item = &[u8]> {
+        txs.iter().map(Vec::as_slice)
+    }
+
     #[test]
     fn split_returns_what_join_bundled() {
         let txs: [&[u8]; 3] = [b"a", b"", b"xyz"];
         let bundle = join(txs);
+        assert_eq!(bundle[0], BUNDLE_TAG, "too small to gain from compression");
+        assert_eq!(split(&bundle).unwrap(), txs);
+    }
+
+    #[test]
+    fn many_alike_transactions_travel_compressed_and_come_back_exactly() {
+        let txs = transfers(1_000);
+        let bundle = join(slices(&txs));
+        assert_eq!(bundle[0], BUNDLE_LZ4_TAG);
+        let raw: usize = txs.iter().map(|t| 4 + t.len()).sum::<usize>() + 5;
+        assert!(bundle.len() < raw * 9 / 10, "{} of {raw}", bundle.len());
+        assert_eq!(stated_count(&bundle), 1_000);
+        assert_eq!(stated_raw_len(&bundle), (raw - 5) as u64);
         assert_eq!(split(&bundle).unwrap(), txs);
     }
 
@@ -120,7 +251,7 @@ mod tests {
     fn split_refuses_bad_framing() {
         let good = join([b"abc".as_slice()]);
         assert_eq!(split(&[]), Err(BundleError::BadTag));
-        assert_eq!(split(&[0x02, 1, 0, 0, 0]), Err(BundleError::BadTag));
+        assert_eq!(split(&[0x03, 1, 0, 0, 0]), Err(BundleError::BadTag));
         assert_eq!(split(&join([])), Err(BundleError::Empty));
         assert!(matches!(
             split(&good[..good.len() - 1]),
@@ -136,5 +267,93 @@ mod tests {
             split(&vec![BUNDLE_TAG; MAX_BUNDLE_BYTES + 1]),
             Err(BundleError::TooLarge(MAX_BUNDLE_BYTES + 1))
         );
+    }
+
+    /// A compressed bundle with `count` and a stated framing length in front of `block`.
+    fn compressed(count: u32, raw_len: u32, block: &[u8]) -> Vec<u8> {
+        let mut b = vec![BUNDLE_LZ4_TAG];
+        b.extend_from_slice(&count.to_le_bytes());
+        b.extend_from_slice(&raw_len.to_le_bytes());
+        b.extend_from_slice(block);
+        b
+    }
+
+    #[test]
+    fn a_compressed_bundle_must_decompress_to_exactly_its_stated_length_within_the_limit() {
+        let txs = transfers(100);
+        let bundle = join(slices(&txs));
+        let raw_len = u32::from_le_bytes(bundle[5..9].try_into().unwrap());
+        let block = &bundle[LZ4_HEADER..];
+        assert_eq!(split(&compressed(100, raw_len, block)).unwrap(), txs);
+        for wrong in [raw_len - 1, raw_len + 1, 0] {
+            assert_eq!(
+                split(&compressed(100, wrong, block)),
+                Err(BundleError::Corrupt),
+                "{wrong}"
+            );
+        }
+        // A bomb: about 1 MiB of zeros compresses to a few KiB; a header that states more
+        // than the limit is refused before anything is allocated.
+        let zeros = lz4_flex::block::compress(&vec![0; MAX_BUNDLE_RAW_BYTES + 1]);
+        assert!(zeros.len() < MAX_BUNDLE_BYTES);
+        let stated = MAX_BUNDLE_RAW_BYTES as u32 + 1;
+        assert_eq!(
+            split(&compressed(1, stated, &zeros)),
+            Err(BundleError::TooLargeDecompressed(stated as usize))
+        );
+        assert_eq!(
+            split(&compressed(1, 16, &[])),
+            Err(BundleError::Corrupt),
+            "no block"
+        );
+        assert!(matches!(
+            split(&[BUNDLE_LZ4_TAG, 1, 0, 0, 0, 9]),
+            Err(BundleError::Framing(_))
+        ));
+        // The framing inside is checked as an uncompressed one is.
+        let short = lz4_flex::block::compress(&[5, 0, 0, 0, 1, 2]);
+        assert!(matches!(
+            split(&compressed(1, 6, &short)),
+            Err(BundleError::Framing(_))
+        ));
+    }
+
+    /// Hostile compressed bytes: random blocks, and valid bundles with bytes flipped, cut or
+    /// grown, never panic; whatever splits re-joins to transactions that split the same way.
+    #[test]
+    fn corrupt_compressed_bundles_are_refused_without_panicking() {
+        let txs = transfers(50);
+        let good = join(slices(&txs));
+        let mut seed = 7u64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) as usize
+        };
+        let mut decoded = 0;
+        for round in 0..20_000 {
+            let mut b = good.clone();
+            match round % 4 {
+                0 => {
+                    let at = LZ4_HEADER + next() % (b.len() - LZ4_HEADER);
+                    b[at] ^= 1 << (next() % 8);
+                }
+                1 => b.truncate(LZ4_HEADER + next() % (b.len() - LZ4_HEADER)),
+                2 => b.extend((0..1 + next() % 8).map(|_| next() as u8)),
+                _ => {
+                    let len = next() % 300;
+                    b.truncate(LZ4_HEADER);
+                    b.extend((0..len).map(|_| next() as u8));
+                    let raw = (next() % 4_096) as u32;
+                    b[5..9].copy_from_slice(&raw.to_le_bytes());
+                }
+            }
+            if let Ok(parts) = split(&b) {
+                decoded += 1;
+                assert_eq!(split(&join(slices(&parts))).unwrap(), parts);
+            }
+        }
+        assert!(decoded < 20_000, "corruption went unnoticed every time");
     }
 }

@@ -40,6 +40,8 @@ pub struct LoadConfig {
     pub seed: u64,
     /// Transfers per CometBFT transaction.
     pub bundle: usize,
+    /// Whether bundles are compressed ([`bundle::join`]) or not.
+    pub compress: bool,
     /// Most transfers submitted and not yet seen committed: the offered load is closed-loop,
     /// so latency measures the network, not a queue the generator built.
     pub window: u64,
@@ -73,6 +75,12 @@ pub struct LoadReport {
     pub transfers: u64,
     /// Transfers per CometBFT transaction.
     pub bundle: usize,
+    /// Whether the bundles were compressed.
+    pub compressed: bool,
+    /// Bundle bytes sent to CometBFT per transfer (before the RPC's own encoding).
+    pub wire_bytes_per_transfer: f64,
+    /// Each transfer's signed encoding, on average: what the chain charges bandwidth for.
+    pub signed_bytes_per_transfer: f64,
     /// Transfers committed successfully.
     pub committed: u64,
     /// Included, but the contract failed (for example insufficient funds).
@@ -249,7 +257,14 @@ fn bundles(config: &LoadConfig, signed: &[Vec<u8>]) -> (VecDeque<(usize, Vec<u8>
     let chunks = signed.chunks(config.bundle.max(1));
     let sizes = chunks.clone().map(|c| c.len() as u64).collect();
     let bundles = chunks
-        .map(|c| bundle::join(c.iter().map(Vec::as_slice)))
+        .map(|c| {
+            let txs = c.iter().map(Vec::as_slice);
+            if config.compress {
+                bundle::join(txs)
+            } else {
+                bundle::join_uncompressed(txs)
+            }
+        })
         .enumerate()
         .collect();
     (bundles, sizes)
@@ -489,6 +504,9 @@ pub fn run(config: &LoadConfig, progress: &dyn Fn(u64, u64)) -> anyhow::Result<L
     let signed = sign_all(config, &start_head);
     let signing_s = t.elapsed().as_secs_f64();
     let (queue, sizes) = bundles(config, &signed);
+    let per_transfer = |bytes: usize| bytes as f64 / signed.len().max(1) as f64;
+    let signed_bytes_per_transfer = per_transfer(signed.iter().map(Vec::len).sum());
+    let wire_bytes_per_transfer = per_transfer(queue.iter().map(|(_, b)| b.len()).sum());
     drop(signed);
     let shared = Arc::new(Shared {
         queue: Mutex::new(queue),
@@ -536,6 +554,9 @@ pub fn run(config: &LoadConfig, progress: &dyn Fn(u64, u64)) -> anyhow::Result<L
     Ok(LoadReport {
         transfers: config.transfers,
         bundle: config.bundle,
+        compressed: config.compress,
+        wire_bytes_per_transfer,
+        signed_bytes_per_transfer,
         committed: seen.committed,
         failed: seen.failed,
         rejected_check_tx: rejected,

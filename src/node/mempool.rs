@@ -61,10 +61,10 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<PreparedTx>, Refusal> {
     let parts =
         bundle::split(bytes).map_err(|e| Refusal::new(code::MALFORMED_BUNDLE, e.to_string()))?;
     parts
-        .iter()
+        .into_iter()
         .enumerate()
         .map(|(i, b)| {
-            PreparedTx::decode(b.to_vec())
+            PreparedTx::decode(b)
                 .map_err(|e| Refusal::new(code::REFUSED, format!("transaction {i}: {e}")))
         })
         .collect()
