@@ -557,7 +557,28 @@ fn bad_input_is_refused_at_check_tx_with_a_clear_code_and_log() {
                 b
             },
             1,
+            "above the 16777216 a block may carry",
+        ),
+        (
+            "a compressed bundle that would decompress to 5 MiB",
+            {
+                let mut b = compressed_bundle(&[&good]);
+                b[5..9].copy_from_slice(&(5u32 << 20).to_le_bytes());
+                b
+            },
+            1,
             "the limit is 4194304",
+        ),
+        (
+            "a compressed bundle that states 9 times its block",
+            {
+                let mut b = compressed_bundle(&[&good]);
+                let stated = 9 * (b.len() - 9) as u32;
+                b[5..9].copy_from_slice(&stated.to_le_bytes());
+                b
+            },
+            1,
+            "more than 8 times; send it uncompressed",
         ),
         (
             "a malformed transaction",
@@ -684,7 +705,7 @@ fn lone_node(dir: &Path, args: &[&str]) -> (KillOnDrop, PathBuf) {
         .args(["node", "--data", dir.join("data").to_str().unwrap()])
         .args(["--abci", &format!("unix://{}", socket.display())])
         .args(args)
-        .stderr(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join("node.log")).unwrap())
         .spawn()
         .unwrap();
     let node = KillOnDrop(node);
@@ -799,7 +820,32 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         process(&mut s, vec![bundle(&[&keyless(1, false)])]),
         ProposalStatus::Accept as i32
     );
+    // Compressed bundles are decoded as uncompressed ones are.
+    let zipped = transfer(tapos, 1, 2, "zipped", 0).encode();
+    assert_eq!(
+        process(&mut s, vec![compressed_bundle(&[&zipped])]),
+        ProposalStatus::Accept as i32
+    );
+    // A proposal whose bundles state more decoded bytes than a block may carry (the standard
+    // schedule's 16 MiB) is rejected before any of them is decompressed: five headers of
+    // 4 MiB each, in 50 bytes.
+    let stating = |raw: u32| {
+        let mut b = vec![0x02, 1, 0, 0, 0];
+        b.extend_from_slice(&raw.to_le_bytes());
+        b.push(0);
+        b
+    };
+    assert_eq!(
+        process(&mut s, vec![stating(4 << 20); 5]),
+        ProposalStatus::Reject as i32
+    );
+    let log = std::fs::read_to_string(dir.path().join("node.log")).unwrap();
+    assert!(
+        log.contains("bytes decoded, above the 16777216 a block may carry"),
+        "{log}"
+    );
     for bad in [
+        compressed_bundle(&[&good, &forged.encode()]),
         bundle(&[&good, &forged.encode()]),
         b"junk".to_vec(),
         bundle(&[b"\x00"]),

@@ -491,6 +491,7 @@ impl App {
     /// then every signature in one batched call, then whether its payers can pay. Returns how
     /// many transactions it holds.
     fn admit(&self, hash: [u8; 32], bytes: &[u8]) -> Result<usize, Refusal> {
+        self.within_bandwidth(std::slice::from_ref(&bytes))?;
         let mut txs = mempool::decode(bytes)?;
         self.mempool().screen(&txs)?;
         let keys = self.read_keys(&txs);
@@ -568,9 +569,34 @@ impl App {
             .collect()
     }
 
+    /// Whether `bundles` fit one block's bandwidth (the chain's maximum, from its committed
+    /// fee schedule) by the decoded bytes their headers state, before anything is decoded.
+    /// What PrepareProposal counts, so an honest proposal always fits. Without it, compressed
+    /// bundles would let a proposal of CometBFT's 21 MiB make every validator decode and
+    /// verify up to 8 times as many bytes of transactions ([`bundle::MAX_COMPRESSION_RATIO`]).
+    /// A header that states less than its bundle holds does not decode.
+    fn within_bandwidth(&self, bundles: &[impl AsRef<[u8]>]) -> Result<(), Refusal> {
+        let stated = bundles
+            .iter()
+            .map(|b| bundle::stated_raw_len(b.as_ref()))
+            .fold(0u64, u64::saturating_add);
+        let max = self.max_block_bytes.load(Ordering::Relaxed);
+        if stated > max {
+            return Err(Refusal::new(
+                code::MALFORMED_BUNDLE,
+                format!(
+                    "the transactions take {stated} bytes decoded, above the {max} a block may \
+                     carry (the chain's bandwidth maximum)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Decodes and verifies the proposal's bundles this node has not verified before, and
     /// keeps them for FinalizeBlock; the first reason to reject the proposal, if any.
     fn verify_proposal(&self, txs: &[Bytes]) -> Result<(), Refusal> {
+        self.within_bandwidth(txs)?;
         let unknown: Vec<&Bytes> = {
             let pool = self.mempool();
             let mut unknown = Vec::new();

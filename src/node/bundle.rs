@@ -12,15 +12,19 @@
 //! - [`BUNDLE_LZ4_TAG`]: the u32 LE count, the u32 LE length of the framing (the lengths and
 //!   bytes above, without the count), then that framing as one LZ4 block. Transfers in a
 //!   bundle share their contract, action, reference block and fee fields, and account names
-//!   are mostly zero bytes: a bundle of 1,000 signed transfers takes about 90 bytes a
-//!   transfer instead of 148, of which 64 are the signature (issue 26's wire goal is 110).
+//!   are mostly zero bytes: in a bundle of 1,000, `tally load`'s signed transfers take 88.8 bytes
+//!   each instead of 165.4, of which 64 are the signature (issue 26's wire goal is 110).
 //!   CometBFT hashes, gossips and stores every byte several times, so it does that much less.
 //!
 //! Both layouts decode to the same transactions, and a block's root commits to each
 //! transaction's signed bytes, not to the layout: compression is transport only. Every
-//! validator must still agree on which bytes decode, so the LZ4 decoder is pinned
-//! (`lz4_flex`, Cargo.toml) and a compressed bundle must decompress to exactly the length its
-//! header states.
+//! validator must still agree on which bytes decode. What decodes is what `lz4_flex` 0.14.2's
+//! safe decoder accepts (it does not enforce the LZ4 spec's end-of-block rules), so the
+//! decoder is pinned (Cargo.toml) and replacing it is a consensus change, made by every
+//! validator at once, as is this layout itself: a node from before it refuses a compressed
+//! bundle and would mark it malformed in a block the others execute. A compressed bundle must
+//! decompress to exactly the length its header states, at most [`MAX_BUNDLE_RAW_BYTES`] and
+//! [`MAX_COMPRESSION_RATIO`] times its block.
 
 use sha2::{Digest, Sha256};
 
@@ -30,10 +34,11 @@ pub const BUNDLE_TAG: u8 = 0x01;
 /// First byte of a bundle whose framing is one LZ4 block.
 pub const BUNDLE_LZ4_TAG: u8 = 0x02;
 
-/// Most transactions in one bundle. A bundle's signatures are verified in one batched call
-/// (`VERIFY_BATCH` = 256 per batch on all cores); 8,192 of about 170 bytes is 1.4 MB, above
-/// CometBFT's default mempool `max_tx_bytes` of 1 MiB, so the byte limit binds first for
-/// uncompressed transfers and this only bounds the per-transaction bookkeeping of tiny ones.
+/// Most transactions in one bundle: a validity rule (a bundle over it is malformed on every
+/// node), so a literal, not tied to the verifier's tuning. It matches the largest batch one
+/// verification takes (`tally_chain::crypto::VERIFY_BATCH`, on all cores). 8,192 transfers take
+/// about 1.35 MB uncompressed, above CometBFT's default mempool `max_tx_bytes` of 1 MiB, and
+/// about 730 KB compressed.
 pub const MAX_BUNDLE_TXS: usize = 8_192;
 
 /// Largest bundle in bytes: CometBFT's default mempool `max_tx_bytes` (1 MiB), which devnet
@@ -43,9 +48,16 @@ pub const MAX_BUNDLE_BYTES: usize = 1 << 20;
 /// Largest framing a compressed bundle may decompress to: 4 MiB, four times what an
 /// uncompressed bundle may carry. LZ4 can expand a byte about 255 times, so without this a
 /// 1 MiB bundle could make every validator allocate and write 255 MiB; with it, decompressing
-/// costs at most 4 MiB of writes (about a millisecond). [`MAX_BUNDLE_TXS`] transfers of 150
-/// bytes take 1.2 MB.
+/// costs at most 4 MiB of writes (9 ms in the worst case measured, a block that repeats two
+/// bytes, whose overlapping copies go a byte at a time). [`MAX_BUNDLE_TXS`] transfers of 165
+/// bytes take 1.35 MB.
 pub const MAX_BUNDLE_RAW_BYTES: usize = 4 << 20;
+
+/// Most bytes a compressed bundle may decompress to per byte of its LZ4 block: what a
+/// validator decodes (and, in a proposal, verifies) stays within 8 times what it received.
+/// Bundles of `tally load`'s transfers are 1.9 (165.4 bytes a transfer uncompressed, 88.8
+/// compressed); one that would compress further is sent uncompressed ([`join`]).
+pub const MAX_COMPRESSION_RATIO: usize = 8;
 
 /// Bytes before a compressed bundle's LZ4 block: the tag, the count and the framing's length.
 const LZ4_HEADER: usize = 9;
@@ -70,6 +82,18 @@ pub enum BundleError {
     /// A compressed bundle states a framing longer than [`MAX_BUNDLE_RAW_BYTES`].
     #[error("the bundle decompresses to {0} bytes; the limit is {MAX_BUNDLE_RAW_BYTES}")]
     TooLargeDecompressed(usize),
+    /// A compressed bundle states a framing more than [`MAX_COMPRESSION_RATIO`] times its
+    /// LZ4 block.
+    #[error(
+        "the bundle states {raw} bytes decompressed from {compressed}: more than \
+         {MAX_COMPRESSION_RATIO} times; send it uncompressed"
+    )]
+    TooCompressed {
+        /// The stated decompressed length.
+        raw: usize,
+        /// The LZ4 block's length.
+        compressed: usize,
+    },
     /// The LZ4 block is not valid, or does not decompress to the length the header states.
     #[error("the bundle's compressed framing is corrupt")]
     Corrupt,
@@ -104,6 +128,12 @@ pub fn split(bytes: &[u8]) -> Result<Vec<Vec<u8>>, BundleError> {
         take_u32(&mut rest).ok_or(BundleError::Framing("no decompressed length"))? as usize;
     if raw_len > MAX_BUNDLE_RAW_BYTES {
         return Err(BundleError::TooLargeDecompressed(raw_len));
+    }
+    if raw_len > MAX_COMPRESSION_RATIO * rest.len() {
+        return Err(BundleError::TooCompressed {
+            raw: raw_len,
+            compressed: rest.len(),
+        });
     }
     let mut framing = vec![0; raw_len];
     match lz4_flex::block::decompress_into(rest, &mut framing) {
@@ -167,7 +197,8 @@ pub fn join<'a>(txs: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
         return out;
     }
     let block = lz4_flex::block::compress(framing);
-    if LZ4_HEADER + block.len() >= out.len() {
+    if LZ4_HEADER + block.len() >= out.len() || framing.len() > MAX_COMPRESSION_RATIO * block.len()
+    {
         return out;
     }
     let mut compressed = Vec::with_capacity(LZ4_HEADER + block.len());
@@ -248,6 +279,15 @@ mod tests {
     }
 
     #[test]
+    fn bundles_that_would_compress_more_than_the_ratio_travel_uncompressed() {
+        let same = vec![7u8; 2_000];
+        let txs: Vec<&[u8]> = vec![&same; 100];
+        let bundle = join(txs.iter().copied());
+        assert_eq!(bundle[0], BUNDLE_TAG);
+        assert_eq!(split(&bundle).unwrap(), txs);
+    }
+
+    #[test]
     fn split_refuses_bad_framing() {
         let good = join([b"abc".as_slice()]);
         assert_eq!(split(&[]), Err(BundleError::BadTag));
@@ -303,8 +343,22 @@ mod tests {
         );
         assert_eq!(
             split(&compressed(1, 16, &[])),
-            Err(BundleError::Corrupt),
+            Err(BundleError::TooCompressed {
+                raw: 16,
+                compressed: 0
+            }),
             "no block"
+        );
+        assert_eq!(split(&compressed(1, 8, &[0])), Err(BundleError::Corrupt));
+        // Within the limit but more than 8 to 1: what a validator decodes stays within 8
+        // times what it received.
+        let ones = lz4_flex::block::compress(&[1; 4_096]);
+        assert_eq!(
+            split(&compressed(1, 4_096, &ones)),
+            Err(BundleError::TooCompressed {
+                raw: 4_096,
+                compressed: ones.len()
+            })
         );
         assert!(matches!(
             split(&[BUNDLE_LZ4_TAG, 1, 0, 0, 0, 9]),

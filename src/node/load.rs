@@ -252,22 +252,38 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-/// Each bundle (index, bytes) in submission order, and the transfers each holds.
-fn bundles(config: &LoadConfig, signed: &[Vec<u8>]) -> (VecDeque<(usize, Vec<u8>)>, Vec<u64>) {
+/// Each bundle (index, bytes) in submission order, and the transfers each holds; an error if
+/// one is larger than a node accepts ([`bundle::MAX_BUNDLE_BYTES`]), before anything is sent.
+type Bundles = (VecDeque<(usize, Vec<u8>)>, Vec<u64>);
+
+fn bundles(config: &LoadConfig, signed: &[Vec<u8>]) -> anyhow::Result<Bundles> {
     let chunks = signed.chunks(config.bundle.max(1));
     let sizes = chunks.clone().map(|c| c.len() as u64).collect();
-    let bundles = chunks
-        .map(|c| {
-            let txs = c.iter().map(Vec::as_slice);
-            if config.compress {
-                bundle::join(txs)
-            } else {
-                bundle::join_uncompressed(txs)
-            }
-        })
-        .enumerate()
-        .collect();
-    (bundles, sizes)
+    let mut bundles = VecDeque::new();
+    for (i, c) in chunks.enumerate() {
+        let txs = c.iter().map(Vec::as_slice);
+        let b = if config.compress {
+            bundle::join(txs)
+        } else {
+            bundle::join_uncompressed(txs)
+        };
+        if b.len() > bundle::MAX_BUNDLE_BYTES {
+            bail!(
+                "a bundle of {} transfers takes {} bytes, above the {} a node accepts: give a \
+                 smaller --bundle{}",
+                c.len(),
+                b.len(),
+                bundle::MAX_BUNDLE_BYTES,
+                if config.compress {
+                    ""
+                } else {
+                    ", or leave out --uncompressed"
+                }
+            );
+        }
+        bundles.push_back((i, b));
+    }
+    Ok((bundles, sizes))
 }
 
 /// One submitter: takes bundles off the queue while the window has room, and sends each to
@@ -503,7 +519,7 @@ pub fn run(config: &LoadConfig, progress: &dyn Fn(u64, u64)) -> anyhow::Result<L
     let t = Instant::now();
     let signed = sign_all(config, &start_head);
     let signing_s = t.elapsed().as_secs_f64();
-    let (queue, sizes) = bundles(config, &signed);
+    let (queue, sizes) = bundles(config, &signed)?;
     let per_transfer = |bytes: usize| bytes as f64 / signed.len().max(1) as f64;
     let signed_bytes_per_transfer = per_transfer(signed.iter().map(Vec::len).sum());
     let wire_bytes_per_transfer = per_transfer(queue.iter().map(|(_, b)| b.len()).sum());

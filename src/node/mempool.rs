@@ -47,7 +47,8 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    fn new(code: u32, log: impl Into<String>) -> Self {
+    /// A refusal with result code `code` (`super::app::code`) and `log` for the client.
+    pub fn new(code: u32, log: impl Into<String>) -> Self {
         Self {
             code,
             log: log.into(),
