@@ -48,9 +48,11 @@ pub const MAX_BUNDLE_BYTES: usize = 1 << 20;
 /// Largest framing a compressed bundle may decompress to: 4 MiB, four times what an
 /// uncompressed bundle may carry. LZ4 can expand a byte about 255 times, so without this a
 /// 1 MiB bundle could make every validator allocate and write 255 MiB; with it, decompressing
-/// costs at most 4 MiB of writes (9 ms in the worst case measured, a block that repeats two
-/// bytes, whose overlapping copies go a byte at a time). [`MAX_BUNDLE_TXS`] transfers of 165
-/// bytes take 1.35 MB.
+/// costs at most 4 MiB of writes. The worst block built within these limits (one 19-byte
+/// overlapping match per 3 bytes, 883 KB in) takes 6.0 ms, against 0.36 ms for an honest
+/// bundle of 8,192 transfers (`cargo bench --bench bundle_decode`); verifying the ~10,000
+/// transfers an honest bundle of 883 KB holds takes about 140 ms of core time.
+/// [`MAX_BUNDLE_TXS`] transfers of 165 bytes take 1.35 MB.
 pub const MAX_BUNDLE_RAW_BYTES: usize = 4 << 20;
 
 /// Most bytes a compressed bundle may decompress to per byte of its LZ4 block: what a
