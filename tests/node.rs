@@ -226,7 +226,7 @@ fn broadcast(url: &str, tx: &[u8]) -> (u64, String) {
     )
 }
 
-/// A bundle (node/bundle.rs): tag 0x01, count, then each transaction with its length.
+/// A bundle (chain/src/bundle.rs): tag 0x01, count, then each transaction with its length.
 fn bundle(txs: &[&[u8]]) -> Vec<u8> {
     let mut out = vec![0x01];
     out.extend_from_slice(&(txs.len() as u32).to_le_bytes());
@@ -237,7 +237,7 @@ fn bundle(txs: &[&[u8]]) -> Vec<u8> {
     out
 }
 
-/// A compressed bundle (node/bundle.rs): tag 0x02, the count, the length of the uncompressed
+/// A compressed bundle (chain/src/bundle.rs): tag 0x02, the count, the length of the uncompressed
 /// framing (each transaction with its length), then that framing as one LZ4 block.
 fn compressed_bundle(txs: &[&[u8]]) -> Vec<u8> {
     let framing = &bundle(txs)[5..];
@@ -1242,30 +1242,9 @@ fn block_txs(url: &str, h: u64) -> Vec<Vec<u8>> {
         .unwrap_or_default()
 }
 
-/// Splits a bundle (node/bundle.rs) into its transactions: tag 0x01 and the count, then each
-/// transaction with its length; or tag 0x02, the count, the length of that framing, and the
-/// framing as one LZ4 block (what `tally load` sends).
+/// Splits a bundle into its transactions, with the library's one decoder.
 fn unbundle(bytes: &[u8]) -> Vec<Vec<u8>> {
-    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
-    let count = u32_at(bytes, 1);
-    let framing = match bytes[0] {
-        0x01 => bytes[5..].to_vec(),
-        0x02 => {
-            let mut framing = vec![0; u32_at(bytes, 5) as usize];
-            let n = lz4_flex::block::decompress_into(&bytes[9..], &mut framing).unwrap();
-            assert_eq!(n, framing.len());
-            framing
-        }
-        tag => panic!("not a bundle: tag {tag}"),
-    };
-    let mut at = 0;
-    (0..count)
-        .map(|_| {
-            let len = u32_at(&framing, at) as usize;
-            at += 4 + len;
-            framing[at - len..at].to_vec()
-        })
-        .collect()
+    tally_chain::bundle::split(bytes).unwrap()
 }
 
 /// simplecoin's balance of benchmark account `i` on validator `url`.

@@ -1,51 +1,49 @@
-//! The cost of decompressing a bundle (src/node/bundle.rs), the one thing a node does to a
-//! compressed bundle before any limit on its transactions applies: an honest bundle of
-//! 8,192 signed transfers against the worst block built within the node's limits (at most
-//! 4 MiB decompressed, 8 times the block, 1 MiB on the wire). Run:
-//! `cargo bench --bench bundle_decode`.
+//! The cost of splitting a compressed bundle (`tally_chain::bundle`), the one thing a node
+//! does to one before any limit on its transactions applies: an honest bundle of 8,192 signed
+//! transfers against the worst block built within the limits (at most
+//! `MAX_BUNDLE_RAW_BYTES` decompressed, `MAX_COMPRESSION_RATIO` times the block,
+//! `MAX_BUNDLE_BYTES` on the wire). Run: `cargo bench --bench bundle_decode`.
 //!
 //! The worst case: LZ4 sequences of no literals and a 19-byte match at offset 2, so every
 //! 3 bytes of block are a sequence whose overlapping copy goes a few bytes at a time, about
-//! 4.7 bytes out per byte in. It prints each case's time per decompressed and per received
-//! byte, next to what verifying an honest bundle of that many bytes costs (about 14 µs a
-//! signature of core time on the AVX2 machine, 165 bytes a transfer uncompressed).
+//! 4.7 bytes out per byte in; what it decompresses to is no framing, so `split` refuses it
+//! having done all the work. Compare with what verifying an honest bundle of as many bytes
+//! costs (about 14 µs a signature of core time on the AVX2 machine, 88.8 bytes a transfer
+//! compressed).
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use tally_bench::workload::{KEY_POOL, SIMPLECOIN, TRANSFER, account_name};
+use tally_chain::bundle::{
+    self, BUNDLE_LZ4_TAG, MAX_BUNDLE_BYTES, MAX_BUNDLE_RAW_BYTES, MAX_COMPRESSION_RATIO,
+};
 use tally_chain::crypto::derived_key;
 use tally_chain::{Action, SignedTransaction, Transaction, Transfer};
 
-/// The node's bound on a compressed bundle's decompressed framing (`MAX_BUNDLE_RAW_BYTES`).
-const MAX_RAW: usize = 4 << 20;
-
-/// The framing of `n` signed transfers as `tally load` signs them: a u32 length and the
-/// signed bytes each.
-fn honest_framing(n: u64) -> Vec<u8> {
-    let mut framing = Vec::new();
-    for i in 0..n {
-        let (from, to) = (account_name(i * 7 % 10_000), account_name(i * 13 % 10_000));
-        let transfer = Transfer {
-            from,
-            to,
-            amount: 1,
-            memo: format!("187b9a7c3e2f41a0-{i}"),
-        };
-        let tx = Transaction::new(
-            1_800_000_000_000,
-            (1234, 0xdead_beef),
-            vec![Action {
-                account: SIMPLECOIN,
-                name: TRANSFER,
-                authorization: vec![from],
-                data: transfer.encode(),
-            }],
-        );
-        let key = derived_key(1, (i * 7 % 10_000) % KEY_POOL);
-        let signed = SignedTransaction::sign_registered(tx, &[(from, &key)]).encode();
-        framing.extend_from_slice(&(signed.len() as u32).to_le_bytes());
-        framing.extend_from_slice(&signed);
-    }
-    framing
+/// `n` signed transfers as `tally load` signs them.
+fn transfers(n: u64) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            let (from, to) = (account_name(i * 7 % 10_000), account_name(i * 13 % 10_000));
+            let transfer = Transfer {
+                from,
+                to,
+                amount: 1,
+                memo: format!("187b9a7c3e2f41a0-{i}"),
+            };
+            let tx = Transaction::new(
+                1_800_000_000_000,
+                (1234, 0xdead_beef),
+                vec![Action {
+                    account: SIMPLECOIN,
+                    name: TRANSFER,
+                    authorization: vec![from],
+                    data: transfer.encode(),
+                }],
+            );
+            let key = derived_key(1, (i * 7 % 10_000) % KEY_POOL);
+            SignedTransaction::sign_registered(tx, &[(from, &key)]).encode()
+        })
+        .collect()
 }
 
 /// An LZ4 block that decompresses to exactly `raw` bytes through one sequence per 3 bytes:
@@ -76,34 +74,44 @@ fn worst_block(raw: usize) -> Vec<u8> {
     block
 }
 
+/// A compressed bundle of `block`, stating one transaction and `raw` bytes decompressed.
+fn compressed(block: &[u8], raw: usize) -> Vec<u8> {
+    let mut b = vec![BUNDLE_LZ4_TAG];
+    b.extend_from_slice(&1u32.to_le_bytes());
+    b.extend_from_slice(&(raw as u32).to_le_bytes());
+    b.extend_from_slice(block);
+    b
+}
+
 fn decode(c: &mut Criterion) {
-    let honest = honest_framing(8_192);
-    let honest_block = lz4_flex::block::compress(&honest);
-    let worst = worst_block(MAX_RAW);
-    assert!(worst.len() <= 1 << 20, "within the 1 MiB a bundle may take");
-    assert!(MAX_RAW <= 8 * worst.len(), "within the ratio of 8");
-    let mut out = vec![0u8; MAX_RAW];
-    for (name, block, raw) in [
-        ("honest", &honest_block, honest.len()),
-        ("worst", &worst, MAX_RAW),
-    ] {
-        let n = lz4_flex::block::decompress_into(block, &mut out[..raw]).expect("decodes");
-        assert_eq!(n, raw);
+    let txs = transfers(8_192);
+    let honest = bundle::join(txs.iter().map(Vec::as_slice));
+    assert_eq!(honest[0], BUNDLE_LZ4_TAG);
+    assert_eq!(bundle::split(&honest).expect("splits"), txs);
+    let worst = compressed(&worst_block(MAX_BUNDLE_RAW_BYTES), MAX_BUNDLE_RAW_BYTES);
+    assert!(
+        worst.len() <= MAX_BUNDLE_BYTES,
+        "within what a bundle may take"
+    );
+    assert!(MAX_BUNDLE_RAW_BYTES <= MAX_COMPRESSION_RATIO * (worst.len() - 9));
+    assert!(
+        matches!(bundle::split(&worst), Err(bundle::BundleError::Framing(_))),
+        "decompressed whole, then refused"
+    );
+    for (name, b) in [("honest", &honest), ("worst", &worst)] {
         eprintln!(
-            "{name}: {} bytes received, {raw} decompressed ({:.1} to 1)",
-            block.len(),
-            raw as f64 / block.len() as f64
+            "{name}: {} bytes received, {} decompressed",
+            b.len(),
+            bundle::stated_raw_len(b)
         );
     }
-    let mut group = c.benchmark_group("bundle decompression");
-    for (name, block, raw) in [
-        ("honest 8,192 transfers", &honest_block, honest.len()),
-        ("worst case, 4 MiB", &worst, MAX_RAW),
+    let mut group = c.benchmark_group("bundle split");
+    for (name, b) in [
+        ("honest, 8,192 transfers", &honest),
+        ("worst case, 4 MiB", &worst),
     ] {
-        group.throughput(Throughput::Bytes(block.len() as u64));
-        group.bench_function(name, |b| {
-            b.iter(|| lz4_flex::block::decompress_into(block, &mut out[..raw]).expect("decodes"))
-        });
+        group.throughput(Throughput::Bytes(b.len() as u64));
+        group.bench_function(name, |bench| bench.iter(|| bundle::split(b)));
     }
     group.finish();
 }

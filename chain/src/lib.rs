@@ -30,6 +30,7 @@
 //!   chain in memory with named accounts, signed pushes and traced receipts.
 
 pub mod block;
+pub mod bundle;
 pub mod chain;
 pub mod config;
 pub mod crypto;

@@ -2,8 +2,9 @@
 //!
 //! `cargo +nightly fuzz run tx_decode`
 //!
-//! Holds: decoding never panics; whatever decodes is within every admission limit,
-//! re-encodes to exactly the input bytes (so one transaction has one encoding, and one id:
+//! Holds: splitting the bytes as a bundle (compressed or not) never panics, and what splits
+//! joins again into a bundle that splits the same; decoding never panics; whatever decodes
+//! is within every admission limit, re-encodes to exactly the input bytes (so one transaction has one encoding, and one id:
 //! no non-minimal varint, tag or implied field survives, issue 26), and goes through the rest
 //! of the stateless stage (ids, signature checks, signatures without their key against a key
 //! source) without panicking, single and batched verification agreeing.
@@ -13,7 +14,7 @@
 use libfuzzer_sys::fuzz_target;
 use tally_chain::crypto::{KeySource, NoKeys, derived_key};
 use tally_chain::pipeline::verify_batched;
-use tally_chain::{Check, Name, PreparedTx, SignedTransaction};
+use tally_chain::{Check, Name, PreparedTx, SignedTransaction, bundle};
 
 /// Registers a key for accounts with an even name, as a committed state might.
 struct EvenAccounts;
@@ -25,6 +26,20 @@ impl KeySource for EvenAccounts {
 }
 
 fuzz_target!(|data: &[u8]| {
+    // The same bytes as a CometBFT transaction, a bundle: splitting (and decompressing)
+    // never panics, stays within the bundle limits, and what splits joins again, compressed
+    // or not, into a bundle that splits the same.
+    if let Ok(parts) = bundle::split(data) {
+        assert!(!parts.is_empty() && parts.len() <= bundle::MAX_BUNDLE_TXS);
+        let framing: usize = parts.iter().map(|p| 4 + p.len()).sum();
+        assert!(framing <= bundle::MAX_BUNDLE_RAW_BYTES.max(bundle::MAX_BUNDLE_BYTES));
+        let slices = || parts.iter().map(Vec::as_slice);
+        for again in [bundle::join(slices()), bundle::join_uncompressed(slices())] {
+            if again.len() <= bundle::MAX_BUNDLE_BYTES {
+                assert_eq!(bundle::split(&again).as_ref(), Ok(&parts), "a re-join splits otherwise");
+            }
+        }
+    }
     let decoded = SignedTransaction::decode(data);
     let prepared = PreparedTx::decode(data.to_vec());
     assert_eq!(

@@ -3,7 +3,7 @@
 
 pub mod abci;
 pub mod app;
-pub mod bundle;
+pub use tally_chain::bundle;
 pub mod devnet;
 pub mod keys;
 pub mod ledger;

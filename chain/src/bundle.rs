@@ -1,4 +1,6 @@
-//! The CometBFT transaction format: a bundle of individually signed Tally transactions.
+//! The CometBFT transaction format: a bundle of individually signed Tally transactions. Here,
+//! in the library, so that every node that embeds Tally, the fuzz targets and the benches
+//! decode it with the one decoder.
 //!
 //! CometBFT's mempool, gossip and block building cost about the same per CometBFT transaction
 //! whatever its size, so a client may bundle many signed transfers into one (the precedent is
@@ -8,7 +10,7 @@
 //!
 //! Two layouts, told apart by the first byte:
 //! - [`BUNDLE_TAG`]: a u32 LE count, then per transaction a u32 LE length and its exact
-//!   signed bytes ([`tally_chain::SignedTransaction`] in borsh).
+//!   signed bytes ([`crate::SignedTransaction`] in borsh).
 //! - [`BUNDLE_LZ4_TAG`]: the u32 LE count, the u32 LE length of the framing (the lengths and
 //!   bytes above, without the count), then that framing as one LZ4 block. Transfers in a
 //!   bundle share their contract, action, reference block and fee fields, and account names
@@ -36,7 +38,7 @@ pub const BUNDLE_LZ4_TAG: u8 = 0x02;
 
 /// Most transactions in one bundle: a validity rule (a bundle over it is malformed on every
 /// node), so a literal, not tied to the verifier's tuning. It matches the largest batch one
-/// verification takes (`tally_chain::crypto::VERIFY_BATCH`, on all cores). 8,192 transfers take
+/// verification takes ([`crate::crypto::VERIFY_BATCH`], on all cores). 8,192 transfers take
 /// about 1.35 MB uncompressed, above CometBFT's default mempool `max_tx_bytes` of 1 MiB, and
 /// about 730 KB compressed.
 pub const MAX_BUNDLE_TXS: usize = 8_192;
@@ -48,10 +50,11 @@ pub const MAX_BUNDLE_BYTES: usize = 1 << 20;
 /// Largest framing a compressed bundle may decompress to: 4 MiB, four times what an
 /// uncompressed bundle may carry. LZ4 can expand a byte about 255 times, so without this a
 /// 1 MiB bundle could make every validator allocate and write 255 MiB; with it, decompressing
-/// costs at most 4 MiB of writes. The worst block built within these limits (one 19-byte
-/// overlapping match per 3 bytes, 883 KB in) takes 6.0 ms, against 0.36 ms for an honest
-/// bundle of 8,192 transfers (`cargo bench --bench bundle_decode`); verifying the ~10,000
-/// transfers an honest bundle of 883 KB holds takes about 140 ms of core time.
+/// costs at most 4 MiB of writes. [`split`] of the worst block built within these limits (one
+/// 19-byte overlapping match per 3 bytes, 883 KB in) takes 7.3 ms, against 0.87 ms for an
+/// honest bundle of 8,192 transfers, each copied out (`cargo bench --bench bundle_decode`);
+/// verifying the ~10,000 transfers an honest bundle of 883 KB holds takes about 140 ms of
+/// core time.
 /// [`MAX_BUNDLE_TXS`] transfers of 165 bytes take 1.35 MB.
 pub const MAX_BUNDLE_RAW_BYTES: usize = 4 << 20;
 
