@@ -50,12 +50,11 @@ pub const MAX_BUNDLE_BYTES: usize = 1 << 20;
 /// Largest framing a compressed bundle may decompress to: 4 MiB, four times what an
 /// uncompressed bundle may carry. LZ4 can expand a byte about 255 times, so without this a
 /// 1 MiB bundle could make every validator allocate and write 255 MiB; with it, decompressing
-/// costs at most 4 MiB of writes. [`split`] of the worst block built within these limits (one
-/// 19-byte overlapping match per 3 bytes, 883 KB in) takes 7.3 ms, against 0.87 ms for an
-/// honest bundle of 8,192 transfers, each copied out (`cargo bench --bench bundle_decode`);
-/// verifying the ~10,000 transfers an honest bundle of 883 KB holds takes about 140 ms of
-/// core time.
-/// [`MAX_BUNDLE_TXS`] transfers of 165 bytes take 1.35 MB.
+/// costs at most 4 MiB of writes. [`split`] of the slowest hostile block built within these
+/// limits (an 18-byte match at offset 1 every 3 bytes, 699 KB in, 4 MiB out) takes 9.8 ms,
+/// against 0.63 ms for an honest bundle of 8,192 transfers (`cargo bench --bench
+/// bundle_decode`, which tries 24 such blocks), whose verification takes about 115 ms of core
+/// time. [`MAX_BUNDLE_TXS`] transfers of 165 bytes take 1.35 MB.
 pub const MAX_BUNDLE_RAW_BYTES: usize = 4 << 20;
 
 /// Most bytes a compressed bundle may decompress to per byte of its LZ4 block: what a

@@ -4,10 +4,11 @@
 //!
 //! Holds: splitting the bytes as a bundle (compressed or not) never panics, and what splits
 //! joins again into a bundle that splits the same; decoding never panics; whatever decodes
-//! is within every admission limit, re-encodes to exactly the input bytes (so one transaction has one encoding, and one id:
-//! no non-minimal varint, tag or implied field survives, issue 26), and goes through the rest
-//! of the stateless stage (ids, signature checks, signatures without their key against a key
-//! source) without panicking, single and batched verification agreeing.
+//! is within every admission limit, re-encodes to exactly the input bytes (so one transaction
+//! has one encoding, and one id: no non-minimal varint, tag or implied field survives, issue
+//! 26), and goes through the rest of the stateless stage (ids, signature checks, signatures
+//! without their key against a key source) without panicking, single and batched
+//! verification agreeing.
 
 #![no_main]
 
@@ -36,7 +37,11 @@ fuzz_target!(|data: &[u8]| {
         let slices = || parts.iter().map(Vec::as_slice);
         for again in [bundle::join(slices()), bundle::join_uncompressed(slices())] {
             if again.len() <= bundle::MAX_BUNDLE_BYTES {
-                assert_eq!(bundle::split(&again).as_ref(), Ok(&parts), "a re-join splits otherwise");
+                assert_eq!(
+                    bundle::split(&again).as_ref(),
+                    Ok(&parts),
+                    "a re-join splits otherwise"
+                );
             }
         }
     }

@@ -252,10 +252,11 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-/// Each bundle (index, bytes) in submission order, and the transfers each holds; an error if
-/// one is larger than a node accepts ([`bundle::MAX_BUNDLE_BYTES`]), before anything is sent.
+/// Bundles (index, bytes) in submission order, and the transfers each holds.
 type Bundles = (VecDeque<(usize, Vec<u8>)>, Vec<u64>);
 
+/// Each bundle in submission order, and the transfers each holds; an error if one is larger
+/// than a node accepts ([`bundle::MAX_BUNDLE_BYTES`]), before anything is sent.
 fn bundles(config: &LoadConfig, signed: &[Vec<u8>]) -> anyhow::Result<Bundles> {
     let chunks = signed.chunks(config.bundle.max(1));
     let sizes = chunks.clone().map(|c| c.len() as u64).collect();
