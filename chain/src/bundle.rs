@@ -63,8 +63,11 @@ pub const MAX_BUNDLE_RAW_BYTES: usize = 4 << 20;
 /// compressed); one that would compress further is sent uncompressed ([`join`]).
 pub const MAX_COMPRESSION_RATIO: usize = 8;
 
+/// Bytes before an uncompressed bundle's framing: the tag and the count.
+const HEADER: usize = 5;
+
 /// Bytes before a compressed bundle's LZ4 block: the tag, the count and the framing's length.
-const LZ4_HEADER: usize = 9;
+const LZ4_HEADER: usize = HEADER + 4;
 
 /// Why bytes are not a bundle.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -175,7 +178,7 @@ fn take_u32(rest: &mut &[u8]) -> Option<u32> {
 /// estimates before it is decoded, never for a validity rule.
 pub fn stated_count(bytes: &[u8]) -> u32 {
     bytes
-        .get(1..5)
+        .get(1..HEADER)
         .map_or(0, |c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
 }
 
@@ -185,7 +188,7 @@ pub fn stated_count(bytes: &[u8]) -> u32 {
 pub fn stated_raw_len(bytes: &[u8]) -> u64 {
     let raw = match bytes.first() {
         Some(&BUNDLE_LZ4_TAG) => bytes
-            .get(5..9)
+            .get(HEADER..LZ4_HEADER)
             .map_or(0, |l| u32::from_le_bytes(l.try_into().expect("4 bytes"))),
         _ => 0,
     };
@@ -196,7 +199,7 @@ pub fn stated_raw_len(bytes: &[u8]) -> u64 {
 /// bundle of one small transaction is not).
 pub fn join<'a>(txs: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
     let out = join_uncompressed(txs);
-    let framing = &out[5..];
+    let framing = &out[HEADER..];
     if framing.len() > MAX_BUNDLE_RAW_BYTES {
         return out;
     }
@@ -207,7 +210,7 @@ pub fn join<'a>(txs: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
     }
     let mut compressed = Vec::with_capacity(LZ4_HEADER + block.len());
     compressed.push(BUNDLE_LZ4_TAG);
-    compressed.extend_from_slice(&out[1..5]);
+    compressed.extend_from_slice(&out[1..HEADER]);
     compressed.extend_from_slice(&(framing.len() as u32).to_le_bytes());
     compressed.extend_from_slice(&block);
     compressed
@@ -215,14 +218,15 @@ pub fn join<'a>(txs: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
 
 /// Builds an uncompressed bundle ([`BUNDLE_TAG`]) from transactions' signed bytes.
 pub fn join_uncompressed<'a>(txs: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
-    let mut out = vec![BUNDLE_TAG, 0, 0, 0, 0];
+    let mut out = vec![0; HEADER];
+    out[0] = BUNDLE_TAG;
     let mut count = 0u32;
     for tx in txs {
         out.extend_from_slice(&(tx.len() as u32).to_le_bytes());
         out.extend_from_slice(tx);
         count += 1;
     }
-    out[1..5].copy_from_slice(&count.to_le_bytes());
+    out[1..HEADER].copy_from_slice(&count.to_le_bytes());
     out
 }
 
