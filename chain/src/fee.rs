@@ -4,7 +4,7 @@
 //! that work and not of the others (EIP-7706 proposes the same per-resource base fees for
 //! Ethereum).
 //!
-//! - A transaction's [`Usage`] is computed in one place, [`Usage::of_tx`], from the
+//! - A transaction's [`Usage`] is computed in one place, `Usage::of_tx`, from the
 //!   transaction's size, its fuel and the journal's counts of what it read, created and
 //!   wrote: the same numbers on every node and every path (sequential or speculative).
 //! - It pays `Σ price_d × used_d / PRICE_SCALE` plus its tip, never more than its max fee

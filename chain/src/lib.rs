@@ -19,7 +19,7 @@
 //!   block (TaPoS). They are admitted and their signatures verified ahead of execution, on all
 //!   cores ([`prepare_block`], giving [`PreparedTx`]).
 //! - **Blocks** run through [`Chain::execute_block`]: each transaction is validated,
-//!   authorized, executed against a [`journal`] checkpoint and finalized, and the result is a
+//!   authorized, executed against a [`journal`](exec::journal) checkpoint and finalized, and the result is a
 //!   header whose state checksum chains the block's sorted changes onto the previous one.
 //!   [`Chain::commit`] makes it durable in one atomic store write.
 //! - **Genesis** ([`Genesis`]) is the only block whose state is not derived from signed

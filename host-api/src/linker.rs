@@ -1,7 +1,7 @@
 //! Registration of the ABI v1 imports on a wasmtime [`Linker`] (feature `host`).
 //!
 //! What each import does is engine-free, in [`crate::imports`]; this module only lends it
-//! wasmtime's fuel, memory and store data through a [`Guest`], and turns its [`HostError`]
+//! wasmtime's fuel, memory and store data through a [`Guest`](crate::imports::Guest), and turns its [`HostError`]
 //! into the call's error, which wasmtime turns into a trap and the runtime into a failed
 //! receipt (an [`crate::Abort`]) or a node fault (a [`crate::NodeFault`]).
 

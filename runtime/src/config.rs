@@ -6,7 +6,7 @@ use tally_host_api::limits::FUEL_PER_ACTION;
 
 use crate::DEFAULT_CONTRACT_CACHE_BYTES;
 
-/// How to build a [`Runtime`].
+/// How to build a [`Runtime`](crate::Runtime).
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
     /// Directory of the disk tier of the module cache; `None` keeps compiled code in memory

@@ -36,10 +36,10 @@ pub const MAX_CONCURRENCY: usize = 256;
 /// How many instances may be alive at once in the pool of a runtime that serves `concurrency`
 /// threads (at most [`MAX_CONCURRENCY`]):
 ///
-/// - [`WARM_INSTANCES`] kept between actions,
+/// - `WARM_INSTANCES` kept between actions,
 /// - [`MAX_CALL_DEPTH`] per thread: an action holds one instance per level of synchronous
 ///   calls it is in (the action itself is the first), and every thread may run one action,
-/// - [`PREPARE_INSTANCES`] for deploys.
+/// - `PREPARE_INSTANCES` for deploys.
 ///
 /// A node that runs more threads than this at once meets
 /// [`RuntimeError::Exhausted`](crate::RuntimeError::Exhausted) on some of them, never a
@@ -51,11 +51,11 @@ pub fn pool_instances(concurrency: usize) -> u32 {
 }
 
 /// Address space the pool of [`pool_instances`] instances reserves, in bytes. Each of an
-/// instance's [`MEMORIES_PER_INSTANCE`] memories gets a slot of wasmtime's default memory
+/// instance's `MEMORIES_PER_INSTANCE` memories gets a slot of wasmtime's default memory
 /// reservation (4 GiB on 64-bit hosts, which lets compiled code skip bounds checks) plus its
 /// guard region (32 MiB), all in one `PROT_NONE` mapping: neither memory nor commit charge
 /// until a slot is used, and then only the pages an instance touches (at most
-/// [`KEEP_RESIDENT_BYTES`] of each memory stay mapped after it is freed). A 2-thread node
+/// `KEEP_RESIDENT_BYTES` of each memory stay mapped after it is freed). A 2-thread node
 /// reserves 56 instances, ~450 GiB; a 128-thread node 1,064 instances, ~8.4 TiB.
 pub fn pool_reservation_bytes(instances: u32) -> u64 {
     const MEMORY_RESERVATION: u64 = 4 << 30;

@@ -4,7 +4,7 @@
 //!   the chain's expiration rule at the next block's earliest time, refuses a transaction
 //!   already in the mempool, and verifies every signature in one batched call; then it refuses
 //!   a bundle whose payers' committed native balances cannot cover the max fees of their
-//!   pending transactions plus the bundle's ([`Mempool`](super::mempool::Mempool) keeps the
+//!   pending transactions plus the bundle's ([`Mempool`] keeps the
 //!   verified bundle and what each payer has pending).
 //! - **Recheck** after each commit drops bundles whose transactions have expired, or whose
 //!   payer's balance no longer covers what it has pending.

@@ -6,7 +6,7 @@
 //! it, and loads again (from the disk tier, or by compiling) when next called.
 //!
 //! It holds committed code only. A contract deployed by the pending block lives in the
-//! [`Journal`] until the block commits ([`CodeMap::install`]), so discarding a transaction or a
+//! [`Journal`] until the block commits (`CodeMap::install`), so discarding a transaction or a
 //! block needs nothing from the map: the journal's undo covers code as it covers state.
 
 use std::sync::{Arc, Weak};

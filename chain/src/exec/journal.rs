@@ -8,11 +8,11 @@
 //! (`checkpoint`/`commit_tx`/`discard_tx`).
 //!
 //! The journal owns every kind of change a transaction makes, code included: `setcode` records
-//! the contract it deployed with [`Journal::set_code`], which pushes an undo entry like any
+//! the contract it deployed with `Journal::set_code`, which pushes an undo entry like any
 //! write, so one `discard_tx` reverts a transaction's code and state together (revm's
 //! `JournalInner` pushes a code-changed entry for the same reason).
 //!
-//! A journal that [records its reads](Journal::recording) is how a transaction runs
+//! A journal that records its reads (`Journal::recording`) is how a transaction runs
 //! speculatively: alone, over the state its block started from, noting every key whose
 //! committed value it depended on (pevm runs revm's own EVM over a `Database` that records
 //! reads the same way). Speculative and in-order runs go through the same executor and the
@@ -694,7 +694,7 @@ impl Journal {
     }
 
     /// Keeps the running transaction's changes in the pending block (its events are taken
-    /// with [`Journal::take_events`]).
+    /// with `Journal::take_events`).
     pub fn commit_tx(&mut self) {
         self.undo.clear();
         self.undo_bytes.clear();

@@ -1,6 +1,6 @@
 //! The one action runner: a transaction's actions against a [`Journal`], by the system
 //! contract, a wasm contract or a native replacement. In-order execution runs it over the
-//! block's journal; speculation ([`speculate`]) runs the very same code over a journal of its
+//! block's journal; speculation (`speculate`) runs the very same code over a journal of its
 //! own that records what it read.
 
 pub mod code;

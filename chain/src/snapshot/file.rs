@@ -2,7 +2,7 @@
 //! of the chunks beside it.
 //!
 //! `state-<height>.snap` holds the chunks back to back; each chunk is entries encoded as
-//! [`super::encode_entry`] does, cut once it holds [`CHUNK_BYTES`]. `state-<height>.idx` is
+//! `super::encode_entry` does, cut once it holds [`CHUNK_BYTES`]. `state-<height>.idx` is
 //! the borsh of a [`StateIndex`] followed by its BLAKE3: where each chunk lies and its hash.
 //! Both are written to a temporary name, synced and renamed, the index last: a state file
 //! without its index is an unfinished one, deleted on open.

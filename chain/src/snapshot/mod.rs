@@ -3,13 +3,13 @@
 //!
 //! - **What is committed.** Every `interval` blocks (a genesis parameter,
 //!   [`SnapshotSchedule`]) each node writes the whole state at that height `S`, sorted by key,
-//!   into a state file cut into chunks of about [`CHUNK_BYTES`] ([`file`]). Its digest
+//!   into a state file cut into chunks of about [`CHUNK_BYTES`] ([`file`](mod@file)). Its digest
 //!   ([`digest`]: the height, the entry count and every chunk's BLAKE3) goes into the header of
 //!   block `T = S + delay` ([`SnapshotRef`]), so consensus agrees on it: a node whose files
 //!   differ computes another header and falls out of consensus instead of serving a wrong
 //!   snapshot. The node's app hash is its head header's id, so CometBFT's light client, which
 //!   verifies the app hash of `T`, verifies the whole header and the digest in it.
-//! - **Built in the background** ([`build`]): the state at `S` is the previous state file
+//! - **Built in the background** (`build`): the state at `S` is the previous state file
 //!   merged with the changes of the blocks since, sorted; the merge runs on its own thread
 //!   while blocks go on, and block `T` waits for it only if it has not finished by then. It
 //!   reads files and the changes the chain handed it, never the store, so the result depends

@@ -59,7 +59,7 @@ impl Loc {
 }
 
 /// The 64-bit hash of a key that the index and the value cache share: foldhash under a seed
-/// drawn at random for each store ([`crate::KeyedHasher`]). Nothing hashed with it is written
+/// drawn at random for each store (`crate::KeyedHasher`). Nothing hashed with it is written
 /// to disk, so the seed need not outlive the store; the run's bloom filter, which is on disk,
 /// has a fixed hash of its own (`run::bloom_hash`).
 #[derive(Clone, Default)]

@@ -45,9 +45,9 @@
 //!
 //! # Where each part lives
 //!
-//! As fjall splits its journal: [`recovery`] opens the store (the crash model's one repair is
-//! there), [`writer`] commits and stops the store on a failed write, [`compaction`] merges,
-//! installs and deletes, [`read`] answers reads, and [`worker`] runs the background sync and
+//! As fjall splits its journal: `recovery` opens the store (the crash model's one repair is
+//! there), `writer` commits and stops the store on a failed write, `compaction` merges,
+//! installs and deletes, `read` answers reads, and `worker` runs the background sync and
 //! the merge on long-lived threads. The file formats are in [`record`] (log records) and
 //! [`run`] (sorted runs); the file layer in [`vfs`], its simulated disk in [`fault`].
 

@@ -40,7 +40,7 @@
 //!   two chunks, in memory.
 //! - **Deleted keys (issue 23).** A key deleted since the run stays here (it hides the run's
 //!   entry, and the index says it is gone) until a merge covers its generation. Each tier
-//!   keeps which of its keys are live ([`super::live::LiveBits`], a bit a key and a summary
+//!   keeps which of its keys are live (`super::live::LiveBits`, a bit a key and a summary
 //!   bit per 64), so a seek goes from the first key at its bound to the first live one in
 //!   O(log₆₄ n) word reads, however many deleted keys lie between, and decodes that one from
 //!   its chunk. A deletion marks the key dead in every tier that holds it (a binary search in
@@ -123,7 +123,7 @@ impl Staged {
         self.ends.is_empty()
     }
 
-    /// Drops every key, keeping the buffers up to [`STAGED_KEEP_BYTES`].
+    /// Drops every key, keeping the buffers up to `STAGED_KEEP_BYTES`.
     pub fn clear(&mut self) {
         self.bytes.clear();
         self.ends.clear();

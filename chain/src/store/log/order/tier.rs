@@ -298,7 +298,7 @@ impl Tier {
     /// The first live key of `range` walking `dir`, into `out`; whether there is one. The
     /// first key at or past the range's bound is found as before deletions were tracked (a
     /// binary search over the chunks and a scan of one or two); dead keys from there on are
-    /// skipped through [`LiveBits`], in O(log₆₄ n) word reads however many there are, and
+    /// skipped through `LiveBits`, in O(log₆₄ n) word reads however many there are, and
     /// the live key found is decoded from its chunk.
     pub fn seek(&self, range: KeyRange<'_>, dir: Direction, out: &mut Vec<u8>) -> bool {
         match dir {

@@ -40,7 +40,7 @@ pub use writer::RunWriter;
 
 const MAGIC: &[u8; 8] = b"TALLYRUN";
 const END_MAGIC: &[u8; 8] = b"TALLYEND";
-/// The run format's version. Version 4 blocks its bloom filter ([`Bloom`]); version 5's
+/// The run format's version. Version 4 blocks its bloom filter (`Bloom`); version 5's
 /// header holds the block header's fees (issue 24), version 6's its snapshot (issue 25), so
 /// older runs are no longer read.
 pub const VERSION: u32 = 6;
