@@ -69,8 +69,8 @@ def main():
         ("  execute the block", execute),
         ("    the actions (run_tx)", run_tx),
         ("      the runtime: instance, wasm, host calls", per("tally_runtime::Runtime::execute_call")),
-        ("        host load (2 a transfer)", per("tally_host_api::imports::load")),
-        ("        host store (2 a transfer)", per("tally_host_api::imports::store")),
+        ("        host load (2 a transfer, 7 a trade)", per("tally_host_api::imports::load")),
+        ("        host store (2 a transfer, 5 a trade)", per("tally_host_api::imports::store")),
         ("        restore the instance", per("tally_runtime::instance::Slot::restore")),
         ("    checks, fees, receipt, body (per transaction)", execute - run_tx - sort - checksum - body),
         ("    sort the block's changes", sort),
@@ -79,9 +79,9 @@ def main():
         ("  commit (memory store)", per("tally_chain::chain::Chain::commit")),
         ("generate the next block (client, not timed)", generate),
     ]
-    print(f"{'stage':<52} {'instructions a transfer':>24}")
+    print(f"{'stage':<52} {'instructions a transaction':>27}")
     for label, value in rows:
-        print(f"{label:<52} {value:>24,.0f}")
+        print(f"{label:<52} {value:>27,.0f}")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@
 #
 #   bash benches/callgrind/stages.sh            # build, run, print the table
 #   bash benches/callgrind/stages.sh --no-build # reuse the last profile binary
+#   bash benches/callgrind/stages.sh --no-build -- --contract swap --block-size 1000 --sequential
+#                                               # any other workload: these bench arguments
+#                                               # are added to both runs (issue 26's goal 5)
 #
 # Two runs, of 20,000 and 60,000 transfers, and the difference divided by 40,000: genesis,
 # the contract's compile and the process's start cancel out.
@@ -19,7 +22,17 @@ cd "$(dirname "$0")/../.."
 out="target/callgrind"
 mkdir -p "$out"
 
-if [ "${1:-}" != "--no-build" ]; then
+build=1
+if [ "${1:-}" = "--no-build" ]; then
+  build=0
+  shift
+fi
+if [ "${1:-}" = "--" ]; then
+  shift
+fi
+extra=("$@")
+
+if [ "$build" = 1 ]; then
   engine=runtime/src/engine.rs
   cp "$engine" "$out/engine.rs.orig"
   trap 'cp "$out/engine.rs.orig" "$engine"' EXIT
@@ -36,7 +49,7 @@ command -v valgrind >/dev/null || { echo "stages.sh: needs valgrind (apt-get ins
 pids=()
 for n in 20000 60000; do
   valgrind --tool=callgrind --callgrind-out-file="$out/cg.$n.out" "$out/tally" bench \
-    --store memory --unsigned --threads 1 --transfers "$n" --json "$out/bench.$n.json" \
+    --store memory --unsigned --threads 1 --transfers "$n" --json "$out/bench.$n.json" "${extra[@]}" \
     > "$out/run.$n.log" 2>&1 &
   pids+=("$!")
 done
