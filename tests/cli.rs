@@ -217,8 +217,8 @@ fn bench_reports_baselines_the_verify_ceiling_and_a_plot() {
     assert_eq!(report["per_block"].as_array().unwrap().len(), 4);
     let svg = std::fs::read_to_string(&plot).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("<polyline"));
-    // With every stage off the run reaches the same state (free: baselines compare engines
-    // on a zero fee schedule).
+    // With every stage off the run reaches the same state (with a baseline too: baselines
+    // compare engines on a zero fee schedule, their transfers still offering the usual fee).
     let sequential = tally(&[
         "bench",
         "--transfers",
@@ -227,7 +227,8 @@ fn bench_reports_baselines_the_verify_ceiling_and_a_plot() {
         "50",
         "--block-size",
         "500",
-        "--free",
+        "--baseline",
+        "native",
         "--sequential",
         "--threads",
         "1",

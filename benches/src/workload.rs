@@ -9,6 +9,7 @@ use ed25519_dalek::SigningKey;
 use rayon::prelude::*;
 use tally_chain::state::keys;
 use tally_chain::store::{ChangeFn, ChangeSource, Durability};
+use tally_chain::tx::DEFAULT_MAX_FEE;
 use tally_chain::{
     Action, Chain, ChainConfig, ChainError, FeeSchedule, Pipeline, PreparedTx, SignedTransaction,
     StateStore, Transaction, Transfer, TxId, crypto, prepare_block,
@@ -174,6 +175,13 @@ pub struct BenchConfig {
     /// ([`FeeSchedule::STANDARD`]), or nothing ([`FeeSchedule::ZERO`], to measure what fees
     /// cost).
     pub fees: FeeSchedule,
+    /// What each transfer offers to pay ([`DEFAULT_MAX_FEE`] by default). 0, on a zero
+    /// schedule, is what a sender of a free chain offers: then no payer's balance is read or
+    /// written (`Payment::Free`), so a run with it against one on the standard schedule
+    /// measures the whole fee mechanism, not only nonzero prices (the payer's read and write,
+    /// and a changed key a payer a block, cost 1,239 of 11,972 instructions a transfer:
+    /// callgrind, 10,000 accounts).
+    pub max_fee: u64,
 }
 
 impl Default for BenchConfig {
@@ -189,6 +197,7 @@ impl Default for BenchConfig {
             durability: Durability::Background,
             contract: BenchContract::Simplecoin,
             fees: FeeSchedule::STANDARD,
+            max_fee: DEFAULT_MAX_FEE,
         }
     }
 }
@@ -201,6 +210,7 @@ pub struct TransferGen {
     next: u64,
     keys: Vec<SigningKey>,
     contract: BenchContract,
+    max_fee: u64,
 }
 
 impl TransferGen {
@@ -221,6 +231,7 @@ impl TransferGen {
             next: 0,
             keys,
             contract: config.contract,
+            max_fee: config.max_fee,
         }
     }
 
@@ -271,12 +282,13 @@ impl TransferGen {
             .map(|_| {
                 let k = self.next;
                 let (from, to) = self.draw();
-                let tx = Transaction::new(
+                let mut tx = Transaction::new(
                     expiration_ms,
                     (ref_block_num, ref_block_prefix),
                     self.contract
                         .actions(k, account_name(from), account_name(to)),
                 );
+                tx.max_fee = self.max_fee;
                 (from, tx)
             })
             .collect();

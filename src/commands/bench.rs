@@ -17,6 +17,7 @@ use tally_bench::report::{
 };
 use tally_bench::sampler::Distribution;
 use tally_bench::workload::{self, BenchConfig, BenchReport};
+use tally_chain::tx::DEFAULT_MAX_FEE;
 use tally_chain::{Access, Chain, ChainConfig, FeeSchedule, Pipeline};
 use tally_runtime::{Runtime, RuntimeConfig};
 
@@ -101,8 +102,9 @@ pub struct BenchArgs {
     /// Flood transactions a block (each stores 14 new keys of 64 KiB).
     #[arg(long, default_value_t = 20, requires = "flood", value_parser = clap::value_parser!(u64).range(1..=1_000))]
     pub flood_txs: u64,
-    /// Charge no fees (a zero fee schedule, as a private chain may choose): with and without
-    /// it, the difference is what fees cost. By default every transfer pays its fee in five
+    /// Charge no fees (a zero fee schedule, as a private chain may choose, whose transfers
+    /// offer no fee, so no payer's balance is read or written): with and without it, the
+    /// difference is what fees cost. By default every transfer pays its fee in five
     /// dimensions at the standard schedule's prices, like any sender's (but with --baseline,
     /// which compares engines on one state, and a native contract burns no fuel).
     #[arg(long)]
@@ -229,6 +231,7 @@ fn bench_marker(config: &BenchConfig, store: StoreKind) -> serde_json::Value {
         "store": store.label(),
         "contract": config.contract.label(),
         "fees": fees_label(&config.fees),
+        "max_fee": config.max_fee,
     })
 }
 
@@ -267,6 +270,12 @@ fn bench_config(args: &BenchArgs) -> BenchConfig {
         fees: match args.free || !args.baseline.is_empty() {
             true => FeeSchedule::ZERO,
             false => FeeSchedule::STANDARD,
+        },
+        // A free chain's senders offer no fee. Baselines keep the payer's (zero) charge: revm
+        // pays its gas from the sender's balance too.
+        max_fee: match args.free && args.baseline.is_empty() {
+            true => 0,
+            false => DEFAULT_MAX_FEE,
         },
     }
 }

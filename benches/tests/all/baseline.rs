@@ -26,6 +26,7 @@ fn config(contract: BenchContract) -> BenchConfig {
         // A native contract burns no fuel: with fees, its payers would keep other balances (the
         // reason `tally bench --baseline` runs free).
         fees: tally_chain::FeeSchedule::ZERO,
+        max_fee: tally_chain::tx::DEFAULT_MAX_FEE,
     }
 }
 

@@ -26,6 +26,7 @@ fn config(transfers: u64) -> BenchConfig {
         durability: Durability::Background,
         contract: BenchContract::Simplecoin,
         fees: tally_chain::FeeSchedule::STANDARD,
+        max_fee: tally_chain::tx::DEFAULT_MAX_FEE,
     }
 }
 

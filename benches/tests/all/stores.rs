@@ -56,6 +56,7 @@ fn config() -> BenchConfig {
         durability: Durability::Background,
         contract: BenchContract::Simplecoin,
         fees: tally_chain::FeeSchedule::STANDARD,
+        max_fee: tally_chain::tx::DEFAULT_MAX_FEE,
     }
 }
 

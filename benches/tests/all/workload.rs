@@ -54,6 +54,7 @@ fn bench_checksum(seed: u64, dist: Distribution) -> ([u8; 32], u64) {
         durability: Durability::Background,
         contract: BenchContract::Simplecoin,
         fees: tally_chain::FeeSchedule::STANDARD,
+        max_fee: tally_chain::tx::DEFAULT_MAX_FEE,
     };
     let report = workload::run(&mut memory_chain(&config), &config, &mut |_| {}).unwrap();
     assert_eq!(report.transfers, 3_000);
@@ -90,6 +91,7 @@ fn pipelined_head(
         durability,
         contract: BenchContract::Simplecoin,
         fees: tally_chain::FeeSchedule::STANDARD,
+        max_fee: tally_chain::tx::DEFAULT_MAX_FEE,
     };
     let mut chain = bench_chain(Box::new(store), ChainConfig::default(), &config);
     let pool = rayon::ThreadPoolBuilder::new()
@@ -144,6 +146,7 @@ fn the_native_baseline_reaches_the_contracts_state() {
         contract: BenchContract::Simplecoin,
         // A native contract burns no fuel: with fees, its payers would keep other balances.
         fees: tally_chain::FeeSchedule::ZERO,
+        max_fee: tally_chain::tx::DEFAULT_MAX_FEE,
     };
     let mut contract = memory_chain(&config);
     let wasm = workload::run(&mut contract, &config, &mut |_| {}).unwrap();
@@ -172,6 +175,7 @@ fn token_rs_and_simplecoin_give_the_same_balances() {
             durability: Durability::Background,
             contract,
             fees: tally_chain::FeeSchedule::STANDARD,
+            max_fee: tally_chain::tx::DEFAULT_MAX_FEE,
         };
         let mut chain = memory_chain(&config);
         let report = workload::run(&mut chain, &config, &mut |_| {}).unwrap();
@@ -198,6 +202,7 @@ fn benchmark_transfers_conserve_coins() {
         durability: Durability::Background,
         contract: BenchContract::Simplecoin,
         fees: tally_chain::FeeSchedule::STANDARD,
+        max_fee: tally_chain::tx::DEFAULT_MAX_FEE,
     };
     let mut chain = memory_chain(&config);
     workload::run(&mut chain, &config, &mut |_| {}).unwrap();
@@ -290,6 +295,7 @@ fn issue_14_the_streamed_genesis_is_the_genesis_written_key_by_key() {
             durability: Durability::Background,
             contract: BenchContract::Simplecoin,
             fees: tally_chain::FeeSchedule::STANDARD,
+            max_fee: tally_chain::tx::DEFAULT_MAX_FEE,
         };
         let what = format!("{accounts} accounts, signed {signed}");
         let expected = genesis_key_by_key(Box::new(MemoryStore::new(512)), &config);
@@ -368,4 +374,39 @@ fn issue_22_every_swap_of_the_workload_succeeds_alike_on_every_path() {
         run(tally_chain::Pipeline::NONE),
         run(tally_chain::Pipeline::ALL)
     );
+}
+
+/// `tally bench --free`: transfers that offer no fee are admitted on a zero schedule (none
+/// fails), leave every payer's native balance as genesis made it, and reach one state in order
+/// and in parallel.
+#[test]
+fn free_transfers_offer_no_fee_and_leave_payers_balances_alone() {
+    let config = |pipeline| BenchConfig {
+        transfers: 1_200,
+        accounts: 80,
+        dist: Distribution::Zipf,
+        seed: 3,
+        block_size: 300,
+        signed: true,
+        pipeline,
+        fees: tally_chain::FeeSchedule::ZERO,
+        max_fee: 0,
+        ..BenchConfig::default()
+    };
+    let mut checksums = Vec::new();
+    for pipeline in [Pipeline::ALL, Pipeline::NONE] {
+        let config = config(pipeline);
+        let mut chain = memory_chain(&config);
+        let report = workload::run(&mut chain, &config, &mut |_| {}).unwrap();
+        assert_eq!((report.transfers, report.failed), (1_200, 0));
+        for i in 0..config.accounts {
+            assert_eq!(
+                chain.native_balance(account_name(i)).unwrap(),
+                workload::NATIVE_FUNDS,
+                "account {i} paid something"
+            );
+        }
+        checksums.push(report.state_checksum);
+    }
+    assert_eq!(checksums[0], checksums[1], "in order and in parallel");
 }
