@@ -223,6 +223,9 @@ pub struct LogStore {
     merging: Option<Merging>,
     /// The thread that runs background syncs, started by the first one.
     sync_worker: Option<Worker>,
+    /// The last block record's encoded payload, its allocation kept for the next
+    /// ([`record::write_block_record`]).
+    record: Vec<u8>,
     /// The thread that runs merges, started by the first one.
     merge_worker: Option<Worker>,
     sweep: Option<Sweep>,
@@ -314,6 +317,7 @@ impl LogStore {
             syncing: None,
             merging: None,
             sync_worker: None,
+            record: Vec::new(),
             merge_worker: None,
             sweep: None,
             force_merge: false,

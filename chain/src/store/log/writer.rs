@@ -272,7 +272,7 @@ impl LogStore {
         let (seq, offset) = (segment.seq, segment.size);
         let path = segment_path(&self.dir, seq);
         let mut out = FileWriter::new(segment.file.clone());
-        let len = write_block_record(block, retain_from, &mut out)
+        let len = write_block_record(block, retain_from, &mut out, &mut self.record)
             .and_then(|len| out.flush().map(|()| len).map_err(StoreError::from))
             .at(&format!("appending block {height} to"), &path)?;
         segment.size += RECORD_HEADER_LEN + len;
