@@ -117,14 +117,36 @@ impl ValueCache {
         }
     }
 
-    /// Updates `key` if cached (a write of a key nobody read stays out of the cache).
+    /// Updates `key` if cached (a write of a key nobody read stays out of the cache), in
+    /// place: a block's writes update most of its keys (a balance rewritten with another of
+    /// the same length), and replacing the entry cost two allocations and two frees each,
+    /// 810 instructions a transfer in a block's commit (callgrind, 10,000 accounts).
     pub fn update(&mut self, hash: u64, key: &[u8], value: Option<&[u8]>, loc: Loc) {
         let s = self.set(hash);
-        if self.sets[s]
+        let set = &mut self.sets[s];
+        let Some(way) = set
             .iter()
-            .any(|e| e.as_ref().is_some_and(|e| e.hash == hash && *e.key == *key))
-        {
-            self.put(hash, key, value, Some(loc));
+            .position(|e| e.as_ref().is_some_and(|e| e.hash == hash && *e.key == *key))
+        else {
+            return;
+        };
+        let entry = set[way].as_mut().expect("found");
+        self.bytes -= entry.bytes();
+        if value.is_some_and(|v| v.len() > MAX_CACHED_VALUE) {
+            set[way] = None;
+            return;
+        }
+        match (&mut entry.value, value) {
+            (Some(cached), Some(value)) if cached.len() == value.len() => {
+                cached.copy_from_slice(value);
+            }
+            (cached, value) => *cached = value.map(Into::into),
+        }
+        entry.loc = Some(loc);
+        self.bytes += entry.bytes();
+        // Most recent first, as `put` leaves it.
+        if way == 1 {
+            set.swap(0, 1);
         }
     }
 
@@ -181,5 +203,45 @@ mod tests {
         );
         cache.forget_locations();
         assert!(!cache.confirms(3, Loc::new(0, 9), b"c"));
+    }
+
+    /// An update in place leaves the cache as replacing the entry did: the value (same length,
+    /// another, deleted, revived), its location, the bytes counted, the most recent way, and
+    /// a value too large to cache forgotten.
+    #[test]
+    fn an_update_in_place_is_a_put_of_the_new_value() {
+        let values: [Option<&[u8]>; 6] = [
+            Some(b"12345678"),
+            Some(b"87654321"),
+            Some(b"1"),
+            None,
+            Some(b""),
+            Some(&[9; MAX_CACHED_VALUE]),
+        ];
+        for (i, value) in values.into_iter().enumerate() {
+            let (mut updated, mut put) = (ValueCache::new(1), ValueCache::new(1));
+            for cache in [&mut updated, &mut put] {
+                cache.put(1, b"a", Some(b"abcdefgh"), None);
+                cache.put(2, b"b", Some(b"b"), None); // "a" is the older way now
+            }
+            let loc = Loc::new(3, i as u64);
+            updated.update(1, b"a", value, loc);
+            put.put(1, b"a", value, Some(loc));
+            assert_eq!(updated.bytes, put.bytes, "value {i}");
+            assert!(updated.confirms(1, loc, b"a"), "value {i}");
+            // Both left "a" the most recent: a new key evicts "b".
+            for cache in [&mut updated, &mut put] {
+                cache.put(3, b"c", None, None);
+                assert_eq!(cache.get(2, b"b"), None, "value {i}");
+                assert_eq!(cache.get(1, b"a"), Some(value), "value {i}");
+            }
+        }
+        let mut cache = ValueCache::new(1);
+        cache.put(1, b"a", Some(b"1"), None);
+        let bytes = cache.bytes;
+        cache.update(1, b"a", Some(&[0; MAX_CACHED_VALUE + 1]), Loc::new(0, 1));
+        assert_eq!(cache.get(1, b"a"), None, "too large to cache: forgotten");
+        assert!(bytes > 0);
+        assert_eq!(cache.bytes, 0);
     }
 }
