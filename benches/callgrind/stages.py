@@ -76,7 +76,7 @@ def main():
         ("    sort the block's changes", sort),
         ("    state checksum", checksum),
         ("    body and transactions root", body),
-        ("  commit (memory store)", per("tally_chain::chain::Chain::commit")),
+        ("  commit", per("tally_chain::chain::Chain::commit")),
         ("generate the next block (client, not timed)", generate),
     ]
     print(f"{'stage':<52} {'instructions a transaction':>27}")
