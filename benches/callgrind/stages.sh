@@ -8,6 +8,7 @@
 #   bash benches/callgrind/stages.sh --no-build -- --contract swap --block-size 1000 --sequential
 #                                               # any other workload: these bench arguments
 #                                               # are added to both runs (issue 26's goal 5)
+#   bash benches/callgrind/stages.sh --no-build -- --store log
 #
 # Two runs, of 20,000 and 60,000 transfers, and the difference divided by 40,000: genesis,
 # the contract's compile and the process's start cancel out.
@@ -31,6 +32,11 @@ if [ "${1:-}" = "--" ]; then
   shift
 fi
 extra=("$@")
+# The memory store unless the arguments name another (`-- --store log`: the log store's commit).
+store=(--store memory)
+for arg in "${extra[@]}"; do
+  if [ "$arg" = "--store" ]; then store=(); fi
+done
 
 if [ "$build" = 1 ]; then
   engine=runtime/src/engine.rs
@@ -49,7 +55,7 @@ command -v valgrind >/dev/null || { echo "stages.sh: needs valgrind (apt-get ins
 pids=()
 for n in 20000 60000; do
   valgrind --tool=callgrind --callgrind-out-file="$out/cg.$n.out" "$out/tally" bench \
-    --store memory --unsigned --threads 1 --transfers "$n" --json "$out/bench.$n.json" "${extra[@]}" \
+    "${store[@]}" --unsigned --threads 1 --transfers "$n" --json "$out/bench.$n.json" "${extra[@]}" \
     > "$out/run.$n.log" 2>&1 &
   pids+=("$!")
 done
