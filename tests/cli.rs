@@ -238,6 +238,30 @@ fn bench_reports_baselines_the_verify_ceiling_and_a_plot() {
     let sequential: serde_json::Value = serde_json::from_str(&stdout(&sequential)).unwrap();
     assert_eq!(sequential["state_checksum"], report["state_checksum"]);
     assert_eq!(sequential["pipeline"]["batch_verify"], false);
+    // `--free`: the zero schedule, whose transfers offer no fee (a max fee of 0 encodes in one
+    // byte, not four): nothing burned, nothing refused.
+    let free: serde_json::Value = serde_json::from_str(&stdout(&tally(&[
+        "bench",
+        "--transfers",
+        "1000",
+        "--accounts",
+        "50",
+        "--block-size",
+        "500",
+        "--free",
+        "--json",
+        "-",
+    ])))
+    .unwrap();
+    assert_eq!(free["failed"], 0);
+    assert_eq!(free["fees"]["schedule"], "free");
+    assert_eq!(free["fees"]["burned"], 0);
+    let bytes = |r: &serde_json::Value| r["bytes_per_tx"].as_f64().unwrap();
+    assert!(
+        bytes(&free) < bytes(&report),
+        "{} bytes a transfer",
+        bytes(&free)
+    );
     // The Rust token runs the same workload, with its own baselines.
     let token: serde_json::Value = serde_json::from_str(&stdout(&tally(&[
         "bench",

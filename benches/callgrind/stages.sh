@@ -9,6 +9,8 @@
 #                                               # any other workload: these bench arguments
 #                                               # are added to both runs (issue 26's goal 5)
 #   bash benches/callgrind/stages.sh --no-build -- --store log
+#                                               # (the script sets --unsigned, --threads 1,
+#                                               # --transfers and --json itself)
 #
 # Two runs, of 20,000 and 60,000 transfers, and the difference divided by 40,000: genesis,
 # the contract's compile and the process's start cancel out.
@@ -34,8 +36,8 @@ fi
 extra=("$@")
 # The memory store unless the arguments name another (`-- --store log`: the log store's commit).
 store=(--store memory)
-for arg in "${extra[@]}"; do
-  if [ "$arg" = "--store" ]; then store=(); fi
+for arg in ${extra[@]+"${extra[@]}"}; do
+  case "$arg" in --store | --store=*) store=() ;; esac
 done
 
 if [ "$build" = 1 ]; then
@@ -55,7 +57,8 @@ command -v valgrind >/dev/null || { echo "stages.sh: needs valgrind (apt-get ins
 pids=()
 for n in 20000 60000; do
   valgrind --tool=callgrind --callgrind-out-file="$out/cg.$n.out" "$out/tally" bench \
-    "${store[@]}" --unsigned --threads 1 --transfers "$n" --json "$out/bench.$n.json" "${extra[@]}" \
+    ${store[@]+"${store[@]}"} --unsigned --threads 1 --transfers "$n" --json "$out/bench.$n.json" \
+    ${extra[@]+"${extra[@]}"} \
     > "$out/run.$n.log" 2>&1 &
   pids+=("$!")
 done

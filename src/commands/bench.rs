@@ -221,7 +221,7 @@ impl From<Dist> for Distribution {
 
 /// The settings a data directory was created with, so a rerun can resume only the same run.
 fn bench_marker(config: &BenchConfig, store: StoreKind) -> serde_json::Value {
-    json!({
+    let mut marker = json!({
         "transfers": config.transfers,
         "accounts": config.accounts,
         "dist": config.dist.label(),
@@ -231,8 +231,13 @@ fn bench_marker(config: &BenchConfig, store: StoreKind) -> serde_json::Value {
         "store": store.label(),
         "contract": config.contract.label(),
         "fees": fees_label(&config.fees),
-        "max_fee": config.max_fee,
-    })
+    });
+    // Only when it is not the default, so that directories made before `--free` offered no fee
+    // still resume their runs.
+    if config.max_fee != DEFAULT_MAX_FEE {
+        marker["max_fee"] = json!(config.max_fee);
+    }
+    marker
 }
 
 /// The name of a benchmark's fee schedule, in reports and markers.

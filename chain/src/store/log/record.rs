@@ -105,6 +105,10 @@ fn write_payload(block: &BlockRecord, retain_from: u64, out: &mut impl Write) ->
 /// most 16 MiB (the bandwidth maximum).
 const ONE_PASS_MAX: u64 = 32 << 20;
 
+/// The largest record buffer a store keeps between blocks: a block of 5,000 transfers needs
+/// about 1.6 MB; one that needed more (a flood of new keys) gives its buffer back.
+const KEEP_SCRATCH_BYTES: usize = 4 << 20;
+
 /// The exact length of `block`'s payload.
 fn payload_len(block: &BlockRecord) -> u64 {
     let changes: u64 = block
@@ -156,10 +160,11 @@ fn encode_payload(block: &BlockRecord, retain_from: u64, buf: &mut Vec<u8>) -> i
 }
 
 /// `block`'s record, framed: the payload's length and checksum, then the payload. A payload
-/// of at most [`ONE_PASS_MAX`] bytes is encoded once into `scratch` (cleared first, its
-/// allocation kept for the next block); a longer one is measured by a first pass that stores
-/// nothing, so that a block of any size costs no second copy in memory. Returns the payload
-/// length.
+/// of at most [`ONE_PASS_MAX`] bytes is encoded once, after room for the header, into `scratch`
+/// (cleared first; its allocation is kept for the next block up to [`KEEP_SCRATCH_BYTES`]),
+/// and the framed record written with one call; a longer one is measured by a first pass that
+/// stores nothing, so that a block of any size costs no second copy in memory. Returns the
+/// payload length.
 pub fn write_block_record(
     block: &BlockRecord,
     retain_from: u64,
@@ -168,16 +173,20 @@ pub fn write_block_record(
 ) -> StoreResult<u64> {
     let len = payload_len(block);
     if len <= ONE_PASS_MAX {
+        const HEADER: usize = RECORD_HEADER_LEN as usize;
         scratch.clear();
-        scratch.reserve(len as usize);
+        scratch.reserve(HEADER + len as usize);
+        scratch.resize(HEADER, 0);
         encode_payload(block, retain_from, scratch)?;
-        debug_assert_eq!(scratch.len() as u64, len, "payload_len is exact");
-        let len = scratch.len() as u64;
-        out.write_all(&header_bytes(
-            record_len(block, len)?,
-            crc32fast::hash(scratch),
-        ))?;
-        out.write_all(scratch)?;
+        debug_assert_eq!((scratch.len() - HEADER) as u64, len, "payload_len is exact");
+        let len = (scratch.len() - HEADER) as u64;
+        let header = header_bytes(record_len(block, len)?, crc32fast::hash(&scratch[HEADER..]));
+        scratch[..HEADER].copy_from_slice(&header);
+        let written = out.write_all(scratch);
+        if scratch.capacity() > KEEP_SCRATCH_BYTES {
+            *scratch = Vec::new();
+        }
+        written?;
         return Ok(len);
     }
     let mut measure = Measure {

@@ -189,7 +189,7 @@ impl FileWriter {
     pub fn new(file: Arc<dyn VFile>) -> Self {
         Self {
             file,
-            buf: Vec::with_capacity(1 << 20),
+            buf: Vec::with_capacity(WRITE_CHUNK),
             written: 0,
         }
     }
@@ -200,11 +200,22 @@ impl FileWriter {
     }
 }
 
+/// Bytes a [`FileWriter`] buffers before it appends them.
+const WRITE_CHUNK: usize = 1 << 20;
+
 impl Write for FileWriter {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if data.len() >= WRITE_CHUNK {
+            // As `BufWriter` does: a write as large as the buffer goes to the file as it is,
+            // after what is buffered (a block record, encoded whole, is one such write).
+            self.flush()?;
+            self.file.append(data)?;
+            self.written += data.len() as u64;
+            return Ok(data.len());
+        }
         self.buf.extend_from_slice(data);
         self.written += data.len() as u64;
-        if self.buf.len() >= 1 << 20 {
+        if self.buf.len() >= WRITE_CHUNK {
             self.flush()?;
         }
         Ok(data.len())
