@@ -92,15 +92,51 @@ impl Write for Measure {
     }
 }
 
-/// Writes the payload of `block`'s record.
+/// Writes the payload of `block`'s record: the borsh of `[KIND_BLOCK][retain_from]` and the
+/// [`BlockRecord`], written field by field so that a change costs five appends, not a pass of
+/// borsh's generic serializer (which the record used to be: 1,515 instructions a transfer of
+/// a block's commit at 10,000 accounts, against 583 now; callgrind of `tally bench --unsigned
+/// --threads 1`).
 fn write_payload(block: &BlockRecord, retain_from: u64, out: &mut impl Write) -> io::Result<()> {
+    write_prefix(block, retain_from, block.changes.len(), out)?;
+    for (key, value) in &block.changes {
+        write_change(key, value.as_deref(), out)?;
+    }
+    Ok(())
+}
+
+/// What a block record's payload holds before its changes: kind, `retain_from`, header, body,
+/// and the number of changes that follow.
+fn write_prefix(
+    block: &BlockRecord,
+    retain_from: u64,
+    changes: usize,
+    out: &mut impl Write,
+) -> io::Result<()> {
     out.write_all(&[KIND_BLOCK])?;
     out.write_all(&retain_from.to_le_bytes())?;
-    borsh::BorshSerialize::serialize(block, out)
+    borsh::BorshSerialize::serialize(&block.header, out)?;
+    out.write_all(&len_u32(block.body.len())?)?;
+    out.write_all(&block.body)?;
+    out.write_all(&len_u32(changes)?)
+}
+
+/// One change as a record holds it: `[klen:u32][key][0 | 1 [vlen:u32][value]]`.
+fn write_change(key: &[u8], value: Option<&[u8]>, out: &mut impl Write) -> io::Result<()> {
+    out.write_all(&len_u32(key.len())?)?;
+    out.write_all(key)?;
+    match value {
+        Some(value) => {
+            out.write_all(&[1])?;
+            out.write_all(&len_u32(value.len())?)?;
+            out.write_all(value)
+        }
+        None => out.write_all(&[0]),
+    }
 }
 
 /// Payloads up to this many bytes are encoded once, into memory, and checksummed in one pass
-/// over their bytes; longer ones take the two passes of [`write_payload`], which keep no copy.
+/// over their bytes; longer ones are written twice, measured and then written, keeping no copy.
 /// A block of 5,000 transfers has a payload of about 1.6 MB; a block's transactions are at
 /// most 16 MiB (the bandwidth maximum).
 const ONE_PASS_MAX: u64 = 32 << 20;
@@ -122,7 +158,6 @@ fn payload_len(block: &BlockRecord) -> u64 {
 }
 
 /// A length as the payload stores it (borsh's `u32`), refused past that as borsh refuses it.
-/// (No block reaches it: [`ONE_PASS_MAX`] is far below.)
 fn len_u32(len: usize) -> io::Result<[u8; 4]> {
     u32::try_from(len).map(u32::to_le_bytes).map_err(|_| {
         io::Error::new(
@@ -130,33 +165,6 @@ fn len_u32(len: usize) -> io::Result<[u8; 4]> {
             "a length past u32 in a block record",
         )
     })
-}
-
-/// Appends the bytes [`write_payload`] writes to `buf`, each change's fields copied straight
-/// into reserved memory: through `Write`, borsh made five calls a change, each checksummed on
-/// the first pass and copied on the second: 1,515 instructions a transfer at 10,000 accounts
-/// (callgrind of `tally bench --unsigned --threads 1`, whose blocks write about 2.8 keys a
-/// transfer).
-fn encode_payload(block: &BlockRecord, retain_from: u64, buf: &mut Vec<u8>) -> io::Result<()> {
-    buf.push(KIND_BLOCK);
-    buf.extend_from_slice(&retain_from.to_le_bytes());
-    borsh::BorshSerialize::serialize(&block.header, buf)?;
-    buf.extend_from_slice(&len_u32(block.body.len())?);
-    buf.extend_from_slice(&block.body);
-    buf.extend_from_slice(&len_u32(block.changes.len())?);
-    for (key, value) in &block.changes {
-        buf.extend_from_slice(&len_u32(key.len())?);
-        buf.extend_from_slice(key);
-        match value {
-            Some(value) => {
-                buf.push(1);
-                buf.extend_from_slice(&len_u32(value.len())?);
-                buf.extend_from_slice(value);
-            }
-            None => buf.push(0),
-        }
-    }
-    Ok(())
 }
 
 /// `block`'s record, framed: the payload's length and checksum, then the payload. A payload
@@ -177,7 +185,7 @@ pub fn write_block_record(
         scratch.clear();
         scratch.reserve(HEADER + len as usize);
         scratch.resize(HEADER, 0);
-        encode_payload(block, retain_from, scratch)?;
+        write_payload(block, retain_from, scratch)?;
         debug_assert_eq!((scratch.len() - HEADER) as u64, len, "payload_len is exact");
         let len = (scratch.len() - HEADER) as u64;
         let header = header_bytes(record_len(block, len)?, crc32fast::hash(&scratch[HEADER..]));
@@ -217,34 +225,15 @@ pub fn write_streamed_block_record(
             format!("a block record holds at most {} changes", u32::MAX),
         )
     })?;
-    let prefix = |mut out: &mut dyn Write| -> io::Result<()> {
-        out.write_all(&[KIND_BLOCK])?;
-        out.write_all(&retain_from.to_le_bytes())?;
-        borsh::BorshSerialize::serialize(&block.header, &mut out)?;
-        borsh::BorshSerialize::serialize(&block.body, &mut out)?;
-        out.write_all(&count.to_le_bytes())
-    };
-    let change = |out: &mut dyn Write, key: &[u8], value: Option<&[u8]>| -> io::Result<()> {
-        out.write_all(&(key.len() as u32).to_le_bytes())?;
-        out.write_all(key)?;
-        match value {
-            Some(v) => {
-                out.write_all(&[1])?;
-                out.write_all(&(v.len() as u32).to_le_bytes())?;
-                out.write_all(v)
-            }
-            None => out.write_all(&[0]),
-        }
-    };
     let mut measure = Measure {
         len: 0,
         crc: crc32fast::Hasher::new(),
     };
-    prefix(&mut measure)?;
+    write_prefix(block, retain_from, count as usize, &mut measure)?;
     let mut seen = 0u64;
     changes.for_each(&mut |k, v| {
         seen += 1;
-        change(&mut measure, k, v)
+        write_change(k, v, &mut measure)
     })?;
     if seen != count as u64 {
         return Err(io::Error::new(
@@ -263,9 +252,9 @@ pub fn write_streamed_block_record(
         out: &mut *out,
         crc: &mut check,
     };
-    prefix(&mut tee)?;
+    write_prefix(block, retain_from, count as usize, &mut tee)?;
     changes.for_each(&mut |k, v| {
-        change(&mut tee, k, v)?;
+        write_change(k, v, &mut tee)?;
         each(k, v)
     })?;
     if check.finalize() != crc {
@@ -624,18 +613,21 @@ mod tests {
         assert!(cursor.next_into(&mut k, &mut v).unwrap().is_none());
     }
 
+    /// The payload as earlier versions wrote it: borsh of the kind, `retain_from` and the
+    /// whole [`BlockRecord`].
+    fn borsh_payload(b: &BlockRecord, retain_from: u64) -> Vec<u8> {
+        let mut payload = vec![KIND_BLOCK];
+        payload.extend_from_slice(&retain_from.to_le_bytes());
+        borsh::BorshSerialize::serialize(b, &mut payload).unwrap();
+        payload
+    }
+
     /// The one-pass encoding is byte for byte the borsh payload the records of earlier
-    /// versions hold (and the two-pass path still writes), for blocks of every shape: empty
-    /// keys and bodies, deletions, values of many lengths.
+    /// versions hold, for blocks of every shape: empty keys and bodies, deletions, values of
+    /// many lengths.
     #[test]
     fn the_one_pass_payload_is_the_borsh_payload() {
-        let mut seed = 7u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = crate::test_rng::xorshift(7);
         let mut scratch = Vec::new();
         for case in 0..200 {
             let mut b = block();
@@ -654,8 +646,7 @@ mod tests {
                 })
                 .collect();
             let retain_from = next();
-            let mut borsh_payload = Vec::new();
-            write_payload(&b, retain_from, &mut borsh_payload).unwrap();
+            let borsh_payload = borsh_payload(&b, retain_from);
             assert_eq!(payload_len(&b), borsh_payload.len() as u64, "case {case}");
             let mut framed = Vec::new();
             let len = write_block_record(&b, retain_from, &mut framed, &mut scratch).unwrap();
@@ -676,8 +667,7 @@ mod tests {
         let mut scratch = Vec::new();
         let len = write_block_record(&b, 3, &mut framed, &mut scratch).unwrap();
         assert!(scratch.is_empty(), "no copy was kept");
-        let mut borsh_payload = Vec::new();
-        write_payload(&b, 3, &mut borsh_payload).unwrap();
+        let borsh_payload = borsh_payload(&b, 3);
         assert_eq!((len, &framed[12..]), (payload_len(&b), &borsh_payload[..]));
         let header = parse_header(framed[..12].try_into().unwrap()).unwrap();
         assert_eq!(header.payload_crc, crc32fast::hash(&borsh_payload));
