@@ -243,13 +243,7 @@ mod tests {
     /// Transfer-like transactions: a shared 40-byte prefix, an 8-byte account and 64 bytes of
     /// noise standing in for a signature.
     fn transfers(n: usize) -> Vec<Vec<u8>> {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = crate::test_rng::xorshift(0x9e37_79b9_7f4a_7c15);
         (0..n)
             .map(|_| {
                 let mut tx = b"simplecoin-transfer-expiration-tapos-fee".to_vec();

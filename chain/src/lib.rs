@@ -157,6 +157,22 @@ pub use store::{
 pub use tally_host_api::Name;
 pub use tx::{Action, BlockBody, SignedTransaction, Transaction, Transfer, TxId, TxSignature};
 
+/// The chain's tests' one pseudo-random source.
+#[cfg(test)]
+pub(crate) mod test_rng {
+    /// Marsaglia's xorshift64 from `seed` (made odd, so never zero): repeatable draws for
+    /// randomised tests.
+    pub(crate) fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+        let mut x = seed | 1;
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::hash::BuildHasher;

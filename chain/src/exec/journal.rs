@@ -939,16 +939,6 @@ mod tests {
         store
     }
 
-    fn xorshift(seed: u64) -> impl FnMut() -> u64 {
-        let mut x = seed | 1;
-        move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        }
-    }
-
     fn small_key(next: &mut impl FnMut() -> u64) -> Vec<u8> {
         (0..next() % 4).map(|_| (next() % 4) as u8).collect()
     }
@@ -968,7 +958,7 @@ mod tests {
     #[test]
     fn seeks_through_the_journal_see_the_transaction_s_own_writes_and_deletes() {
         for seed in 1..40 {
-            let mut next = xorshift(seed);
+            let mut next = crate::test_rng::xorshift(seed);
             let committed: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = (0..next() % 40)
                 .map(|_| (small_key(&mut next), vec![1]))
                 .collect();

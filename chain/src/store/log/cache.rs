@@ -58,14 +58,17 @@ impl ValueCache {
         (hash as usize) & (self.sets.len() - 1)
     }
 
+    /// The way of `set` that holds `key`, if one does.
+    fn way(set: &[Option<Entry>; 2], hash: u64, key: &[u8]) -> Option<usize> {
+        set.iter()
+            .position(|e| e.as_ref().is_some_and(|e| e.hash == hash && *e.key == *key))
+    }
+
     /// The cached value of `key`: `Some(None)` if cached as deleted.
     pub fn get(&mut self, hash: u64, key: &[u8]) -> Option<Option<&[u8]>> {
         let s = self.set(hash);
         let set = &mut self.sets[s];
-        let way = set
-            .iter()
-            .position(|e| e.as_ref().is_some_and(|e| e.hash == hash && *e.key == *key));
-        match way {
+        match Self::way(set, hash, key) {
             Some(w) => {
                 self.hits += 1;
                 // Most recent first.
@@ -103,10 +106,7 @@ impl ValueCache {
             value: value.map(Into::into),
             loc,
         };
-        let way = set
-            .iter()
-            .position(|e| e.as_ref().is_some_and(|e| e.hash == hash && *e.key == *key))
-            .unwrap_or(1);
+        let way = Self::way(set, hash, key).unwrap_or(1);
         if let Some(old) = set[way].take() {
             self.bytes -= old.bytes();
         }
@@ -124,10 +124,7 @@ impl ValueCache {
     pub fn update(&mut self, hash: u64, key: &[u8], value: Option<&[u8]>, loc: Loc) {
         let s = self.set(hash);
         let set = &mut self.sets[s];
-        let Some(way) = set
-            .iter()
-            .position(|e| e.as_ref().is_some_and(|e| e.hash == hash && *e.key == *key))
-        else {
+        let Some(way) = Self::way(set, hash, key) else {
             return;
         };
         let entry = set[way].as_mut().expect("found");
