@@ -18,7 +18,6 @@
 //! reads the same way). Speculative and in-order runs go through the same executor and the
 //! same journal type.
 
-use std::borrow::Cow;
 use std::hash::BuildHasher;
 use std::ops::Bound;
 
@@ -159,6 +158,10 @@ impl Walked {
     }
 }
 
+/// The largest read buffer a journal keeps between blocks: an account's balance is tens of
+/// bytes, a contract's code hundreds of KiB, which it reads seldom.
+const KEEP_SCRATCH_BYTES: usize = 64 * 1024;
+
 /// The pending block's state over a [`StateStore`].
 pub struct Journal {
     /// Writes of the pending block, the running transaction's included, in the order their
@@ -166,9 +169,10 @@ pub struct Journal {
     overlay: IndexMap<Vec<u8>, Slot, KeyedHasher>,
     /// Contracts deployed by the pending block, by account.
     code: KeyedMap<Name, Executor>,
-    /// Values read from stores that hand out owned bytes, kept for the block so that a
-    /// borrowed slice can be returned to the contract.
-    read_cache: KeyedMap<Vec<u8>, Vec<u8>>,
+    /// The last value read from a store that hands out copies ([`StateStore::get_in`]): a
+    /// read lends it until the next, which the `&mut self` it borrows enforces, so no read
+    /// allocates once it has grown to the values read.
+    scratch: Vec<u8>,
     /// The running transaction's undo log, newest last.
     undo: Vec<Undo>,
     /// The values [`Undo::Overwrite`] entries replaced, oldest first: kept in one buffer, so
@@ -213,7 +217,7 @@ impl Default for Journal {
         Self {
             overlay: IndexMap::default(),
             code: KeyedMap::default(),
-            read_cache: KeyedMap::default(),
+            scratch: Vec::new(),
             undo: Vec::new(),
             undo_bytes: Vec::new(),
             events: Vec::new(),
@@ -285,17 +289,7 @@ impl Journal {
                 if let Some(reads) = &mut self.reads {
                     reads.push(key.to_vec());
                 }
-                if self.cached(key) {
-                    self.read_cache.get(key).map(Vec::as_slice)
-                } else {
-                    match store.get(key)? {
-                        None => None,
-                        Some(Cow::Borrowed(v)) => Some(v),
-                        Some(Cow::Owned(v)) => {
-                            Some(self.read_cache.entry(key.to_vec()).or_insert(v).as_slice())
-                        }
-                    }
-                }
+                store.get_in(key, &mut self.scratch)?
             }
         };
         if counted {
@@ -315,13 +309,6 @@ impl Journal {
             }
         }
         Ok(Ok(value))
-    }
-
-    /// Whether the read cache holds `key`. The memory and log stores lend their values, so it
-    /// is mostly empty, and then no key is hashed for it: a miss in the overlay went on to hash
-    /// the key once more for an empty map, on every read of committed state.
-    fn cached(&self, key: &[u8]) -> bool {
-        !self.read_cache.is_empty() && self.read_cache.contains_key(key)
     }
 
     /// Records that the running transaction depended on the committed value of `key`, read
@@ -447,7 +434,6 @@ impl Journal {
         value: &[u8],
     ) -> StoreResult<Result<bool, Abort>> {
         let hash = self.overlay.hasher().hash_one(key);
-        let read_cache = &self.read_cache;
         let (existed, undo) = match self
             .overlay
             .raw_entry_mut_v1()
@@ -484,8 +470,7 @@ impl Journal {
                 if let Some(reads) = &mut self.reads {
                     reads.push(key.to_vec());
                 }
-                let existed = (!read_cache.is_empty() && read_cache.contains_key(key))
-                    || store.get(key)?.is_some();
+                let existed = store.get_in(key, &mut self.scratch)?.is_some();
                 if let Err(abort) =
                     count_write(&mut self.tx_writes, &mut self.tx_bytes, key, Some(value))
                 {
@@ -726,12 +711,20 @@ impl Journal {
         counts
     }
 
+    /// Lets go of a read buffer a large value grew (one value may take a transaction's whole
+    /// [`MAX_TX_WRITE_BYTES`]): a journal lives as long as its chain or worker.
+    fn drop_large_scratch(&mut self) {
+        if self.scratch.capacity() > KEEP_SCRATCH_BYTES {
+            self.scratch = Vec::new();
+        }
+    }
+
     /// The pending block's changes, leaving an empty journal for the next block.
     pub(crate) fn take_changes(&mut self) -> BlockChanges {
         debug_assert!(self.undo.is_empty(), "a transaction is still running");
         let mut changes: Vec<Change> = self.overlay.drain(..).collect();
         let order = key_order(&changes, |(key, _)| key);
-        self.read_cache.clear();
+        self.drop_large_scratch();
         self.order.clear();
         BlockChanges {
             state: order
@@ -746,7 +739,7 @@ impl Journal {
     /// ordered reads walked; leaves the journal empty for the next run.
     pub(crate) fn take_run(&mut self) -> (Vec<Change>, Vec<Vec<u8>>, Vec<Walked>) {
         debug_assert!(self.undo.is_empty(), "a transaction is still running");
-        self.read_cache.clear();
+        self.drop_large_scratch();
         self.code.clear();
         self.order.clear();
         let reads = self.reads.as_mut().map(std::mem::take).unwrap_or_default();
@@ -758,7 +751,7 @@ impl Journal {
     pub fn clear(&mut self) {
         self.overlay.clear();
         self.code.clear();
-        self.read_cache.clear();
+        self.drop_large_scratch();
         self.undo.clear();
         self.undo_bytes.clear();
         self.events.clear();

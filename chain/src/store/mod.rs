@@ -413,6 +413,21 @@ pub trait StateStore: BlockArchive + Send + Sync {
     /// The committed value of `key`.
     fn get(&self, key: &[u8]) -> StoreResult<Option<Cow<'_, [u8]>>>;
 
+    /// [`StateStore::get`] for a reader that keeps a buffer: the value lent when the store
+    /// holds it in place, else copied into `scratch` (whose bytes it replaces), so that a
+    /// store handing out owned bytes costs the executor no allocation per read. The
+    /// executor's reads come here; the default goes through [`StateStore::get`].
+    fn get_in<'a>(&'a self, key: &[u8], scratch: &'a mut Vec<u8>) -> StoreResult<Option<&'a [u8]>> {
+        Ok(match self.get(key)? {
+            None => None,
+            Some(Cow::Borrowed(value)) => Some(value),
+            Some(Cow::Owned(value)) => {
+                *scratch = value;
+                Some(scratch.as_slice())
+            }
+        })
+    }
+
     /// Commits `block` (the next height), durable as `commit` says, keeping blocks from
     /// `commit.retain_from` up. The store takes the record: one that keeps blocks in memory
     /// keeps it without a copy. `Err` means the block is not committed, or, for a store

@@ -313,6 +313,17 @@ impl StateStore for RocksStore {
             .map(Cow::Owned))
     }
 
+    fn get_in<'a>(&'a self, key: &[u8], scratch: &'a mut Vec<u8>) -> StoreResult<Option<&'a [u8]>> {
+        let cf = self.db.cf_handle(STATE).expect("state cf");
+        // Pinned: copied once, from RocksDB's block into the buffer, without an allocation.
+        let Some(value) = self.db.get_pinned_cf(cf, key).map_err(|e| self.err(e))? else {
+            return Ok(None);
+        };
+        scratch.clear();
+        scratch.extend_from_slice(&value);
+        Ok(Some(scratch.as_slice()))
+    }
+
     fn commit(&mut self, block: BlockRecord, commit: Commit) -> StoreResult<()> {
         if self.read_only {
             return Err(StoreError::ReadOnly);

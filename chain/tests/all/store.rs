@@ -437,6 +437,52 @@ fn a_read_only_store_writes_nothing_and_refuses_commits() {
 }
 
 #[test]
+fn point_reads_into_one_reused_buffer_agree_with_get_and_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = LogOptions {
+        segment_bytes: 8 << 10,
+        snapshot_min_bytes: 16 << 10,
+        background: false,
+        ..LogOptions::default()
+    };
+    let mut store = LogStore::open(dir.path(), options).unwrap();
+    let (mut rng, mut model) = (Gen(11), Model::new());
+    for h in 0..300 {
+        let b = rng.block(h, 400);
+        apply(&mut model, &b);
+        store.commit(b, keep_all(h)).unwrap();
+    }
+    assert!(
+        store.stats().snapshots >= 1,
+        "some keys must be read from the run"
+    );
+    // Every key of the space (live, deleted, never written), twice: the second pass is
+    // served from the cache. The buffer keeps the last value's bytes, which no later read
+    // may show through: a 700-byte value is followed by shorter ones and by absent keys.
+    let mut scratch = vec![0xee; 1000];
+    let before = store.stats();
+    let (mut reads, mut bytes) = (0, 0);
+    for _ in 0..2 {
+        for i in 0..400 {
+            let key = format!("key-{i:05}").into_bytes();
+            let want = model.get(&key).map(Vec::as_slice);
+            let got = store.get_in(&key, &mut scratch).unwrap();
+            assert_eq!(got, want, "key {i}");
+            assert_eq!(store.get(&key).unwrap().as_deref(), want, "key {i}");
+            reads += 2;
+            bytes += 2 * (key.len() + want.map_or(0, <[u8]>::len)) as u64;
+        }
+    }
+    let after = store.stats();
+    assert_eq!(after.gets - before.gets, reads);
+    assert_eq!(after.user_bytes_read - before.user_bytes_read, bytes);
+    assert!(
+        after.cache_hits - before.cache_hits >= reads / 2,
+        "{after:?}"
+    );
+}
+
+#[test]
 fn a_log_from_another_format_version_is_refused_clearly() {
     let dir = tempfile::tempdir().unwrap();
     write_blocks(dir.path(), one_segment(), 2);

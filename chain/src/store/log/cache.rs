@@ -38,6 +38,10 @@ pub struct ValueCache {
     pub hits: u64,
     /// Lookups that found nothing.
     pub misses: u64,
+    /// Bytes of the keys and values point reads through this shard returned, for
+    /// [`crate::StoreStats::user_bytes_read`]: counted here, under the lock a read takes for
+    /// its lookup anyway, rather than in an atomic every read would add to.
+    pub user_bytes: u64,
 }
 
 impl ValueCache {
@@ -51,6 +55,7 @@ impl ValueCache {
             bytes: 0,
             hits: 0,
             misses: 0,
+            user_bytes: 0,
         }
     }
 

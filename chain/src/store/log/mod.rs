@@ -367,6 +367,11 @@ impl StateStore for LogStore {
         Ok(self.read(key)?.map(Cow::Owned))
     }
 
+    fn get_in<'a>(&'a self, key: &[u8], scratch: &'a mut Vec<u8>) -> StoreResult<Option<&'a [u8]>> {
+        self.usable()?;
+        Ok(self.read_into(key, scratch)?.then_some(scratch.as_slice()))
+    }
+
     fn commit(&mut self, block: BlockRecord, commit: Commit) -> StoreResult<()> {
         self.commit_block(block, commit)
     }

@@ -25,11 +25,10 @@ const CACHE_SHARDS: usize = 32;
 /// Bytes a block's change stream reads from its segment at a time.
 const CHANGE_CHUNK: usize = 1 << 20;
 
-/// What reads share: the value cache and the read counters.
+/// What reads share: the value cache and the read counters (reads and the bytes they returned
+/// are counted in each cache shard, under its lock).
 pub(super) struct Reads {
     pub(super) shards: Vec<Mutex<ValueCache>>,
-    gets: AtomicU64,
-    user_bytes: AtomicU64,
     pub(super) disk_bytes: AtomicU64,
     /// Deleted keys seeks passed over ([`StoreStats::seek_steps`]).
     seek_steps: AtomicU64,
@@ -41,8 +40,6 @@ impl Reads {
             shards: (0..CACHE_SHARDS)
                 .map(|_| Mutex::new(ValueCache::new(budget / CACHE_SHARDS)))
                 .collect(),
-            gets: AtomicU64::new(0),
-            user_bytes: AtomicU64::new(0),
             disk_bytes: AtomicU64::new(0),
             seek_steps: AtomicU64::new(0),
         }
@@ -69,15 +66,18 @@ impl Reads {
 impl LogStore {
     /// Counters of the store's work so far.
     pub(super) fn current_stats(&self) -> StoreStats {
-        let (mut hits, mut cache_bytes) = (0, 0);
+        let (mut hits, mut gets, mut user_bytes, mut cache_bytes) = (0, 0, 0, 0);
         for shard in &self.reads.shards {
             let cache = shard.lock().unwrap_or_else(|e| e.into_inner());
             hits += cache.hits;
+            // Every point read looks in the cache once.
+            gets += cache.hits + cache.misses;
+            user_bytes += cache.user_bytes;
             cache_bytes += cache.heap_bytes();
         }
         StoreStats {
-            gets: self.reads.gets.load(Ordering::Relaxed),
-            user_bytes_read: self.reads.user_bytes.load(Ordering::Relaxed),
+            gets,
+            user_bytes_read: user_bytes,
             disk_bytes_read: self.reads.disk_bytes.load(Ordering::Relaxed),
             seek_steps: self.reads.seek_steps.load(Ordering::Relaxed),
             cache_hits: hits,
@@ -100,24 +100,34 @@ impl LogStore {
     /// `tally storebench --workload transfers --scale 0.001 --blocks 40`).
     #[inline(always)]
     pub(super) fn read(&self, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
+        let mut value = Vec::new();
+        Ok(self.read_into(key, &mut value)?.then_some(value))
+    }
+
+    /// [`LogStore::read`] into `out` (its bytes replaced by the value's; left empty if the key
+    /// has none): whether the key has a value. A cached value is copied without allocating
+    /// once `out` has grown to it. The read counters are kept in the shard, under the lock
+    /// the cache lookup takes anyway: two atomic adds a read fewer.
+    #[inline(always)]
+    pub(super) fn read_into(&self, key: &[u8], out: &mut Vec<u8>) -> StoreResult<bool> {
         let hash = self.hasher.of(key);
         let reads = &self.reads;
-        reads.gets.fetch_add(1, Ordering::Relaxed);
-        let user = |value: &Option<Vec<u8>>| {
-            let n = key.len() + value.as_ref().map_or(0, Vec::len);
-            reads.user_bytes.fetch_add(n as u64, Ordering::Relaxed);
-        };
-        if let Some(value) = reads.lock(hash).get(hash, key) {
-            let value = value.map(<[u8]>::to_vec);
-            user(&value);
-            return Ok(value);
+        out.clear();
+        {
+            let mut cache = reads.lock(hash);
+            if let Some(value) = cache.get(hash, key) {
+                let present = value.is_some();
+                out.extend_from_slice(value.unwrap_or_default());
+                cache.user_bytes += (key.len() + out.len()) as u64;
+                return Ok(present);
+            }
         }
-        let (mut k, mut v) = (Vec::new(), Vec::new());
+        let mut k = Vec::new();
         let mut present = false;
         let mut read = 0;
         let found = self.index.find(hash, |loc| {
             let file = self.segment_file(loc)?;
-            let (p, n) = read_change_at(&**file, loc.offset(), &mut k, &mut v).map_err(|e| {
+            let (p, n) = read_change_at(&**file, loc.offset(), &mut k, out).map_err(|e| {
                 StoreError::corrupted(
                     segment_path(&self.dir, loc.seq()),
                     Some(loc.offset()),
@@ -128,18 +138,20 @@ impl LogStore {
             present = p;
             Ok::<_, StoreError>(k == key)
         })?;
-        let (value, loc) = match found {
-            Some(loc) => (present.then_some(v), Some(loc)),
-            None => match &self.run {
-                Some(run) => {
+        let loc = match found {
+            // A deletion's change leaves `out` empty.
+            Some(loc) => Some(loc),
+            None => {
+                out.clear();
+                if let Some(run) = &self.run {
                     // One block buffer per thread, reused: parallel execution reads from
                     // every core.
                     thread_local! {
                         static BLOCK: std::cell::RefCell<Vec<u8>> =
                             const { std::cell::RefCell::new(Vec::new()) };
                     }
-                    let (value, n) = BLOCK.with_borrow_mut(|block| {
-                        let got = run.get(key, block);
+                    let (p, n) = BLOCK.with_borrow_mut(|block| {
+                        let got = run.get(key, block, out);
                         // A block that held a large value (contract code) is not kept for
                         // the thread's lifetime.
                         if block.capacity() > 16 * BLOCK_BYTES {
@@ -148,15 +160,18 @@ impl LogStore {
                         got
                     })?;
                     read += n;
-                    (value, None)
+                    present = p;
+                } else {
+                    present = false;
                 }
-                None => (None, None),
-            },
+                None
+            }
         };
         reads.disk_bytes.fetch_add(read, Ordering::Relaxed);
-        reads.lock(hash).put(hash, key, value.as_deref(), loc);
-        user(&value);
-        Ok(value)
+        let mut cache = reads.lock(hash);
+        cache.put(hash, key, present.then_some(out.as_slice()), loc);
+        cache.user_bytes += (key.len() + out.len()) as u64;
+        Ok(present)
     }
 
     /// [`crate::StateStore::seek`]: the nearer of the run's first entry in range not

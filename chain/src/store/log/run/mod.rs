@@ -204,10 +204,16 @@ impl Run {
         Ok(())
     }
 
-    /// The value of `key`, reading at most one block into `buf`; with how many bytes it read.
-    pub fn get(&self, key: &[u8], buf: &mut Vec<u8>) -> StoreResult<(Option<Vec<u8>>, u64)> {
+    /// Whether the run holds `key`, its value appended to `out` if it does, reading at most
+    /// one block into `buf`; with how many bytes it read.
+    pub fn get(
+        &self,
+        key: &[u8],
+        buf: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+    ) -> StoreResult<(bool, u64)> {
         let Some(block) = self.block_of(key) else {
-            return Ok((None, 0));
+            return Ok((false, 0));
         };
         self.read_block(block, buf)?;
         let read = buf.len() as u64;
@@ -217,12 +223,15 @@ impl Run {
             let (k, v, next) = entry_at(buf, at).ok_or_else(|| self.bad_entry(block))?;
             let order = sort_prefix(k).cmp(&prefix).then_with(|| k.cmp(key));
             match order {
-                std::cmp::Ordering::Equal => return Ok((Some(v.to_vec()), read)),
+                std::cmp::Ordering::Equal => {
+                    out.extend_from_slice(v);
+                    return Ok((true, read));
+                }
                 std::cmp::Ordering::Greater => break,
                 std::cmp::Ordering::Less => at = next,
             }
         }
-        Ok((None, read))
+        Ok((false, read))
     }
 
     /// Where `key`'s entry lies, if the run holds it, reading at most one block into `kept`
@@ -491,13 +500,16 @@ mod tests {
         let run = Arc::new(Run::open(&fs, path).unwrap());
         assert_eq!(run.head().height, 7);
         assert_eq!(run.entries(), 20_000);
-        let mut buf = Vec::new();
+        let (mut buf, mut out) = (Vec::new(), Vec::new());
         for i in (0..20_000u32).step_by(7) {
             let k = key(i);
-            let (v, _) = run.get(&k, &mut buf).unwrap();
-            assert_eq!(v, Some(vec![i as u8; (i % 50) as usize]));
+            out.clear();
+            assert!(run.get(&k, &mut buf, &mut out).unwrap().0);
+            assert_eq!(out, vec![i as u8; (i % 50) as usize]);
             let missing = format!("key{:08}", i * 2 + 1).into_bytes();
-            assert_eq!(run.get(&missing, &mut buf).unwrap().0, None);
+            out.clear();
+            assert!(!run.get(&missing, &mut buf, &mut out).unwrap().0);
+            assert!(out.is_empty());
         }
         let (mut k, mut v) = (Vec::new(), Vec::new());
         let mut it = run.iter();
