@@ -144,28 +144,39 @@ fn intrinsic_fuel_of(bytes: u64) -> u64 {
 /// appended, so committing needs no encoding pass.
 pub(crate) struct BodyBuilder {
     count: u32,
-    transactions: Vec<u8>,
+    /// borsh of the [`BlockBody`] so far: a count (written at the end) and the transactions'
+    /// bytes; [`BodyBuilder::finish`] appends the rest in place.
+    body: Vec<u8>,
     success: Vec<bool>,
     /// borsh of each transaction's events, appended.
     events: Vec<u8>,
     ids: Vec<TxId>,
 }
 
+/// Bytes of the body's three counts.
+const BODY_COUNTS: usize = 12;
+
 impl BodyBuilder {
-    /// An empty body with room for all of `txs`, so that appending them never moves the
-    /// bytes appended so far (about 1.1 MB for a block of 5,000 transfers).
+    /// An empty body with room for all of `txs`, their success flags and (for a transfer's
+    /// one event) their events, so that appending them never moves the bytes appended so far
+    /// (about 1.1 MB for a block of 5,000 transfers): the body is built where it ends up, not
+    /// copied once more at the end (83 instructions a transfer).
     fn for_txs(txs: &[PreparedTx]) -> Self {
+        let tx_bytes: usize = txs.iter().map(|tx| tx.bytes.len()).sum();
+        let events = 4 * txs.len();
+        let mut body = Vec::with_capacity(BODY_COUNTS + tx_bytes + txs.len() + events);
+        body.extend_from_slice(&0u32.to_le_bytes());
         Self {
             count: 0,
-            transactions: Vec::with_capacity(txs.iter().map(|tx| tx.bytes.len()).sum()),
+            body,
             success: Vec::with_capacity(txs.len()),
-            events: Vec::with_capacity(4 * txs.len()),
+            events: Vec::with_capacity(events),
             ids: Vec::with_capacity(txs.len()),
         }
     }
 
     fn push(&mut self, tx: &PreparedTx, success: bool, events: &[Event]) {
-        self.transactions.extend_from_slice(&tx.bytes);
+        self.body.extend_from_slice(&tx.bytes);
         self.count += 1;
         self.success.push(success);
         borsh::to_writer(&mut self.events, events).expect("encoding into a Vec cannot fail");
@@ -174,17 +185,21 @@ impl BodyBuilder {
 
     /// borsh of the [`BlockBody`], the transactions root and the ids.
     pub(crate) fn finish(self) -> (Vec<u8>, [u8; 32], Vec<TxId>) {
-        let mut body = Vec::with_capacity(
-            self.transactions.len() + self.success.len() + self.events.len() + 12,
-        );
-        body.extend_from_slice(&self.count.to_le_bytes());
-        body.extend_from_slice(&self.transactions);
-        body.extend_from_slice(&(self.success.len() as u32).to_le_bytes());
-        body.extend(self.success.iter().map(|&s| s as u8));
-        body.extend_from_slice(&self.count.to_le_bytes());
-        body.extend_from_slice(&self.events);
+        let Self {
+            count,
+            mut body,
+            success,
+            events,
+            ids,
+        } = self;
+        body[..4].copy_from_slice(&count.to_le_bytes());
+        body.reserve(BODY_COUNTS - 4 + success.len() + events.len());
+        body.extend_from_slice(&(success.len() as u32).to_le_bytes());
+        body.extend(success.iter().map(|&s| s as u8));
+        body.extend_from_slice(&count.to_le_bytes());
+        body.extend_from_slice(&events);
         let root = BlockBody::transactions_root(&body);
-        (body, root, self.ids)
+        (body, root, ids)
     }
 }
 
