@@ -24,7 +24,7 @@ use std::ops::Bound;
 use indexmap::IndexMap;
 use indexmap::map::RawEntryApiV1;
 use indexmap::map::raw_entry_v1::RawEntryMut;
-use tally_host_api::limits::{MAX_EVENTS_PER_TX, MAX_TX_WRITE_BYTES, MAX_TX_WRITES};
+use tally_host_api::limits::{MAX_EVENTS_PER_TX, MAX_TX_WRITE_BYTES, MAX_TX_WRITES, MAX_VALUE_LEN};
 use tally_host_api::{Abort, AbortCode, Name};
 
 use super::code::Executor;
@@ -159,8 +159,13 @@ impl Walked {
 }
 
 /// The largest read buffer a journal keeps between blocks: an account's balance is tens of
-/// bytes, a contract's code hundreds of KiB, which it reads seldom.
-const KEEP_SCRATCH_BYTES: usize = 64 * 1024;
+/// bytes, a contract's code hundreds of KiB, which it reads seldom. Twice the largest value a
+/// contract can store, since a buffer grows by doubling.
+const KEEP_SCRATCH_BYTES: usize = 2 * MAX_VALUE_LEN as usize;
+
+/// Values read from a store that copies them and longer than this are kept for the block
+/// ([`Journal::large_reads`]): the log store's value cache keeps values up to 4 KiB only.
+const KEEP_READ_BYTES: usize = 4096;
 
 /// The pending block's state over a [`StateStore`].
 pub struct Journal {
@@ -173,6 +178,11 @@ pub struct Journal {
     /// read lends it until the next, which the `&mut self` it borrows enforces, so no read
     /// allocates once it has grown to the values read.
     scratch: Vec<u8>,
+    /// Values over [`KEEP_READ_BYTES`] read from the store, kept for the block, as all reads
+    /// were before `scratch`: the log store caches no value that large, so a contract
+    /// loading one again and again would read it from disk each time, a cost its per-byte
+    /// charge was not measured with. Mostly empty: a read of a small value checks only that.
+    large_reads: KeyedMap<Vec<u8>, Vec<u8>>,
     /// The running transaction's undo log, newest last.
     undo: Vec<Undo>,
     /// The values [`Undo::Overwrite`] entries replaced, oldest first: kept in one buffer, so
@@ -218,6 +228,7 @@ impl Default for Journal {
             overlay: IndexMap::default(),
             code: KeyedMap::default(),
             scratch: Vec::new(),
+            large_reads: KeyedMap::default(),
             undo: Vec::new(),
             undo_bytes: Vec::new(),
             events: Vec::new(),
@@ -289,7 +300,19 @@ impl Journal {
                 if let Some(reads) = &mut self.reads {
                     reads.push(key.to_vec());
                 }
-                store.get_in(key, &mut self.scratch)?
+                if !self.large_reads.is_empty() && self.large_reads.contains_key(key) {
+                    self.large_reads.get(key).map(Vec::as_slice)
+                } else {
+                    match store.get_in(key, &mut self.scratch)? {
+                        Some(value) if value.len() > KEEP_READ_BYTES => Some(
+                            self.large_reads
+                                .entry(key.to_vec())
+                                .or_insert(value.to_vec())
+                                .as_slice(),
+                        ),
+                        value => value,
+                    }
+                }
             }
         };
         if counted {
@@ -711,12 +734,14 @@ impl Journal {
         counts
     }
 
-    /// Lets go of a read buffer a large value grew (one value may take a transaction's whole
-    /// [`MAX_TX_WRITE_BYTES`]): a journal lives as long as its chain or worker.
+    /// Forgets the block's large reads, and lets go of a read buffer a large value grew (one
+    /// value may take a transaction's whole [`MAX_TX_WRITE_BYTES`]): a journal lives as long
+    /// as its chain or worker.
     fn drop_large_scratch(&mut self) {
         if self.scratch.capacity() > KEEP_SCRATCH_BYTES {
             self.scratch = Vec::new();
         }
+        self.large_reads.clear();
     }
 
     /// The pending block's changes, leaving an empty journal for the next block.
@@ -774,6 +799,44 @@ impl Journal {
 mod tests {
     use super::*;
     use crate::store::memory::MemoryStore;
+
+    /// A value too large for the log store's cache is read from the store once a block: read
+    /// again, it comes from the journal (the same bytes), and the next block reads it anew.
+    /// Small values go to the store each time, whose cache serves them.
+    #[test]
+    fn a_large_value_is_read_from_a_copying_store_once_a_block() {
+        use crate::block::BlockHeader;
+        use crate::store::log::{LogOptions, LogStore};
+        use crate::store::{BlockRecord, Commit, Durability};
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = LogStore::open(dir.path(), LogOptions::default()).unwrap();
+        let large = vec![7u8; KEEP_READ_BYTES + 1];
+        let block = BlockRecord {
+            header: BlockHeader::default(),
+            body: Vec::new(),
+            changes: vec![
+                (b"big".to_vec(), Some(large.clone())),
+                (b"small".to_vec(), Some(b"1".to_vec())),
+            ],
+        };
+        let commit = Commit {
+            durability: Durability::None,
+            retain_from: 0,
+        };
+        store.commit(block, commit).unwrap();
+        let gets = |store: &LogStore| store.stats().gets;
+        let before = gets(&store);
+        let mut j = Journal::default();
+        for _ in 0..3 {
+            assert_eq!(j.get(&store, b"big").unwrap(), Some(large.as_slice()));
+            assert_eq!(j.get(&store, b"small").unwrap(), Some(&b"1"[..]));
+            assert_eq!(j.get(&store, b"none").unwrap(), None);
+        }
+        assert_eq!(gets(&store) - before, 1 + 3 + 3);
+        j.take_changes();
+        assert_eq!(j.get(&store, b"big").unwrap(), Some(large.as_slice()));
+        assert_eq!(gets(&store) - before, 8);
+    }
 
     #[test]
     fn discard_restores_the_overlay_exactly_and_commit_keeps_it() {

@@ -70,7 +70,8 @@ impl LogStore {
         for shard in &self.reads.shards {
             let cache = shard.lock().unwrap_or_else(|e| e.into_inner());
             hits += cache.hits;
-            // Every point read looks in the cache once.
+            // Every point read looks in the cache once: `read_into` is `ValueCache::get`'s
+            // only caller.
             gets += cache.hits + cache.misses;
             user_bytes += cache.user_bytes;
             cache_bytes += cache.heap_bytes();
