@@ -168,9 +168,9 @@ fn len_u32(len: usize) -> io::Result<[u8; 4]> {
 }
 
 /// `block`'s record, framed: the payload's length and checksum, then the payload. A payload
-/// of at most [`ONE_PASS_MAX`] bytes is encoded once, after room for the header, into `scratch`
-/// (cleared first; its allocation is kept for the next block up to [`KEEP_SCRATCH_BYTES`]),
-/// and the framed record written with one call; a longer one is measured by a first pass that
+/// of at most `ONE_PASS_MAX` (32 MiB) is encoded once, after room for the header, into
+/// `scratch` (cleared first; its allocation is kept for the next block up to
+/// `KEEP_SCRATCH_BYTES`, 4 MiB), and the framed record written with one call; a longer one is measured by a first pass that
 /// stores nothing, so that a block of any size costs no second copy in memory. Returns the
 /// payload length.
 pub fn write_block_record(
