@@ -222,7 +222,7 @@ pub struct Journal {
     /// loading one again and again would read it from disk each time, a cost its per-byte
     /// charge was not measured with. Mostly empty: a read of a small value checks only that.
     large_reads: KeyedMap<Vec<u8>, Vec<u8>>,
-    /// The last keys read from the store and whether each had a value.
+    /// The last keys contracts loaded from the store, and whether each had a value.
     recent: RecentReads,
     /// The running transaction's undo log, newest last.
     undo: Vec<Undo>,
