@@ -850,33 +850,44 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::block::BlockHeader;
+    use crate::store::log::{LogOptions, LogStore};
     use crate::store::memory::MemoryStore;
+    use crate::store::{BlockRecord, Commit, Durability};
 
-    /// A value too large for the log store's cache is read from the store once a block: read
-    /// again, it comes from the journal (the same bytes), and the next block reads it anew.
-    /// Small values go to the store each time, whose cache serves them.
-    #[test]
-    fn a_large_value_is_read_from_a_copying_store_once_a_block() {
-        use crate::block::BlockHeader;
-        use crate::store::log::{LogOptions, LogStore};
-        use crate::store::{BlockRecord, Commit, Durability};
+    /// A log store (a store that copies values out) holding `changes` at genesis, in a
+    /// directory that lives as long as the returned guard.
+    fn log_store(changes: Vec<Change>) -> (tempfile::TempDir, LogStore) {
         let dir = tempfile::tempdir().unwrap();
         let mut store = LogStore::open(dir.path(), LogOptions::default()).unwrap();
-        let large = vec![7u8; KEEP_READ_BYTES + 1];
         let block = BlockRecord {
             header: BlockHeader::default(),
             body: Vec::new(),
-            changes: vec![
-                (b"big".to_vec(), Some(large.clone())),
-                (b"small".to_vec(), Some(b"1".to_vec())),
-            ],
+            changes,
         };
         let commit = Commit {
             durability: Durability::None,
             retain_from: 0,
         };
         store.commit(block, commit).unwrap();
-        let gets = |store: &LogStore| store.stats().gets;
+        (dir, store)
+    }
+
+    /// Point reads that reached the store.
+    fn gets(store: &LogStore) -> u64 {
+        store.stats().gets
+    }
+
+    /// A value too large for the log store's cache is read from the store once a block: read
+    /// again, it comes from the journal (the same bytes), and the next block reads it anew.
+    /// Small values go to the store each time, whose cache serves them.
+    #[test]
+    fn a_large_value_is_read_from_a_copying_store_once_a_block() {
+        let large = vec![7u8; KEEP_READ_BYTES + 1];
+        let (_dir, store) = log_store(vec![
+            (b"big".to_vec(), Some(large.clone())),
+            (b"small".to_vec(), Some(b"1".to_vec())),
+        ]);
         let before = gets(&store);
         let mut j = Journal::default();
         for _ in 0..3 {
@@ -894,22 +905,7 @@ mod tests {
     /// without reading it again; until the block ends, whatever came between.
     #[test]
     fn an_upsert_of_a_key_just_read_asks_the_store_nothing() {
-        use crate::block::BlockHeader;
-        use crate::store::log::{LogOptions, LogStore};
-        use crate::store::{BlockRecord, Commit, Durability};
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = LogStore::open(dir.path(), LogOptions::default()).unwrap();
-        let block = BlockRecord {
-            header: BlockHeader::default(),
-            body: Vec::new(),
-            changes: (0..8u8).map(|i| (vec![b'k', i], Some(vec![i]))).collect(),
-        };
-        let commit = Commit {
-            durability: Durability::None,
-            retain_from: 0,
-        };
-        store.commit(block, commit).unwrap();
-        let gets = |store: &LogStore| store.stats().gets;
+        let (_dir, store) = log_store((0..8u8).map(|i| (vec![b'k', i], Some(vec![i]))).collect());
         let before = gets(&store);
         let mut j = Journal::default();
         let load =

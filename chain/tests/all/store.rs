@@ -439,13 +439,7 @@ fn a_read_only_store_writes_nothing_and_refuses_commits() {
 #[test]
 fn point_reads_into_one_reused_buffer_agree_with_get_and_are_counted() {
     let dir = tempfile::tempdir().unwrap();
-    let options = LogOptions {
-        segment_bytes: 8 << 10,
-        snapshot_min_bytes: 16 << 10,
-        background: false,
-        ..LogOptions::default()
-    };
-    let mut store = LogStore::open(dir.path(), options).unwrap();
+    let mut store = LogStore::open(dir.path(), compacting()).unwrap();
     let (mut rng, mut model) = (Gen(11), Model::new());
     for h in 0..300 {
         let b = rng.block(h, 400);
@@ -570,6 +564,17 @@ impl Gen {
     }
 }
 
+/// Small segments and snapshots, compacted inline: a few hundred blocks spread over many
+/// segments and leave part of the state in the run.
+fn compacting() -> LogOptions {
+    LogOptions {
+        segment_bytes: 8 << 10,
+        snapshot_min_bytes: 16 << 10,
+        background: false,
+        ..LogOptions::default()
+    }
+}
+
 fn keep_all(height: u64) -> Commit {
     Commit {
         durability: Durability::Immediate,
@@ -580,13 +585,7 @@ fn keep_all(height: u64) -> Commit {
 #[test]
 fn issue_14_a_store_fills_past_many_segments_compacts_and_stays_right() {
     let dir = tempfile::tempdir().unwrap();
-    let options = LogOptions {
-        segment_bytes: 8 << 10,
-        snapshot_min_bytes: 16 << 10,
-        background: false,
-        ..LogOptions::default()
-    };
-    let mut store = LogStore::open(dir.path(), options.clone()).unwrap();
+    let mut store = LogStore::open(dir.path(), compacting()).unwrap();
     let mut rng = Gen(5);
     let mut model = Model::new();
     let mut blocks = Vec::new();
