@@ -6,7 +6,9 @@
 //! - `batch N`: one batch of N signatures on one thread: ed25519-zebra's batch verifier (what
 //!   Tally used before), curve25519-dalek's multiscalar multiplication (`Backend::Dalek`: its
 //!   AVX2 backend here), and the lane backends (AVX-512F, and its code on AVX2), each with a
-//!   warm key cache and with none;
+//!   warm key cache and with none; at 2,500, batches with invalid signatures, each result
+//!   settled (`Need::Each`, a block) or up to the first invalid one (`UpToFirstInvalid`,
+//!   admission);
 //! - `block`: `verify_many` on a block of 10,000 transfers with every core, against the
 //!   previous implementation (ed25519-zebra, batches of 256 on rayon).
 //!
@@ -21,7 +23,7 @@ use criterion::{BatchSize, Criterion, Throughput, criterion_group};
 use ed25519_dalek::{Signer, SigningKey};
 use rayon::prelude::*;
 use tally_bench::workload::KEY_POOL;
-use tally_chain::crypto::{self, Backend, Keys, SigItem, zip215};
+use tally_chain::crypto::{self, Backend, Keys, Need, SigItem, zip215};
 use tally_chain::{Action, Name, SignedTransaction, Transaction, TxId};
 
 /// `n` signatures by keys from the pool: (public key, signature, message).
@@ -123,19 +125,27 @@ fn batch(c: &mut Criterion) {
         for (name, backend) in backends() {
             let warm = Keys::new(crypto::KEY_CACHE_ENTRIES);
             group.bench_function(format!("{name}, keys cached"), |b| {
-                b.iter(|| pool.install(|| crypto::verify_batch(&items, backend, &warm)))
+                b.iter(|| pool.install(|| crypto::verify_batch(&items, backend, &warm, Need::Each)))
             });
             group.bench_function(format!("{name}, no key cache"), |b| {
                 b.iter_batched(
                     || Keys::new(0),
-                    |cold| pool.install(|| crypto::verify_batch(&items, backend, &cold)),
+                    |cold| {
+                        pool.install(|| crypto::verify_batch(&items, backend, &cold, Need::Each))
+                    },
                     BatchSize::LargeInput,
                 )
             });
         }
         if n == 2500 {
-            // What invalid signatures cost: bisection for a few, single checks for many.
-            for (label, every) in [("2 invalid", n / 2), ("every 16th invalid", 16)] {
+            // What invalid signatures cost: bisection for a few, single checks for many; and
+            // admission's worst case, every signature invalid (anyone can send such a
+            // bundle for free), settled in full and up to the first invalid one.
+            for (label, every) in [
+                ("2 invalid", n / 2),
+                ("every 16th invalid", 16),
+                ("all invalid", 1),
+            ] {
                 let mut bad = sigs.clone();
                 for s in bad.iter_mut().step_by(every) {
                     s.1[40] ^= 1;
@@ -143,9 +153,13 @@ fn batch(c: &mut Criterion) {
                 let bad_items = items_of(&bad);
                 let warm = Keys::new(crypto::KEY_CACHE_ENTRIES);
                 let backend = Backend::best();
-                group.bench_function(format!("{backend:?}, {label}"), |b| {
-                    b.iter(|| pool.install(|| crypto::verify_batch(&bad_items, backend, &warm)))
-                });
+                for need in [Need::Each, Need::UpToFirstInvalid] {
+                    group.bench_function(format!("{backend:?}, {label}, {need:?}"), |b| {
+                        b.iter(|| {
+                            pool.install(|| crypto::verify_batch(&bad_items, backend, &warm, need))
+                        })
+                    });
+                }
             }
         }
         group.finish();
@@ -217,7 +231,9 @@ fn block(c: &mut Criterion) {
     });
     for (name, backend) in backends() {
         group.bench_function(name, |b| {
-            b.iter(|| crypto::verify_many_with(&items, &crypto::NoKeys, backend))
+            b.iter(|| {
+                crypto::verify_many_with(&items, &crypto::NoKeys, backend, crypto::Need::Each)
+            })
         });
     }
     group.finish();
@@ -238,7 +254,7 @@ fn whole_process(n: usize, runs: usize) {
         variants.push((
             name.into(),
             Box::new(move || {
-                crypto::verify_many_with(items, &crypto::NoKeys, backend)
+                crypto::verify_many_with(items, &crypto::NoKeys, backend, crypto::Need::Each)
                     .iter()
                     .all(|r| r.is_ok())
             }),

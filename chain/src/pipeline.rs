@@ -11,7 +11,7 @@
 
 use rayon::prelude::*;
 
-use crate::crypto::{self, KeySource, VerifiedKeys};
+use crate::crypto::{self, KeySource, Need, VerifiedKeys};
 use crate::error::TxError;
 use crate::tx::{SignedTransaction, TxId};
 
@@ -169,21 +169,23 @@ pub fn prepare_block(
         txs.into_iter().map(PreparedTx::new).collect()
     };
     if check_signatures && pipeline.batch_verify {
-        verify_batched(&mut prepared, keys);
+        verify_batched(&mut prepared, keys, Need::Each);
     }
     prepared
 }
 
 /// Verifies the signatures of every admitted transaction of `txs` in batches on all cores,
 /// one without its key against the key `keys` gives for its account; each gets exactly the
-/// result single verification ([`PreparedTx::verify`]) would give it.
-pub fn verify_batched(txs: &mut [PreparedTx], keys: &dyn KeySource) {
+/// result single verification ([`PreparedTx::verify`]) would give it. With
+/// [`Need::UpToFirstInvalid`], only up to the first transaction refused or left a signature
+/// unverified ([`crypto::verify_many`]); those after it stay [`Check::Admitted`].
+pub fn verify_batched(txs: &mut [PreparedTx], keys: &dyn KeySource, need: Need) {
     let pending: Vec<usize> = (0..txs.len())
         .filter(|&i| txs[i].check == Check::Admitted)
         .collect();
     let items: Vec<(&SignedTransaction, &TxId)> =
         pending.iter().map(|&i| (&txs[i].tx, &txs[i].id)).collect();
-    let results = crypto::verify_many(&items, keys);
+    let results = crypto::verify_many(&items, keys, need);
     for (i, result) in pending.into_iter().zip(results) {
         txs[i].settle(result);
     }

@@ -31,7 +31,7 @@ use curve25519_dalek::scalar::Scalar;
 use ed25519_dalek::{Signer, SigningKey};
 use libfuzzer_sys::fuzz_target;
 use sha2::{Digest, Sha512};
-use tally_chain::crypto::{self, Backend, KeyCache, Keys, SigItem, zip215};
+use tally_chain::crypto::{self, Backend, KeyCache, Keys, Need, SigItem, zip215};
 
 /// Batch sizes the fuzzer picks most of the time: every size up to 64 (a few SIMD groups of
 /// eight, and the bisection's thresholds at 16 and below).
@@ -440,7 +440,7 @@ fuzz_target!(|data: &[u8]| {
     for backend in Backend::ALL.into_iter().filter(|b| b.available()) {
         let keys = Keys::new(CACHE);
         for cache in ["cold", "warm"] {
-            let got = crypto::verify_batch(&items, backend, &keys);
+            let got = crypto::verify_batch(&items, backend, &keys, Need::Each);
             for (i, e) in entries.iter().enumerate() {
                 assert_eq!(
                     got[i],
@@ -451,6 +451,16 @@ fuzz_target!(|data: &[u8]| {
                     e.what
                 );
             }
+            // Admission's check: the same results up to the first invalid signature, and
+            // that one invalid.
+            let first = crypto::verify_batch(&items, backend, &keys, Need::UpToFirstInvalid);
+            let end = reference.iter().position(|v| !v).map_or(items.len(), |i| i + 1);
+            assert_eq!(
+                first[..end],
+                reference[..end],
+                "{backend} batch up to the first invalid signature, {cache} key cache, \
+                 disagrees with zip215::verify_one"
+            );
         }
     }
 });

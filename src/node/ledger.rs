@@ -631,7 +631,11 @@ impl Ledger {
         self.chain.discard();
         // A signature without its key against the committed key (the block's own changes are
         // seen when it executes, which verifies again under any other key).
-        tally_chain::pipeline::verify_batched(txs, &self.chain.committed_keys());
+        tally_chain::pipeline::verify_batched(
+            txs,
+            &self.chain.committed_keys(),
+            tally_chain::crypto::Need::Each,
+        );
         // Block times must increase; CometBFT's do, by at least a millisecond. The guard keeps
         // the node alive (and deterministic: it depends only on the chain) if one does not.
         let time_ms = time_ms.max(self.chain.head().timestamp_ms + 1);

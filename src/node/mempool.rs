@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use prost::bytes::Bytes;
-use tally_chain::crypto::KeySource;
+use tally_chain::crypto::{KeySource, Need};
 use tally_chain::{Check, Name, PreparedTx, TxError, TxId};
 
 use super::app::code;
@@ -82,8 +82,13 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<PreparedTx>, Refusal> {
 /// would let a proposer fill its block with signatures every node must verify again, one at a
 /// time, at execution (an account created earlier in the block has no batched check). A
 /// node that executes a block it did not vote on still applies the chain's rule there.
+///
+/// Verification stops at the first transaction it refuses ([`Need::UpToFirstInvalid`]): one
+/// refuses the whole bundle (or proposal), and a bundle of invalid signatures, which anyone
+/// can send for free, then costs about two batch checks to refuse, not a single check of
+/// each signature.
 pub fn verify(txs: &mut [PreparedTx], keys: &dyn KeySource) -> Result<(), Refusal> {
-    tally_chain::pipeline::verify_batched(txs, keys);
+    tally_chain::pipeline::verify_batched(txs, keys, Need::UpToFirstInvalid);
     let refusal = |t: &PreparedTx| -> Option<TxError> {
         match &t.check {
             Check::Refused(e) => Some(e.clone()),
@@ -99,8 +104,10 @@ pub fn verify(txs: &mut [PreparedTx], keys: &dyn KeySource) -> Result<(), Refusa
                 }),
         }
     };
+    // Transactions still `Admitted` come after the first refusal, unchecked.
     match txs
         .iter()
+        .take_while(|t| t.check != Check::Admitted)
         .enumerate()
         .find_map(|(i, t)| refusal(t).map(|e| (i, e)))
     {
@@ -717,6 +724,63 @@ mod tests {
         let unknown = code_of(signed("carol", &other)).unwrap_err();
         assert_eq!(unknown.0, code::REFUSED);
         assert!(unknown.1.contains("carol"), "{}", unknown.1);
+    }
+
+    /// A bundle is refused naming its first transaction with a bad signature, as when every
+    /// signature was settled, whether the bad ones carry their key or use the committed one;
+    /// a bundle whose every signature is bad names its first.
+    #[test]
+    fn a_bundle_is_refused_for_its_first_bad_signature() {
+        let key = tally_chain::crypto::derived_key(28, 0);
+        let alice: Name = "alice".parse().unwrap();
+        let committed = |account: Name| (account == alice).then(|| key.verifying_key().to_bytes());
+        let bundle = |bad: &[usize], registered: bool| -> Vec<PreparedTx> {
+            (0..100u8)
+                .map(|i| {
+                    let t = Transaction::new(
+                        HEAD_MS + 60_000,
+                        (0, 0),
+                        vec![Action {
+                            account: Name::from_str_const("simplecoin").unwrap(),
+                            name: Name::from_str_const("transfer").unwrap(),
+                            authorization: vec![alice],
+                            data: vec![i],
+                        }],
+                    );
+                    let mut signed = match registered {
+                        true => SignedTransaction::sign_registered(t, &[(alice, &key)]),
+                        false => SignedTransaction::sign(t, &[(alice, &key)]),
+                    };
+                    if bad.contains(&(i as usize)) {
+                        signed.signatures[0].signature[3] ^= 1;
+                    }
+                    PreparedTx::decode(signed.encode()).unwrap()
+                })
+                .collect()
+        };
+        for registered in [false, true] {
+            assert_eq!(
+                verify(&mut bundle(&[], registered), &committed).map_err(|r| r.log),
+                Ok(())
+            );
+            for (bad, first) in [
+                (vec![0], 0),
+                (vec![99], 99),
+                (vec![40, 41, 90], 40),
+                ((0..100).collect::<Vec<_>>(), 0),
+                ((30..100).collect(), 30),
+            ] {
+                let refusal = verify(&mut bundle(&bad, registered), &committed).unwrap_err();
+                assert_eq!(refusal.code, code::REFUSED);
+                assert!(
+                    refusal
+                        .log
+                        .starts_with(&format!("transaction {first}: bad signature")),
+                    "{registered}, {bad:?}: {}",
+                    refusal.log
+                );
+            }
+        }
     }
 
     #[test]

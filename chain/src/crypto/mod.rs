@@ -38,7 +38,7 @@ use sha2::{Digest, Sha256};
 
 pub use backend::{BACKEND_ENV, Backend, BackendChoice, BackendError, set_backend};
 pub use key_cache::{KEY_CACHE_ENTRIES, KeyCache};
-pub use zip215::SigItem;
+pub use zip215::{Need, SigItem};
 
 use tally_host_api::Name;
 
@@ -88,17 +88,18 @@ impl Keys {
 }
 
 /// Checks `items` as one batch on `backend` with `keys`, giving each signature the result
-/// [`zip215::verify_one`] gives it.
+/// [`zip215::verify_one`] gives it (with [`Need::UpToFirstInvalid`], up to the first invalid
+/// one, and every later one invalid, unchecked).
 ///
 /// # Panics
 /// If this CPU does not run `backend` ([`Backend::available`]).
-pub fn verify_batch(items: &[SigItem], backend: Backend, keys: &Keys) -> Vec<bool> {
+pub fn verify_batch(items: &[SigItem], backend: Backend, keys: &Keys, need: Need) -> Vec<bool> {
     match backend {
-        Backend::Dalek => zip215::verify_batch(items, &keys.points),
+        Backend::Dalek => zip215::verify_batch(items, &keys.points, need),
         #[cfg(target_arch = "x86_64")]
-        Backend::Avx2 => avx2::verify_batch(items, keys),
+        Backend::Avx2 => avx2::verify_batch(items, keys, need),
         #[cfg(target_arch = "x86_64")]
-        Backend::Avx512 => avx512::verify_batch(items, keys),
+        Backend::Avx512 => avx512::verify_batch(items, keys, need),
         #[cfg(not(target_arch = "x86_64"))]
         Backend::Avx2 | Backend::Avx512 => {
             panic!("the {backend} backend runs on x86-64 only")
@@ -257,14 +258,20 @@ pub fn verify_one(public_key: &[u8; 32], signature: &[u8; 64], message: &[u8]) -
 /// The result for each transaction is the one `verify_signatures` gives, whatever the batch
 /// size, thread count or backend.
 ///
+/// With [`Need::UpToFirstInvalid`] the results end at the first transaction that is refused
+/// or left a signature unverified (`Ok` with a `None` key): admission, which refuses a whole
+/// bundle for one such transaction, needs no more, and a bundle of invalid signatures costs
+/// about two batch checks to refuse rather than a single check of each signature.
+///
 /// # Panics
 /// If `TALLY_VERIFY_BACKEND` forces a backend that does not exist or that this CPU cannot
 /// run ([`Backend::best`]).
 pub fn verify_many(
     items: &[(&SignedTransaction, &TxId)],
     keys: &dyn KeySource,
+    need: Need,
 ) -> Vec<Result<VerifiedKeys, TxError>> {
-    verify_many_with(items, keys, Backend::best())
+    verify_many_with(items, keys, Backend::best(), need)
 }
 
 /// [`verify_many`] on `backend`.
@@ -275,6 +282,7 @@ pub fn verify_many_with(
     items: &[(&SignedTransaction, &TxId)],
     keys: &dyn KeySource,
     backend: Backend,
+    need: Need,
 ) -> Vec<Result<VerifiedKeys, TxError>> {
     // The signer check first, as `verify_signatures` does it; a transaction that fails it
     // puts no signature into the batches.
@@ -289,9 +297,21 @@ pub fn verify_many_with(
             Err(_) => Vec::new(),
         })
         .collect();
+    // Up to the first transaction refused or left unverified before any signature is
+    // checked: those after it are not needed.
+    let needed = match need {
+        Need::Each => items.len(),
+        Need::UpToFirstInvalid => signers
+            .iter()
+            .zip(&candidates)
+            .position(|(signers, keys)| signers.is_err() || keys.iter().any(Option::is_none))
+            .map_or(items.len(), |i| i + 1),
+    };
+    let (items, signers, candidates) =
+        (&items[..needed], &signers[..needed], &candidates[..needed]);
     let sigs: Vec<SigItem> = items
         .iter()
-        .zip(&candidates)
+        .zip(candidates)
         .flat_map(|((tx, id), keys)| {
             tx.signatures.iter().zip(keys).filter_map(|(sig, key)| {
                 key.as_ref().map(|key| SigItem {
@@ -304,10 +324,16 @@ pub fn verify_many_with(
         .collect();
     let valid: Vec<bool> = match backend {
         // Parallel inside a batch: as large a batch as VERIFY_BATCH allows, on every core.
-        Backend::Avx2 | Backend::Avx512 => sigs
-            .chunks(VERIFY_BATCH)
-            .flat_map(|chunk| verify_batch(chunk, backend, Keys::shared()))
-            .collect(),
+        Backend::Avx2 | Backend::Avx512 => {
+            let mut valid = Vec::with_capacity(sigs.len());
+            for chunk in sigs.chunks(VERIFY_BATCH) {
+                valid.extend(verify_batch(chunk, backend, Keys::shared(), need));
+                if need == Need::UpToFirstInvalid && valid.contains(&false) {
+                    break;
+                }
+            }
+            valid
+        }
         // One batch per thread (a multiple of the threads for blocks beyond VERIFY_BATCH a
         // thread), as large as can be, the threads finishing together.
         Backend::Dalek => {
@@ -319,31 +345,54 @@ pub fn verify_many_with(
                 .max(1);
             let batch = sigs.len().div_ceil(batches).max(1);
             sigs.par_chunks(batch)
-                .flat_map_iter(|chunk| verify_batch(chunk, backend, Keys::shared()))
+                .flat_map_iter(|chunk| verify_batch(chunk, backend, Keys::shared(), need))
                 .collect()
         }
     };
-    let mut valid = valid.into_iter();
-    items
-        .iter()
-        .zip(signers)
-        .zip(candidates)
-        .map(|(((tx, _), signers), keys)| {
-            signers?;
-            // Every signature is settled (consuming its batch result) before the first
-            // error is returned, so the next transaction reads its own results.
-            let settled: Vec<Result<Option<[u8; 32]>, TxError>> = tx
-                .signatures
-                .iter()
-                .zip(keys)
-                .map(|(sig, key)| {
-                    let ok = key.is_some() && valid.next().expect("one result per signature");
-                    settle(sig, key, ok)
-                })
-                .collect();
-            settled.into_iter().collect()
-        })
-        .collect()
+    // With `UpToFirstInvalid`, results past the first invalid signature were not checked.
+    let checked = match need {
+        Need::Each => valid.len(),
+        Need::UpToFirstInvalid => valid.iter().position(|v| !v).map_or(valid.len(), |i| i + 1),
+    };
+    let mut valid = valid.into_iter().take(checked);
+    let mut results = Vec::with_capacity(items.len());
+    for (((tx, _), signers), keys) in items.iter().zip(signers).zip(candidates) {
+        if let Err(e) = signers {
+            results.push(Err(e.clone()));
+            continue;
+        }
+        // Signatures past the first invalid one, whose results were not checked.
+        let mut unchecked = 0;
+        // Every signature is settled (consuming its batch result) before the first error is
+        // returned, so the next transaction reads its own results.
+        let settled: Vec<Result<Option<[u8; 32]>, TxError>> = tx
+            .signatures
+            .iter()
+            .zip(keys)
+            .map(|(sig, key)| match key {
+                None => settle(sig, None, false),
+                Some(_) => match valid.next() {
+                    Some(ok) => settle(sig, *key, ok),
+                    // Left to execution: an earlier signature (of this transaction or an
+                    // earlier one) was invalid, and decides.
+                    None => {
+                        debug_assert_eq!(need, Need::UpToFirstInvalid, "a result a signature");
+                        unchecked += 1;
+                        Ok(None)
+                    }
+                },
+            })
+            .collect();
+        if unchecked > 0 && unchecked == tx.signatures.len() {
+            // Every signature past the first invalid one: not needed.
+            break;
+        }
+        results.push(settled.into_iter().collect());
+        if unchecked > 0 {
+            break;
+        }
+    }
+    results
 }
 
 /// Checks, without state, that exactly the accounts that must sign `tx` did, each once: every

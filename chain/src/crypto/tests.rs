@@ -361,7 +361,7 @@ fn the_196_zip215_small_order_vectors_verify_singly_and_in_one_batch() {
     }
     let items: Vec<SigItem> = cases.iter().map(Case::item).collect();
     for backend in backends() {
-        let verdict = verify_batch(&items, backend, &keys);
+        let verdict = verify_batch(&items, backend, &keys, Need::Each);
         assert!(verdict.iter().all(|v| *v), "{backend:?}");
     }
 }
@@ -381,7 +381,7 @@ fn batches_of_every_size_give_every_signature_its_single_result() {
         for size in [1, 2, 7, 17, 33, 100, items.len(), items.len()] {
             let batched: Vec<bool> = items
                 .chunks(size)
-                .flat_map(|c| verify_batch(c, backend, &keys))
+                .flat_map(|c| verify_batch(c, backend, &keys, Need::Each))
                 .collect();
             for (i, case) in cases.iter().enumerate() {
                 assert_eq!(
@@ -399,7 +399,7 @@ fn a_batch_of_only_valid_signatures_of_every_kind_verifies() {
     let cases: Vec<Case> = corpus(12).into_iter().filter(|c| c.valid).collect();
     let items: Vec<SigItem> = cases.iter().map(Case::item).collect();
     for backend in backends() {
-        let verdict = verify_batch(&items, backend, &Keys::new(64));
+        let verdict = verify_batch(&items, backend, &Keys::new(64), Need::Each);
         assert!(verdict.iter().all(|v| *v), "{backend:?}");
     }
 }
@@ -521,7 +521,7 @@ fn bisection_finds_exactly_the_invalid_signatures_of_a_large_batch() {
         }
         let items: Vec<SigItem> = cases.iter().map(Case::item).collect();
         for backend in backends() {
-            let verdict = verify_batch(&items, backend, &keys);
+            let verdict = verify_batch(&items, backend, &keys, Need::Each);
             for (i, case) in cases.iter().enumerate() {
                 assert_eq!(
                     verdict[i], case.valid,
@@ -562,7 +562,7 @@ fn batched_verification_gives_each_transaction_the_single_result() {
         .collect();
     let ids: Vec<TxId> = txs.iter().map(|t| t.transaction.id()).collect();
     let items: Vec<_> = txs.iter().zip(&ids).collect();
-    let batched = verify_many(&items, &NoKeys);
+    let batched = verify_many(&items, &NoKeys, Need::Each);
     for (i, (tx, id)) in txs.iter().zip(&ids).enumerate() {
         assert_eq!(
             batched[i],
@@ -608,7 +608,7 @@ fn verify_many_gives_the_single_result_for_any_thread_count() {
                 .num_threads(threads)
                 .build()
                 .unwrap();
-            let batched = pool.install(|| verify_many_with(&items, &NoKeys, backend));
+            let batched = pool.install(|| verify_many_with(&items, &NoKeys, backend, Need::Each));
             assert_eq!(batched, single, "{backend:?}, {threads} threads");
         }
     }
@@ -707,7 +707,7 @@ fn exactly_the_authorizing_accounts_must_sign_checked_without_state() {
         .map(|((_, t, _), id)| (t, id))
         .collect();
     for backend in backends() {
-        let batched = verify_many_with(&items, &NoKeys, backend);
+        let batched = verify_many_with(&items, &NoKeys, backend, Need::Each);
         for (((what, t, expected), id), got) in cases.iter().zip(&ids).zip(batched) {
             assert_eq!(check_signers(t), *expected, "{what}");
             assert_eq!(
@@ -872,7 +872,7 @@ fn issue_20_every_backend_gives_each_crafted_signature_the_verify_one_result() {
         for size in 1..=64 {
             let batched: Vec<bool> = items
                 .chunks(size)
-                .flat_map(|c| verify_batch(c, backend, &keys))
+                .flat_map(|c| verify_batch(c, backend, &keys, Need::Each))
                 .collect();
             for (i, case) in cases.iter().enumerate() {
                 assert_eq!(
@@ -888,7 +888,7 @@ fn issue_20_every_backend_gives_each_crafted_signature_the_verify_one_result() {
             } else {
                 Keys::new(64)
             };
-            let batched = verify_batch(&large_items, backend, &keys);
+            let batched = verify_batch(&large_items, backend, &keys, Need::Each);
             for (i, case) in large.iter().enumerate() {
                 assert_eq!(
                     batched[i],
@@ -1098,8 +1098,109 @@ fn issue_26_signatures_without_keys_verify_against_the_sources_key() {
                 .num_threads(threads)
                 .build()
                 .unwrap();
-            let batched = pool.install(|| verify_many_with(&items, &registered, backend));
+            let batched =
+                pool.install(|| verify_many_with(&items, &registered, backend, Need::Each));
             assert_eq!(batched, single, "{backend:?}, {threads} threads");
+        }
+    }
+}
+
+/// Admission's search (`Need::UpToFirstInvalid`) against the full one (`Need::Each`), on a
+/// batch equation that holds exactly when its range has no invalid signature: the same
+/// results up to the first invalid signature, which is reported invalid, and at most about two
+/// batches' worth of equation work and `BISECT_MIN` single checks, where the full search
+/// checks every signature of an all-invalid batch alone.
+#[test]
+fn the_first_invalid_signature_is_found_with_two_batches_of_work() {
+    use std::cell::Cell;
+    use std::ops::Range;
+    let mut rng = TestRng(26);
+    for len in [0usize, 1, 15, 16, 17, 33, 600, 2500] {
+        let mut patterns: Vec<Vec<bool>> = vec![
+            vec![false; len],
+            vec![true; len],
+            (0..len).map(|i| i != 0).collect(),
+            (0..len).map(|i| i + 1 != len).collect(),
+            (0..len).map(|i| i != len / 2 && i != len * 3 / 4).collect(),
+            (0..len).map(|i| i % 7 != 3).collect(),
+        ];
+        patterns.extend((0..4).map(|_| (0..len).map(|_| rng.bytes32()[0] > 2).collect()));
+        for invalid_free in patterns {
+            let (equations, singles) = (Cell::new(0usize), Cell::new(0usize));
+            let batch = |r: Range<usize>| {
+                equations.set(equations.get() + r.len());
+                invalid_free[r].iter().all(|v| *v)
+            };
+            let single = |i: usize| {
+                singles.set(singles.get() + 1);
+                invalid_free[i]
+            };
+            let first = zip215::settle(len, &batch, &single, Need::UpToFirstInvalid);
+            let end = invalid_free.iter().position(|v| !v).map_or(len, |i| i + 1);
+            assert_eq!(first[..end], invalid_free[..end], "len {len}");
+            assert!(equations.get() <= 2 * len, "len {len}: {}", equations.get());
+            assert!(
+                singles.get() <= 16,
+                "len {len}: {} single checks",
+                singles.get()
+            );
+            let each = zip215::settle(len, &batch, &single, Need::Each);
+            assert_eq!(each, invalid_free, "len {len}");
+        }
+    }
+    // An equation that fails where every signature alone holds (impossible for the real
+    // one, which is their sum): both searches fall back to single checks and agree.
+    let all = |_: Range<usize>| false;
+    let valid = |_: usize| true;
+    assert_eq!(
+        zip215::settle(40, &all, &valid, Need::UpToFirstInvalid),
+        vec![true; 40]
+    );
+    assert_eq!(zip215::settle(40, &all, &valid, Need::Each), vec![true; 40]);
+}
+
+/// `verify_many` up to the first refused transaction gives the results the full check gives
+/// up to and including that transaction, and stops there, on every backend; with every
+/// transaction valid, all of them.
+#[test]
+fn admission_verifies_up_to_the_first_refused_transaction() {
+    let keys: Vec<SigningKey> = (0..3).map(|i| derived_key(27, i)).collect();
+    let names = [Name(21), Name(22), Name(23)];
+    let block = |bad: &[(u64, usize)]| -> Vec<SignedTransaction> {
+        (0..300u64)
+            .map(|i| {
+                let n = 1 + (i % 3) as usize;
+                let signers: Vec<(Name, &SigningKey)> =
+                    (0..n).map(|j| (names[j], &keys[j])).collect();
+                let mut tx = transaction(i, &signers);
+                for &(at, sig) in bad {
+                    if at == i {
+                        tx.signatures[sig.min(n - 1)].signature[9] ^= 1;
+                    }
+                }
+                tx
+            })
+            .collect()
+    };
+    for bad in [
+        vec![],
+        vec![(0, 0)],
+        vec![(299, 2)],
+        vec![(150, 1), (151, 0)],
+        vec![(5, 2), (200, 0)],
+        (0..300).map(|i| (i, 0)).collect(),
+    ] {
+        let txs = block(&bad);
+        let ids: Vec<TxId> = txs.iter().map(|t| t.transaction.id()).collect();
+        let items: Vec<_> = txs.iter().zip(&ids).collect();
+        let each = verify_many_with(&items, &NoKeys, Backend::Dalek, Need::Each);
+        let end = each
+            .iter()
+            .position(Result::is_err)
+            .map_or(each.len(), |i| i + 1);
+        for backend in backends() {
+            let first = verify_many_with(&items, &NoKeys, backend, Need::UpToFirstInvalid);
+            assert_eq!(first, each[..end], "{backend:?}, invalid at {bad:?}");
         }
     }
 }

@@ -99,29 +99,65 @@ pub fn verify_one(item: &SigItem, keys: &KeyCache) -> bool {
     parse(item, keys).is_some_and(|p| single_holds(&p))
 }
 
+/// How much of a batch's outcome its caller needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// Every signature's result: a block, where an invalid signature rejects only its own
+    /// transaction.
+    Each,
+    /// Whether every signature is valid, and if not, which is the first invalid one:
+    /// admission, where one invalid signature refuses a whole bundle. Each signature before
+    /// the first invalid one is valid, that one invalid, and every one after it reported
+    /// invalid without being checked. A failed batch then costs at most about two batch
+    /// checks of it and [`BISECT_MIN`] single checks, where [`Need::Each`] may check every
+    /// signature alone (about five batched signatures' work each): bundles of invalid
+    /// signatures, which anyone can send for free, cost a node no more to refuse than a
+    /// valid bundle costs to admit.
+    UpToFirstInvalid,
+}
+
 /// Checks many signatures under ZIP-215 with one batch equation, and gives each signature
-/// the result [`verify_one`] gives it. A batch that fails is bisected to find the invalid
-/// signatures, so one bad signature costs a few more batch checks, not a single check of
-/// every signature.
-pub fn verify_batch(items: &[SigItem], keys: &KeyCache) -> Vec<bool> {
+/// the result [`verify_one`] gives it (with [`Need::UpToFirstInvalid`], up to the first
+/// invalid one). A batch that fails is bisected to find the invalid signatures, so one bad
+/// signature costs a few more batch checks, not a single check of every signature.
+pub fn verify_batch(items: &[SigItem], keys: &KeyCache, need: Need) -> Vec<bool> {
     let mut valid = vec![false; items.len()];
     let (mut parsed, mut index) = (Vec::with_capacity(items.len()), Vec::new());
     for (i, item) in items.iter().enumerate() {
         // A part that does not decode settles its signature as invalid here, outside the
         // equation, so it cannot spoil the batch.
-        if let Some(p) = parse(item, keys) {
-            parsed.push(p);
-            index.push(i);
+        match parse(item, keys) {
+            Some(p) => {
+                parsed.push(p);
+                index.push(i);
+            }
+            // The first invalid signature: nothing after it is needed.
+            None if need == Need::UpToFirstInvalid => break,
+            None => {}
         }
     }
     let mut coefficients = Coefficients::new();
     let z: Vec<Scalar> = parsed.iter().map(|_| coefficients.next()).collect();
     let batch = |r: Range<usize>| batch_holds(&parsed[r.clone()], &z[r]);
     let single = |i: usize| single_holds(&parsed[i]);
-    for (i, h) in index.into_iter().zip(settle(parsed.len(), &batch, &single)) {
+    for (i, h) in index
+        .into_iter()
+        .zip(settle(parsed.len(), &batch, &single, need))
+    {
         valid[i] = h;
     }
     valid
+}
+
+/// The length of the run of signatures that decoded, from the first: `index` lists the
+/// items that decoded, in order, so the first item missing from it is the first that did
+/// not. With [`Need::UpToFirstInvalid`] only those before it need the equation.
+pub(super) fn decoded_prefix(index: impl IntoIterator<Item = usize>) -> usize {
+    index
+        .into_iter()
+        .enumerate()
+        .take_while(|&(i, item)| i == item)
+        .count()
 }
 
 /// Whether the batch equation alone holds for `items`, all of which must decode: no
@@ -138,19 +174,51 @@ pub(super) fn batch_equation_holds(items: &[SigItem], keys: &KeyCache) -> bool {
 }
 
 /// Which of `len` signatures are valid, given `batch` (does the batch equation hold for
-/// this range of them, with fixed coefficients) and `single` (is this one valid).
+/// this range of them, with fixed coefficients) and `single` (is this one valid), as far as
+/// `need` asks.
 pub(super) fn settle(
     len: usize,
     batch: &dyn Fn(Range<usize>) -> bool,
     single: &dyn Fn(usize) -> bool,
+    need: Need,
 ) -> Vec<bool> {
     let mut holds = vec![false; len];
     if batch(0..len) {
         holds.fill(true);
     } else {
-        settle_failed(0..len, batch, single, &mut holds);
+        match need {
+            Need::Each => settle_failed(0..len, batch, single, &mut holds),
+            Need::UpToFirstInvalid => {
+                let first = first_invalid(len, batch, single);
+                holds[..first].fill(true);
+            }
+        }
     }
     holds
+}
+
+/// The first invalid signature of `len`, whose batch failed: the left half's check says
+/// which half holds it (the halves' checks add up to the whole's, so if the left one holds,
+/// the right one fails). One check of half the range a level, about one more batch check of
+/// the whole in all, then [`BISECT_MIN`] single checks at most. Should those all hold,
+/// which the sum makes impossible, every signature is checked alone, as [`Need::Each`]
+/// would; `len` if all of them hold.
+fn first_invalid(
+    len: usize,
+    batch: &dyn Fn(Range<usize>) -> bool,
+    single: &dyn Fn(usize) -> bool,
+) -> usize {
+    let mut range = 0..len;
+    while range.len() > BISECT_MIN {
+        let mid = range.start + range.len() / 2;
+        range = match batch(range.start..mid) {
+            true => mid..range.end,
+            false => range.start..mid,
+        };
+    }
+    range
+        .find(|&i| !single(i))
+        .unwrap_or_else(|| (0..len).find(|&i| !single(i)).unwrap_or(len))
 }
 
 /// Finds which signatures of a batch whose equation failed are valid. The batch equation is

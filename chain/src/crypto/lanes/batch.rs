@@ -17,21 +17,22 @@ macro_rules! batch {
 
         use crate::crypto::Keys;
         use crate::crypto::lanes::Row;
-        use crate::crypto::zip215::{self, Coefficients, SigItem, challenge};
+        use crate::crypto::zip215::{self, Coefficients, Need, SigItem, challenge};
 
         /// [`zip215::verify_batch`] on this backend: each signature gets the result
-        /// [`zip215::verify_one`] gives it.
+        /// [`zip215::verify_one`] gives it (with [`Need::UpToFirstInvalid`], up to the first
+        /// invalid one).
         ///
         /// # Panics
         /// If the CPU cannot run this backend ([`available`]).
-        pub fn verify_batch(items: &[SigItem], keys: &Keys) -> Vec<bool> {
+        pub fn verify_batch(items: &[SigItem], keys: &Keys, need: Need) -> Vec<bool> {
             assert!(
                 available(),
                 "this CPU cannot run the {} signature backend",
                 NAME
             );
             // SAFETY: the CPU runs this backend, checked above.
-            unsafe { verify_batch_simd(items, keys) }
+            unsafe { verify_batch_simd(items, keys, need) }
         }
 
         /// A signature whose parts all decoded.
@@ -61,14 +62,19 @@ macro_rules! batch {
         }
 
         #[$feature]
-        fn verify_batch_simd(items: &[SigItem], keys: &Keys) -> Vec<bool> {
+        fn verify_batch_simd(items: &[SigItem], keys: &Keys, need: Need) -> Vec<bool> {
             let batch = Batch::decode(items, keys);
-            let c = &batch.candidates;
+            let mut c = batch.candidates.as_slice();
+            if need == Need::UpToFirstInvalid {
+                // The first signature that did not decode is invalid: nothing after it is
+                // needed.
+                c = &c[..zip215::decoded_prefix(c.iter().map(|c| c.item))];
+            }
             // Closures inherit the function's target features.
             let holds = |range: Range<usize>| batch.holds(range);
             let single = |i: usize| zip215::verify_one(&items[c[i].item], &keys.points);
             let mut valid = vec![false; items.len()];
-            for (c, h) in c.iter().zip(zip215::settle(c.len(), &holds, &single)) {
+            for (c, h) in c.iter().zip(zip215::settle(c.len(), &holds, &single, need)) {
                 valid[c.item] = h;
             }
             valid
