@@ -356,39 +356,37 @@ pub fn verify_many_with(
     };
     let mut valid = valid.into_iter().take(checked);
     let mut results = Vec::with_capacity(items.len());
-    for (((tx, _), signers), keys) in items.iter().zip(signers).zip(candidates) {
-        if let Err(e) = signers {
-            results.push(Err(e.clone()));
-            continue;
-        }
-        // Signatures past the first invalid one, whose results were not checked.
-        let mut unchecked = 0;
-        // Every signature is settled (consuming its batch result) before the first error is
-        // returned, so the next transaction reads its own results.
-        let settled: Vec<Result<Option<[u8; 32]>, TxError>> = tx
-            .signatures
-            .iter()
-            .zip(keys)
-            .map(|(sig, key)| match key {
-                None => settle(sig, None, false),
-                Some(_) => match valid.next() {
-                    Some(ok) => settle(sig, *key, ok),
-                    // Left to execution: an earlier signature (of this transaction or an
-                    // earlier one) was invalid, and decides.
-                    None => {
-                        debug_assert_eq!(need, Need::UpToFirstInvalid, "a result a signature");
-                        unchecked += 1;
-                        Ok(None)
-                    }
-                },
-            })
-            .collect();
-        if unchecked > 0 && unchecked == tx.signatures.len() {
-            // Every signature past the first invalid one: not needed.
-            break;
-        }
-        results.push(settled.into_iter().collect());
-        if unchecked > 0 {
+    for (((tx, id), signers), keys) in items.iter().zip(signers).zip(candidates) {
+        let result: Result<VerifiedKeys, TxError> = signers.clone().and_then(|()| {
+            // Every signature is settled (consuming its batch result) before the first error
+            // is returned, so the next transaction reads its own results.
+            let settled: Vec<Result<Option<[u8; 32]>, TxError>> = tx
+                .signatures
+                .iter()
+                .zip(keys)
+                .map(|(sig, key)| {
+                    let ok = key.is_some_and(|key| match valid.next() {
+                        Some(ok) => ok,
+                        // Past the first invalid signature, which an earlier signature of
+                        // this transaction was: checked alone (at most
+                        // `MAX_SIGNATURES_PER_TX` of them), so that this transaction's
+                        // result, and the signature its error names, are the full check's.
+                        None => {
+                            debug_assert_eq!(need, Need::UpToFirstInvalid, "a result each");
+                            verify_one(&key, &sig.signature, &id[..])
+                        }
+                    });
+                    settle(sig, *key, ok)
+                })
+                .collect();
+            settled.into_iter().collect()
+        });
+        let refused = match &result {
+            Ok(keys) => keys.iter().any(Option::is_none),
+            Err(_) => true,
+        };
+        results.push(result);
+        if refused && need == Need::UpToFirstInvalid {
             break;
         }
     }

@@ -1138,6 +1138,10 @@ fn the_first_invalid_signature_is_found_with_two_batches_of_work() {
             let first = zip215::settle(len, &batch, &single, Need::UpToFirstInvalid);
             let end = invalid_free.iter().position(|v| !v).map_or(len, |i| i + 1);
             assert_eq!(first[..end], invalid_free[..end], "len {len}");
+            assert!(
+                first[end..].iter().all(|v| !v),
+                "len {len}: unchecked, invalid"
+            );
             assert!(equations.get() <= 2 * len, "len {len}: {}", equations.get());
             assert!(
                 singles.get() <= 16,
@@ -1149,58 +1153,104 @@ fn the_first_invalid_signature_is_found_with_two_batches_of_work() {
         }
     }
     // An equation that fails where every signature alone holds (impossible for the real
-    // one, which is their sum): both searches fall back to single checks and agree.
-    let all = |_: Range<usize>| false;
-    let valid = |_: usize| true;
-    assert_eq!(
-        zip215::settle(40, &all, &valid, Need::UpToFirstInvalid),
-        vec![true; 40]
-    );
-    assert_eq!(zip215::settle(40, &all, &valid, Need::Each), vec![true; 40]);
+    // one, which is their sum): both searches fall back to single checks and agree, however
+    // far from where the bisection led the one invalid signature is.
+    let fails = |_: Range<usize>| false;
+    for invalid in [None, Some(0), Some(39)] {
+        let single = |i: usize| Some(i) != invalid;
+        let expected: Vec<bool> = (0..40).map(single).collect();
+        assert_eq!(zip215::settle(40, &fails, &single, Need::Each), expected);
+        // Up to the first invalid one; those after it reported invalid.
+        let end = invalid.map_or(40, |i| i + 1);
+        let first: Vec<bool> = (0..40).map(|i| i < end && single(i)).collect();
+        assert_eq!(
+            zip215::settle(40, &fails, &single, Need::UpToFirstInvalid),
+            first
+        );
+    }
 }
 
 /// `verify_many` up to the first refused transaction gives the results the full check gives
 /// up to and including that transaction, and stops there, on every backend; with every
-/// transaction valid, all of them.
+/// transaction valid, all of them. Transactions of one to three signatures, some carrying
+/// their key and some verified under the registered one (Name(24)'s unknown, Name(23)'s
+/// stale), the first bad signature anywhere in its transaction, with a second bad one after
+/// it whose error the full check would name instead (a carried key's).
 #[test]
 fn admission_verifies_up_to_the_first_refused_transaction() {
-    let keys: Vec<SigningKey> = (0..3).map(|i| derived_key(27, i)).collect();
-    let names = [Name(21), Name(22), Name(23)];
-    let block = |bad: &[(u64, usize)]| -> Vec<SignedTransaction> {
+    let keys: Vec<SigningKey> = (0..4).map(|i| derived_key(27, i)).collect();
+    let names = [Name(21), Name(22), Name(23), Name(24)];
+    let registered = |account: Name| match account.0 {
+        21 | 22 => Some(keys[(account.0 - 21) as usize].verifying_key().to_bytes()),
+        23 => Some(keys[0].verifying_key().to_bytes()),
+        _ => None,
+    };
+    // Signers from Name(21) and Name(22) only, unless `stranger`: the transaction also has
+    // one whose registered key does not verify it (23) or who has none (24).
+    let block = |bad: &[(u64, usize)], stranger: Option<(u64, usize)>| {
         (0..300u64)
             .map(|i| {
-                let n = 1 + (i % 3) as usize;
+                let mut who: Vec<usize> = (0..1 + (i % 2) as usize).collect();
+                if let Some((at, s)) = stranger
+                    && at == i
+                {
+                    who.push(s);
+                }
                 let signers: Vec<(Name, &SigningKey)> =
-                    (0..n).map(|j| (names[j], &keys[j])).collect();
-                let mut tx = transaction(i, &signers);
+                    who.iter().map(|&j| (names[j], &keys[j])).collect();
+                let tx = transaction(i, &signers).transaction;
+                let mut signed = SignedTransaction::sign_registered(tx, &signers);
+                // Every third transaction carries its last signer's key.
+                if i % 3 == 0 {
+                    let last = signed.signatures.len() - 1;
+                    signed.signatures[last].public_key =
+                        Some(keys[who[last]].verifying_key().to_bytes());
+                }
                 for &(at, sig) in bad {
                     if at == i {
-                        tx.signatures[sig.min(n - 1)].signature[9] ^= 1;
+                        let sig = sig.min(signed.signatures.len() - 1);
+                        signed.signatures[sig].signature[9] ^= 1;
                     }
                 }
-                tx
+                signed
             })
-            .collect()
+            .collect::<Vec<_>>()
     };
-    for bad in [
-        vec![],
-        vec![(0, 0)],
-        vec![(299, 2)],
-        vec![(150, 1), (151, 0)],
-        vec![(5, 2), (200, 0)],
-        (0..300).map(|i| (i, 0)).collect(),
+    // The bad signatures, the stranger, and the first transaction refused.
+    for (bad, stranger, refused_at) in [
+        (vec![], None, None),
+        (vec![], Some((121, 3)), Some(121)),
+        (vec![], Some((7, 2)), Some(7)),
+        (vec![(0, 0)], None, Some(0)),
+        (vec![(299, 1)], None, Some(299)),
+        // Two bad signatures of one transaction: the first without its key, the second
+        // carrying it, whose error the full check gives.
+        (vec![(153, 0), (153, 1)], None, Some(153)),
+        (vec![(5, 1), (200, 0)], Some((100, 3)), Some(5)),
+        (vec![(40, 0)], Some((20, 3)), Some(20)),
+        ((0..300).map(|i| (i, 0)).collect(), None, Some(0)),
     ] {
-        let txs = block(&bad);
+        let txs = block(&bad, stranger);
         let ids: Vec<TxId> = txs.iter().map(|t| t.transaction.id()).collect();
         let items: Vec<_> = txs.iter().zip(&ids).collect();
-        let each = verify_many_with(&items, &NoKeys, Backend::Dalek, Need::Each);
-        let end = each
-            .iter()
-            .position(Result::is_err)
-            .map_or(each.len(), |i| i + 1);
+        let each = verify_many_with(&items, &registered, Backend::Dalek, Need::Each);
+        let refused = |r: &Result<VerifiedKeys, TxError>| match r {
+            Ok(keys) => keys.iter().any(Option::is_none),
+            Err(_) => true,
+        };
+        let first_refused = each.iter().position(refused);
+        assert_eq!(
+            first_refused, refused_at,
+            "invalid at {bad:?}, stranger {stranger:?}"
+        );
+        let end = first_refused.map_or(each.len(), |i| i + 1);
         for backend in backends() {
-            let first = verify_many_with(&items, &NoKeys, backend, Need::UpToFirstInvalid);
-            assert_eq!(first, each[..end], "{backend:?}, invalid at {bad:?}");
+            let first = verify_many_with(&items, &registered, backend, Need::UpToFirstInvalid);
+            assert_eq!(
+                first,
+                each[..end],
+                "{backend:?}, invalid at {bad:?}, stranger {stranger:?}"
+            );
         }
     }
 }
