@@ -503,16 +503,10 @@ impl App {
         Ok(n)
     }
 
-    /// The committed keys of the accounts that sign `txs` without their key, read under the
-    /// consensus lock, which verification (the slow part) then does not hold. None when
-    /// every signature carries its key.
+    /// The committed keys of the accounts that sign `txs`, read under the consensus lock,
+    /// which verification (the slow part) then does not hold: the key to verify a signature
+    /// without its key under, and the key one that carries its key must carry.
     fn read_keys(&self, txs: &[PreparedTx]) -> ResolvedKeys {
-        if txs
-            .iter()
-            .all(|t| t.tx.signatures.iter().all(|s| s.public_key.is_some()))
-        {
-            return ResolvedKeys::default();
-        }
         let consensus = self.consensus();
         match consensus.ledger.as_ref() {
             Some(l) => l.committed_keys_of(txs),

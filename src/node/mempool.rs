@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use prost::bytes::Bytes;
 use tally_chain::crypto::{KeySource, Need};
-use tally_chain::{Check, Name, PreparedTx, TxError, TxId};
+use tally_chain::{Check, Name, PreparedTx, SignedTransaction, TxError, TxId};
 
 use super::app::code;
 use super::bundle;
@@ -83,12 +83,33 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<PreparedTx>, Refusal> {
 /// time, at execution (an account created earlier in the block has no batched check). A
 /// node that executes a block it did not vote on still applies the chain's rule there.
 ///
+/// A signature that carries its key must carry its account's committed key, for the same
+/// reason: one that differs can never pass execution ([`TxError::WrongKey`]), and one of an
+/// account that does not exist yet only a pending block could make valid. A transaction
+/// rejected at execution pays no fee, so without this check a funded payer could have every
+/// block carry transactions that cost it nothing (a second signer with a key of its own
+/// choosing). It needs state only, so it runs before any signature is verified: a bundle
+/// refused by it costs no verification.
+///
 /// Verification stops at the first transaction it refuses ([`Need::UpToFirstInvalid`]): one
 /// refuses the whole bundle (or proposal), and a bundle of invalid signatures, which anyone
 /// can send for free, then costs about two batch checks to refuse, not a single check of
 /// each signature.
 pub fn verify(txs: &mut [PreparedTx], keys: &dyn KeySource) -> Result<(), Refusal> {
-    tally_chain::pipeline::verify_batched(txs, keys, Need::UpToFirstInvalid);
+    // Keys before signatures: nothing after the first transaction refused for its keys is
+    // verified.
+    let mut end = txs.len();
+    for (i, t) in txs.iter_mut().enumerate() {
+        if t.check != Check::Admitted {
+            continue;
+        }
+        if let Some(e) = carried_key_refusal(&t.tx, keys) {
+            t.check = Check::Refused(e);
+            end = i;
+            break;
+        }
+    }
+    tally_chain::pipeline::verify_batched(&mut txs[..end], keys, Need::UpToFirstInvalid);
     let refusal = |t: &PreparedTx| -> Option<TxError> {
         match &t.check {
             Check::Refused(e) => Some(e.clone()),
@@ -114,6 +135,19 @@ pub fn verify(txs: &mut [PreparedTx], keys: &dyn KeySource) -> Result<(), Refusa
         Some((i, e)) => Err(Refusal::new(code::REFUSED, format!("transaction {i}: {e}"))),
         None => Ok(()),
     }
+}
+
+/// Why a signature of `tx` that carries its key cannot be admitted, if one cannot: its
+/// account has no committed key, or another one.
+fn carried_key_refusal(tx: &SignedTransaction, keys: &dyn KeySource) -> Option<TxError> {
+    tx.signatures.iter().find_map(|sig| {
+        let carried = sig.public_key?;
+        match keys.registered_key(sig.account) {
+            None => Some(TxError::UnknownAccount(sig.account)),
+            Some(committed) if committed != carried => Some(TxError::WrongKey(sig.account)),
+            Some(_) => None,
+        }
+    })
 }
 
 /// The chain's expiration rule for a block at `time_ms` (chain/src/phase/validate.rs), with
@@ -781,6 +815,80 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A signature that carries its key must carry its account's committed key: another key
+    /// (even one it verifies under) is refused as the wrong key, and so is any key of an
+    /// account that does not exist yet, before any signature is verified.
+    #[test]
+    fn a_carried_key_must_be_the_accounts_committed_key() {
+        let (alice_key, other) = (
+            tally_chain::crypto::derived_key(29, 0),
+            tally_chain::crypto::derived_key(29, 1),
+        );
+        let name_of = |s: &str| -> Name { s.parse().unwrap() };
+        let committed = |account: Name| {
+            (account == name_of("alice")).then(|| alice_key.verifying_key().to_bytes())
+        };
+        let signed = |who: &str, key: &ed25519_dalek::SigningKey, corrupt: bool| {
+            let t = Transaction::new(
+                HEAD_MS + 60_000,
+                (0, 0),
+                vec![Action {
+                    account: Name::from_str_const("simplecoin").unwrap(),
+                    name: Name::from_str_const("transfer").unwrap(),
+                    authorization: vec![name_of(who)],
+                    data: vec![1],
+                }],
+            );
+            let mut signed = SignedTransaction::sign(t, &[(name_of(who), key)]);
+            if corrupt {
+                signed.signatures[0].signature[0] ^= 1;
+            }
+            PreparedTx::decode(signed.encode()).unwrap()
+        };
+        let log_of = |txs: Vec<PreparedTx>| {
+            let mut txs = txs;
+            verify(&mut txs, &committed).map_err(|r| r.log)
+        };
+        assert_eq!(log_of(vec![signed("alice", &alice_key, false)]), Ok(()));
+        assert_eq!(
+            log_of(vec![signed("alice", &other, false)]),
+            Err(format!(
+                "transaction 0: {}",
+                TxError::WrongKey(name_of("alice"))
+            ))
+        );
+        assert_eq!(
+            log_of(vec![signed("carol", &other, false)]),
+            Err(format!(
+                "transaction 0: {}",
+                TxError::UnknownAccount(name_of("carol"))
+            ))
+        );
+        // The first refusal in order, whichever check finds it.
+        assert_eq!(
+            log_of(vec![
+                signed("alice", &alice_key, false),
+                signed("alice", &alice_key, true),
+                signed("alice", &other, false),
+            ]),
+            Err(format!(
+                "transaction 1: {}",
+                TxError::BadSignature(name_of("alice"))
+            ))
+        );
+        assert_eq!(
+            log_of(vec![
+                signed("alice", &alice_key, false),
+                signed("alice", &other, true),
+                signed("alice", &alice_key, true),
+            ]),
+            Err(format!(
+                "transaction 1: {}",
+                TxError::WrongKey(name_of("alice"))
+            ))
+        );
     }
 
     #[test]

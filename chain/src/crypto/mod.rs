@@ -158,8 +158,9 @@ impl<F: Fn(Name) -> Option<[u8; 32]> + Sync> KeySource for F {
 pub struct ResolvedKeys(Vec<(Name, [u8; 32])>);
 
 impl ResolvedKeys {
-    /// The keys `source` gives for the account of every signature of `txs` that omits its
-    /// key (those it knows).
+    /// The keys `source` gives for the account of every signature of `txs` (those it knows):
+    /// for one without its key, the key to verify it under; for one that carries it, the key
+    /// that it must carry (a node's admission checks it).
     pub fn read<'a>(
         txs: impl IntoIterator<Item = &'a SignedTransaction>,
         source: &dyn KeySource,
@@ -167,7 +168,6 @@ impl ResolvedKeys {
         let mut accounts: Vec<Name> = txs
             .into_iter()
             .flat_map(|t| &t.signatures)
-            .filter(|s| s.public_key.is_none())
             .map(|s| s.account)
             .collect();
         accounts.sort_unstable();
