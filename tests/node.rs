@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 use tally_bench::workload;
 use tally_chain::{Action, SignedTransaction, Transaction, Transfer};
 use tendermint_proto::v0_38::abci::{
-    Request, RequestFinalizeBlock, RequestInitChain, RequestProcessProposal, Response, request,
-    response, response_process_proposal::ProposalStatus,
+    Request, RequestCheckTx, RequestFinalizeBlock, RequestInitChain, RequestProcessProposal,
+    Response, request, response, response_process_proposal::ProposalStatus,
 };
 
 const TALLY: &str = env!("CARGO_BIN_EXE_tally");
@@ -910,6 +910,43 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         "{}",
         result.log
     );
+
+    // Once committed, the good transfer sent again, its key stripped (another bundle, the
+    // same id), is refused at CheckTx as a duplicate: the next block would reject it for no
+    // fee. So is a transaction naming a reference block the chain does not know.
+    let r = abci(&mut s, request::Value::Commit(Default::default()));
+    assert!(matches!(r, response::Value::Commit(_)), "{r:?}");
+    let check = |s: &mut std::os::unix::net::UnixStream, tx: Vec<u8>| {
+        let r = abci(
+            s,
+            request::Value::CheckTx(RequestCheckTx {
+                tx: tx.into(),
+                ..Default::default()
+            }),
+        );
+        let response::Value::CheckTx(c) = r else {
+            panic!("{r:?}")
+        };
+        (c.code, c.log)
+    };
+    let mut stripped = SignedTransaction::decode(&good).unwrap();
+    stripped.signatures[0].public_key = None;
+    let (code, log) = check(&mut s, bundle(&[&stripped.encode()]));
+    assert_eq!(code, 4, "{log}");
+    assert!(log.contains("duplicate"), "{log}");
+    let elsewhere = {
+        let t = transfer(
+            (tapos.0.wrapping_add(7), tapos.1 ^ 1, tapos.2),
+            1,
+            2,
+            "where",
+            0,
+        );
+        t.encode()
+    };
+    let (code, log) = check(&mut s, bundle(&[&elsewhere]));
+    assert_eq!(code, 2, "{log}");
+    assert!(log.contains("reference block"), "{log}");
 }
 
 /// Issue 26: a node whose metrics port is taken (a process that held it still exiting) still

@@ -312,6 +312,24 @@ impl Chain {
         self.window.tapos_at(height)
     }
 
+    /// Why the next block would reject `tx`, as far as the committed replay window tells:
+    /// its reference block is not in the TaPoS window, or its id is committed already (the
+    /// rules of `Chain::validate`; expiry is the caller's, since it depends on the next
+    /// block's time). A node's admission refuses such a transaction: the block would reject
+    /// it without a fee, and a committed transaction's bytes can be sent again by anyone.
+    pub fn committed_refusal(&self, tx: &PreparedTx) -> Option<TxError> {
+        let t = &tx.tx.transaction;
+        if !self.window.knows(t.ref_block_num, t.ref_block_prefix) {
+            return Some(TxError::UnknownReferenceBlock {
+                num: t.ref_block_num,
+                prefix: t.ref_block_prefix,
+            });
+        }
+        self.window
+            .contains(&tx.id)
+            .then(|| TxError::Duplicate(hex::encode(tx.id)))
+    }
+
     /// A committed state value.
     pub fn get_raw(&self, key: &[u8]) -> Result<Option<Vec<u8>>, ChainError> {
         Ok(self.store.get(key)?.map(|v| v.into_owned()))

@@ -13,7 +13,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tally_chain::crypto::{KeySource, NoKeys, derived_key};
+use tally_chain::crypto::{KeySource, Need, NoKeys, derived_key};
 use tally_chain::pipeline::verify_batched;
 use tally_chain::{Check, Name, PreparedTx, SignedTransaction, bundle};
 
@@ -81,15 +81,21 @@ fuzz_target!(|data: &[u8]| {
     let mut again = prepared.clone();
     prepared.verify(&NoKeys);
     let mut batch = vec![local];
-    verify_batched(&mut batch, &NoKeys);
+    verify_batched(&mut batch, &NoKeys, Need::Each);
     assert_eq!(
         prepared.check, batch[0].check,
         "single and batched verification differ"
     );
     assert_eq!(prepared.keys, batch[0].keys);
     again.verify(&EvenAccounts);
-    let mut batch = vec![PreparedTx::new(tx)];
-    verify_batched(&mut batch, &EvenAccounts);
+    let mut batch = vec![PreparedTx::new(tx.clone())];
+    verify_batched(&mut batch, &EvenAccounts, Need::Each);
     assert_eq!(again.check, batch[0].check);
     assert_eq!(again.keys, batch[0].keys);
+    // Admission's check, which stops at the first invalid signature, gives a lone
+    // transaction the same verdict and keys.
+    let mut first = vec![PreparedTx::new(tx)];
+    verify_batched(&mut first, &EvenAccounts, Need::UpToFirstInvalid);
+    assert_eq!(again.check, first[0].check, "admission's check differs");
+    assert_eq!(again.keys, first[0].keys);
 });

@@ -41,7 +41,7 @@ use anyhow::Context;
 use prost::bytes::Bytes;
 use tally_chain::crypto::ResolvedKeys;
 use tally_chain::snapshot::SnapshotStore;
-use tally_chain::{Dimension, Name, PreparedTx, TxError};
+use tally_chain::{Dimension, Name, PreparedTx, TxError, TxId};
 use tendermint_proto::google::protobuf::Timestamp;
 use tendermint_proto::v0_38::abci::{
     CheckTxType, ExecTxResult, RequestApplySnapshotChunk, RequestCheckTx, RequestFinalizeBlock,
@@ -150,6 +150,8 @@ fn restore_abort_point() -> Option<String> {
 struct Finalized {
     height: i64,
     bundles: Vec<[u8; 32]>,
+    /// The ids of the transactions the block included.
+    included: Vec<TxId>,
 }
 
 /// The consensus connection's state: the chain, and the block it finalized and has not yet
@@ -494,6 +496,7 @@ impl App {
         self.within_bandwidth(std::slice::from_ref(&bytes))?;
         let mut txs = mempool::decode(bytes)?;
         self.mempool().screen(&txs)?;
+        self.committed_refusal(&txs)?;
         let keys = self.read_keys(&txs);
         mempool::verify(&mut txs, &keys)?;
         let n = txs.len();
@@ -501,6 +504,29 @@ impl App {
         let read = self.read_balances(unknown);
         self.mempool().admit(hash, txs, &read)?;
         Ok(n)
+    }
+
+    /// The first of `txs` the next block would reject by the committed replay window (an
+    /// unknown reference block, or a committed id: anyone can send a committed transaction's
+    /// bytes again, its key added or stripped, as a bundle CometBFT has not seen), checked
+    /// before any signature. Admitted, it would be rejected in the block without a fee, and
+    /// its max fee would count against its payer's balance in the pool meanwhile, so that
+    /// the payer's own new bundles could be refused.
+    fn committed_refusal(&self, txs: &[PreparedTx]) -> Result<(), Refusal> {
+        let consensus = self.consensus();
+        let Some(l) = consensus.ledger.as_ref() else {
+            return Ok(());
+        };
+        match l.committed_refusal(txs) {
+            None => Ok(()),
+            Some((i, e)) => {
+                let code = match e {
+                    TxError::Duplicate(_) => code::DUPLICATE,
+                    _ => code::REFUSED,
+                };
+                Err(Refusal::new(code, format!("transaction {i}: {e}")))
+            }
+        }
     }
 
     /// The committed keys of the accounts that sign `txs`, read under the consensus lock,
@@ -1100,9 +1126,16 @@ impl Application for App {
                 Slot::Txs(txs) => bundle_result(hash, &txs, &prepared, &outcomes),
             })
             .collect();
+        let included_ids = prepared
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, o)| !matches!(o, TxOutcome::Rejected(_)))
+            .map(|(t, _)| t.id)
+            .collect();
         consensus.finalized = Some(Finalized {
             height: req.height,
             bundles: hashes,
+            included: included_ids,
         });
         ResponseFinalizeBlock {
             tx_results,
@@ -1130,9 +1163,16 @@ impl Application for App {
         let first_retained = l.first_retained();
         self.metrics.committed(&head, l.speculation());
         drop(consensus);
-        let block = finalized.map(|f| f.bundles).unwrap_or_default();
-        self.mempool()
-            .committed(head.height, head.time_ms, head.next_prices, &block);
+        let (block, included) = finalized
+            .map(|f| (f.bundles, f.included))
+            .unwrap_or_default();
+        self.mempool().committed(
+            head.height,
+            head.time_ms,
+            head.next_prices,
+            &block,
+            &included,
+        );
         ResponseCommit {
             retain_height: self.retain_height(first_retained) as i64,
         }

@@ -726,6 +726,14 @@ impl Ledger {
         self.chain.native_balance(account)
     }
 
+    /// The first of `txs` the next block would reject by the committed replay window
+    /// ([`tally_chain::Chain::committed_refusal`]), and why.
+    pub fn committed_refusal(&self, txs: &[PreparedTx]) -> Option<(usize, TxError)> {
+        txs.iter()
+            .enumerate()
+            .find_map(|(i, t)| self.chain.committed_refusal(t).map(|e| (i, e)))
+    }
+
     /// The keys the committed state registers for the accounts of `txs`' signatures without
     /// their key, read now so that they can be verified later without the ledger.
     pub fn committed_keys_of(&self, txs: &[PreparedTx]) -> ResolvedKeys {

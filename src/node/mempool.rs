@@ -523,21 +523,30 @@ impl Mempool {
     }
 
     /// After a commit of height `head_height` at `head_time_ms`: the block's bundles leave,
-    /// and so does every bundle the chain's rule says has expired (CometBFT's recheck would
-    /// drop it anyway; this bounds what a bundle CometBFT forgot costs). The balances the pool
-    /// knows are now a block old: they are read again when next needed.
+    /// and so does every bundle holding a transaction the block included (`included`: the
+    /// same transaction in another bundle, its key added or stripped, which the next block
+    /// would reject as a duplicate, for no fee) and every bundle the chain's rule says has
+    /// expired (CometBFT's recheck would drop it anyway; this bounds what a bundle CometBFT
+    /// forgot costs). The balances the pool knows are now a block old: they are read again
+    /// when next needed.
     pub fn committed(
         &mut self,
         head_height: u64,
         head_time_ms: u64,
         prices: tally_chain::fee::Prices,
         block: &[[u8; 32]],
+        included: &[TxId],
     ) {
         self.head_height = head_height;
         self.head_time_ms = head_time_ms;
         self.prices = prices;
         for h in block {
             self.remove(h);
+        }
+        for id in included {
+            if let Some(h) = self.ids.get(id).copied() {
+                self.remove(&h);
+            }
         }
         let time_ms = self.next_block_ms();
         // Expired, or underpaid at the new prices: the next block would reject it.
@@ -724,6 +733,40 @@ mod tests {
         PreparedTx::new(SignedTransaction::unsigned(t))
     }
 
+    /// A simplecoin transfer by `who` signed with `key`, carrying it (or not: `registered`),
+    /// its signature corrupted if `corrupt`; `data` tells transactions apart.
+    fn signed_by(
+        who: Name,
+        key: &ed25519_dalek::SigningKey,
+        registered: bool,
+        corrupt: bool,
+        data: u8,
+    ) -> PreparedTx {
+        let t = Transaction::new(
+            HEAD_MS + 60_000,
+            (0, 0),
+            vec![Action {
+                account: Name::from_str_const("simplecoin").unwrap(),
+                name: Name::from_str_const("transfer").unwrap(),
+                authorization: vec![who],
+                data: vec![data],
+            }],
+        );
+        let mut signed = match registered {
+            true => SignedTransaction::sign_registered(t, &[(who, key)]),
+            false => SignedTransaction::sign(t, &[(who, key)]),
+        };
+        if corrupt {
+            signed.signatures[0].signature[3] ^= 1;
+        }
+        PreparedTx::decode(signed.encode()).unwrap()
+    }
+
+    /// Admission's log for a bundle refused at transaction `i` for `e`.
+    fn refused_at(i: usize, e: TxError) -> Result<(), String> {
+        Err(format!("transaction {i}: {e}"))
+    }
+
     /// Issue 26: CheckTx and ProcessProposal verify a signature without its key against the
     /// committed key and refuse it when that does not verify it (another key, or no account
     /// yet).
@@ -734,20 +777,7 @@ mod tests {
             tally_chain::crypto::derived_key(26, 1),
         );
         let name_of = |s: &str| -> Name { s.parse().unwrap() };
-        let signed = |who: &str, key: &ed25519_dalek::SigningKey| {
-            let t = Transaction::new(
-                HEAD_MS + 60_000,
-                (0, 0),
-                vec![Action {
-                    account: Name::from_str_const("simplecoin").unwrap(),
-                    name: Name::from_str_const("transfer").unwrap(),
-                    authorization: vec![name_of(who)],
-                    data: vec![1],
-                }],
-            );
-            let signed = SignedTransaction::sign_registered(t, &[(name_of(who), key)]);
-            PreparedTx::decode(signed.encode()).unwrap()
-        };
+        let signed = |who: &str, key| signed_by(name_of(who), key, true, false, 1);
         let committed =
             |account: Name| (account == name_of("alice")).then(|| alice.verifying_key().to_bytes());
         let code_of = |t: PreparedTx| verify(&mut [t], &committed).map_err(|r| (r.code, r.log));
@@ -770,26 +800,7 @@ mod tests {
         let committed = |account: Name| (account == alice).then(|| key.verifying_key().to_bytes());
         let bundle = |bad: &[usize], registered: bool| -> Vec<PreparedTx> {
             (0..100u8)
-                .map(|i| {
-                    let t = Transaction::new(
-                        HEAD_MS + 60_000,
-                        (0, 0),
-                        vec![Action {
-                            account: Name::from_str_const("simplecoin").unwrap(),
-                            name: Name::from_str_const("transfer").unwrap(),
-                            authorization: vec![alice],
-                            data: vec![i],
-                        }],
-                    );
-                    let mut signed = match registered {
-                        true => SignedTransaction::sign_registered(t, &[(alice, &key)]),
-                        false => SignedTransaction::sign(t, &[(alice, &key)]),
-                    };
-                    if bad.contains(&(i as usize)) {
-                        signed.signatures[0].signature[3] ^= 1;
-                    }
-                    PreparedTx::decode(signed.encode()).unwrap()
-                })
+                .map(|i| signed_by(alice, &key, registered, bad.contains(&(i as usize)), i))
                 .collect()
         };
         for registered in [false, true] {
@@ -826,68 +837,38 @@ mod tests {
             tally_chain::crypto::derived_key(29, 0),
             tally_chain::crypto::derived_key(29, 1),
         );
-        let name_of = |s: &str| -> Name { s.parse().unwrap() };
-        let committed = |account: Name| {
-            (account == name_of("alice")).then(|| alice_key.verifying_key().to_bytes())
-        };
-        let signed = |who: &str, key: &ed25519_dalek::SigningKey, corrupt: bool| {
-            let t = Transaction::new(
-                HEAD_MS + 60_000,
-                (0, 0),
-                vec![Action {
-                    account: Name::from_str_const("simplecoin").unwrap(),
-                    name: Name::from_str_const("transfer").unwrap(),
-                    authorization: vec![name_of(who)],
-                    data: vec![1],
-                }],
-            );
-            let mut signed = SignedTransaction::sign(t, &[(name_of(who), key)]);
-            if corrupt {
-                signed.signatures[0].signature[0] ^= 1;
-            }
-            PreparedTx::decode(signed.encode()).unwrap()
-        };
-        let log_of = |txs: Vec<PreparedTx>| {
-            let mut txs = txs;
-            verify(&mut txs, &committed).map_err(|r| r.log)
-        };
-        assert_eq!(log_of(vec![signed("alice", &alice_key, false)]), Ok(()));
+        let (alice, carol): (Name, Name) = ("alice".parse().unwrap(), "carol".parse().unwrap());
+        let committed =
+            |account: Name| (account == alice).then(|| alice_key.verifying_key().to_bytes());
+        let signed = |who, key, corrupt| signed_by(who, key, false, corrupt, 1);
+        let log_of = |mut txs: Vec<PreparedTx>| verify(&mut txs, &committed).map_err(|r| r.log);
+        assert_eq!(log_of(vec![signed(alice, &alice_key, false)]), Ok(()));
         assert_eq!(
-            log_of(vec![signed("alice", &other, false)]),
-            Err(format!(
-                "transaction 0: {}",
-                TxError::WrongKey(name_of("alice"))
-            ))
+            log_of(vec![signed(alice, &other, false)]),
+            refused_at(0, TxError::WrongKey(alice))
         );
         assert_eq!(
-            log_of(vec![signed("carol", &other, false)]),
-            Err(format!(
-                "transaction 0: {}",
-                TxError::UnknownAccount(name_of("carol"))
-            ))
+            log_of(vec![signed(carol, &other, false)]),
+            refused_at(0, TxError::UnknownAccount(carol))
         );
         // The first refusal in order, whichever check finds it.
+        let bad_signature_first = vec![
+            signed(alice, &alice_key, false),
+            signed(alice, &alice_key, true),
+            signed(alice, &other, false),
+        ];
         assert_eq!(
-            log_of(vec![
-                signed("alice", &alice_key, false),
-                signed("alice", &alice_key, true),
-                signed("alice", &other, false),
-            ]),
-            Err(format!(
-                "transaction 1: {}",
-                TxError::BadSignature(name_of("alice"))
-            ))
+            log_of(bad_signature_first),
+            refused_at(1, TxError::BadSignature(alice))
         );
+        let wrong_key_first = vec![
+            signed(alice, &alice_key, false),
+            signed(alice, &other, true),
+            signed(alice, &alice_key, true),
+        ];
         assert_eq!(
-            log_of(vec![
-                signed("alice", &alice_key, false),
-                signed("alice", &other, true),
-                signed("alice", &alice_key, true),
-            ]),
-            Err(format!(
-                "transaction 1: {}",
-                TxError::WrongKey(name_of("alice"))
-            ))
+            log_of(wrong_key_first),
+            refused_at(1, TxError::WrongKey(alice))
         );
     }
 
@@ -919,7 +900,7 @@ mod tests {
         assert_eq!(code_of(&pool, 10), Err(code::MAX_FEE_TOO_LOW));
         assert_eq!(code_of(&pool, 1_000_000), Ok(()));
         // Prices fall to zero at the next commit: the same offer is enough.
-        pool.committed(HEIGHT + 1, HEAD_MS + 500, [0; 5], &[]);
+        pool.committed(HEIGHT + 1, HEAD_MS + 500, [0; 5], &[], &[]);
         assert_eq!(code_of(&pool, 10), Ok(()));
     }
 
@@ -942,7 +923,7 @@ mod tests {
         pool.admit([2; 32], ample, &rich).unwrap();
         assert_eq!(pool.pays(&[1; 32]), Some(Ok(())), "free at zero prices");
         let prices = tally_chain::FeeSchedule::STANDARD.start_price;
-        pool.committed(HEIGHT + 1, HEAD_MS + 500, prices, &[]);
+        pool.committed(HEIGHT + 1, HEAD_MS + 500, prices, &[], &[]);
         assert_eq!(pool.pays(&[1; 32]), None, "dropped at the commit");
         assert_eq!(pool.recheck(&[1; 32], &rich), None);
         assert_eq!(
@@ -1005,8 +986,23 @@ mod tests {
             "a second copy in the block is decoded anew"
         );
         assert!(pool.take(&[2; 32]).is_some());
-        pool.committed(HEIGHT + 1, HEAD_MS + 500, [0; 5], &[[1; 32]]);
+        pool.committed(HEIGHT + 1, HEAD_MS + 500, [0; 5], &[[1; 32]], &[]);
         assert!(!pool.knows(&[1; 32]) && !pool.knows(&[2; 32]));
+        pool.screen(&[a]).unwrap();
+    }
+
+    /// A pooled bundle holding a transaction the block included in another bundle (its key
+    /// added or stripped) leaves at the commit, and what it asked of its payer with it; the
+    /// pool then refuses none of the payer's new bundles for it.
+    #[test]
+    fn commit_drops_a_bundle_holding_a_transaction_the_block_included() {
+        let mut pool = pool();
+        let (a, b) = (tx(HEAD_MS + 60_000, 1), tx(HEAD_MS + 60_000, 2));
+        pool.admit([1; 32], vec![a.clone()], &rich()).unwrap();
+        pool.admit([2; 32], vec![b], &rich()).unwrap();
+        pool.committed(HEIGHT + 1, HEAD_MS + 500, [0; 5], &[[9; 32]], &[a.id]);
+        assert!(!pool.knows(&[1; 32]), "it holds a committed transaction");
+        assert!(pool.knows(&[2; 32]), "the other stays");
         pool.screen(&[a]).unwrap();
     }
 
@@ -1027,7 +1023,7 @@ mod tests {
         );
         assert_eq!(pool.recheck(&[1; 32], &rich()), None, "it left");
         assert_eq!(pool.recheck(&[2; 32], &rich()), Some(Ok(())));
-        pool.committed(HEIGHT + 1, HEAD_MS + 60_000, [0; 5], &[]);
+        pool.committed(HEIGHT + 1, HEAD_MS + 60_000, [0; 5], &[], &[]);
         assert_eq!(pool.recheck(&[2; 32], &rich()), None);
         assert!(pool.payers.is_empty(), "payers leave with their bundles");
     }
@@ -1062,7 +1058,7 @@ mod tests {
         );
         assert_eq!(pool.pending_of(alice), 20, "a refusal reserves nothing");
         // The first commits; alice paid 4 in fees: 21 covers the second's 10 and 10 more.
-        pool.committed(HEIGHT + 1, HEAD_MS + 100, [0; 5], &[[1; 32]]);
+        pool.committed(HEIGHT + 1, HEAD_MS + 100, [0; 5], &[[1; 32]], &[]);
         assert_eq!(pool.unknown_balances([&alice]), [alice], "a block old");
         pool.admit(
             [3; 32],
@@ -1100,7 +1096,7 @@ mod tests {
                 .unwrap();
         }
         // Carol's balance fell to 20 in a block holding none of these (a transfer away).
-        pool.committed(HEIGHT + 1, HEAD_MS + 100, [0; 5], &[]);
+        pool.committed(HEIGHT + 1, HEAD_MS + 100, [0; 5], &[], &[]);
         assert_eq!(pool.unknown_balances_of(&[1; 32]), Some(vec![carol]));
         let now = read(HEIGHT + 1, carol, 20);
         let first = pool.recheck(&[1; 32], &now).unwrap().unwrap_err();
