@@ -913,7 +913,7 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
 
     // Once committed, the good transfer sent again, its key stripped (another bundle, the
     // same id), is refused at CheckTx as a duplicate: the next block would reject it for no
-    // fee. So is a transaction naming a reference block the chain does not know.
+    // fee.
     let r = abci(&mut s, request::Value::Commit(Default::default()));
     assert!(matches!(r, response::Value::Commit(_)), "{r:?}");
     let check = |s: &mut std::os::unix::net::UnixStream, tx: Vec<u8>| {
@@ -934,19 +934,6 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
     let (code, log) = check(&mut s, bundle(&[&stripped.encode()]));
     assert_eq!(code, 4, "{log}");
     assert!(log.contains("duplicate"), "{log}");
-    let elsewhere = {
-        let t = transfer(
-            (tapos.0.wrapping_add(7), tapos.1 ^ 1, tapos.2),
-            1,
-            2,
-            "where",
-            0,
-        );
-        t.encode()
-    };
-    let (code, log) = check(&mut s, bundle(&[&elsewhere]));
-    assert_eq!(code, 2, "{log}");
-    assert!(log.contains("reference block"), "{log}");
 }
 
 /// Issue 26: a node whose metrics port is taken (a process that held it still exiting) still

@@ -312,22 +312,14 @@ impl Chain {
         self.window.tapos_at(height)
     }
 
-    /// Why the next block would reject `tx`, as far as the committed replay window tells:
-    /// its reference block is not in the TaPoS window, or its id is committed already (the
-    /// rules of `Chain::validate`; expiry is the caller's, since it depends on the next
-    /// block's time). A node's admission refuses such a transaction: the block would reject
-    /// it without a fee, and a committed transaction's bytes can be sent again by anyone.
-    pub fn committed_refusal(&self, tx: &PreparedTx) -> Option<TxError> {
-        let t = &tx.tx.transaction;
-        if !self.window.knows(t.ref_block_num, t.ref_block_prefix) {
-            return Some(TxError::UnknownReferenceBlock {
-                num: t.ref_block_num,
-                prefix: t.ref_block_prefix,
-            });
-        }
-        self.window
-            .contains(&tx.id)
-            .then(|| TxError::Duplicate(hex::encode(tx.id)))
+    /// Whether `tx` is committed already, by the replay window: the next block would reject
+    /// it as a duplicate, and so would every later one while it is in the window. A node's
+    /// admission refuses such a transaction: the block would reject it without a fee, and a
+    /// committed transaction's bytes can be sent again by anyone. (An unknown reference block
+    /// is not refused there: a node a block behind another would refuse the transactions
+    /// that name the other's head.)
+    pub fn is_committed(&self, tx: &PreparedTx) -> bool {
+        self.window.contains(&tx.id)
     }
 
     /// A committed state value.

@@ -506,26 +506,25 @@ impl App {
         Ok(n)
     }
 
-    /// The first of `txs` the next block would reject by the committed replay window (an
-    /// unknown reference block, or a committed id: anyone can send a committed transaction's
-    /// bytes again, its key added or stripped, as a bundle CometBFT has not seen), checked
-    /// before any signature. Admitted, it would be rejected in the block without a fee, and
-    /// its max fee would count against its payer's balance in the pool meanwhile, so that
-    /// the payer's own new bundles could be refused.
+    /// Refuses the first of `txs` committed already, checked before any signature: anyone can
+    /// send a committed transaction's bytes again, its key added or stripped, as a bundle
+    /// CometBFT has not seen. Admitted, it would be rejected in the block without a fee, and
+    /// its max fee would hold its payer's balance in the pool meanwhile, so that the payer's
+    /// own new bundles could be refused.
     fn committed_refusal(&self, txs: &[PreparedTx]) -> Result<(), Refusal> {
         let consensus = self.consensus();
         let Some(l) = consensus.ledger.as_ref() else {
             return Ok(());
         };
-        match l.committed_refusal(txs) {
+        match l.first_committed(txs) {
             None => Ok(()),
-            Some((i, e)) => {
-                let code = match e {
-                    TxError::Duplicate(_) => code::DUPLICATE,
-                    _ => code::REFUSED,
-                };
-                Err(Refusal::new(code, format!("transaction {i}: {e}")))
-            }
+            Some(i) => Err(Refusal::new(
+                code::DUPLICATE,
+                format!(
+                    "transaction {i}: {}",
+                    TxError::Duplicate(hex::encode(txs[i].id))
+                ),
+            )),
         }
     }
 

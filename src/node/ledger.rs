@@ -726,12 +726,9 @@ impl Ledger {
         self.chain.native_balance(account)
     }
 
-    /// The first of `txs` the next block would reject by the committed replay window
-    /// ([`tally_chain::Chain::committed_refusal`]), and why.
-    pub fn committed_refusal(&self, txs: &[PreparedTx]) -> Option<(usize, TxError)> {
-        txs.iter()
-            .enumerate()
-            .find_map(|(i, t)| self.chain.committed_refusal(t).map(|e| (i, e)))
+    /// The first of `txs` committed already ([`tally_chain::Chain::is_committed`]).
+    pub fn first_committed(&self, txs: &[PreparedTx]) -> Option<usize> {
+        txs.iter().position(|t| self.chain.is_committed(t))
     }
 
     /// The keys the committed state registers for the accounts of `txs`' signatures without
