@@ -934,6 +934,78 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
     let (code, log) = check(&mut s, bundle(&[&stripped.encode()]));
     assert_eq!(code, 4, "{log}");
     assert!(log.contains("duplicate"), "{log}");
+
+    // What the next block would reject for no fee stays out of proposals. At height 1: a
+    // reference block no block up to 16 ahead can match is refused at CheckTx; one a block
+    // ahead (a client that asked a node ahead of this one) waits in the pool, and leaves it
+    // once another block takes its height; one that expires before the proposal's time is
+    // not proposed.
+    let head_ms = 1_800_000_001_000;
+    let at = |num: u16, prefix: u32, expires_ms: u64| (num, prefix, expires_ms - 60_000);
+    let later = head_ms + 60_000;
+    let (code, log) = check(
+        &mut s,
+        bundle(&[&transfer(at(tapos.0, tapos.1 ^ 1, later), 1, 2, "stale", 0).encode()]),
+    );
+    assert_eq!(code, 2, "{log}");
+    assert!(log.contains("unknown reference block"), "{log}");
+    let ahead = bundle(&[&transfer(at(2, 0x1234, later), 1, 2, "ahead", 0).encode()]);
+    let expiring =
+        bundle(&[&transfer(at(tapos.0, tapos.1, head_ms + 5), 1, 2, "soon", 0).encode()]);
+    let fresh = bundle(&[&transfer(at(tapos.0, tapos.1, later), 1, 2, "fresh", 0).encode()]);
+    for tx in [&ahead, &expiring, &fresh] {
+        let (code, log) = check(&mut s, tx.clone());
+        assert_eq!(code, 0, "{log}");
+    }
+    let r = abci(
+        &mut s,
+        request::Value::PrepareProposal(tendermint_proto::v0_38::abci::RequestPrepareProposal {
+            max_tx_bytes: 1 << 20,
+            txs: [&ahead, &expiring, &fresh]
+                .map(|t| t.clone().into())
+                .to_vec(),
+            height: 2,
+            time: timestamp(1_800_000_002),
+            ..Default::default()
+        }),
+    );
+    let response::Value::PrepareProposal(p) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(
+        p.txs,
+        std::slice::from_ref(&fresh),
+        "only the transfer the block would take"
+    );
+    // Block 2 is not the one `ahead` named: CometBFT's recheck refuses it.
+    let r = abci(
+        &mut s,
+        request::Value::FinalizeBlock(RequestFinalizeBlock {
+            txs: vec![fresh.into()],
+            height: 2,
+            time: timestamp(1_800_000_002),
+            ..Default::default()
+        }),
+    );
+    assert!(matches!(r, response::Value::FinalizeBlock(_)), "{r:?}");
+    let r = abci(&mut s, request::Value::Commit(Default::default()));
+    assert!(matches!(r, response::Value::Commit(_)), "{r:?}");
+    let r = abci(
+        &mut s,
+        request::Value::CheckTx(RequestCheckTx {
+            tx: ahead.into(),
+            r#type: tendermint_proto::v0_38::abci::CheckTxType::Recheck as i32,
+        }),
+    );
+    let response::Value::CheckTx(c) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(c.code, 2, "{}", c.log);
+    assert!(
+        c.log.contains("unknown reference block: number 2"),
+        "{}",
+        c.log
+    );
 }
 
 /// Issue 26: a node whose metrics port is taken (a process that held it still exiting) still

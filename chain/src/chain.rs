@@ -31,18 +31,33 @@ use crate::tx::{SignedTransaction, TxId};
 use crate::window::ReplayWindow;
 use tally_host_api::Name;
 
-/// The keys registered in a chain's committed state ([`Chain::committed_keys`]). A read that
-/// fails gives no key: the signature is then verified when its transaction executes, where
-/// the same read through the journal reports the fault.
+/// The keys registered in a chain's committed state ([`Chain::committed_keys`]). As a
+/// [`KeySource`](crate::crypto::KeySource), a read that fails gives no key: the signature is
+/// then verified when its transaction executes, where the same read through the journal
+/// reports the fault.
 pub struct CommittedKeys<'a>(&'a dyn StateStore);
+
+impl CommittedKeys<'_> {
+    /// The key `account` has registered, or why it could not be read (a stored key that is
+    /// not 32 bytes is corrupt, as `Chain::authorize` finds it).
+    pub fn read(&self, account: Name) -> Result<Option<[u8; 32]>, ChainError> {
+        self.0
+            .get(&keys::account(account))?
+            .map(|k| {
+                k.as_ref().try_into().map_err(|_| {
+                    ChainError::Corrupt(format!(
+                        "the registered key of {account} is {} bytes, not 32",
+                        k.len()
+                    ))
+                })
+            })
+            .transpose()
+    }
+}
 
 impl crate::crypto::KeySource for CommittedKeys<'_> {
     fn registered_key(&self, account: Name) -> Option<[u8; 32]> {
-        self.0
-            .get(&keys::account(account))
-            .ok()
-            .flatten()
-            .and_then(|k| k.as_ref().try_into().ok())
+        self.read(account).ok().flatten()
     }
 }
 
@@ -315,11 +330,17 @@ impl Chain {
     /// Whether `tx` is committed already, by the replay window: the next block would reject
     /// it as a duplicate, and so would every later one while it is in the window. A node's
     /// admission refuses such a transaction: the block would reject it without a fee, and a
-    /// committed transaction's bytes can be sent again by anyone. (An unknown reference block
-    /// is not refused there: a node a block behind another would refuse the transactions
-    /// that name the other's head.)
+    /// committed transaction's bytes can be sent again by anyone.
     pub fn is_committed(&self, tx: &PreparedTx) -> bool {
         self.window.contains(&tx.id)
+    }
+
+    /// Whether `(num, prefix)` names a committed block of the TaPoS window: what the next
+    /// block requires of a transaction's reference block. A node's admission asks it, and
+    /// lets a reference a few blocks ahead wait for its block (a node a block behind another
+    /// would otherwise refuse transactions that name the other's head).
+    pub fn knows_reference(&self, num: u16, prefix: u32) -> bool {
+        self.window.knows(num, prefix)
     }
 
     /// A committed state value.

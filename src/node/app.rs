@@ -496,35 +496,57 @@ impl App {
         self.within_bandwidth(std::slice::from_ref(&bytes))?;
         let mut txs = mempool::decode(bytes)?;
         self.mempool().screen(&txs)?;
-        self.committed_refusal(&txs)?;
-        let keys = self.read_keys(&txs);
+        let (keys, awaited) = self.read_committed(&txs)?;
         mempool::verify(&mut txs, &keys)?;
         let n = txs.len();
         let unknown = self.mempool().unknown_balances(mempool::asked(&txs).keys());
         let read = self.read_balances(unknown);
-        self.mempool().admit(hash, txs, &read)?;
+        let mut pool = self.mempool();
+        pool.admit(hash, txs, &read)?;
+        pool.await_references(hash, awaited);
         Ok(n)
     }
 
-    /// Refuses the first of `txs` committed already, checked before any signature: anyone can
-    /// send a committed transaction's bytes again, its key added or stripped, as a bundle
-    /// CometBFT has not seen. Admitted, it would be rejected in the block without a fee, and
-    /// its max fee would hold its payer's balance in the pool meanwhile, so that the payer's
-    /// own new bundles could be refused.
-    fn committed_refusal(&self, txs: &[PreparedTx]) -> Result<(), Refusal> {
+    /// What admitting `txs` needs of committed state, under one acquisition of the consensus
+    /// lock (each waits behind a running FinalizeBlock), checked before any signature: the
+    /// committed keys of their signers ([`App::read_keys`]) and the reference blocks they
+    /// name that this node has not committed yet, which the pool waits for
+    /// ([`mempool::awaitable`]). A bundle is refused for the first of `txs` that:
+    /// - is committed already: anyone can send a committed transaction's bytes again, its key
+    ///   added or stripped, as a bundle CometBFT has not seen. Admitted, it would be rejected
+    ///   in the block without a fee, and its max fee would hold its payer's balance in the
+    ///   pool meanwhile, so that the payer's own new bundles could be refused;
+    /// - names a reference block no block up to [`mempool::MAX_REFERENCE_LEAD`] ahead can
+    ///   match: the block would reject it without a fee too.
+    fn read_committed(
+        &self,
+        txs: &[PreparedTx],
+    ) -> Result<(ResolvedKeys, Vec<(u16, u32)>), Refusal> {
         let consensus = self.consensus();
         let Some(l) = consensus.ledger.as_ref() else {
-            return Ok(());
+            return Ok(Default::default());
         };
-        match l.first_committed(txs) {
-            None => Ok(()),
-            Some(i) => Err(Refusal::new(
+        let refused = |i: usize, e: TxError, code: u32| {
+            Err(Refusal::new(code, format!("transaction {i}: {e}")))
+        };
+        if let Some(i) = l.first_committed(txs) {
+            return refused(
+                i,
+                TxError::Duplicate(hex::encode(txs[i].id)),
                 code::DUPLICATE,
-                format!(
-                    "transaction {i}: {}",
-                    TxError::Duplicate(hex::encode(txs[i].id))
-                ),
-            )),
+            );
+        }
+        let head = l.head().height;
+        let mut awaited = Vec::new();
+        for (i, num, prefix) in l.unknown_references(txs) {
+            if let Err(e) = mempool::awaitable(num, prefix, head) {
+                return refused(i, e, code::REFUSED);
+            }
+            awaited.push((num, prefix));
+        }
+        match l.committed_keys_of(txs) {
+            Ok(keys) => Ok((keys, awaited)),
+            Err(e) => fatal("reading the signers' keys", e),
         }
     }
 
@@ -534,7 +556,9 @@ impl App {
     fn read_keys(&self, txs: &[PreparedTx]) -> ResolvedKeys {
         let consensus = self.consensus();
         match consensus.ledger.as_ref() {
-            Some(l) => l.committed_keys_of(txs),
+            Some(l) => l
+                .committed_keys_of(txs)
+                .unwrap_or_else(|e| fatal("reading the signers' keys", e)),
             None => ResolvedKeys::default(),
         }
     }
@@ -563,26 +587,40 @@ impl App {
         }
     }
 
-    /// The bundles of `txs` whose every transaction's max fee pays for its own size at this
-    /// block's prices: ProcessProposal refuses a proposal with any other (the chain would
-    /// reject the transaction, having carried it for nothing). CometBFT's mempool may still
-    /// hold a bundle that was admitted at lower prices, or that this node never decoded: its
-    /// recheck after a commit runs beside the next proposal, not before it. A bundle that
-    /// does not decode is dropped too.
-    fn payable(&self, txs: Vec<Bytes>) -> Vec<Bytes> {
+    /// The bundles of `txs` that a block at `time_ms` would not reject a transaction of for
+    /// no fee. Every transaction's max fee pays for its own size at this block's prices:
+    /// ProcessProposal refuses a proposal with any other (the chain would reject the
+    /// transaction, having carried it for nothing). None has expired by `time_ms`, and every
+    /// reference block is committed: the proposer's own choice (ProcessProposal does not ask
+    /// it), as a transaction rejected for either pays nothing for its room in the block.
+    /// CometBFT's mempool may still hold a bundle that was admitted at lower prices, or that
+    /// this node never decoded: its recheck after a commit runs beside the next proposal, not
+    /// before it. A bundle that does not decode is dropped too.
+    fn proposable(&self, txs: Vec<Bytes>, time_ms: u64) -> Vec<Bytes> {
         let hashes: Vec<[u8; 32]> = txs.iter().map(|tx| bundle::hash(tx)).collect();
         let known: Vec<Option<bool>> = {
             let pool = self.mempool();
             hashes
                 .iter()
-                .map(|h| pool.pays(h).map(|p| p.is_ok()))
+                .map(|h| {
+                    let pays = pool.pays(h)?.is_ok();
+                    Some(pays && pool.ready(h, time_ms).unwrap_or(true))
+                })
                 .collect()
         };
         txs.into_iter()
             .zip(known)
             .filter(|(tx, known)| match known {
-                Some(pays) => *pays,
-                None => mempool::decode(tx).is_ok_and(|txs| self.mempool().pay(&txs).is_ok()),
+                Some(ok) => *ok,
+                None => mempool::decode(tx).is_ok_and(|txs| {
+                    self.mempool().pay(&txs).is_ok()
+                        && txs.iter().all(|t| t.tx.transaction.expiration_ms > time_ms)
+                        && self
+                            .consensus()
+                            .ledger
+                            .as_ref()
+                            .is_none_or(|l| l.unknown_references(&txs).is_empty())
+                }),
             })
             .map(|(tx, _)| tx)
             .collect()
@@ -1039,7 +1077,7 @@ impl Application for App {
         let budget = (MAX_BLOCK_FUEL - FUEL_PER_ACTION) / 100 * PROPOSAL_FUEL_PERCENT;
         let max_bytes =
             (req.max_tx_bytes.max(0) as u64).min(self.max_block_bytes.load(Ordering::Relaxed));
-        let txs = self.payable(req.txs);
+        let txs = self.proposable(req.txs, time_ms(req.time));
         let mut candidates: Vec<Candidate> = txs
             .iter()
             .map(|tx| Candidate {
@@ -1168,6 +1206,7 @@ impl Application for App {
         self.mempool().committed(
             head.height,
             head.time_ms,
+            (head.ref_block_num, head.ref_block_prefix),
             head.next_prices,
             &block,
             &included,

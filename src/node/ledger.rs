@@ -731,10 +731,28 @@ impl Ledger {
         txs.iter().position(|t| self.chain.is_committed(t))
     }
 
-    /// The keys the committed state registers for the accounts of `txs`' signatures without
-    /// their key, read now so that they can be verified later without the ledger.
-    pub fn committed_keys_of(&self, txs: &[PreparedTx]) -> ResolvedKeys {
-        ResolvedKeys::read(txs.iter().map(|t| &t.tx), &self.chain.committed_keys())
+    /// The reference blocks of `txs` that the committed window does not know, in order, with
+    /// the index of the transaction naming each ([`Chain::knows_reference`]).
+    pub fn unknown_references(&self, txs: &[PreparedTx]) -> Vec<(usize, u16, u32)> {
+        txs.iter()
+            .enumerate()
+            .map(|(i, t)| {
+                (
+                    i,
+                    t.tx.transaction.ref_block_num,
+                    t.tx.transaction.ref_block_prefix,
+                )
+            })
+            .filter(|&(_, num, prefix)| !self.chain.knows_reference(num, prefix))
+            .collect()
+    }
+
+    /// The keys the committed state registers for the accounts of `txs`' signatures, read now
+    /// so that they can be verified later without the ledger; a read that fails is an error,
+    /// not an account without a key.
+    pub fn committed_keys_of(&self, txs: &[PreparedTx]) -> Result<ResolvedKeys, ChainError> {
+        let keys = self.chain.committed_keys();
+        ResolvedKeys::try_read(txs.iter().map(|t| &t.tx), |a| keys.read(a))
     }
 
     /// The registered public key of `account`, if it exists.

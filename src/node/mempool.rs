@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use prost::bytes::Bytes;
-use tally_chain::crypto::{KeySource, Need};
+use tally_chain::crypto::{self, KeySource, Need};
 use tally_chain::{Check, Name, PreparedTx, SignedTransaction, TxError, TxId};
 
 use super::app::code;
@@ -36,6 +36,32 @@ type KeyedMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomStat
 /// increase by at least a millisecond (its votes' times are the parent's time + 1 ms at the
 /// earliest), and the ledger keeps them increasing (`Ledger::execute`).
 const MIN_BLOCK_STEP_MS: u64 = 1;
+
+/// How many blocks ahead of this node's head a transaction's reference block may be and still
+/// be admitted, to wait in the pool for this node to commit it. A client takes its reference
+/// from whichever node it asks (`tally load` asks one validator and sends to all), and a
+/// validator in step with the network is a block or two behind the others at most; one
+/// further behind is catching up, and refusing until then costs the sender a resend. A
+/// reference no block up to this far ahead can match is refused: the block would reject its
+/// transaction for no fee (`TxError::UnknownReferenceBlock`).
+pub const MAX_REFERENCE_LEAD: u16 = 16;
+
+/// What admission makes of a transaction's reference block `(num, prefix)` that the committed
+/// window does not know, at head `head_height`: `Ok` when `num` names a block up to
+/// [`MAX_REFERENCE_LEAD`] ahead, which the pool waits for; else the chain's error.
+pub fn awaitable(num: u16, prefix: u32, head_height: u64) -> Result<(), TxError> {
+    if within_lead(num, head_height) {
+        Ok(())
+    } else {
+        Err(TxError::UnknownReferenceBlock { num, prefix })
+    }
+}
+
+/// Whether block number `num` (a height's low 16 bits) is 1 to [`MAX_REFERENCE_LEAD`] blocks
+/// after `head_height`.
+fn within_lead(num: u16, head_height: u64) -> bool {
+    (1..=MAX_REFERENCE_LEAD).contains(&num.wrapping_sub(head_height as u16))
+}
 
 /// Why a bundle is refused: a CheckTx code (`app::code`) and a log for the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,16 +164,13 @@ pub fn verify(txs: &mut [PreparedTx], keys: &dyn KeySource) -> Result<(), Refusa
 }
 
 /// Why a signature of `tx` that carries its key cannot be admitted, if one cannot: its
-/// account has no committed key, or another one.
+/// account has no committed key, or another one (the chain's rule, [`crypto::required_key`],
+/// against committed keys).
 fn carried_key_refusal(tx: &SignedTransaction, keys: &dyn KeySource) -> Option<TxError> {
-    tx.signatures.iter().find_map(|sig| {
-        let carried = sig.public_key?;
-        match keys.registered_key(sig.account) {
-            None => Some(TxError::UnknownAccount(sig.account)),
-            Some(committed) if committed != carried => Some(TxError::WrongKey(sig.account)),
-            Some(_) => None,
-        }
-    })
+    tx.signatures
+        .iter()
+        .filter(|sig| sig.public_key.is_some())
+        .find_map(|sig| crypto::required_key(sig, keys.registered_key(sig.account)).err())
 }
 
 /// The chain's expiration rule for a block at `time_ms` (chain/src/phase/validate.rs), with
@@ -258,6 +281,11 @@ pub struct Mempool {
     ids: KeyedMap<TxId, [u8; 32]>,
     /// The payers of their transactions: at most one entry per transaction in the pool.
     payers: KeyedMap<Name, Payer>,
+    /// Pooled bundles with a transaction whose reference block this node had not committed
+    /// when it admitted them ([`awaitable`]), and those references: PrepareProposal leaves
+    /// them out until the head is each one; a commit of another block at its height drops
+    /// the bundle.
+    awaiting: KeyedMap<[u8; 32], Vec<(u16, u32)>>,
     /// Bundles of the proposal being decided that ProcessProposal verified (not in the
     /// mempool), for FinalizeBlock.
     proposed: KeyedMap<[u8; 32], Vec<PreparedTx>>,
@@ -469,6 +497,26 @@ impl Mempool {
         Some(Ok(()))
     }
 
+    /// Marks the pooled bundle `hash` as waiting for the reference blocks `refs` (those of
+    /// its transactions this node has not committed yet, [`awaitable`]).
+    pub fn await_references(&mut self, hash: [u8; 32], mut refs: Vec<(u16, u32)>) {
+        if refs.is_empty() || !self.bundles.contains_key(&hash) {
+            return;
+        }
+        refs.sort_unstable();
+        refs.dedup();
+        self.awaiting.insert(hash, refs);
+    }
+
+    /// Whether the pooled bundle `hash` may go into a block at `time_ms`: none of its
+    /// transactions has expired by then, and every reference block it names is committed.
+    /// `None` if it is not pooled. What PrepareProposal asks besides [`Mempool::pays`]: a
+    /// transaction the block would reject pays no fee, and takes the block's room for nothing.
+    pub fn ready(&self, hash: &[u8; 32], time_ms: u64) -> Option<bool> {
+        let p = self.bundles.get(hash)?;
+        Some(p.expires_ms > time_ms && !self.awaiting.contains_key(hash))
+    }
+
     /// Bundles and transactions in the pool.
     pub fn size(&self) -> (usize, usize) {
         (self.bundles.len(), self.ids.len())
@@ -533,6 +581,7 @@ impl Mempool {
         &mut self,
         head_height: u64,
         head_time_ms: u64,
+        head_reference: (u16, u32),
         prices: tally_chain::fee::Prices,
         block: &[[u8; 32]],
         included: &[TxId],
@@ -562,6 +611,21 @@ impl Mempool {
         for h in &expired {
             self.remove(h);
         }
+        // A reference the new head is, is known from now on; one that can no longer be a
+        // block ahead (another block has this height, or the head moved past it, as a
+        // restored snapshot does) never will be. Such a bundle leaves: CometBFT's recheck
+        // admits it again from scratch, and admission refuses it, before any signature.
+        let mut dead = Vec::new();
+        self.awaiting.retain(|h, refs| {
+            refs.retain(|r| *r != head_reference);
+            if refs.iter().any(|&(num, _)| !within_lead(num, head_height)) {
+                dead.push(*h);
+            }
+            !refs.is_empty()
+        });
+        for h in &dead {
+            self.remove(h);
+        }
         self.proposed.clear();
     }
 
@@ -581,6 +645,7 @@ impl Mempool {
     }
 
     fn remove(&mut self, hash: &[u8; 32]) {
+        self.awaiting.remove(hash);
         if let Some(p) = self.bundles.remove(hash) {
             for id in p.ids {
                 self.ids.remove(&id);
@@ -872,6 +937,79 @@ mod tests {
         );
     }
 
+    /// A reference block up to `MAX_REFERENCE_LEAD` blocks ahead of the head may wait in the
+    /// pool (its node is behind the client's); anything else the window does not know is
+    /// refused, as the block would reject it for no fee.
+    #[test]
+    fn a_reference_block_ahead_of_the_head_may_wait_and_no_other_unknown_one() {
+        let head = 65_530u64; // block numbers wrap at 2^16
+        let unknown = |num: u16| TxError::UnknownReferenceBlock { num, prefix: 9 };
+        for lead in 1..=u64::from(MAX_REFERENCE_LEAD) {
+            assert_eq!(awaitable((head + lead) as u16, 9, head), Ok(()), "{lead}");
+        }
+        for num in [head as u16, (head - 1) as u16, (head + 17) as u16, 0x8000] {
+            assert_eq!(awaitable(num, 9, head), Err(unknown(num)), "{num}");
+        }
+    }
+
+    /// A bundle waiting for reference blocks is not proposed until the head is each one, and
+    /// leaves the pool once another block takes one's height; an expired one is not proposed
+    /// at a block time it has reached.
+    #[test]
+    fn a_bundle_is_proposable_once_its_reference_blocks_are_committed_and_before_it_expires() {
+        let mut pool = pool();
+        let (next, after) = (((HEIGHT + 1) as u16, 0xaa), ((HEIGHT + 2) as u16, 0xbb));
+        for (hash, nonce) in [([1; 32], 1), ([2; 32], 2), ([3; 32], 3)] {
+            pool.admit(hash, vec![paid("alice", 0, 0, nonce)], &rich())
+                .unwrap();
+        }
+        pool.await_references([1; 32], vec![next, after, next]);
+        pool.await_references([2; 32], vec![(next.0, 0xcc)]);
+        pool.await_references([3; 32], vec![]);
+        let expires = HEAD_MS + 60_000;
+        assert_eq!(pool.ready(&[1; 32], HEAD_MS + 1), Some(false));
+        assert_eq!(pool.ready(&[2; 32], HEAD_MS + 1), Some(false));
+        assert_eq!(pool.ready(&[3; 32], HEAD_MS + 1), Some(true));
+        assert_eq!(
+            pool.ready(&[3; 32], expires),
+            Some(false),
+            "expired by then"
+        );
+        assert_eq!(pool.ready(&[4; 32], HEAD_MS + 1), None, "not pooled");
+
+        // The next block is `next`: the bundle naming another block at its height leaves.
+        pool.committed(HEIGHT + 1, HEAD_MS + 500, next, [0; 5], &[], &[]);
+        assert_eq!(
+            pool.ready(&[1; 32], HEAD_MS + 501),
+            Some(false),
+            "waits for `after`"
+        );
+        assert_eq!(pool.ready(&[2; 32], HEAD_MS + 501), None, "dropped");
+        assert_eq!(
+            pool.recheck(&[2; 32], &rich()),
+            None,
+            "admitted again from scratch"
+        );
+        pool.committed(HEIGHT + 2, HEAD_MS + 1_000, after, [0; 5], &[], &[]);
+        assert_eq!(pool.ready(&[1; 32], HEAD_MS + 1_001), Some(true));
+        assert_eq!(pool.size(), (2, 2));
+
+        // A head that jumps past a reference (a restored snapshot) drops its bundle too.
+        pool.admit([5; 32], vec![paid("alice", 0, 0, 5)], &rich())
+            .unwrap();
+        pool.await_references([5; 32], vec![((HEIGHT + 3) as u16, 1)]);
+        pool.committed(
+            HEIGHT + 40,
+            HEAD_MS + 2_000,
+            ((HEIGHT + 40) as u16, 2),
+            [0; 5],
+            &[],
+            &[],
+        );
+        assert_eq!(pool.ready(&[5; 32], HEAD_MS + 2_001), None);
+        assert!(pool.awaiting.is_empty());
+    }
+
     #[test]
     fn admission_is_the_chains_expiry_rule_at_the_next_blocks_earliest_time() {
         let next = HEAD_MS + MIN_BLOCK_STEP_MS;
@@ -900,7 +1038,7 @@ mod tests {
         assert_eq!(code_of(&pool, 10), Err(code::MAX_FEE_TOO_LOW));
         assert_eq!(code_of(&pool, 1_000_000), Ok(()));
         // Prices fall to zero at the next commit: the same offer is enough.
-        pool.committed(HEIGHT + 1, HEAD_MS + 500, [0; 5], &[], &[]);
+        pool.committed(HEIGHT + 1, HEAD_MS + 500, (0, 0), [0; 5], &[], &[]);
         assert_eq!(code_of(&pool, 10), Ok(()));
     }
 
@@ -923,7 +1061,7 @@ mod tests {
         pool.admit([2; 32], ample, &rich).unwrap();
         assert_eq!(pool.pays(&[1; 32]), Some(Ok(())), "free at zero prices");
         let prices = tally_chain::FeeSchedule::STANDARD.start_price;
-        pool.committed(HEIGHT + 1, HEAD_MS + 500, prices, &[], &[]);
+        pool.committed(HEIGHT + 1, HEAD_MS + 500, (0, 0), prices, &[], &[]);
         assert_eq!(pool.pays(&[1; 32]), None, "dropped at the commit");
         assert_eq!(pool.recheck(&[1; 32], &rich), None);
         assert_eq!(
@@ -986,7 +1124,7 @@ mod tests {
             "a second copy in the block is decoded anew"
         );
         assert!(pool.take(&[2; 32]).is_some());
-        pool.committed(HEIGHT + 1, HEAD_MS + 500, [0; 5], &[[1; 32]], &[]);
+        pool.committed(HEIGHT + 1, HEAD_MS + 500, (0, 0), [0; 5], &[[1; 32]], &[]);
         assert!(!pool.knows(&[1; 32]) && !pool.knows(&[2; 32]));
         pool.screen(&[a]).unwrap();
     }
@@ -1000,7 +1138,14 @@ mod tests {
         let (a, b) = (tx(HEAD_MS + 60_000, 1), tx(HEAD_MS + 60_000, 2));
         pool.admit([1; 32], vec![a.clone()], &rich()).unwrap();
         pool.admit([2; 32], vec![b], &rich()).unwrap();
-        pool.committed(HEIGHT + 1, HEAD_MS + 500, [0; 5], &[[9; 32]], &[a.id]);
+        pool.committed(
+            HEIGHT + 1,
+            HEAD_MS + 500,
+            (0, 0),
+            [0; 5],
+            &[[9; 32]],
+            &[a.id],
+        );
         assert!(!pool.knows(&[1; 32]), "it holds a committed transaction");
         assert!(pool.knows(&[2; 32]), "the other stays");
         pool.screen(&[a]).unwrap();
@@ -1023,7 +1168,7 @@ mod tests {
         );
         assert_eq!(pool.recheck(&[1; 32], &rich()), None, "it left");
         assert_eq!(pool.recheck(&[2; 32], &rich()), Some(Ok(())));
-        pool.committed(HEIGHT + 1, HEAD_MS + 60_000, [0; 5], &[], &[]);
+        pool.committed(HEIGHT + 1, HEAD_MS + 60_000, (0, 0), [0; 5], &[], &[]);
         assert_eq!(pool.recheck(&[2; 32], &rich()), None);
         assert!(pool.payers.is_empty(), "payers leave with their bundles");
     }
@@ -1058,7 +1203,7 @@ mod tests {
         );
         assert_eq!(pool.pending_of(alice), 20, "a refusal reserves nothing");
         // The first commits; alice paid 4 in fees: 21 covers the second's 10 and 10 more.
-        pool.committed(HEIGHT + 1, HEAD_MS + 100, [0; 5], &[[1; 32]], &[]);
+        pool.committed(HEIGHT + 1, HEAD_MS + 100, (0, 0), [0; 5], &[[1; 32]], &[]);
         assert_eq!(pool.unknown_balances([&alice]), [alice], "a block old");
         pool.admit(
             [3; 32],
@@ -1096,7 +1241,7 @@ mod tests {
                 .unwrap();
         }
         // Carol's balance fell to 20 in a block holding none of these (a transfer away).
-        pool.committed(HEIGHT + 1, HEAD_MS + 100, [0; 5], &[], &[]);
+        pool.committed(HEIGHT + 1, HEAD_MS + 100, (0, 0), [0; 5], &[], &[]);
         assert_eq!(pool.unknown_balances_of(&[1; 32]), Some(vec![carol]));
         let now = read(HEIGHT + 1, carol, 20);
         let first = pool.recheck(&[1; 32], &now).unwrap().unwrap_err();

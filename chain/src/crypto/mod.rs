@@ -43,7 +43,7 @@ pub use zip215::{Need, SigItem};
 use tally_host_api::Name;
 
 use crate::error::TxError;
-use crate::tx::{SignedTransaction, TxId};
+use crate::tx::{SignedTransaction, TxId, TxSignature};
 
 /// Signatures per batch at most. A batch's multiscalar multiplication costs less per
 /// signature the larger it is (Pippenger's buckets are shared; on the AVX-512 backend, CPU
@@ -165,6 +165,19 @@ impl ResolvedKeys {
         txs: impl IntoIterator<Item = &'a SignedTransaction>,
         source: &dyn KeySource,
     ) -> Self {
+        let Ok(keys) = Self::try_read(txs, |a| {
+            Ok::<_, std::convert::Infallible>(source.registered_key(a))
+        });
+        keys
+    }
+
+    /// [`ResolvedKeys::read`] from reads that may fail: the first failure. A node's admission
+    /// reads keys so, and treats a failed read as its own fault, not as an account that does
+    /// not exist (which would refuse a transaction, or a proposal, other nodes accept).
+    pub fn try_read<'a, E: Send>(
+        txs: impl IntoIterator<Item = &'a SignedTransaction>,
+        read: impl Fn(Name) -> Result<Option<[u8; 32]>, E> + Sync,
+    ) -> Result<Self, E> {
         let mut accounts: Vec<Name> = txs
             .into_iter()
             .flat_map(|t| &t.signatures)
@@ -172,12 +185,11 @@ impl ResolvedKeys {
             .collect();
         accounts.sort_unstable();
         accounts.dedup();
-        Self(
-            accounts
-                .into_par_iter()
-                .filter_map(|a| source.registered_key(a).map(|k| (a, k)))
-                .collect(),
-        )
+        let keys: Vec<Option<(Name, [u8; 32])>> = accounts
+            .into_par_iter()
+            .map(|a| Ok(read(a)?.map(|k| (a, k))))
+            .collect::<Result<_, E>>()?;
+        Ok(Self(keys.into_iter().flatten().collect()))
     }
 }
 
@@ -209,7 +221,7 @@ fn keys_of(tx: &SignedTransaction, keys: &dyn KeySource) -> VerifiedKeys {
 /// carries its key and does not verify under it can never be valid); `Ok(None)` leaves a
 /// signature without its key to execution.
 fn settle(
-    sig: &crate::tx::TxSignature,
+    sig: &TxSignature,
     key: Option<[u8; 32]>,
     valid: bool,
 ) -> Result<Option<[u8; 32]>, TxError> {
@@ -391,6 +403,19 @@ pub fn verify_many_with(
         }
     }
     results
+}
+
+/// The key `sig` must verify under, given the key its account has registered (`None`: the
+/// account does not exist): the registered key, which a signature that carries a key must
+/// carry. The one rule execution applies, against the key the block sees
+/// ([`Chain::authorize`](crate::Chain)), and a node's admission applies ahead of it, against
+/// the committed key, so both refuse with the same error.
+pub fn required_key(sig: &TxSignature, registered: Option<[u8; 32]>) -> Result<[u8; 32], TxError> {
+    let registered = registered.ok_or(TxError::UnknownAccount(sig.account))?;
+    match sig.public_key {
+        Some(carried) if carried != registered => Err(TxError::WrongKey(sig.account)),
+        _ => Ok(registered),
+    }
 }
 
 /// Checks, without state, that exactly the accounts that must sign `tx` did, each once: every

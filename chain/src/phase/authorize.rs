@@ -43,13 +43,13 @@ impl Chain {
             let account = sig.account;
             // Through the journal: an account created or re-keyed earlier in this block signs
             // with its new key.
-            let registered: [u8; 32] = match self
+            let registered: Option<[u8; 32]> = match self
                 .journal
                 .get(self.store.as_ref(), &keys::account(account))?
             {
-                None => return Ok(Err(TxError::UnknownAccount(account))),
+                None => None,
                 Some(key) => match key.try_into() {
-                    Ok(key) => key,
+                    Ok(key) => Some(key),
                     Err(_) => {
                         return Err(ChainError::Corrupt(format!(
                             "the registered key of {account} is {} bytes, not 32",
@@ -58,19 +58,17 @@ impl Chain {
                     }
                 },
             };
-            match sig.public_key {
-                // Verified under the key it carries, without state.
-                Some(carried) if carried != registered => {
-                    return Ok(Err(TxError::WrongKey(account)));
-                }
-                Some(_) => {}
-                // Verified ahead under this very key: done.
-                None if verified.get(i) == Some(&Some(registered)) => {}
-                None => {
-                    if !crypto::verify_one(&registered, &sig.signature, &tx.id) {
-                        return Ok(Err(TxError::BadSignature(account)));
-                    }
-                }
+            let registered = match crypto::required_key(sig, registered) {
+                Ok(key) => key,
+                Err(e) => return Ok(Err(e)),
+            };
+            // One that carries its key was verified under it, without state; one without,
+            // verified ahead under this very key, is done.
+            if sig.public_key.is_some() || verified.get(i) == Some(&Some(registered)) {
+                continue;
+            }
+            if !crypto::verify_one(&registered, &sig.signature, &tx.id) {
+                return Ok(Err(TxError::BadSignature(account)));
             }
         }
         Ok(Ok(()))
