@@ -501,9 +501,7 @@ impl App {
         let n = txs.len();
         let unknown = self.mempool().unknown_balances(mempool::asked(&txs).keys());
         let read = self.read_balances(unknown);
-        let mut pool = self.mempool();
-        pool.admit(hash, txs, &read)?;
-        pool.await_references(hash, awaited);
+        self.mempool().admit_awaiting(hash, txs, &read, awaited)?;
         Ok(n)
     }
 
@@ -597,31 +595,43 @@ impl App {
     /// this node never decoded: its recheck after a commit runs beside the next proposal, not
     /// before it. A bundle that does not decode is dropped too.
     fn proposable(&self, txs: Vec<Bytes>, time_ms: u64) -> Vec<Bytes> {
-        let hashes: Vec<[u8; 32]> = txs.iter().map(|tx| bundle::hash(tx)).collect();
-        let known: Vec<Option<bool>> = {
+        let mut ok: Vec<Option<bool>> = {
             let pool = self.mempool();
-            hashes
-                .iter()
-                .map(|h| {
-                    let pays = pool.pays(h)?.is_ok();
-                    Some(pays && pool.ready(h, time_ms).unwrap_or(true))
+            txs.iter()
+                .map(|tx| {
+                    let h = bundle::hash(tx);
+                    Some(pool.pays(&h)?.is_ok() && pool.ready(&h, time_ms)?)
                 })
                 .collect()
         };
-        txs.into_iter()
-            .zip(known)
-            .filter(|(tx, known)| match known {
-                Some(ok) => *ok,
-                None => mempool::decode(tx).is_ok_and(|txs| {
-                    self.mempool().pay(&txs).is_ok()
+        // The rest from scratch (this node restarted, or dropped them at a commit, or only
+        // verified them in a proposal): their references under one consensus lock.
+        let decoded: Vec<(usize, Vec<PreparedTx>)> = {
+            let pool = self.mempool();
+            ok.iter()
+                .enumerate()
+                .filter(|(_, ok)| ok.is_none())
+                .filter_map(|(i, _)| Some((i, mempool::decode(&txs[i]).ok()?)))
+                .filter(|(_, txs)| {
+                    pool.pay(txs).is_ok()
                         && txs.iter().all(|t| t.tx.transaction.expiration_ms > time_ms)
-                        && self
-                            .consensus()
-                            .ledger
-                            .as_ref()
-                            .is_none_or(|l| l.unknown_references(&txs).is_empty())
-                }),
-            })
+                })
+                .collect()
+        };
+        if !decoded.is_empty() {
+            let consensus = self.consensus();
+            for (i, txs) in decoded {
+                ok[i] = Some(
+                    consensus
+                        .ledger
+                        .as_ref()
+                        .is_none_or(|l| l.unknown_references(&txs).is_empty()),
+                );
+            }
+        }
+        txs.into_iter()
+            .zip(ok)
+            .filter(|(_, ok)| *ok == Some(true))
             .map(|(tx, _)| tx)
             .collect()
     }

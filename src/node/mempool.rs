@@ -323,7 +323,8 @@ impl Mempool {
     /// The checks that need the mempool but no signature: expiration, a max fee that cannot
     /// pay for the transaction's own size and intrinsic fuel at the next block's prices (the
     /// chain would reject it: `TxError::MaxFeeTooLow`), and duplicates (within the bundle and
-    /// against the mempool). Run before verification, so a flood of stale, unpaid or
+    /// against the mempool, but for bundles waiting for a reference block, which a bundle
+    /// that does not wait displaces: [`Mempool::admit_awaiting`]). Run before verification, so a flood of stale, unpaid or
     /// duplicate bundles costs none.
     pub fn screen(&self, txs: &[PreparedTx]) -> Result<(), Refusal> {
         let time_ms = self.next_block_ms();
@@ -342,7 +343,11 @@ impl Mempool {
                     format!("transaction {i}: {e}"),
                 ));
             }
-            if !seen.insert(t.id) || self.ids.contains_key(&t.id) {
+            let held = self
+                .ids
+                .get(&t.id)
+                .is_some_and(|h| !self.awaiting.contains_key(h));
+            if !seen.insert(t.id) || held {
                 return Err(Refusal::new(
                     code::DUPLICATE,
                     format!(
@@ -399,20 +404,50 @@ impl Mempool {
         }
     }
 
-    /// Admits a verified bundle, unless a transaction of it arrived meanwhile in another, or
-    /// a payer's committed balance (as known, or `read`) cannot cover its pending max fees
-    /// plus this bundle's.
-    pub fn admit(
+    /// Admits a verified bundle whose reference blocks are all committed:
+    /// [`Mempool::admit_awaiting`] with none awaited.
+    #[cfg(test)]
+    fn admit(
         &mut self,
         hash: [u8; 32],
         txs: Vec<PreparedTx>,
         read: &Balances,
     ) -> Result<(), Refusal> {
-        if txs.iter().any(|t| self.ids.contains_key(&t.id)) {
-            return Err(Refusal::new(
-                code::DUPLICATE,
-                "a transaction is already in the mempool",
-            ));
+        self.admit_awaiting(hash, txs, read, Vec::new())
+    }
+
+    /// Admits a verified bundle that waits for the reference blocks `awaited` (those of its
+    /// transactions this node has not committed yet, [`awaitable`]; none: it may be proposed
+    /// now), unless a transaction of it arrived meanwhile in another, or a payer's committed
+    /// balance (as known, or `read`) cannot cover its pending max fees plus this bundle's.
+    ///
+    /// A transaction held by a bundle that waits does not refuse one that does not: the
+    /// waiting bundle leaves. Else anyone could copy another's transaction from gossip into a
+    /// bundle naming a block 16 ahead, and keep it out of blocks (a bundle is proposed whole)
+    /// for nothing, again and again. The bundle that left is CometBFT's to recheck: admitted
+    /// from scratch, it is refused for the transaction it shares.
+    pub fn admit_awaiting(
+        &mut self,
+        hash: [u8; 32],
+        txs: Vec<PreparedTx>,
+        read: &Balances,
+        awaited: Vec<(u16, u32)>,
+    ) -> Result<(), Refusal> {
+        let mut displaced = Vec::new();
+        for t in &txs {
+            let Some(&other) = self.ids.get(&t.id) else {
+                continue;
+            };
+            if !awaited.is_empty() || !self.awaiting.contains_key(&other) {
+                return Err(Refusal::new(
+                    code::DUPLICATE,
+                    "a transaction is already in the mempool",
+                ));
+            }
+            displaced.push(other);
+        }
+        for h in &displaced {
+            self.remove(h);
         }
         let asked = asked(&txs);
         let mut balances = Vec::with_capacity(asked.len());
@@ -458,6 +493,7 @@ impl Mempool {
                 asked,
             },
         );
+        self.await_references(hash, awaited);
         Ok(())
     }
 
@@ -497,10 +533,9 @@ impl Mempool {
         Some(Ok(()))
     }
 
-    /// Marks the pooled bundle `hash` as waiting for the reference blocks `refs` (those of
-    /// its transactions this node has not committed yet, [`awaitable`]).
-    pub fn await_references(&mut self, hash: [u8; 32], mut refs: Vec<(u16, u32)>) {
-        if refs.is_empty() || !self.bundles.contains_key(&hash) {
+    /// Marks the pooled bundle `hash` as waiting for the reference blocks `refs`.
+    fn await_references(&mut self, hash: [u8; 32], mut refs: Vec<(u16, u32)>) {
+        if refs.is_empty() {
             return;
         }
         refs.sort_unstable();
@@ -959,13 +994,14 @@ mod tests {
     fn a_bundle_is_proposable_once_its_reference_blocks_are_committed_and_before_it_expires() {
         let mut pool = pool();
         let (next, after) = (((HEIGHT + 1) as u16, 0xaa), ((HEIGHT + 2) as u16, 0xbb));
-        for (hash, nonce) in [([1; 32], 1), ([2; 32], 2), ([3; 32], 3)] {
-            pool.admit(hash, vec![paid("alice", 0, 0, nonce)], &rich())
+        for (hash, nonce, awaited) in [
+            ([1; 32], 1, vec![next, after, next]),
+            ([2; 32], 2, vec![(next.0, 0xcc)]),
+            ([3; 32], 3, vec![]),
+        ] {
+            pool.admit_awaiting(hash, vec![paid("alice", 0, 0, nonce)], &rich(), awaited)
                 .unwrap();
         }
-        pool.await_references([1; 32], vec![next, after, next]);
-        pool.await_references([2; 32], vec![(next.0, 0xcc)]);
-        pool.await_references([3; 32], vec![]);
         let expires = HEAD_MS + 60_000;
         assert_eq!(pool.ready(&[1; 32], HEAD_MS + 1), Some(false));
         assert_eq!(pool.ready(&[2; 32], HEAD_MS + 1), Some(false));
@@ -995,9 +1031,9 @@ mod tests {
         assert_eq!(pool.size(), (2, 2));
 
         // A head that jumps past a reference (a restored snapshot) drops its bundle too.
-        pool.admit([5; 32], vec![paid("alice", 0, 0, 5)], &rich())
+        let far = vec![((HEIGHT + 3) as u16, 1)];
+        pool.admit_awaiting([5; 32], vec![paid("alice", 0, 0, 5)], &rich(), far)
             .unwrap();
-        pool.await_references([5; 32], vec![((HEIGHT + 3) as u16, 1)]);
         pool.committed(
             HEIGHT + 40,
             HEAD_MS + 2_000,
@@ -1008,6 +1044,46 @@ mod tests {
         );
         assert_eq!(pool.ready(&[5; 32], HEAD_MS + 2_001), None);
         assert!(pool.awaiting.is_empty());
+    }
+
+    /// A bundle waiting for a reference block cannot hold another's transaction hostage: a
+    /// bundle that does not wait and holds one of its transactions displaces it. A waiting
+    /// bundle displaces nothing, and is refused for a transaction held by any other.
+    #[test]
+    fn a_bundle_waiting_for_a_reference_block_gives_way_to_one_that_does_not() {
+        let mut pool = pool();
+        let ahead = vec![((HEIGHT + 16) as u16, 0xbad)];
+        let (victim, attacker) = (paid("alice", 0, 0, 1), paid("mallory", 0, 0, 2));
+        pool.admit_awaiting(
+            [1; 32],
+            vec![attacker.clone(), victim.clone()],
+            &rich(),
+            ahead.clone(),
+        )
+        .unwrap();
+        let refused = |r: Result<(), Refusal>| r.map_err(|r| r.code);
+        assert_eq!(
+            refused(pool.admit_awaiting([2; 32], vec![victim.clone()], &rich(), ahead.clone())),
+            Err(code::DUPLICATE),
+            "a waiting bundle displaces nothing"
+        );
+        assert_eq!(refused(pool.screen(std::slice::from_ref(&victim))), Ok(()));
+        assert_eq!(
+            refused(pool.admit([3; 32], vec![victim.clone()], &rich())),
+            Ok(())
+        );
+        assert_eq!(pool.ready(&[1; 32], HEAD_MS + 1), None, "displaced");
+        assert_eq!(pool.ready(&[3; 32], HEAD_MS + 1), Some(true));
+        assert_eq!(pool.size(), (1, 1));
+        assert_eq!(
+            refused(pool.screen(&[attacker, victim.clone()])),
+            Err(code::DUPLICATE),
+            "now held by a bundle that does not wait"
+        );
+        assert_eq!(
+            refused(pool.admit_awaiting([4; 32], vec![victim], &rich(), ahead)),
+            Err(code::DUPLICATE)
+        );
     }
 
     #[test]
