@@ -293,6 +293,8 @@ pub struct Mempool {
     head_height: u64,
     head_time_ms: u64,
     max_lifetime_ms: u64,
+    /// The last committed block's `(ref_block_num, ref_block_prefix)`, when a commit set it.
+    head_reference: Option<(u16, u32)>,
     /// The next block's fee prices (zero before the first block is known).
     prices: tally_chain::fee::Prices,
 }
@@ -533,8 +535,10 @@ impl Mempool {
         Some(Ok(()))
     }
 
-    /// Marks the pooled bundle `hash` as waiting for the reference blocks `refs`.
+    /// Marks the pooled bundle `hash` as waiting for the reference blocks `refs`, but for the
+    /// head's: a commit may come between admission's read of committed state and this call.
     fn await_references(&mut self, hash: [u8; 32], mut refs: Vec<(u16, u32)>) {
+        refs.retain(|r| Some(*r) != self.head_reference);
         if refs.is_empty() {
             return;
         }
@@ -623,6 +627,7 @@ impl Mempool {
     ) {
         self.head_height = head_height;
         self.head_time_ms = head_time_ms;
+        self.head_reference = Some(head_reference);
         self.prices = prices;
         for h in block {
             self.remove(h);
@@ -675,6 +680,7 @@ impl Mempool {
     ) {
         self.head_height = head_height;
         self.head_time_ms = head_time_ms;
+        self.head_reference = None;
         self.max_lifetime_ms = max_lifetime_ms;
         self.prices = prices;
     }
@@ -1029,6 +1035,11 @@ mod tests {
         pool.committed(HEIGHT + 2, HEAD_MS + 1_000, after, [0; 5], &[], &[]);
         assert_eq!(pool.ready(&[1; 32], HEAD_MS + 1_001), Some(true));
         assert_eq!(pool.size(), (2, 2));
+        // Admission read the state before that commit, and waits for the block now the head.
+        pool.admit_awaiting([6; 32], vec![paid("alice", 0, 0, 6)], &rich(), vec![after])
+            .unwrap();
+        assert_eq!(pool.ready(&[6; 32], HEAD_MS + 1_001), Some(true));
+        pool.remove(&[6; 32]);
 
         // A head that jumps past a reference (a restored snapshot) drops its bundle too.
         let far = vec![((HEIGHT + 3) as u16, 1)];
