@@ -326,8 +326,8 @@ impl Mempool {
     /// pay for the transaction's own size and intrinsic fuel at the next block's prices (the
     /// chain would reject it: `TxError::MaxFeeTooLow`), and duplicates (within the bundle and
     /// against the mempool, but for bundles waiting for a reference block, which a bundle
-    /// that does not wait displaces: [`Mempool::admit_awaiting`]). Run before verification, so a flood of stale, unpaid or
-    /// duplicate bundles costs none.
+    /// that does not wait displaces: [`Mempool::admit_awaiting`]). Run before verification,
+    /// so a flood of stale, unpaid or duplicate bundles costs none.
     pub fn screen(&self, txs: &[PreparedTx]) -> Result<(), Refusal> {
         let time_ms = self.next_block_ms();
         let mut seen = HashSet::with_capacity(txs.len());
