@@ -497,6 +497,13 @@ impl App {
         let mut txs = mempool::decode(bytes)?;
         self.mempool().screen(&txs)?;
         let (keys, awaited) = self.read_committed(&txs)?;
+        // Whether it may displace the bundles that hold its transactions, before verifying.
+        let awaited = {
+            let pool = self.mempool();
+            let awaited = pool.still_ahead(awaited);
+            pool.displaced_by(&txs, &awaited)?;
+            awaited
+        };
         mempool::verify(&mut txs, &keys)?;
         let n = txs.len();
         let unknown = self.mempool().unknown_balances(mempool::asked(&txs).keys());
@@ -605,16 +612,24 @@ impl App {
                 .collect()
         };
         // The rest from scratch (this node restarted, or dropped them at a commit, or only
-        // verified them in a proposal): their references under one consensus lock.
+        // verified them in a proposal), decoded without a lock; one that holds a transaction
+        // the pool or an earlier bundle holds is left out (the block would reject it as a
+        // duplicate); their references under one consensus lock.
+        let decoded: Vec<(usize, Vec<PreparedTx>)> = ok
+            .iter()
+            .enumerate()
+            .filter(|(_, ok)| ok.is_none())
+            .filter_map(|(i, _)| Some((i, mempool::decode(&txs[i]).ok()?)))
+            .collect();
         let decoded: Vec<(usize, Vec<PreparedTx>)> = {
             let pool = self.mempool();
-            ok.iter()
-                .enumerate()
-                .filter(|(_, ok)| ok.is_none())
-                .filter_map(|(i, _)| Some((i, mempool::decode(&txs[i]).ok()?)))
+            let mut seen = std::collections::HashSet::new();
+            decoded
+                .into_iter()
                 .filter(|(_, txs)| {
                     pool.pay(txs).is_ok()
                         && txs.iter().all(|t| t.tx.transaction.expiration_ms > time_ms)
+                        && txs.iter().all(|t| !pool.holds(&t.id) && seen.insert(t.id))
                 })
                 .collect()
         };

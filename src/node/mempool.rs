@@ -423,11 +423,8 @@ impl Mempool {
     /// now), unless a transaction of it arrived meanwhile in another, or a payer's committed
     /// balance (as known, or `read`) cannot cover its pending max fees plus this bundle's.
     ///
-    /// A transaction held by a bundle that waits does not refuse one that does not: the
-    /// waiting bundle leaves. Else anyone could copy another's transaction from gossip into a
-    /// bundle naming a block 16 ahead, and keep it out of blocks (a bundle is proposed whole)
-    /// for nothing, again and again. The bundle that left is CometBFT's to recheck: admitted
-    /// from scratch, it is refused for the transaction it shares.
+    /// The bundles that hold a transaction of it give way ([`Mempool::displaced_by`]), once
+    /// it is admitted: what they asked of their payers is counted as free for it.
     pub fn admit_awaiting(
         &mut self,
         hash: [u8; 32],
@@ -435,27 +432,21 @@ impl Mempool {
         read: &Balances,
         awaited: Vec<(u16, u32)>,
     ) -> Result<(), Refusal> {
-        let mut displaced = Vec::new();
-        for t in &txs {
-            let Some(&other) = self.ids.get(&t.id) else {
-                continue;
-            };
-            if !awaited.is_empty() || !self.awaiting.contains_key(&other) {
-                return Err(Refusal::new(
-                    code::DUPLICATE,
-                    "a transaction is already in the mempool",
-                ));
-            }
-            displaced.push(other);
-        }
-        for h in &displaced {
-            self.remove(h);
-        }
+        let awaited = self.still_ahead(awaited);
+        let displaced = self.displaced_by(&txs, &awaited)?;
         let asked = asked(&txs);
         let mut balances = Vec::with_capacity(asked.len());
         for (&payer, &wants) in &asked {
             let (balance, at) = self.balance_of(payer, read);
-            let pending = self.payers.get(&payer).map_or(0, |p| p.pending);
+            let freed: u64 = displaced
+                .iter()
+                .filter_map(|h| self.bundles.get(h)?.asked.get(&payer))
+                .sum();
+            let pending = self
+                .payers
+                .get(&payer)
+                .map_or(0, |p| p.pending)
+                .saturating_sub(freed);
             if pending.saturating_add(wants) > balance {
                 return Err(Refusal::new(
                     code::CANNOT_PAY,
@@ -468,6 +459,9 @@ impl Mempool {
                 ));
             }
             balances.push((payer, balance, at));
+        }
+        for h in &displaced {
+            self.remove(h);
         }
         let expires_ms = txs
             .iter()
@@ -535,16 +529,61 @@ impl Mempool {
         Some(Ok(()))
     }
 
-    /// Marks the pooled bundle `hash` as waiting for the reference blocks `refs`, but for the
-    /// head's: a commit may come between admission's read of committed state and this call.
-    fn await_references(&mut self, hash: [u8; 32], mut refs: Vec<(u16, u32)>) {
-        refs.retain(|r| Some(*r) != self.head_reference);
-        if refs.is_empty() {
-            return;
+    /// The pooled bundles a bundle of `txs` waiting for the reference blocks `awaited`
+    /// ([`Mempool::still_ahead`]) displaces, or why it is refused: a transaction of it is held
+    /// by a bundle that does not give way.
+    ///
+    /// A bundle gives way to one that holds one of its transactions and waits for fewer
+    /// reference blocks: for none (it may be proposed now), or for a strict part of what it
+    /// waits for. Else anyone could copy another's transaction from gossip into a bundle
+    /// naming a block 16 ahead, and keep it out of blocks (a bundle is proposed whole) for
+    /// nothing, again and again: such a copy names every block the transaction names, and
+    /// one more. A bundle that gives way is CometBFT's to recheck: admitted from scratch, it
+    /// is refused for the transaction it shares. So resending one transaction of a waiting
+    /// bundle alone takes it out of that bundle, and the bundle's other transactions must be
+    /// sent again; a client that gives all transactions of a bundle one reference block
+    /// (`tally load` does) never waits for a strict part of another's.
+    pub fn displaced_by(
+        &self,
+        txs: &[PreparedTx],
+        awaited: &[(u16, u32)],
+    ) -> Result<Vec<[u8; 32]>, Refusal> {
+        let mut displaced: Vec<[u8; 32]> = Vec::new();
+        for t in txs {
+            let Some(&other) = self.ids.get(&t.id) else {
+                continue;
+            };
+            let gives_way = self.awaiting.get(&other).is_some_and(|theirs| {
+                awaited.len() < theirs.len() && awaited.iter().all(|r| theirs.contains(r))
+            });
+            if !gives_way {
+                return Err(Refusal::new(
+                    code::DUPLICATE,
+                    "a transaction is already in the mempool",
+                ));
+            }
+            if !displaced.contains(&other) {
+                displaced.push(other);
+            }
         }
-        refs.sort_unstable();
-        refs.dedup();
-        self.awaiting.insert(hash, refs);
+        Ok(displaced)
+    }
+
+    /// The reference blocks of `awaited` a bundle still waits for, sorted, once each: all but
+    /// the head's (a commit may come between admission's read of committed state and the
+    /// pool's update).
+    pub fn still_ahead(&self, mut awaited: Vec<(u16, u32)>) -> Vec<(u16, u32)> {
+        awaited.retain(|r| Some(*r) != self.head_reference);
+        awaited.sort_unstable();
+        awaited.dedup();
+        awaited
+    }
+
+    /// Marks the pooled bundle `hash` as waiting for the reference blocks `refs`.
+    fn await_references(&mut self, hash: [u8; 32], refs: Vec<(u16, u32)>) {
+        if !refs.is_empty() {
+            self.awaiting.insert(hash, refs);
+        }
     }
 
     /// Whether the pooled bundle `hash` may go into a block at `time_ms`: none of its
@@ -554,6 +593,11 @@ impl Mempool {
     pub fn ready(&self, hash: &[u8; 32], time_ms: u64) -> Option<bool> {
         let p = self.bundles.get(hash)?;
         Some(p.expires_ms > time_ms && !self.awaiting.contains_key(hash))
+    }
+
+    /// Whether a pooled bundle holds the transaction `id`.
+    pub fn holds(&self, id: &TxId) -> bool {
+        self.ids.contains_key(id)
     }
 
     /// Bundles and transactions in the pool.
@@ -1058,41 +1102,74 @@ mod tests {
     }
 
     /// A bundle waiting for a reference block cannot hold another's transaction hostage: a
-    /// bundle that does not wait and holds one of its transactions displaces it. A waiting
-    /// bundle displaces nothing, and is refused for a transaction held by any other.
+    /// bundle holding one of its transactions and waiting for fewer blocks (none, or a strict
+    /// part of its own) displaces it, once admitted. Any other is refused as a duplicate.
     #[test]
-    fn a_bundle_waiting_for_a_reference_block_gives_way_to_one_that_does_not() {
+    fn a_bundle_waiting_for_a_reference_block_gives_way_to_one_that_waits_for_less() {
         let mut pool = pool();
-        let ahead = vec![((HEIGHT + 16) as u16, 0xbad)];
-        let (victim, attacker) = (paid("alice", 0, 0, 1), paid("mallory", 0, 0, 2));
-        pool.admit_awaiting(
-            [1; 32],
-            vec![attacker.clone(), victim.clone()],
-            &rich(),
-            ahead.clone(),
-        )
-        .unwrap();
+        let (real, bogus) = (((HEIGHT + 1) as u16, 0x600d), ((HEIGHT + 16) as u16, 0xbad));
+        let (victim, attacker) = (paid("alice", 5, 0, 1), paid("mallory", 7, 0, 2));
+        let hostage = vec![attacker.clone(), victim.clone()];
         let refused = |r: Result<(), Refusal>| r.map_err(|r| r.code);
+        // Each payer's balance covers exactly the max fees of one bundle.
+        let exact = Balances {
+            height: HEIGHT,
+            balances: [("alice", 5), ("mallory", 7)]
+                .map(|(p, b)| (p.parse().unwrap(), b))
+                .into(),
+        };
+        // The copy names the victim's block and a bogus one.
+        pool.admit_awaiting([1; 32], hostage.clone(), &exact, vec![bogus, real])
+            .unwrap();
+        assert_eq!(pool.pending_of("mallory".parse().unwrap()), 7);
+        for same in [vec![bogus, real], vec![real, bogus, real]] {
+            assert_eq!(
+                refused(pool.admit_awaiting([2; 32], vec![victim.clone()], &exact, same)),
+                Err(code::DUPLICATE),
+                "no more than it waits for"
+            );
+        }
+        // A displacing bundle whose payer cannot pay displaces nothing.
+        let more = vec![victim.clone(), paid("alice", 1, 0, 3)];
         assert_eq!(
-            refused(pool.admit_awaiting([2; 32], vec![victim.clone()], &rich(), ahead.clone())),
-            Err(code::DUPLICATE),
-            "a waiting bundle displaces nothing"
+            refused(pool.admit_awaiting([2; 32], more, &exact, vec![real])),
+            Err(code::CANNOT_PAY)
         );
+        assert_eq!(
+            pool.ready(&[1; 32], HEAD_MS + 1),
+            Some(false),
+            "still pooled"
+        );
+        assert_eq!(pool.pending_of("alice".parse().unwrap()), 5);
+        // What the displaced bundle asked of the payer is free for the displacing one.
+        assert_eq!(
+            refused(pool.admit_awaiting([2; 32], vec![victim.clone()], &exact, vec![real])),
+            Ok(())
+        );
+        assert_eq!(pool.ready(&[1; 32], HEAD_MS + 1), None, "displaced");
+        assert_eq!(pool.pending_of("mallory".parse().unwrap()), 0);
+        assert_eq!(pool.pending_of("alice".parse().unwrap()), 5);
+        assert_eq!(pool.size(), (1, 1));
+        // A bundle that does not wait displaces the victim's own waiting one too.
         assert_eq!(refused(pool.screen(std::slice::from_ref(&victim))), Ok(()));
         assert_eq!(
             refused(pool.admit([3; 32], vec![victim.clone()], &rich())),
             Ok(())
         );
-        assert_eq!(pool.ready(&[1; 32], HEAD_MS + 1), None, "displaced");
         assert_eq!(pool.ready(&[3; 32], HEAD_MS + 1), Some(true));
+        assert!(pool.awaiting.is_empty());
         assert_eq!(pool.size(), (1, 1));
+        // Held by a bundle that does not wait: refused, waiting or not.
         assert_eq!(
             refused(pool.screen(&[attacker, victim.clone()])),
-            Err(code::DUPLICATE),
-            "now held by a bundle that does not wait"
+            Err(code::DUPLICATE)
         );
         assert_eq!(
-            refused(pool.admit_awaiting([4; 32], vec![victim], &rich(), ahead)),
+            refused(pool.admit_awaiting([4; 32], vec![victim.clone()], &rich(), vec![real])),
+            Err(code::DUPLICATE)
+        );
+        assert_eq!(
+            refused(pool.admit([4; 32], vec![victim], &rich())),
             Err(code::DUPLICATE)
         );
     }
