@@ -1055,10 +1055,13 @@ impl Application for App {
         }
         let l = consensus.ledger("InitChain");
         let head = l.head();
+        let app_hash = l.app_hash();
         self.max_block_bytes.store(
             l.fee_schedule().max[Dimension::Bandwidth as usize],
             Ordering::Relaxed,
         );
+        // The mempool's lock is never taken with the consensus lock held.
+        drop(consensus);
         self.mempool().set_head(
             head.height,
             head.time_ms,
@@ -1066,7 +1069,7 @@ impl Application for App {
             head.next_prices,
         );
         ResponseInitChain {
-            app_hash: Bytes::copy_from_slice(&l.app_hash()),
+            app_hash: Bytes::copy_from_slice(&app_hash),
             ..Default::default()
         }
     }
