@@ -949,6 +949,10 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
     );
     assert_eq!(code, 2, "{log}");
     assert!(log.contains("unknown reference block"), "{log}");
+    assert!(
+        log.contains("this node's head is block 1 (number 1)"),
+        "{log}"
+    );
     let ahead = bundle(&[&transfer(at(2, 0x1234, later), 1, 2, "ahead", 0).encode()]);
     let expiring =
         bundle(&[&transfer(at(tapos.0, tapos.1, head_ms + 5), 1, 2, "soon", 0).encode()]);

@@ -545,7 +545,16 @@ impl App {
         let mut awaited = Vec::new();
         for (i, num, prefix) in l.unknown_references(txs) {
             if let Err(e) = mempool::awaitable(num, prefix, head) {
-                return refused(i, e, code::REFUSED);
+                return Err(Refusal::new(
+                    code::REFUSED,
+                    format!(
+                        "transaction {i}: {e}: this node's head is block {head} (number {}); \
+                         name a block it has committed, as its `head` query gives, or one at \
+                         most {} ahead",
+                        head as u16,
+                        mempool::MAX_REFERENCE_LEAD
+                    ),
+                ));
             }
             awaited.push((num, prefix));
         }
