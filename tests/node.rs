@@ -1916,6 +1916,27 @@ impl SocketNode {
         (c.code, c.log)
     }
 
+    /// PrepareProposal of `txs` for a block at `height` (at `GENESIS_S + height`), at most
+    /// `max_tx_bytes` of them: the bundles it proposes.
+    fn prepare(&mut self, height: i64, max_tx_bytes: i64, txs: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        let r = abci(
+            &mut self.s,
+            request::Value::PrepareProposal(
+                tendermint_proto::v0_38::abci::RequestPrepareProposal {
+                    max_tx_bytes,
+                    txs: txs.iter().cloned().map(Into::into).collect(),
+                    height,
+                    time: timestamp(GENESIS_S + height),
+                    ..Default::default()
+                },
+            ),
+        );
+        let response::Value::PrepareProposal(p) = r else {
+            panic!("{r:?}")
+        };
+        p.txs.into_iter().map(|t| t.to_vec()).collect()
+    }
+
     /// FinalizeBlock then Commit of `txs` at `height` proposed by `proposer`: each bundle's
     /// result data.
     fn block(&mut self, height: i64, proposer: &[u8], txs: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
@@ -2037,30 +2058,49 @@ fn issue_24_prepare_proposal_takes_the_highest_tip_per_byte_first_only_when_the_
     }
     let len = txs[0].len() as i64;
     assert!(txs.iter().all(|t| t.len() as i64 == len));
-    let mut prepare = |max_tx_bytes: i64| -> Vec<Vec<u8>> {
-        let r = abci(
-            &mut node.s,
-            request::Value::PrepareProposal(
-                tendermint_proto::v0_38::abci::RequestPrepareProposal {
-                    max_tx_bytes,
-                    txs: txs.iter().cloned().map(Into::into).collect(),
-                    height: 1,
-                    time: timestamp(GENESIS_S + 1),
-                    ..Default::default()
-                },
-            ),
-        );
-        let response::Value::PrepareProposal(p) = r else {
-            panic!("{r:?}")
-        };
-        p.txs.into_iter().map(|t| t.to_vec()).collect()
-    };
+    let mut prepare = |max_tx_bytes: i64| node.prepare(1, max_tx_bytes, &txs);
     assert_eq!(prepare(4 * len), txs, "everything fits: arrival order");
     assert_eq!(
         prepare(3 * len),
         [txs[2].clone(), txs[1].clone(), txs[3].clone()],
         "full: highest tip per byte first, ties in arrival order"
     );
+}
+
+/// Issue 26: a transaction naming a block this node has not committed yet (its client took
+/// the reference from a node ahead) is admitted, left out of this node's proposals until it
+/// commits that block, and proposed from then on.
+#[test]
+fn a_transaction_naming_a_block_this_node_has_not_committed_waits_for_it() {
+    let genesis = fee_genesis(
+        [workload::NATIVE_FUNDS, workload::NATIVE_FUNDS],
+        &[],
+        json!({}),
+    );
+    let (mut ahead, mut behind) = (
+        SocketNode::start(genesis.clone()),
+        SocketNode::start(genesis),
+    );
+    ahead.block(1, &[], vec![]);
+    let h: Value = serde_json::from_slice(&ahead.query("head", &[]).1).unwrap();
+    let tapos = (
+        h["ref_block_num"].as_u64().unwrap() as u16,
+        h["ref_block_prefix"].as_u64().unwrap() as u32,
+        h["time_ms"].as_u64().unwrap(),
+    );
+    assert_eq!(tapos.0, 1);
+    let tx = bundle(&[&paying(tapos, 1, "waits", 0, tally_chain::tx::DEFAULT_MAX_FEE).encode()]);
+    assert_eq!(behind.check_tx(tx.clone()), (0, String::new()));
+    let txs = [tx];
+    assert!(
+        behind.prepare(1, 1 << 20, &txs).is_empty(),
+        "block 1 cannot name itself"
+    );
+    // The node behind commits the same block 1 (the same id, so the same prefix).
+    behind.block(1, &[], vec![]);
+    assert_eq!(behind.prepare(2, 1 << 20, &txs), txs);
+    let data = behind.block(2, &[], txs.to_vec());
+    assert_eq!(outcomes(&data[0]), [0], "committed");
 }
 
 #[test]
