@@ -19,7 +19,7 @@
 //! the map is bounded by the pool. Committed balances only change at commit: the pool keeps
 //! each pending payer's balance as read at a height, and asks for it again after a commit.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use prost::bytes::Bytes;
 use tally_chain::crypto::{self, KeySource, Need};
@@ -293,8 +293,10 @@ pub struct Mempool {
     head_height: u64,
     head_time_ms: u64,
     max_lifetime_ms: u64,
-    /// The last committed block's `(ref_block_num, ref_block_prefix)`, when a commit set it.
-    head_reference: Option<(u16, u32)>,
+    /// `(ref_block_num, ref_block_prefix)` of the blocks the last commits set as the head,
+    /// newest last, at most [`MAX_REFERENCE_LEAD`]: blocks a bundle admitted across those
+    /// commits may name as ahead.
+    recent_heads: VecDeque<(u16, u32)>,
     /// The next block's fee prices (zero before the first block is known).
     prices: tally_chain::fee::Prices,
 }
@@ -570,10 +572,10 @@ impl Mempool {
     }
 
     /// The reference blocks of `awaited` a bundle still waits for, sorted, once each: all but
-    /// the head's (a commit may come between admission's read of committed state and the
-    /// pool's update).
+    /// those committed since (commits may come between admission's read of committed state
+    /// and the pool's update).
     pub fn still_ahead(&self, mut awaited: Vec<(u16, u32)>) -> Vec<(u16, u32)> {
-        awaited.retain(|r| Some(*r) != self.head_reference);
+        awaited.retain(|r| !self.recent_heads.contains(r));
         awaited.sort_unstable();
         awaited.dedup();
         awaited
@@ -671,7 +673,10 @@ impl Mempool {
     ) {
         self.head_height = head_height;
         self.head_time_ms = head_time_ms;
-        self.head_reference = Some(head_reference);
+        if self.recent_heads.len() == usize::from(MAX_REFERENCE_LEAD) {
+            self.recent_heads.pop_front();
+        }
+        self.recent_heads.push_back(head_reference);
         self.prices = prices;
         for h in block {
             self.remove(h);
@@ -724,7 +729,7 @@ impl Mempool {
     ) {
         self.head_height = head_height;
         self.head_time_ms = head_time_ms;
-        self.head_reference = None;
+        self.recent_heads.clear();
         self.max_lifetime_ms = max_lifetime_ms;
         self.prices = prices;
     }
@@ -1079,9 +1084,14 @@ mod tests {
         pool.committed(HEIGHT + 2, HEAD_MS + 1_000, after, [0; 5], &[], &[]);
         assert_eq!(pool.ready(&[1; 32], HEAD_MS + 1_001), Some(true));
         assert_eq!(pool.size(), (2, 2));
-        // Admission read the state before that commit, and waits for the block now the head.
-        pool.admit_awaiting([6; 32], vec![paid("alice", 0, 0, 6)], &rich(), vec![after])
-            .unwrap();
+        // Admission read the state before those commits, and waits for blocks committed since.
+        pool.admit_awaiting(
+            [6; 32],
+            vec![paid("alice", 0, 0, 6)],
+            &rich(),
+            vec![after, next],
+        )
+        .unwrap();
         assert_eq!(pool.ready(&[6; 32], HEAD_MS + 1_001), Some(true));
         pool.remove(&[6; 32]);
 
