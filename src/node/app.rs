@@ -497,8 +497,12 @@ impl App {
         let mut txs = mempool::decode(bytes)?;
         self.mempool().screen(&txs)?;
         let (keys, awaited) = self.read_committed(&txs)?;
-        // Whether it may displace the bundles that hold its transactions, before verifying.
-        let awaited = {
+        // Whether a bundle that waits may displace those holding its transactions, before
+        // verifying. One that does not wait always may (`screen` refused the rest), so the
+        // usual bundle skips the lock and a second lookup of every id.
+        let awaited = if awaited.is_empty() {
+            awaited
+        } else {
             let pool = self.mempool();
             let awaited = pool.still_ahead(awaited);
             pool.displaced_by(&txs, &awaited)?;
