@@ -641,7 +641,7 @@ impl App {
                 .into_iter()
                 .filter(|(_, txs)| {
                     pool.pay(txs).is_ok()
-                        && txs.iter().all(|t| t.tx.transaction.expiration_ms > time_ms)
+                        && mempool::unexpired_at(txs, time_ms)
                         && txs.iter().all(|t| !pool.holds(&t.id) && seen.insert(t.id))
                 })
                 .collect()

@@ -192,6 +192,13 @@ fn expiry(expiration_ms: u64, time_ms: u64, max_lifetime_ms: u64) -> Result<(), 
     Ok(())
 }
 
+/// Whether no transaction of `txs` has expired by a block at `time_ms` (the chain's rule,
+/// [`expiry`]): what PrepareProposal asks of a bundle the pool does not hold.
+pub fn unexpired_at(txs: &[PreparedTx], time_ms: u64) -> bool {
+    txs.iter()
+        .all(|t| expiry(t.tx.transaction.expiration_ms, time_ms, u64::MAX).is_ok())
+}
+
 /// What each payer of a bundle may spend: the sum of its transactions' max fees, by payer
 /// (a `BTreeMap`: its order, the refusal's wording, does not depend on a hash seed).
 pub fn asked(txs: &[PreparedTx]) -> BTreeMap<Name, u64> {
@@ -594,7 +601,7 @@ impl Mempool {
     /// transaction the block would reject pays no fee, and takes the block's room for nothing.
     pub fn ready(&self, hash: &[u8; 32], time_ms: u64) -> Option<bool> {
         let p = self.bundles.get(hash)?;
-        Some(p.expires_ms > time_ms && !self.awaiting.contains_key(hash))
+        Some(expiry(p.expires_ms, time_ms, u64::MAX).is_ok() && !self.awaiting.contains_key(hash))
     }
 
     /// Whether a pooled bundle holds the transaction `id`.
