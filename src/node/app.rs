@@ -92,6 +92,10 @@ pub mod code {
     /// A transaction's max fee cannot pay for its own size and intrinsic fuel at the next
     /// block's prices: the chain would reject it.
     pub const MAX_FEE_TOO_LOW: u32 = 10;
+    /// This node cannot take the bundle now, though it may be valid: it names a reference
+    /// block the node has not committed, and the room for transactions that wait for one is
+    /// full (`mempool::MAX_AWAITING_BYTES`). Send it again later, or to another node.
+    pub const TRY_LATER: u32 = 11;
 }
 
 /// What PrepareProposal expects a transaction to use before any block ran: the intrinsic
@@ -497,15 +501,15 @@ impl App {
         let mut txs = mempool::decode(bytes)?;
         self.mempool().screen(&txs)?;
         let (keys, awaited) = self.read_committed(&txs)?;
-        // Whether a bundle that waits may displace those holding its transactions, before
-        // verifying. One that does not wait always may (`screen` refused the rest), so the
-        // usual bundle skips the lock and a second lookup of every id.
+        // Whether a bundle that waits may displace those holding its transactions, and has
+        // room to wait, before verifying. One that does not wait always may (`screen` refused
+        // the rest), so the usual bundle skips the lock and a second lookup of every id.
         let awaited = if awaited.is_empty() {
             awaited
         } else {
             let pool = self.mempool();
             let awaited = pool.still_ahead(awaited);
-            pool.displaced_by(&txs, &awaited)?;
+            pool.may_wait(&txs, &awaited)?;
             awaited
         };
         mempool::verify(&mut txs, &keys)?;

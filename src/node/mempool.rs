@@ -46,6 +46,20 @@ const MIN_BLOCK_STEP_MS: u64 = 1;
 /// transaction for no fee (`TxError::UnknownReferenceBlock`).
 pub const MAX_REFERENCE_LEAD: u16 = 16;
 
+/// The most transaction bytes the pool keeps in bundles waiting for a reference block
+/// ([`awaitable`]): 32 MiB, about 200,000 signed transfers of 165 bytes, five one-second
+/// blocks at the highest rate one devnet validator commits here (40,163 transfers a second).
+/// A validator in step waits for a block or two at most. A waiting bundle whose reference
+/// never comes leaves the pool without paying anything (the chain would reject it for no
+/// fee), so this room is what anyone can fill for free, for the max fees it reserves while
+/// it waits; when it is full a bundle that would wait is refused with `code::TRY_LATER`, and
+/// nothing else is.
+pub const MAX_AWAITING_BYTES: usize = 32 << 20;
+
+/// The most of [`MAX_AWAITING_BYTES`] one payer's transactions may take: a sixty-fourth,
+/// 512 KiB, about 3,200 transfers, so that no one payer fills the room alone.
+pub const MAX_AWAITING_BYTES_PER_PAYER: usize = MAX_AWAITING_BYTES / 64;
+
 /// What admission makes of a transaction's reference block `(num, prefix)` that the committed
 /// window does not know, at head `head_height`: `Ok` when `num` names a block up to
 /// [`MAX_REFERENCE_LEAD`] ahead, which the pool waits for; else the chain's error.
@@ -260,6 +274,8 @@ struct Payer {
     pending: u64,
     /// How many pooled bundles it pays in: the entry leaves with the last.
     bundles: u32,
+    /// The bytes of its transactions in bundles that wait for a reference block.
+    awaiting_bytes: usize,
     /// Its committed native balance and the height it was read at.
     balance: Option<(u64, u64)>,
 }
@@ -279,6 +295,24 @@ struct Pooled {
     offers: Vec<Offer>,
 }
 
+/// A pooled bundle that waits for reference blocks this node has not committed.
+struct Waiting {
+    /// The references it waits for, sorted, once each.
+    refs: Vec<(u16, u32)>,
+    /// Its transactions' bytes, by payer ([`waiting_bytes`]).
+    bytes: BTreeMap<Name, usize>,
+}
+
+/// The signed bytes of `txs`, by payer: what a bundle of them takes of the room for waiting
+/// bundles ([`MAX_AWAITING_BYTES`]), and of each payer's share.
+fn waiting_bytes(txs: &[PreparedTx]) -> BTreeMap<Name, usize> {
+    let mut bytes = BTreeMap::new();
+    for t in txs {
+        *bytes.entry(t.tx.transaction.payer).or_default() += t.bytes.len();
+    }
+    bytes
+}
+
 /// The bundles this node verified and has not yet seen committed.
 #[derive(Default)]
 pub struct Mempool {
@@ -292,7 +326,10 @@ pub struct Mempool {
     /// when it admitted them ([`awaitable`]), and those references: PrepareProposal leaves
     /// them out until the head is each one; a commit of another block at its height drops
     /// the bundle.
-    awaiting: KeyedMap<[u8; 32], Vec<(u16, u32)>>,
+    awaiting: KeyedMap<[u8; 32], Waiting>,
+    /// The bytes of the transactions of the bundles in `awaiting`: at most
+    /// [`MAX_AWAITING_BYTES`].
+    awaiting_bytes: usize,
     /// Bundles of the proposal being decided that ProcessProposal verified (not in the
     /// mempool), for FinalizeBlock.
     proposed: KeyedMap<[u8; 32], Vec<PreparedTx>>,
@@ -432,8 +469,9 @@ impl Mempool {
     /// now), unless a transaction of it arrived meanwhile in another, or a payer's committed
     /// balance (as known, or `read`) cannot cover its pending max fees plus this bundle's.
     ///
-    /// The bundles that hold a transaction of it give way ([`Mempool::displaced_by`]), once
-    /// it is admitted: what they asked of their payers is counted as free for it.
+    /// The bundles that hold a transaction of it give way ([`Mempool::may_wait`]), once it is
+    /// admitted: what they asked of their payers, and the room they took waiting, is counted
+    /// as free for it.
     pub fn admit_awaiting(
         &mut self,
         hash: [u8; 32],
@@ -442,7 +480,7 @@ impl Mempool {
         awaited: Vec<(u16, u32)>,
     ) -> Result<(), Refusal> {
         let awaited = self.still_ahead(awaited);
-        let displaced = self.displaced_by(&txs, &awaited)?;
+        let displaced = self.may_wait(&txs, &awaited)?;
         let asked = asked(&txs);
         let mut balances = Vec::with_capacity(asked.len());
         for (&payer, &wants) in &asked {
@@ -487,6 +525,9 @@ impl Mempool {
             p.bundles += 1;
             p.balance = Some((balance, at));
         }
+        if !awaited.is_empty() {
+            self.await_references(hash, awaited, waiting_bytes(&txs));
+        }
         self.bundles.insert(
             hash,
             Pooled {
@@ -498,7 +539,6 @@ impl Mempool {
                 asked,
             },
         );
-        self.await_references(hash, awaited);
         Ok(())
     }
 
@@ -539,8 +579,9 @@ impl Mempool {
     }
 
     /// The pooled bundles a bundle of `txs` waiting for the reference blocks `awaited`
-    /// ([`Mempool::still_ahead`]) displaces, or why it is refused: a transaction of it is held
-    /// by a bundle that does not give way.
+    /// ([`Mempool::still_ahead`]; none: it may be proposed now) displaces, or why it is
+    /// refused: a transaction of it is held by a bundle that does not give way, or it would
+    /// wait and the room for waiting bundles is full, or its payers' share of it.
     ///
     /// A bundle gives way to one that holds one of its transactions and waits for fewer
     /// reference blocks: for none (it may be proposed now), or for a strict part of what it
@@ -552,7 +593,10 @@ impl Mempool {
     /// bundle alone takes it out of that bundle, and the bundle's other transactions must be
     /// sent again; a client that gives all transactions of a bundle one reference block
     /// (`tally load` does) never waits for a strict part of another's.
-    pub fn displaced_by(
+    ///
+    /// The room ([`MAX_AWAITING_BYTES`], [`MAX_AWAITING_BYTES_PER_PAYER`]) counts what the
+    /// displaced bundles free, which all wait.
+    pub fn may_wait(
         &self,
         txs: &[PreparedTx],
         awaited: &[(u16, u32)],
@@ -563,7 +607,7 @@ impl Mempool {
                 continue;
             };
             let gives_way = self.awaiting.get(&other).is_some_and(|theirs| {
-                awaited.len() < theirs.len() && awaited.iter().all(|r| theirs.contains(r))
+                awaited.len() < theirs.refs.len() && awaited.iter().all(|r| theirs.refs.contains(r))
             });
             if !gives_way {
                 return Err(Refusal::new(
@@ -575,7 +619,55 @@ impl Mempool {
                 displaced.push(other);
             }
         }
+        if !awaited.is_empty() {
+            self.room_to_wait(txs, &displaced)?;
+        }
         Ok(displaced)
+    }
+
+    /// Whether a bundle of `txs` fits the room for waiting bundles and each of its payers'
+    /// share of it, once the waiting bundles `displaced` left.
+    fn room_to_wait(&self, txs: &[PreparedTx], displaced: &[[u8; 32]]) -> Result<(), Refusal> {
+        let freed = |payer: Option<&Name>| -> usize {
+            displaced
+                .iter()
+                .filter_map(|h| self.awaiting.get(h))
+                .map(|w| match payer {
+                    None => w.bytes.values().sum(),
+                    Some(p) => w.bytes.get(p).copied().unwrap_or(0),
+                })
+                .sum()
+        };
+        let full = |what: String| {
+            Err(Refusal::new(
+                code::TRY_LATER,
+                format!(
+                    "{what}: this node cannot keep more transactions waiting for a reference \
+                     block it has not committed; send them again once it has the block, or to \
+                     another node"
+                ),
+            ))
+        };
+        let bytes = waiting_bytes(txs);
+        let total: usize = bytes.values().sum();
+        if self.awaiting_bytes - freed(None) + total > MAX_AWAITING_BYTES {
+            return full(format!(
+                "{} bytes of transactions already wait, and the bundle's {total} would pass \
+                 the {MAX_AWAITING_BYTES} this node keeps",
+                self.awaiting_bytes
+            ));
+        }
+        for (payer, &wants) in &bytes {
+            let waiting = self.payers.get(payer).map_or(0, |p| p.awaiting_bytes);
+            if waiting - freed(Some(payer)) + wants > MAX_AWAITING_BYTES_PER_PAYER {
+                return full(format!(
+                    "{waiting} bytes of the payer {payer}'s transactions already wait, and the \
+                     bundle's {wants} would pass the {MAX_AWAITING_BYTES_PER_PAYER} one payer \
+                     may keep waiting"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The reference blocks of `awaited` a bundle still waits for, sorted, once each: all but
@@ -588,10 +680,33 @@ impl Mempool {
         awaited
     }
 
-    /// Marks the pooled bundle `hash` as waiting for the reference blocks `refs`.
-    fn await_references(&mut self, hash: [u8; 32], refs: Vec<(u16, u32)>) {
-        if !refs.is_empty() {
-            self.awaiting.insert(hash, refs);
+    /// Marks the pooled bundle `hash` as waiting for the reference blocks `refs`, its
+    /// transactions' bytes by payer being `bytes`.
+    fn await_references(
+        &mut self,
+        hash: [u8; 32],
+        refs: Vec<(u16, u32)>,
+        bytes: BTreeMap<Name, usize>,
+    ) {
+        for (payer, &b) in &bytes {
+            if let Some(p) = self.payers.get_mut(payer) {
+                p.awaiting_bytes += b;
+            }
+            self.awaiting_bytes += b;
+        }
+        self.awaiting.insert(hash, Waiting { refs, bytes });
+    }
+
+    /// The bundle `hash` no longer waits: the room it took is free.
+    fn stop_waiting(&mut self, hash: &[u8; 32]) {
+        let Some(w) = self.awaiting.remove(hash) else {
+            return;
+        };
+        for (payer, b) in w.bytes {
+            if let Some(p) = self.payers.get_mut(&payer) {
+                p.awaiting_bytes -= b;
+            }
+            self.awaiting_bytes -= b;
         }
     }
 
@@ -711,14 +826,21 @@ impl Mempool {
         // block ahead (another block has this height, or the head moved past it, as a
         // restored snapshot does) never will be. Such a bundle leaves: CometBFT's recheck
         // admits it again from scratch, and admission refuses it, before any signature.
-        let mut dead = Vec::new();
-        self.awaiting.retain(|h, refs| {
-            refs.retain(|r| *r != head_reference);
-            if refs.iter().any(|&(num, _)| !within_lead(num, head_height)) {
+        let (mut dead, mut ready) = (Vec::new(), Vec::new());
+        for (h, w) in &mut self.awaiting {
+            w.refs.retain(|r| *r != head_reference);
+            if w.refs
+                .iter()
+                .any(|&(num, _)| !within_lead(num, head_height))
+            {
                 dead.push(*h);
+            } else if w.refs.is_empty() {
+                ready.push(*h);
             }
-            !refs.is_empty()
-        });
+        }
+        for h in &ready {
+            self.stop_waiting(h);
+        }
         for h in &dead {
             self.remove(h);
         }
@@ -742,7 +864,7 @@ impl Mempool {
     }
 
     fn remove(&mut self, hash: &[u8; 32]) {
-        self.awaiting.remove(hash);
+        self.stop_waiting(hash);
         if let Some(p) = self.bundles.remove(hash) {
             for id in p.ids {
                 self.ids.remove(&id);
@@ -1164,6 +1286,7 @@ mod tests {
             Ok(())
         );
         assert_eq!(pool.ready(&[1; 32], HEAD_MS + 1), None, "displaced");
+        assert_room_counted(&pool);
         assert_eq!(pool.pending_of("mallory".parse().unwrap()), 0);
         assert_eq!(pool.pending_of("alice".parse().unwrap()), 5);
         assert_eq!(pool.size(), (1, 1));
@@ -1188,6 +1311,125 @@ mod tests {
         assert_eq!(
             refused(pool.admit([4; 32], vec![victim], &rich())),
             Err(code::DUPLICATE)
+        );
+    }
+
+    /// A transaction paid by `payer` whose signed encoding is about `bytes` long.
+    fn sized(payer: &str, bytes: usize, nonce: u16) -> PreparedTx {
+        let mut t = paid(payer, 0, 0, 0);
+        let mut tx = t.tx.transaction.clone();
+        tx.actions[0].data = nonce.to_le_bytes().repeat(bytes / 2);
+        t = PreparedTx::new(SignedTransaction::unsigned(tx));
+        t
+    }
+
+    /// The room the pool counts for waiting bundles, in total and by payer, is what the
+    /// waiting bundles hold.
+    fn assert_room_counted(pool: &Mempool) {
+        let mut by_payer: BTreeMap<Name, usize> = BTreeMap::new();
+        for w in pool.awaiting.values() {
+            for (p, b) in &w.bytes {
+                *by_payer.entry(*p).or_default() += b;
+            }
+        }
+        assert_eq!(pool.awaiting_bytes, by_payer.values().sum::<usize>());
+        for (name, p) in &pool.payers {
+            assert_eq!(
+                p.awaiting_bytes,
+                by_payer.get(name).copied().unwrap_or(0),
+                "{name}"
+            );
+        }
+    }
+
+    /// A waiting bundle whose reference never comes pays nothing, so what waits is bounded:
+    /// one payer's transactions take at most its share of the room, all of them at most the
+    /// room, and a bundle past either is refused with `TRY_LATER` (one that does not wait is
+    /// not). The room is free again once the bundles stop waiting or leave.
+    #[test]
+    fn the_room_for_bundles_waiting_for_a_reference_block_is_bounded_per_payer_and_in_all() {
+        const TX: usize = 60 << 10;
+        let per_payer = MAX_AWAITING_BYTES_PER_PAYER / TX; // 8 of about 60 KiB each
+        let mut pool = pool();
+        let refused = |r: Result<(), Refusal>| r.map_err(|r| r.code);
+        let next = ((HEIGHT + 1) as u16, 0x600d);
+        let mut hash = 0u32;
+        let mut admit = |pool: &mut Mempool, txs: Vec<PreparedTx>, awaited: Vec<(u16, u32)>| {
+            hash += 1;
+            let mut h = [0; 32];
+            h[..4].copy_from_slice(&hash.to_le_bytes());
+            refused(pool.admit_awaiting(h, txs, &rich(), awaited))
+        };
+        for n in 0..per_payer as u16 {
+            assert_eq!(
+                admit(&mut pool, vec![sized("alice", TX, n)], vec![next]),
+                Ok(())
+            );
+        }
+        let over = sized("alice", TX, 100);
+        assert_eq!(
+            admit(&mut pool, vec![over.clone()], vec![next]),
+            Err(code::TRY_LATER),
+            "past alice's share"
+        );
+        assert_eq!(
+            admit(&mut pool, vec![sized("bob", TX, 0)], vec![next]),
+            Ok(()),
+            "another payer's share is its own"
+        );
+        assert_eq!(
+            admit(&mut pool, vec![over.clone()], vec![]),
+            Ok(()),
+            "a bundle that does not wait takes no room"
+        );
+        assert_room_counted(&pool);
+
+        // The commit of the awaited block ends the wait: the room is free again.
+        pool.committed(HEIGHT + 1, HEAD_MS + 500, next, [0; 5], &[], &[]);
+        assert_eq!(pool.awaiting_bytes, 0);
+        assert_room_counted(&pool);
+        let next = ((HEIGHT + 2) as u16, 0x600d);
+
+        // Many payers fill the whole room; past it, even a payer with a share left waits no more.
+        let names: Vec<String> = (0..MAX_AWAITING_BYTES / MAX_AWAITING_BYTES_PER_PAYER)
+            .map(|i| {
+                format!(
+                    "pay{}{}",
+                    (b'a' + (i / 8) as u8) as char,
+                    (b'a' + (i % 8) as u8) as char
+                )
+            })
+            .collect();
+        for name in &names {
+            let txs = (0..per_payer as u16)
+                .map(|n| sized(name, TX, 200 + n))
+                .collect();
+            assert_eq!(admit(&mut pool, txs, vec![next]), Ok(()), "{name}");
+        }
+        assert!(pool.awaiting_bytes <= MAX_AWAITING_BYTES);
+        let last = sized("carol", MAX_AWAITING_BYTES - pool.awaiting_bytes + 1, 1);
+        assert_eq!(
+            admit(&mut pool, vec![last], vec![next]),
+            Err(code::TRY_LATER),
+            "past the room"
+        );
+        assert_room_counted(&pool);
+
+        // A bundle that leaves (here: its block took another reference) frees its room.
+        pool.committed(
+            HEIGHT + 2,
+            HEAD_MS + 1_000,
+            (next.0, 0xbad),
+            [0; 5],
+            &[],
+            &[],
+        );
+        assert_eq!(pool.awaiting_bytes, 0);
+        assert_room_counted(&pool);
+        assert_eq!(
+            pool.size(),
+            (per_payer + 2, per_payer + 2),
+            "those that stopped waiting at the first commit stay, as does the one that never waited"
         );
     }
 
