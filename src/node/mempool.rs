@@ -60,6 +60,13 @@ pub const MAX_AWAITING_BYTES: usize = 32 << 20;
 /// 512 KiB, about 3,200 transfers, so that no one payer fills the room alone.
 pub const MAX_AWAITING_BYTES_PER_PAYER: usize = MAX_AWAITING_BYTES / 64;
 
+/// The least room a waiting bundle takes, however small: 64 KiB, so that at most 512 bundles
+/// wait, a tenth of the 5,000 CometBFT's mempool holds by default (`mempool.size`), and at
+/// most 8 that one payer alone pays for. CometBFT counts a bundle as one transaction whatever
+/// its size, so without it small waiting bundles could fill its mempool for free. A bundle's
+/// payers share it ([`waiting_bytes`]); a bundle of a thousand transfers is larger anyway.
+pub const MIN_AWAITING_BUNDLE_BYTES: usize = MAX_AWAITING_BYTES / 512;
+
 /// What admission makes of a transaction's reference block `(num, prefix)` that the committed
 /// window does not know, at head `head_height`: `Ok` when `num` names a block up to
 /// [`MAX_REFERENCE_LEAD`] ahead, which the pool waits for; else the chain's error.
@@ -303,12 +310,17 @@ struct Waiting {
     bytes: BTreeMap<Name, usize>,
 }
 
-/// The signed bytes of `txs`, by payer: what a bundle of them takes of the room for waiting
-/// bundles ([`MAX_AWAITING_BYTES`]), and of each payer's share.
+/// What a waiting bundle of `txs` takes of the room for waiting bundles
+/// ([`MAX_AWAITING_BYTES`]), by payer: the signed bytes of each payer's transactions, or its
+/// part of [`MIN_AWAITING_BUNDLE_BYTES`] if more.
 fn waiting_bytes(txs: &[PreparedTx]) -> BTreeMap<Name, usize> {
-    let mut bytes = BTreeMap::new();
+    let mut bytes: BTreeMap<Name, usize> = BTreeMap::new();
     for t in txs {
         *bytes.entry(t.tx.transaction.payer).or_default() += t.bytes.len();
+    }
+    let least = MIN_AWAITING_BUNDLE_BYTES.div_ceil(bytes.len().max(1));
+    for b in bytes.values_mut() {
+        *b = (*b).max(least);
     }
     bytes
 }
@@ -650,7 +662,7 @@ impl Mempool {
         };
         let bytes = waiting_bytes(txs);
         let total: usize = bytes.values().sum();
-        if self.awaiting_bytes - freed(None) + total > MAX_AWAITING_BYTES {
+        if self.awaiting_bytes.saturating_sub(freed(None)) + total > MAX_AWAITING_BYTES {
             return full(format!(
                 "{} bytes of transactions already wait, and the bundle's {total} would pass \
                  the {MAX_AWAITING_BYTES} this node keeps",
@@ -659,7 +671,7 @@ impl Mempool {
         }
         for (payer, &wants) in &bytes {
             let waiting = self.payers.get(payer).map_or(0, |p| p.awaiting_bytes);
-            if waiting - freed(Some(payer)) + wants > MAX_AWAITING_BYTES_PER_PAYER {
+            if waiting.saturating_sub(freed(Some(payer))) + wants > MAX_AWAITING_BYTES_PER_PAYER {
                 return full(format!(
                     "{waiting} bytes of the payer {payer}'s transactions already wait, and the \
                      bundle's {wants} would pass the {MAX_AWAITING_BYTES_PER_PAYER} one payer \
@@ -702,11 +714,15 @@ impl Mempool {
         let Some(w) = self.awaiting.remove(hash) else {
             return;
         };
+        // The counts are what the waiting bundles hold (`room_to_wait` relies on it); a
+        // miscount must not take the node down, so it saturates, and the tests check them.
         for (payer, b) in w.bytes {
             if let Some(p) = self.payers.get_mut(&payer) {
-                p.awaiting_bytes -= b;
+                debug_assert!(p.awaiting_bytes >= b, "{payer}'s waiting bytes");
+                p.awaiting_bytes = p.awaiting_bytes.saturating_sub(b);
             }
-            self.awaiting_bytes -= b;
+            debug_assert!(self.awaiting_bytes >= b, "waiting bytes");
+            self.awaiting_bytes = self.awaiting_bytes.saturating_sub(b);
         }
     }
 
@@ -1344,21 +1360,24 @@ mod tests {
 
     /// A waiting bundle whose reference never comes pays nothing, so what waits is bounded:
     /// one payer's transactions take at most its share of the room, all of them at most the
-    /// room, and a bundle past either is refused with `TRY_LATER` (one that does not wait is
-    /// not). The room is free again once the bundles stop waiting or leave.
+    /// room, each bundle at least its floor, and a bundle past a bound is refused with
+    /// `TRY_LATER` (one that does not wait is not). The room is free again once the bundles
+    /// stop waiting, leave, or give way to one that waits for less.
     #[test]
     fn the_room_for_bundles_waiting_for_a_reference_block_is_bounded_per_payer_and_in_all() {
         const TX: usize = 60 << 10;
-        let per_payer = MAX_AWAITING_BYTES_PER_PAYER / TX; // 8 of about 60 KiB each
+        // 8: a bundle takes at least MIN_AWAITING_BUNDLE_BYTES, 64 KiB.
+        let per_payer = MAX_AWAITING_BYTES_PER_PAYER / MIN_AWAITING_BUNDLE_BYTES;
         let mut pool = pool();
-        let refused = |r: Result<(), Refusal>| r.map_err(|r| r.code);
         let next = ((HEIGHT + 1) as u16, 0x600d);
         let mut hash = 0u32;
         let mut admit = |pool: &mut Mempool, txs: Vec<PreparedTx>, awaited: Vec<(u16, u32)>| {
             hash += 1;
             let mut h = [0; 32];
             h[..4].copy_from_slice(&hash.to_le_bytes());
-            refused(pool.admit_awaiting(h, txs, &rich(), awaited))
+            let admitted = pool.admit_awaiting(h, txs, &rich(), awaited);
+            assert_room_counted(pool);
+            admitted.map_err(|r| r.code)
         };
         for n in 0..per_payer as u16 {
             assert_eq!(
@@ -1382,40 +1401,55 @@ mod tests {
             Ok(()),
             "a bundle that does not wait takes no room"
         );
-        assert_room_counted(&pool);
 
         // The commit of the awaited block ends the wait: the room is free again.
         pool.committed(HEIGHT + 1, HEAD_MS + 500, next, [0; 5], &[], &[]);
         assert_eq!(pool.awaiting_bytes, 0);
         assert_room_counted(&pool);
-        let next = ((HEIGHT + 2) as u16, 0x600d);
+        let (next, later) = (((HEIGHT + 2) as u16, 0x600d), ((HEIGHT + 3) as u16, 0x600d));
 
-        // Many payers fill the whole room; past it, even a payer with a share left waits no more.
-        let names: Vec<String> = (0..MAX_AWAITING_BYTES / MAX_AWAITING_BYTES_PER_PAYER)
-            .map(|i| {
-                format!(
-                    "pay{}{}",
-                    (b'a' + (i / 8) as u8) as char,
-                    (b'a' + (i % 8) as u8) as char
-                )
-            })
+        // Small bundles take the floor each: a payer's share holds 8 of them.
+        let small: Vec<PreparedTx> = (0..per_payer as u16)
+            .map(|n| sized("carol", 100, 300 + n))
             .collect();
-        for name in &names {
-            let txs = (0..per_payer as u16)
-                .map(|n| sized(name, TX, 200 + n))
-                .collect();
-            assert_eq!(admit(&mut pool, txs, vec![next]), Ok(()), "{name}");
+        for t in &small {
+            assert_eq!(admit(&mut pool, vec![t.clone()], vec![next, later]), Ok(()));
         }
-        assert!(pool.awaiting_bytes <= MAX_AWAITING_BYTES);
-        let last = sized("carol", MAX_AWAITING_BYTES - pool.awaiting_bytes + 1, 1);
         assert_eq!(
-            admit(&mut pool, vec![last], vec![next]),
+            admit(&mut pool, vec![sized("carol", 100, 1)], vec![next]),
+            Err(code::TRY_LATER),
+            "past carol's share, by the floor"
+        );
+        // One that waits for less displaces a bundle and takes the room it frees.
+        assert_eq!(admit(&mut pool, vec![small[0].clone()], vec![next]), Ok(()));
+        assert_eq!(pool.awaiting_bytes, per_payer * MIN_AWAITING_BUNDLE_BYTES);
+
+        // 63 more payers fill the whole room; past it, even a payer with its share left
+        // waits no more.
+        for i in 1..MAX_AWAITING_BYTES / MAX_AWAITING_BYTES_PER_PAYER {
+            let name = format!(
+                "pay{}{}",
+                (b'a' + (i / 8) as u8) as char,
+                (b'a' + (i % 8) as u8) as char
+            );
+            for n in 0..per_payer as u16 {
+                let t = sized(&name, 100, 400 + n);
+                assert_eq!(admit(&mut pool, vec![t], vec![next]), Ok(()), "{name}");
+            }
+        }
+        assert_eq!(pool.awaiting_bytes, MAX_AWAITING_BYTES);
+        assert_eq!(
+            admit(&mut pool, vec![sized("dave", 100, 1)], vec![next]),
             Err(code::TRY_LATER),
             "past the room"
         );
-        assert_room_counted(&pool);
+        assert_eq!(
+            admit(&mut pool, vec![sized("dave", 100, 1)], vec![]),
+            Ok(()),
+            "a bundle that does not wait takes no room"
+        );
 
-        // A bundle that leaves (here: its block took another reference) frees its room.
+        // Bundles that leave (here: their block took another reference) free their room.
         pool.committed(
             HEIGHT + 2,
             HEAD_MS + 1_000,
@@ -1428,8 +1462,8 @@ mod tests {
         assert_room_counted(&pool);
         assert_eq!(
             pool.size(),
-            (per_payer + 2, per_payer + 2),
-            "those that stopped waiting at the first commit stay, as does the one that never waited"
+            (per_payer + 3, per_payer + 3),
+            "those that stopped waiting at the first commit stay, as do those that never waited"
         );
     }
 
