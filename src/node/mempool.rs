@@ -67,6 +67,18 @@ pub const MAX_AWAITING_BYTES_PER_PAYER: usize = MAX_AWAITING_BYTES / 64;
 /// payers share it ([`waiting_bytes`]); a bundle of a thousand transfers is larger anyway.
 pub const MIN_AWAITING_BUNDLE_BYTES: usize = MAX_AWAITING_BYTES / 512;
 
+/// How many blocks a payer's transactions may not wait for a reference block after one of
+/// them named a block that never came (another block took its height): 600, ten minutes of
+/// one-second blocks. CometBFT's blocks are final, so a reference a client took from a node
+/// that committed it always comes; one that does not was made up, and its payer signed it.
+/// Without this, 64 funded payers could keep the room for waiting bundles full for ever, for
+/// the max fees they reserve; with it, each may fill its share once in 600 blocks.
+pub const SUSPENDED_BLOCKS: u64 = 600;
+
+/// The most payers suspended at once ([`SUSPENDED_BLOCKS`]): 65,536, about 2 MiB. Past it,
+/// no more are until some are free again.
+pub const MAX_SUSPENDED_PAYERS: usize = 1 << 16;
+
 /// What admission makes of a transaction's reference block `(num, prefix)` that the committed
 /// window does not know, at head `head_height`: `Ok` when `num` names a block up to
 /// [`MAX_REFERENCE_LEAD`] ahead, which the pool waits for; else the chain's error.
@@ -308,6 +320,25 @@ struct Waiting {
     refs: Vec<(u16, u32)>,
     /// Its transactions' bytes, by payer ([`waiting_bytes`]).
     bytes: BTreeMap<Name, usize>,
+    /// Each reference it waits for and the payers of the transactions that name it
+    /// ([`namers`]).
+    namers: Vec<((u16, u32), Name)>,
+}
+
+/// The payers of the transactions of `txs` that name a reference block of `awaited` (sorted),
+/// with that reference, sorted, once each: who signed for a block that may never come.
+fn namers(txs: &[PreparedTx], awaited: &[(u16, u32)]) -> Vec<((u16, u32), Name)> {
+    let mut namers: Vec<((u16, u32), Name)> = txs
+        .iter()
+        .map(|t| {
+            let tx = &t.tx.transaction;
+            ((tx.ref_block_num, tx.ref_block_prefix), tx.payer)
+        })
+        .filter(|(r, _)| awaited.binary_search(r).is_ok())
+        .collect();
+    namers.sort_unstable();
+    namers.dedup();
+    namers
 }
 
 /// What a waiting bundle of `txs` takes of the room for waiting bundles
@@ -342,6 +373,9 @@ pub struct Mempool {
     /// The bytes of the transactions of the bundles in `awaiting`: at most
     /// [`MAX_AWAITING_BYTES`].
     awaiting_bytes: usize,
+    /// Payers whose transactions may not wait for a reference block before the head reaches
+    /// the height given ([`SUSPENDED_BLOCKS`]): at most [`MAX_SUSPENDED_PAYERS`].
+    suspended: KeyedMap<Name, u64>,
     /// Bundles of the proposal being decided that ProcessProposal verified (not in the
     /// mempool), for FinalizeBlock.
     proposed: KeyedMap<[u8; 32], Vec<PreparedTx>>,
@@ -538,7 +572,8 @@ impl Mempool {
             p.balance = Some((balance, at));
         }
         if !awaited.is_empty() {
-            self.await_references(hash, awaited, waiting_bytes(&txs));
+            let namers = namers(&txs, &awaited);
+            self.await_references(hash, awaited, waiting_bytes(&txs), namers);
         }
         self.bundles.insert(
             hash,
@@ -632,9 +667,31 @@ impl Mempool {
             }
         }
         if !awaited.is_empty() {
+            self.suspension(txs, awaited)?;
             self.room_to_wait(txs, &displaced)?;
         }
         Ok(displaced)
+    }
+
+    /// Refuses a bundle with a transaction that names a block of `awaited` and whose payer is
+    /// suspended ([`SUSPENDED_BLOCKS`]).
+    fn suspension(&self, txs: &[PreparedTx], awaited: &[(u16, u32)]) -> Result<(), Refusal> {
+        if self.suspended.is_empty() {
+            return Ok(());
+        }
+        for (_, payer) in namers(txs, awaited) {
+            if let Some(&until) = self.suspended.get(&payer) {
+                return Err(Refusal::new(
+                    code::TRY_LATER,
+                    format!(
+                        "the payer {payer} signed a transaction naming a block that never came; \
+                         until block {until} its transactions may only name blocks this node \
+                         has committed, as its `head` query gives"
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Whether a bundle of `txs` fits the room for waiting bundles and each of its payers'
@@ -693,12 +750,13 @@ impl Mempool {
     }
 
     /// Marks the pooled bundle `hash` as waiting for the reference blocks `refs`, its
-    /// transactions' bytes by payer being `bytes`.
+    /// transactions' bytes by payer being `bytes`, the payers who named each `namers`.
     fn await_references(
         &mut self,
         hash: [u8; 32],
         refs: Vec<(u16, u32)>,
         bytes: BTreeMap<Name, usize>,
+        namers: Vec<((u16, u32), Name)>,
     ) {
         for (payer, &b) in &bytes {
             if let Some(p) = self.payers.get_mut(payer) {
@@ -706,7 +764,14 @@ impl Mempool {
             }
             self.awaiting_bytes += b;
         }
-        self.awaiting.insert(hash, Waiting { refs, bytes });
+        self.awaiting.insert(
+            hash,
+            Waiting {
+                refs,
+                bytes,
+                namers,
+            },
+        );
     }
 
     /// The bundle `hash` no longer waits: the room it took is free.
@@ -857,10 +922,34 @@ impl Mempool {
         for h in &ready {
             self.stop_waiting(h);
         }
+        self.suspended.retain(|_, until| *until > head_height);
         for h in &dead {
+            self.suspend_namers_of(h, head_height);
             self.remove(h);
         }
         self.proposed.clear();
+    }
+
+    /// Suspends the payers who named, in the waiting bundle `hash`, a reference another
+    /// committed block took the height of (one the last commits made the head: a head that
+    /// jumped, as a restored snapshot makes it, proves no reference wrong).
+    fn suspend_namers_of(&mut self, hash: &[u8; 32], head_height: u64) {
+        let Some(w) = self.awaiting.get(hash) else {
+            return;
+        };
+        let made_up = |(num, prefix): (u16, u32)| {
+            self.recent_heads
+                .iter()
+                .any(|&(n, p)| n == num && p != prefix)
+        };
+        for &(r, payer) in &w.namers {
+            if made_up(r)
+                && (self.suspended.len() < MAX_SUSPENDED_PAYERS
+                    || self.suspended.contains_key(&payer))
+            {
+                self.suspended.insert(payer, head_height + SUSPENDED_BLOCKS);
+            }
+        }
     }
 
     /// Sets the head after InitChain or a restored snapshot, and the next block's prices
@@ -1465,6 +1554,73 @@ mod tests {
             (per_payer + 3, per_payer + 3),
             "those that stopped waiting at the first commit stay, as do those that never waited"
         );
+    }
+
+    /// A payer that signed a transaction naming a block that never came (another took its
+    /// height) may have no transaction wait for a block for SUSPENDED_BLOCKS; nor is anyone
+    /// else suspended: a payer whose transaction shared the bundle, or one whose reference a
+    /// jump of the head left behind.
+    #[test]
+    fn a_payer_that_named_a_block_that_never_came_may_not_wait_for_a_while() {
+        let mut pool = pool();
+        let refused = |r: Result<(), Refusal>| r.map_err(|r| r.code);
+        let at = |height: u64, prefix: u32| (height as u16, prefix);
+        let with_ref = |payer: &str, nonce: u8, r: (u16, u32)| {
+            let mut t = paid(payer, 0, 0, nonce).tx.transaction;
+            (t.ref_block_num, t.ref_block_prefix) = r;
+            PreparedTx::new(SignedTransaction::unsigned(t))
+        };
+        let (real, made_up) = (at(HEIGHT + 1, 0x600d), at(HEIGHT + 1, 0xbad));
+        let bundle = vec![with_ref("alice", 1, real), with_ref("mallory", 2, made_up)];
+        pool.admit_awaiting([1; 32], bundle, &rich(), vec![real, made_up])
+            .unwrap();
+        let far = at(HEIGHT + 5, 7);
+        pool.admit_awaiting([2; 32], vec![with_ref("bob", 3, far)], &rich(), vec![far])
+            .unwrap();
+        pool.committed(HEIGHT + 1, HEAD_MS + 500, real, [0; 5], &[], &[]);
+        assert_eq!(pool.ready(&[1; 32], HEAD_MS + 501), None, "dropped");
+
+        let next = at(HEIGHT + 2, 1);
+        let wait = |pool: &mut Mempool, hash: u8, payer: &str| {
+            let t = with_ref(payer, hash, next);
+            refused(pool.admit_awaiting([hash; 32], vec![t], &rich(), vec![next]))
+        };
+        assert_eq!(wait(&mut pool, 3, "mallory"), Err(code::TRY_LATER));
+        assert_eq!(wait(&mut pool, 4, "alice"), Ok(()), "her reference came");
+        assert_eq!(
+            refused(pool.admit([5; 32], vec![with_ref("mallory", 5, real)], &rich())),
+            Ok(()),
+            "a bundle that does not wait"
+        );
+
+        // A head that jumps past a reference proves it wrong no more than it proves it right.
+        pool.set_head(HEIGHT + 40, HEAD_MS + 600, LIFETIME_MS, [0; 5]);
+        pool.committed(
+            HEIGHT + 41,
+            HEAD_MS + 700,
+            at(HEIGHT + 41, 9),
+            [0; 5],
+            &[],
+            &[],
+        );
+        assert_eq!(pool.ready(&[2; 32], HEAD_MS + 701), None, "dropped");
+        let next = at(HEIGHT + 42, 1);
+        let t = with_ref("bob", 6, next);
+        assert_eq!(
+            refused(pool.admit_awaiting([6; 32], vec![t], &rich(), vec![next])),
+            Ok(())
+        );
+
+        // SUSPENDED_BLOCKS after the block that proved it wrong, mallory may wait again.
+        let free_at = HEIGHT + 1 + SUSPENDED_BLOCKS;
+        for (height, freed) in [(free_at - 1, false), (free_at, true)] {
+            pool.committed(height, HEAD_MS + 1_000, at(height, 9), [0; 5], &[], &[]);
+            let next = at(height + 1, 1);
+            let t = with_ref("mallory", height as u8, next);
+            let admitted = pool.admit_awaiting([height as u8; 32], vec![t], &rich(), vec![next]);
+            assert_eq!(refused(admitted).is_ok(), freed, "{height}");
+        }
+        assert!(pool.suspended.is_empty());
     }
 
     #[test]
