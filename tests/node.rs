@@ -953,6 +953,13 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         log.contains("this node's head is block 1 (number 1)"),
         "{log}"
     );
+    // Further ahead than the pool waits for: this node may be the one behind.
+    let (code, log) = check(
+        &mut s,
+        bundle(&[&transfer(at(40, 0x1234, later), 1, 2, "far", 0).encode()]),
+    );
+    assert_eq!(code, 11, "{log}");
+    assert!(log.contains("may be catching up"), "{log}");
     let ahead = bundle(&[&transfer(at(2, 0x1234, later), 1, 2, "ahead", 0).encode()]);
     let expiring =
         bundle(&[&transfer(at(tapos.0, tapos.1, head_ms + 5), 1, 2, "soon", 0).encode()]);

@@ -94,7 +94,9 @@ pub mod code {
     pub const MAX_FEE_TOO_LOW: u32 = 10;
     /// This node cannot take the bundle now, though it may be valid: it names a reference
     /// block the node has not committed, and the room for transactions that wait for one is
-    /// full (`mempool::MAX_AWAITING_BYTES`). Send it again later, or to another node.
+    /// full (`mempool::MAX_AWAITING_BYTES`), or its payer may not wait
+    /// (`mempool::SUSPENDED_BLOCKS`), or the block is further ahead than the node waits for
+    /// (it may be catching up). Send it again later, or to another node.
     pub const TRY_LATER: u32 = 11;
 }
 
@@ -553,16 +555,28 @@ impl App {
         let mut awaited = Vec::new();
         for (i, num, prefix) in l.unknown_references(txs) {
             if let Err(e) = mempool::awaitable(num, prefix, head) {
-                return Err(Refusal::new(
-                    code::REFUSED,
-                    format!(
-                        "transaction {i}: {e}: this node's head is block {head} (number {}); \
-                         name a block it has committed, as its `head` query gives, or one at \
-                         most {} ahead",
-                        head as u16,
-                        mempool::MAX_REFERENCE_LEAD
+                let lead = mempool::MAX_REFERENCE_LEAD;
+                return Err(match mempool::blocks_ahead(num, head) {
+                    Some(ahead) => Refusal::new(
+                        code::TRY_LATER,
+                        format!(
+                            "transaction {i}: {e}: it names a block {ahead} after this node's \
+                             head (block {head}, number {}), more than the {lead} it waits \
+                             for: this node may be catching up; send it again later, or to \
+                             another node",
+                            head as u16
+                        ),
                     ),
-                ));
+                    None => Refusal::new(
+                        code::REFUSED,
+                        format!(
+                            "transaction {i}: {e}: this node's head is block {head} (number \
+                             {}); name a block it has committed, as its `head` query gives, or \
+                             one at most {lead} ahead",
+                            head as u16
+                        ),
+                    ),
+                });
             }
             awaited.push((num, prefix));
         }

@@ -90,6 +90,17 @@ pub fn awaitable(num: u16, prefix: u32, head_height: u64) -> Result<(), TxError>
     }
 }
 
+/// How many blocks after `head_height` block number `num` (a height's low 16 bits) may be:
+/// `None` when it is at or before the head, on the nearer reading of the wrapping numbers
+/// (within 32,767 blocks). A reference further ahead than [`MAX_REFERENCE_LEAD`] does not
+/// wait, but the node that refuses it may be the one behind: the refusal says so, and that a
+/// resend may be admitted (`code::TRY_LATER`). One at or behind the head that the committed
+/// window does not know never will be.
+pub fn blocks_ahead(num: u16, head_height: u64) -> Option<u16> {
+    let ahead = num.wrapping_sub(head_height as u16);
+    (1..0x8000).contains(&ahead).then_some(ahead)
+}
+
 /// Whether block number `num` (a height's low 16 bits) is 1 to [`MAX_REFERENCE_LEAD`] blocks
 /// after `head_height`.
 fn within_lead(num: u16, head_height: u64) -> bool {
@@ -1273,6 +1284,17 @@ mod tests {
         }
         for num in [head as u16, (head - 1) as u16, (head + 17) as u16, 0x8000] {
             assert_eq!(awaitable(num, 9, head), Err(unknown(num)), "{num}");
+        }
+        // Further ahead, this node may be the one behind; at or behind the head, it is not.
+        for (num, ahead) in [
+            ((head + 1) as u16, Some(1)),
+            ((head + 17) as u16, Some(17)),
+            ((head + 0x7fff) as u16, Some(0x7fff)),
+            ((head + 0x8000) as u16, None),
+            (head as u16, None),
+            ((head - 1) as u16, None),
+        ] {
+            assert_eq!(blocks_ahead(num, head), ahead, "{num}");
         }
     }
 
