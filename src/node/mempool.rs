@@ -11,13 +11,15 @@
 //! refused when one of its transactions could not be included in the next block: expired, or
 //! expiring further ahead than a transaction may live.
 //!
-//! Fees: the pool keeps, per payer, the sum of the max fees of its pending transactions
-//! (admitted, not yet committed), and refuses a bundle whose payers' committed native
-//! balances cannot cover what they already have pending plus what the bundle asks: one
-//! account cannot queue more than it can pay for (the block would reject the excess with
-//! `TxError::CannotPay`). A payer's entry lives exactly as long as one of its bundles does, so
-//! the map is bounded by the pool. Committed balances only change at commit: the pool keeps
-//! each pending payer's balance as read at a height, and asks for it again after a commit.
+//! Fees: the pool keeps, per account, what its pending transactions (admitted, not yet
+//! committed) may spend of its native balance, their max fees and their native transfers out
+//! of it ([`asked`]), and refuses a bundle whose accounts' committed native balances cannot
+//! cover what they already have pending plus what the bundle asks: one account cannot queue
+//! more than it can pay for (the block would reject the excess with `TxError::CannotPay`),
+//! nor move away, in one transaction, the coins the others' fees need. An account's entry
+//! lives exactly as long as one of its bundles does, so the map is bounded by the pool.
+//! Committed balances only change at commit: the pool keeps each pending account's balance
+//! as read at a height, and asks for it again after a commit.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
@@ -243,14 +245,32 @@ pub fn unexpired_at(txs: &[PreparedTx], time_ms: u64) -> bool {
         .all(|t| expiry(t.tx.transaction.expiration_ms, time_ms, u64::MAX).is_ok())
 }
 
-/// What each payer of a bundle may spend: the sum of its transactions' max fees, by payer
-/// (a `BTreeMap`: its order, the refusal's wording, does not depend on a hash seed).
+/// What a bundle may spend of each account's native balance: the max fees of the
+/// transactions it pays for, and the coins its native transfers move out of it
+/// ([`tally_chain::system::native_spend`]; only one the account signed counts, so nobody can
+/// charge another's balance in the pool). A `BTreeMap`: its order, the refusal's wording,
+/// does not depend on a hash seed.
+///
+/// Transfers count because a transaction whose payer an earlier one in the block drained is
+/// rejected without a fee (`TxError::CannotPay`): counting fees alone, a payer could move its
+/// coins away in one transaction and have the others of the block carried, verified and
+/// rejected by every node for nothing.
 pub fn asked(txs: &[PreparedTx]) -> BTreeMap<Name, u64> {
     let mut asked = BTreeMap::new();
+    let mut spend = |account: Name, coins: u64| {
+        let sum: &mut u64 = asked.entry(account).or_default();
+        *sum = sum.saturating_add(coins);
+    };
     for t in txs {
         let tx = &t.tx.transaction;
-        let sum: &mut u64 = asked.entry(tx.payer).or_default();
-        *sum = sum.saturating_add(tx.max_fee);
+        spend(tx.payer, tx.max_fee);
+        for (from, amount) in tx
+            .actions
+            .iter()
+            .filter_map(tally_chain::system::native_spend)
+        {
+            spend(from, amount);
+        }
     }
     asked
 }
@@ -555,10 +575,10 @@ impl Mempool {
                 return Err(Refusal::new(
                     code::CANNOT_PAY,
                     format!(
-                        "the payer {payer} has {balance} coins committed; its pending \
+                        "the account {payer} has {balance} coins committed; its pending \
                          transactions may spend {pending} and this bundle asks {wants} in max \
-                         fees: wait for them to commit, fund it, or lower the max fee (`tally \
-                         fees` shows the prices)"
+                         fees and native transfers: wait for them to commit, fund it, or lower \
+                         the max fee (`tally fees` shows the prices)"
                     ),
                 ));
             }
@@ -626,9 +646,9 @@ impl Mempool {
                 return Some(Err(Refusal::new(
                     code::CANNOT_PAY,
                     format!(
-                        "the payer {payer} has {balance} coins committed, less than the \
-                         {pending} its pending transactions may spend in max fees: fund it, or \
-                         send again once they commit"
+                        "the account {payer} has {balance} coins committed, less than the \
+                         {pending} its pending transactions may spend in max fees and native \
+                         transfers: fund it, or send again once they commit"
                     ),
                 )));
             }
@@ -1847,6 +1867,54 @@ mod tests {
         )
         .unwrap();
         assert_eq!(pool.pending_of(alice), 20);
+    }
+
+    /// A transaction's native transfers count against its sender's balance in the pool, as
+    /// its max fee does its payer's: else a payer could drain itself in one transaction and
+    /// have its others rejected in the block for no fee. Only a transfer its sender
+    /// authorizes counts: nobody can charge another's balance.
+    #[test]
+    fn native_transfers_count_against_the_senders_balance() {
+        use tally_chain::system::{NativeTransfer, SYSTEM, TRANSFER};
+        let (alice, bob, mallory): (Name, Name, Name) = (
+            "alice".parse().unwrap(),
+            "bob".parse().unwrap(),
+            "mallory".parse().unwrap(),
+        );
+        let moving = |payer: &str, from: Name, signer: Name, amount: u64, nonce: u8| {
+            let mut t = paid(payer, 5, 0, nonce).tx.transaction;
+            t.actions = vec![Action {
+                account: SYSTEM,
+                name: TRANSFER,
+                authorization: vec![signer],
+                data: borsh::to_vec(&NativeTransfer {
+                    from,
+                    to: bob,
+                    amount,
+                })
+                .unwrap(),
+            }];
+            PreparedTx::new(SignedTransaction::unsigned(t))
+        };
+        let drain = moving("alice", alice, alice, 90, 1);
+        assert_eq!(mempool_asked(std::slice::from_ref(&drain)), [(alice, 95)]);
+        let mut pool = pool();
+        let balances = Balances {
+            height: HEIGHT,
+            balances: [(alice, 100), (mallory, 100)].into(),
+        };
+        pool.admit([1; 32], vec![drain], &balances).unwrap();
+        let refused = pool.admit([2; 32], vec![paid("alice", 10, 0, 2)], &balances);
+        assert_eq!(refused.unwrap_err().code, code::CANNOT_PAY, "95 + 10 > 100");
+        pool.admit([3; 32], vec![paid("alice", 5, 0, 3)], &balances)
+            .unwrap();
+
+        // Mallory pays for a transfer out of alice that alice does not authorize: it fails in
+        // the block, and asks nothing of alice here.
+        let forged = moving("mallory", alice, mallory, 1_000, 4);
+        assert_eq!(mempool_asked(std::slice::from_ref(&forged)), [(mallory, 5)]);
+        pool.admit([4; 32], vec![forged], &balances).unwrap();
+        assert_eq!(pool.pending_of(alice), 100);
     }
 
     #[test]

@@ -70,6 +70,21 @@ pub const TRANSFER: Name = match Name::from_str_const("transfer") {
     Err(_) => panic!("valid name"),
 };
 
+/// The native coins `action` may move out of an account's balance: for a system `transfer`
+/// that decodes and that its sender authorizes, the sender and the amount (whether the
+/// transfer then succeeds depends on state). No other action moves native coins: contracts
+/// cannot call the system contract. What the mempool counts against a balance besides fees.
+pub fn native_spend(action: &Action) -> Option<(Name, u64)> {
+    if action.account != SYSTEM || action.name != TRANSFER {
+        return None;
+    }
+    let t = borsh::from_slice::<NativeTransfer>(&action.data).ok()?;
+    action
+        .authorization
+        .contains(&t.from)
+        .then_some((t.from, t.amount))
+}
+
 /// The system's own failures, as receipts.
 pub(crate) fn invalid(message: impl Into<String>) -> Abort {
     Abort::new(AbortCode::InvalidAction, message)
