@@ -77,9 +77,17 @@ pub const MIN_AWAITING_BUNDLE_BYTES: usize = MAX_AWAITING_BYTES / 512;
 /// the max fees they reserve; with it, each may fill its share once in 600 blocks.
 pub const SUSPENDED_BLOCKS: u64 = 600;
 
-/// The most payers suspended at once ([`SUSPENDED_BLOCKS`]): 65,536, about 2 MiB. Past it,
-/// no more are until some are free again.
+/// The most payers suspended at once ([`SUSPENDED_BLOCKS`]): 65,536, about 2 MiB. When it is
+/// full, no bundle waits: one that would is refused (`code::TRY_LATER`), as if the room were
+/// full, rather than its payers escaping suspension.
 pub const MAX_SUSPENDED_PAYERS: usize = 1 << 16;
+
+/// The most claims the pool keeps that a block will come ([`Mempool::claims`]): 262,144, about
+/// 8 MiB, more than the waiting room holds transactions (32 MiB of transfers of 165 bytes is
+/// about 203,000). A claim outlives its bundle until its height is committed, so that a bundle
+/// that leaves first (expired, displaced) does not take its payer's claim with it. When they
+/// are full, no more bundles wait.
+pub const MAX_CLAIMS: usize = 1 << 18;
 
 /// What admission makes of a transaction's reference block `(num, prefix)` that the committed
 /// window does not know, at head `head_height`: `Ok` when `num` names a block up to
@@ -349,11 +357,8 @@ struct Pooled {
 struct Waiting {
     /// The references it waits for, sorted, once each.
     refs: Vec<(u16, u32)>,
-    /// Its transactions' bytes, by payer ([`waiting_bytes`]).
+    /// The room it takes, by payer ([`waiting_bytes`]).
     bytes: BTreeMap<Name, usize>,
-    /// Each reference it waits for and the payers of the transactions that name it
-    /// ([`namers`]).
-    namers: Vec<((u16, u32), Name)>,
 }
 
 /// The payers of the transactions of `txs` that name a reference block of `awaited` (sorted),
@@ -372,19 +377,27 @@ fn namers(txs: &[PreparedTx], awaited: &[(u16, u32)]) -> Vec<((u16, u32), Name)>
     namers
 }
 
-/// What a waiting bundle of `txs` takes of the room for waiting bundles
-/// ([`MAX_AWAITING_BYTES`]), by payer: the signed bytes of each payer's transactions, or its
-/// part of [`MIN_AWAITING_BUNDLE_BYTES`] if more.
-fn waiting_bytes(txs: &[PreparedTx]) -> BTreeMap<Name, usize> {
-    let mut bytes: BTreeMap<Name, usize> = BTreeMap::new();
-    for t in txs {
-        *bytes.entry(t.tx.transaction.payer).or_default() += t.bytes.len();
+/// What a bundle of `txs` that waits takes of the room for waiting bundles
+/// ([`MAX_AWAITING_BYTES`]), by payer: its transactions' signed bytes, at least
+/// [`MIN_AWAITING_BUNDLE_BYTES`], shared by the payers who named a block it waits for
+/// (`namers`, never empty for a bundle that waits). Those are the payers a made-up reference
+/// suspends: transactions of other payers that ride along, naming committed blocks, take the
+/// room of those who named the block.
+fn waiting_bytes(txs: &[PreparedTx], namers: &[((u16, u32), Name)]) -> BTreeMap<Name, usize> {
+    let mut payers: Vec<Name> = namers.iter().map(|&(_, p)| p).collect();
+    if payers.is_empty() {
+        // Not a bundle that waits: all its payers share it.
+        payers = txs.iter().map(|t| t.tx.transaction.payer).collect();
     }
-    let least = MIN_AWAITING_BUNDLE_BYTES.div_ceil(bytes.len().max(1));
-    for b in bytes.values_mut() {
-        *b = (*b).max(least);
-    }
-    bytes
+    payers.sort_unstable();
+    payers.dedup();
+    let total = txs
+        .iter()
+        .map(|t| t.bytes.len())
+        .sum::<usize>()
+        .max(MIN_AWAITING_BUNDLE_BYTES);
+    let share = total.div_ceil(payers.len().max(1));
+    payers.into_iter().map(|p| (p, share)).collect()
 }
 
 /// The bundles this node verified and has not yet seen committed.
@@ -407,6 +420,12 @@ pub struct Mempool {
     /// Payers whose transactions may not wait for a reference block before the head reaches
     /// the height given ([`SUSPENDED_BLOCKS`]): at most [`MAX_SUSPENDED_PAYERS`].
     suspended: KeyedMap<Name, u64>,
+    /// Claims that a block will come: by the height a waiting bundle's transaction named, the
+    /// prefix it named and its payer. The commit of that height suspends the payers of the
+    /// prefixes it is not, whatever became of their bundles meanwhile; a jump of the head
+    /// (a restored snapshot) forgets them. At most [`MAX_CLAIMS`], counted in `claim_count`.
+    claims: BTreeMap<u64, std::collections::BTreeSet<(u32, Name)>>,
+    claim_count: usize,
     /// Bundles of the proposal being decided that ProcessProposal verified (not in the
     /// mempool), for FinalizeBlock.
     proposed: KeyedMap<[u8; 32], Vec<PreparedTx>>,
@@ -557,6 +576,19 @@ impl Mempool {
         awaited: Vec<(u16, u32)>,
     ) -> Result<(), Refusal> {
         let awaited = self.still_ahead(awaited);
+        if let Some(&(num, _)) = awaited
+            .iter()
+            .find(|&&(num, _)| !within_lead(num, self.head_height))
+        {
+            // Committed since admission read the state, and not the block it names.
+            return Err(Refusal::new(
+                code::TRY_LATER,
+                format!(
+                    "a transaction names block number {num}, which this node committed another \
+                     block at since the bundle arrived; send it again"
+                ),
+            ));
+        }
         let displaced = self.may_wait(&txs, &awaited)?;
         let asked = asked(&txs);
         let mut balances = Vec::with_capacity(asked.len());
@@ -604,7 +636,9 @@ impl Mempool {
         }
         if !awaited.is_empty() {
             let namers = namers(&txs, &awaited);
-            self.await_references(hash, awaited, waiting_bytes(&txs), namers);
+            let bytes = waiting_bytes(&txs, &namers);
+            self.claim(&namers);
+            self.await_references(hash, awaited, bytes);
         }
         self.bundles.insert(
             hash,
@@ -699,18 +733,26 @@ impl Mempool {
         }
         if !awaited.is_empty() {
             self.suspension(txs, awaited)?;
-            self.room_to_wait(txs, &displaced)?;
+            self.room_to_wait(txs, awaited, &displaced)?;
         }
         Ok(displaced)
     }
 
     /// Refuses a bundle with a transaction that names a block of `awaited` and whose payer is
-    /// suspended ([`SUSPENDED_BLOCKS`]).
+    /// suspended ([`SUSPENDED_BLOCKS`]), or any bundle that would wait when the pool could not
+    /// suspend its payers: the claims or the suspended payers are as many as it keeps.
     fn suspension(&self, txs: &[PreparedTx], awaited: &[(u16, u32)]) -> Result<(), Refusal> {
-        if self.suspended.is_empty() {
-            return Ok(());
+        let namers = namers(txs, awaited);
+        if self.claim_count + namers.len() > MAX_CLAIMS
+            || self.suspended.len() >= MAX_SUSPENDED_PAYERS
+        {
+            return Err(Refusal::new(
+                code::TRY_LATER,
+                "this node keeps as many claims that a block will come as it can; send the \
+                 bundle again once it has the block it names, or to another node",
+            ));
         }
-        for (_, payer) in namers(txs, awaited) {
+        for (_, payer) in namers {
             if let Some(&until) = self.suspended.get(&payer) {
                 return Err(Refusal::new(
                     code::TRY_LATER,
@@ -725,9 +767,31 @@ impl Mempool {
         Ok(())
     }
 
+    /// Records the claims of `namers`: each names a block 1 to [`MAX_REFERENCE_LEAD`] after
+    /// the head ([`Mempool::admit_awaiting`] refuses any other).
+    fn claim(&mut self, namers: &[((u16, u32), Name)]) {
+        for &((num, prefix), payer) in namers {
+            let ahead = num.wrapping_sub(self.head_height as u16);
+            let height = self.head_height + u64::from(ahead);
+            if self
+                .claims
+                .entry(height)
+                .or_default()
+                .insert((prefix, payer))
+            {
+                self.claim_count += 1;
+            }
+        }
+    }
+
     /// Whether a bundle of `txs` fits the room for waiting bundles and each of its payers'
     /// share of it, once the waiting bundles `displaced` left.
-    fn room_to_wait(&self, txs: &[PreparedTx], displaced: &[[u8; 32]]) -> Result<(), Refusal> {
+    fn room_to_wait(
+        &self,
+        txs: &[PreparedTx],
+        awaited: &[(u16, u32)],
+        displaced: &[[u8; 32]],
+    ) -> Result<(), Refusal> {
         let freed = |payer: Option<&Name>| -> usize {
             displaced
                 .iter()
@@ -748,7 +812,7 @@ impl Mempool {
                 ),
             ))
         };
-        let bytes = waiting_bytes(txs);
+        let bytes = waiting_bytes(txs, &namers(txs, awaited));
         let total: usize = bytes.values().sum();
         if self.awaiting_bytes.saturating_sub(freed(None)) + total > MAX_AWAITING_BYTES {
             return full(format!(
@@ -780,14 +844,13 @@ impl Mempool {
         awaited
     }
 
-    /// Marks the pooled bundle `hash` as waiting for the reference blocks `refs`, its
-    /// transactions' bytes by payer being `bytes`, the payers who named each `namers`.
+    /// Marks the pooled bundle `hash` as waiting for the reference blocks `refs`, taking the
+    /// room `bytes` by payer.
     fn await_references(
         &mut self,
         hash: [u8; 32],
         refs: Vec<(u16, u32)>,
         bytes: BTreeMap<Name, usize>,
-        namers: Vec<((u16, u32), Name)>,
     ) {
         for (payer, &b) in &bytes {
             if let Some(p) = self.payers.get_mut(payer) {
@@ -795,14 +858,7 @@ impl Mempool {
             }
             self.awaiting_bytes += b;
         }
-        self.awaiting.insert(
-            hash,
-            Waiting {
-                refs,
-                bytes,
-                namers,
-            },
-        );
+        self.awaiting.insert(hash, Waiting { refs, bytes });
     }
 
     /// The bundle `hash` no longer waits: the room it took is free.
@@ -953,32 +1009,26 @@ impl Mempool {
         for h in &ready {
             self.stop_waiting(h);
         }
-        self.suspended.retain(|_, until| *until > head_height);
         for h in &dead {
-            self.suspend_namers_of(h, head_height);
             self.remove(h);
         }
+        self.settle_claims(head_height, head_reference.1);
         self.proposed.clear();
     }
 
-    /// Suspends the payers who named, in the waiting bundle `hash`, a reference another
-    /// committed block took the height of (one the last commits made the head: a head that
-    /// jumped, as a restored snapshot makes it, proves no reference wrong).
-    fn suspend_namers_of(&mut self, hash: &[u8; 32], head_height: u64) {
-        let Some(w) = self.awaiting.get(hash) else {
+    /// The commit of `height`, whose id's prefix is `prefix`: the payers who claimed another
+    /// block at this height are suspended, and suspensions that end here end.
+    fn settle_claims(&mut self, height: u64, prefix: u32) {
+        self.suspended.retain(|_, until| *until > height);
+        // Heights increase by one a commit, so no claim is below this one.
+        let Some(named) = self.claims.remove(&height) else {
             return;
         };
-        let made_up = |(num, prefix): (u16, u32)| {
-            self.recent_heads
-                .iter()
-                .any(|&(n, p)| n == num && p != prefix)
-        };
-        for &(r, payer) in &w.namers {
-            if made_up(r)
-                && (self.suspended.len() < MAX_SUSPENDED_PAYERS
-                    || self.suspended.contains_key(&payer))
-            {
-                self.suspended.insert(payer, head_height + SUSPENDED_BLOCKS);
+        self.claim_count -= named.len();
+        for (named, payer) in named {
+            if named != prefix && self.suspended.len() < MAX_SUSPENDED_PAYERS {
+                self.suspended
+                    .insert(payer, height.saturating_add(SUSPENDED_BLOCKS));
             }
         }
     }
@@ -994,7 +1044,10 @@ impl Mempool {
     ) {
         self.head_height = head_height;
         self.head_time_ms = head_time_ms;
+        // A jump of the head proves no claim right or wrong.
         self.recent_heads.clear();
+        self.claims.clear();
+        self.claim_count = 0;
         self.max_lifetime_ms = max_lifetime_ms;
         self.prices = prices;
     }
@@ -1461,10 +1514,12 @@ mod tests {
         );
     }
 
-    /// A transaction paid by `payer` whose signed encoding is about `bytes` long.
-    fn sized(payer: &str, bytes: usize, nonce: u16) -> PreparedTx {
+    /// A transaction paid by `payer` naming the reference block `r`, whose signed encoding is
+    /// about `bytes` long.
+    fn sized(payer: &str, bytes: usize, nonce: u16, r: (u16, u32)) -> PreparedTx {
         let mut t = paid(payer, 0, 0, 0);
         let mut tx = t.tx.transaction.clone();
+        (tx.ref_block_num, tx.ref_block_prefix) = r;
         tx.actions[0].data = nonce.to_le_bytes().repeat(bytes / 2);
         t = PreparedTx::new(SignedTransaction::unsigned(tx));
         t
@@ -1512,18 +1567,18 @@ mod tests {
         };
         for n in 0..per_payer as u16 {
             assert_eq!(
-                admit(&mut pool, vec![sized("alice", TX, n)], vec![next]),
+                admit(&mut pool, vec![sized("alice", TX, n, next)], vec![next]),
                 Ok(())
             );
         }
-        let over = sized("alice", TX, 100);
+        let over = sized("alice", TX, 100, next);
         assert_eq!(
             admit(&mut pool, vec![over.clone()], vec![next]),
             Err(code::TRY_LATER),
             "past alice's share"
         );
         assert_eq!(
-            admit(&mut pool, vec![sized("bob", TX, 0)], vec![next]),
+            admit(&mut pool, vec![sized("bob", TX, 0, next)], vec![next]),
             Ok(()),
             "another payer's share is its own"
         );
@@ -1541,13 +1596,13 @@ mod tests {
 
         // Small bundles take the floor each: a payer's share holds 8 of them.
         let small: Vec<PreparedTx> = (0..per_payer as u16)
-            .map(|n| sized("carol", 100, 300 + n))
+            .map(|n| sized("carol", 100, 300 + n, next))
             .collect();
         for t in &small {
             assert_eq!(admit(&mut pool, vec![t.clone()], vec![next, later]), Ok(()));
         }
         assert_eq!(
-            admit(&mut pool, vec![sized("carol", 100, 1)], vec![next]),
+            admit(&mut pool, vec![sized("carol", 100, 1, next)], vec![next]),
             Err(code::TRY_LATER),
             "past carol's share, by the floor"
         );
@@ -1564,18 +1619,18 @@ mod tests {
                 (b'a' + (i % 8) as u8) as char
             );
             for n in 0..per_payer as u16 {
-                let t = sized(&name, 100, 400 + n);
+                let t = sized(&name, 100, 400 + n, next);
                 assert_eq!(admit(&mut pool, vec![t], vec![next]), Ok(()), "{name}");
             }
         }
         assert_eq!(pool.awaiting_bytes, MAX_AWAITING_BYTES);
         assert_eq!(
-            admit(&mut pool, vec![sized("dave", 100, 1)], vec![next]),
+            admit(&mut pool, vec![sized("dave", 100, 1, next)], vec![next]),
             Err(code::TRY_LATER),
             "past the room"
         );
         assert_eq!(
-            admit(&mut pool, vec![sized("dave", 100, 1)], vec![]),
+            admit(&mut pool, vec![sized("dave", 100, 1, next)], vec![]),
             Ok(()),
             "a bundle that does not wait takes no room"
         );
@@ -1599,66 +1654,151 @@ mod tests {
     }
 
     /// A payer that signed a transaction naming a block that never came (another took its
-    /// height) may have no transaction wait for a block for SUSPENDED_BLOCKS; nor is anyone
-    /// else suspended: a payer whose transaction shared the bundle, or one whose reference a
-    /// jump of the head left behind.
+    /// height) may have no transaction wait for a block for SUSPENDED_BLOCKS, even if its
+    /// bundle left the pool before that block (expired, displaced); nor is anyone else
+    /// suspended: a payer whose transaction shared the bundle, or one whose claim a jump of
+    /// the head (a restored snapshot) left unproven. The room a waiting bundle takes is its
+    /// namers', not that of transactions riding along.
     #[test]
     fn a_payer_that_named_a_block_that_never_came_may_not_wait_for_a_while() {
         let mut pool = pool();
         let refused = |r: Result<(), Refusal>| r.map_err(|r| r.code);
         let at = |height: u64, prefix: u32| (height as u16, prefix);
-        let with_ref = |payer: &str, nonce: u8, r: (u16, u32)| {
+        let with_ref = |payer: &str, nonce: u8, r: (u16, u32), expires_ms: u64| {
             let mut t = paid(payer, 0, 0, nonce).tx.transaction;
             (t.ref_block_num, t.ref_block_prefix) = r;
+            t.expiration_ms = expires_ms;
             PreparedTx::new(SignedTransaction::unsigned(t))
         };
-        let (real, made_up) = (at(HEIGHT + 1, 0x600d), at(HEIGHT + 1, 0xbad));
-        let bundle = vec![with_ref("alice", 1, real), with_ref("mallory", 2, made_up)];
-        pool.admit_awaiting([1; 32], bundle, &rich(), vec![real, made_up])
+        let late = HEAD_MS + 60_000;
+        let (real, made_up) = (at(HEIGHT + 2, 0x600d), at(HEIGHT + 2, 0xbad));
+        // Mallory's made-up claim rides with alice's real one; carol's, in a bundle that
+        // expires before the block comes; dave's in one a bundle that waits for less
+        // displaces; erin's rides along naming a committed block, and takes no room.
+        let shared = vec![
+            with_ref("alice", 1, real, late),
+            with_ref("mallory", 2, made_up, late),
+        ];
+        pool.admit_awaiting([1; 32], shared, &rich(), vec![real, made_up])
             .unwrap();
-        let far = at(HEIGHT + 5, 7);
-        pool.admit_awaiting([2; 32], vec![with_ref("bob", 3, far)], &rich(), vec![far])
+        let brief = vec![with_ref("carol", 3, made_up, HEAD_MS + 100)];
+        pool.admit_awaiting([2; 32], brief, &rich(), vec![made_up])
             .unwrap();
-        pool.committed(HEIGHT + 1, HEAD_MS + 500, real, [0; 5], &[], &[]);
-        assert_eq!(pool.ready(&[1; 32], HEAD_MS + 501), None, "dropped");
-
-        let next = at(HEIGHT + 2, 1);
-        let wait = |pool: &mut Mempool, hash: u8, payer: &str| {
-            let t = with_ref(payer, hash, next);
-            refused(pool.admit_awaiting([hash; 32], vec![t], &rich(), vec![next]))
-        };
-        assert_eq!(wait(&mut pool, 3, "mallory"), Err(code::TRY_LATER));
-        assert_eq!(wait(&mut pool, 4, "alice"), Ok(()), "her reference came");
+        let riding = with_ref("dave", 4, real, late);
+        let copied = vec![riding.clone(), with_ref("dave", 5, made_up, late)];
+        pool.admit_awaiting([3; 32], copied, &rich(), vec![real, made_up])
+            .unwrap();
+        let filler = sized("erin", 60 << 10, 6, (0, 0));
+        let fill = vec![filler, with_ref("frank", 7, made_up, late)];
+        pool.admit_awaiting([4; 32], fill, &rich(), vec![made_up])
+            .unwrap();
+        let frank: Name = "frank".parse().unwrap();
+        let charged: Vec<Name> = pool.awaiting[&[4; 32]].bytes.keys().copied().collect();
         assert_eq!(
-            refused(pool.admit([5; 32], vec![with_ref("mallory", 5, real)], &rich())),
-            Ok(()),
-            "a bundle that does not wait"
+            charged,
+            [frank],
+            "the namer takes the room, erin's 60 KiB too"
         );
-
-        // A head that jumps past a reference proves it wrong no more than it proves it right.
-        pool.set_head(HEIGHT + 40, HEAD_MS + 600, LIFETIME_MS, [0; 5]);
+        assert_room_counted(&pool);
+        pool.admit_awaiting([5; 32], vec![riding], &rich(), vec![real])
+            .unwrap();
+        assert_eq!(pool.ready(&[3; 32], HEAD_MS + 1), None, "displaced");
         pool.committed(
-            HEIGHT + 41,
-            HEAD_MS + 700,
-            at(HEIGHT + 41, 9),
+            HEIGHT + 1,
+            HEAD_MS + 500,
+            at(HEIGHT + 1, 1),
             [0; 5],
             &[],
             &[],
         );
-        assert_eq!(pool.ready(&[2; 32], HEAD_MS + 701), None, "dropped");
-        let next = at(HEIGHT + 42, 1);
-        let t = with_ref("bob", 6, next);
+        assert_eq!(pool.ready(&[2; 32], HEAD_MS + 501), None, "expired");
+        pool.committed(HEIGHT + 2, HEAD_MS + 600, real, [0; 5], &[], &[]);
+        assert_eq!(pool.ready(&[1; 32], HEAD_MS + 601), None, "dropped");
+
+        let next = at(HEIGHT + 3, 1);
+        let wait = |pool: &mut Mempool, hash: u8, payer: &str| {
+            let t = with_ref(payer, hash, next, late);
+            refused(pool.admit_awaiting([hash; 32], vec![t], &rich(), vec![next]))
+        };
+        for (hash, payer, suspended) in [
+            (10, "mallory", true),
+            (11, "carol", true),
+            (12, "dave", true),
+            (13, "frank", true),
+            (14, "alice", false),
+            (15, "erin", false),
+        ] {
+            let expected = if suspended {
+                Err(code::TRY_LATER)
+            } else {
+                Ok(())
+            };
+            assert_eq!(wait(&mut pool, hash, payer), expected, "{payer}");
+        }
         assert_eq!(
-            refused(pool.admit_awaiting([6; 32], vec![t], &rich(), vec![next])),
+            refused(pool.admit([16; 32], vec![with_ref("mallory", 16, real, late)], &rich())),
+            Ok(()),
+            "a bundle that does not wait"
+        );
+        let along = vec![
+            with_ref("alice", 19, next, late),
+            with_ref("mallory", 20, real, late),
+        ];
+        assert_eq!(
+            refused(pool.admit_awaiting([19; 32], along, &rich(), vec![next])),
+            Ok(()),
+            "riding along a bundle that waits, naming a committed block"
+        );
+
+        // Claims and suspensions are bounded: when either is full, no more bundles wait.
+        let t = with_ref("zed", 21, next, late);
+        let claims = pool.claim_count;
+        pool.claim_count = MAX_CLAIMS;
+        assert_eq!(
+            refused(pool.admit_awaiting([21; 32], vec![t.clone()], &rich(), vec![next])),
+            Err(code::TRY_LATER)
+        );
+        pool.claim_count = claims;
+        let suspended = pool.suspended.clone();
+        pool.suspended
+            .extend((0..MAX_SUSPENDED_PAYERS as u64).map(|i| (Name(i), u64::MAX)));
+        assert_eq!(
+            refused(pool.admit_awaiting([21; 32], vec![t], &rich(), vec![next])),
+            Err(code::TRY_LATER)
+        );
+        pool.suspended = suspended;
+
+        // A claim a jump of the head leaves unproven suspends nobody.
+        let far = at(HEIGHT + 8, 7);
+        pool.admit_awaiting(
+            [17; 32],
+            vec![with_ref("bob", 17, far, late)],
+            &rich(),
+            vec![far],
+        )
+        .unwrap();
+        pool.set_head(HEIGHT + 7, HEAD_MS + 700, LIFETIME_MS, [0; 5]);
+        pool.committed(
+            HEIGHT + 8,
+            HEAD_MS + 800,
+            at(HEIGHT + 8, 9),
+            [0; 5],
+            &[],
+            &[],
+        );
+        let next = at(HEIGHT + 9, 1);
+        let t = with_ref("bob", 18, next, late);
+        assert_eq!(
+            refused(pool.admit_awaiting([18; 32], vec![t], &rich(), vec![next])),
             Ok(())
         );
 
         // SUSPENDED_BLOCKS after the block that proved it wrong, mallory may wait again.
-        let free_at = HEIGHT + 1 + SUSPENDED_BLOCKS;
+        let free_at = HEIGHT + 2 + SUSPENDED_BLOCKS;
         for (height, freed) in [(free_at - 1, false), (free_at, true)] {
             pool.committed(height, HEAD_MS + 1_000, at(height, 9), [0; 5], &[], &[]);
             let next = at(height + 1, 1);
-            let t = with_ref("mallory", height as u8, next);
+            let t = with_ref("mallory", height as u8, next, late);
             let admitted = pool.admit_awaiting([height as u8; 32], vec![t], &rich(), vec![next]);
             assert_eq!(refused(admitted).is_ok(), freed, "{height}");
         }
