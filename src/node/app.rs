@@ -73,7 +73,7 @@ pub mod code {
     /// A transaction is refused for good: it does not decode, breaks a size limit, or a
     /// signature does not verify.
     pub const REFUSED: u32 = 2;
-    /// A transaction has expired, or expires further ahead than a transaction may live.
+    /// A transaction has expired.
     pub const EXPIRED: u32 = 3;
     /// A transaction is already in the mempool (or twice in the bundle).
     pub const DUPLICATE: u32 = 4;
@@ -96,7 +96,9 @@ pub mod code {
     /// block the node has not committed, and the room for transactions that wait for one is
     /// full (`mempool::MAX_AWAITING_BYTES`), or its payer may not wait
     /// (`mempool::SUSPENDED_BLOCKS`), or the block is further ahead than the node waits for
-    /// (it may be catching up). Send it again later, or to another node.
+    /// (it may be catching up); or a transaction expires further ahead of the node's last
+    /// block than a transaction may live (the node may be behind, or the sender's clock
+    /// ahead). Send it again later, or to another node.
     pub const TRY_LATER: u32 = 11;
 }
 

@@ -85,8 +85,9 @@ pub const MAX_SUSPENDED_PAYERS: usize = 1 << 16;
 /// The most claims the pool keeps that a block will come ([`Mempool::claims`]): 262,144, about
 /// 8 MiB, more than the waiting room holds transactions (32 MiB of transfers of 165 bytes is
 /// about 203,000). A claim outlives its bundle until its height is committed, so that a bundle
-/// that leaves first (expired, displaced) does not take its payer's claim with it. When they
-/// are full, no more bundles wait.
+/// that leaves first (expired, displaced) does not take its payer's claim with it; a payer
+/// has at most one a height, so at most [`MAX_REFERENCE_LEAD`] at once, and filling them
+/// takes 16,384 funded payers. When they are full, no more bundles wait.
 pub const MAX_CLAIMS: usize = 1 << 18;
 
 /// What admission makes of a transaction's reference block `(num, prefix)` that the committed
@@ -378,26 +379,30 @@ fn namers(txs: &[PreparedTx], awaited: &[(u16, u32)]) -> Vec<((u16, u32), Name)>
 }
 
 /// What a bundle of `txs` that waits takes of the room for waiting bundles
-/// ([`MAX_AWAITING_BYTES`]), by payer: its transactions' signed bytes, at least
-/// [`MIN_AWAITING_BUNDLE_BYTES`], shared by the payers who named a block it waits for
-/// (`namers`, never empty for a bundle that waits). Those are the payers a made-up reference
-/// suspends: transactions of other payers that ride along, naming committed blocks, take the
-/// room of those who named the block.
+/// ([`MAX_AWAITING_BYTES`]), by payer: each payer the signed bytes of its own transactions,
+/// and the payers who named a block it waits for (`namers`, the payers a made-up reference
+/// suspends) what the bundle lacks of [`MIN_AWAITING_BUNDLE_BYTES`], shared. Each payer pays
+/// for its own: copying another's waiting transaction into a bundle does not spend its room.
 fn waiting_bytes(txs: &[PreparedTx], namers: &[((u16, u32), Name)]) -> BTreeMap<Name, usize> {
-    let mut payers: Vec<Name> = namers.iter().map(|&(_, p)| p).collect();
-    if payers.is_empty() {
-        // Not a bundle that waits: all its payers share it.
-        payers = txs.iter().map(|t| t.tx.transaction.payer).collect();
+    let mut bytes: BTreeMap<Name, usize> = BTreeMap::new();
+    for t in txs {
+        *bytes.entry(t.tx.transaction.payer).or_default() += t.bytes.len();
     }
-    payers.sort_unstable();
-    payers.dedup();
-    let total = txs
-        .iter()
-        .map(|t| t.bytes.len())
-        .sum::<usize>()
-        .max(MIN_AWAITING_BUNDLE_BYTES);
-    let share = total.div_ceil(payers.len().max(1));
-    payers.into_iter().map(|p| (p, share)).collect()
+    let total: usize = bytes.values().sum();
+    let mut short: Vec<Name> = namers.iter().map(|&(_, p)| p).collect();
+    if short.is_empty() {
+        // Not a bundle that waits: all its payers share the floor.
+        short = bytes.keys().copied().collect();
+    }
+    short.sort_unstable();
+    short.dedup();
+    let share = MIN_AWAITING_BUNDLE_BYTES
+        .saturating_sub(total)
+        .div_ceil(short.len().max(1));
+    for p in short {
+        *bytes.entry(p).or_default() += share;
+    }
+    bytes
 }
 
 /// The bundles this node verified and has not yet seen committed.
@@ -420,11 +425,12 @@ pub struct Mempool {
     /// Payers whose transactions may not wait for a reference block before the head reaches
     /// the height given ([`SUSPENDED_BLOCKS`]): at most [`MAX_SUSPENDED_PAYERS`].
     suspended: KeyedMap<Name, u64>,
-    /// Claims that a block will come: by the height a waiting bundle's transaction named, the
-    /// prefix it named and its payer. The commit of that height suspends the payers of the
+    /// Claims that a block will come: by the height a waiting bundle's transaction named, its
+    /// payer and the prefix it named (one per payer and height: an honest payer names the one
+    /// block there is). The commit of that height suspends the payers of the
     /// prefixes it is not, whatever became of their bundles meanwhile; a jump of the head
     /// (a restored snapshot) forgets them. At most [`MAX_CLAIMS`], counted in `claim_count`.
-    claims: BTreeMap<u64, std::collections::BTreeSet<(u32, Name)>>,
+    claims: BTreeMap<u64, BTreeMap<Name, u32>>,
     claim_count: usize,
     /// Bundles of the proposal being decided that ProcessProposal verified (not in the
     /// mempool), for FinalizeBlock.
@@ -479,7 +485,13 @@ impl Mempool {
                 time_ms,
                 self.max_lifetime_ms,
             ) {
-                return Err(Refusal::new(code::EXPIRED, format!("transaction {i}: {e}")));
+                // Expiring too far ahead of this node's clock is valid later, or now on a node
+                // that is not behind.
+                let code = match e {
+                    TxError::ExpirationTooFar { .. } => code::TRY_LATER,
+                    _ => code::EXPIRED,
+                };
+                return Err(Refusal::new(code, format!("transaction {i}: {e}")));
             }
             if let Err(e) = tally_chain::fee::check_max_fee(&self.prices, t) {
                 return Err(Refusal::new(
@@ -752,6 +764,26 @@ impl Mempool {
                  bundle again once it has the block it names, or to another node",
             ));
         }
+        let mut named: BTreeMap<(u64, Name), u32> = BTreeMap::new();
+        for &((num, prefix), payer) in &namers {
+            let height = self.claim_height(num);
+            let earlier = self
+                .claims
+                .get(&height)
+                .and_then(|c| c.get(&payer))
+                .copied();
+            let earlier = earlier.or_else(|| named.insert((height, payer), prefix));
+            if earlier.is_some_and(|p| p != prefix) {
+                return Err(Refusal::new(
+                    code::TRY_LATER,
+                    format!(
+                        "the payer {payer} signed transactions naming two different blocks at \
+                         height {height}: one of them will never come, and this node waits \
+                         for the first only"
+                    ),
+                ));
+            }
+        }
         for (_, payer) in namers {
             if let Some(&until) = self.suspended.get(&payer) {
                 return Err(Refusal::new(
@@ -767,18 +799,21 @@ impl Mempool {
         Ok(())
     }
 
-    /// Records the claims of `namers`: each names a block 1 to [`MAX_REFERENCE_LEAD`] after
-    /// the head ([`Mempool::admit_awaiting`] refuses any other).
+    /// The height block number `num` names, 1 to [`MAX_REFERENCE_LEAD`] after the head for a
+    /// reference a bundle may wait for ([`Mempool::admit_awaiting`] refuses any other).
+    fn claim_height(&self, num: u16) -> u64 {
+        self.head_height + u64::from(num.wrapping_sub(self.head_height as u16))
+    }
+
+    /// Records the claims of `namers` ([`Mempool::suspension`] refused any that conflicts with
+    /// one recorded).
     fn claim(&mut self, namers: &[((u16, u32), Name)]) {
         for &((num, prefix), payer) in namers {
-            let ahead = num.wrapping_sub(self.head_height as u16);
-            let height = self.head_height + u64::from(ahead);
-            if self
-                .claims
-                .entry(height)
-                .or_default()
-                .insert((prefix, payer))
+            let height = self.claim_height(num);
+            if let std::collections::btree_map::Entry::Vacant(e) =
+                self.claims.entry(height).or_default().entry(payer)
             {
+                e.insert(prefix);
                 self.claim_count += 1;
             }
         }
@@ -1020,12 +1055,15 @@ impl Mempool {
     /// block at this height are suspended, and suspensions that end here end.
     fn settle_claims(&mut self, height: u64, prefix: u32) {
         self.suspended.retain(|_, until| *until > height);
-        // Heights increase by one a commit, so no claim is below this one.
-        let Some(named) = self.claims.remove(&height) else {
+        // Heights increase by one a commit: a claim below this one, which nothing proves wrong,
+        // cannot be, but would leave here too.
+        let later = self.claims.split_off(&(height + 1));
+        let settled = std::mem::replace(&mut self.claims, later);
+        self.claim_count -= settled.values().map(BTreeMap::len).sum::<usize>();
+        let Some(named) = settled.get(&height) else {
             return;
         };
-        self.claim_count -= named.len();
-        for (named, payer) in named {
+        for (&payer, &named) in named {
             if named != prefix && self.suspended.len() < MAX_SUSPENDED_PAYERS {
                 self.suspended
                     .insert(payer, height.saturating_add(SUSPENDED_BLOCKS));
@@ -1674,7 +1712,8 @@ mod tests {
         let (real, made_up) = (at(HEIGHT + 2, 0x600d), at(HEIGHT + 2, 0xbad));
         // Mallory's made-up claim rides with alice's real one; carol's, in a bundle that
         // expires before the block comes; dave's in one a bundle that waits for less
-        // displaces; erin's rides along naming a committed block, and takes no room.
+        // displaces (ivan's transaction, which rides along naming the real block, resent
+        // alone); erin's rides along naming a committed block.
         let shared = vec![
             with_ref("alice", 1, real, late),
             with_ref("mallory", 2, made_up, late),
@@ -1684,7 +1723,7 @@ mod tests {
         let brief = vec![with_ref("carol", 3, made_up, HEAD_MS + 100)];
         pool.admit_awaiting([2; 32], brief, &rich(), vec![made_up])
             .unwrap();
-        let riding = with_ref("dave", 4, real, late);
+        let riding = with_ref("ivan", 4, real, late);
         let copied = vec![riding.clone(), with_ref("dave", 5, made_up, late)];
         pool.admit_awaiting([3; 32], copied, &rich(), vec![real, made_up])
             .unwrap();
@@ -1692,12 +1731,29 @@ mod tests {
         let fill = vec![filler, with_ref("frank", 7, made_up, late)];
         pool.admit_awaiting([4; 32], fill, &rich(), vec![made_up])
             .unwrap();
-        let frank: Name = "frank".parse().unwrap();
-        let charged: Vec<Name> = pool.awaiting[&[4; 32]].bytes.keys().copied().collect();
+        let (erin, frank): (Name, Name) = ("erin".parse().unwrap(), "frank".parse().unwrap());
+        let charged = &pool.awaiting[&[4; 32]].bytes;
+        assert_eq!(charged.keys().copied().collect::<Vec<_>>(), [erin, frank]);
+        assert!(charged[&erin] > 60 << 10, "a rider pays for its own bytes");
         assert_eq!(
-            charged,
-            [frank],
-            "the namer takes the room, erin's 60 KiB too"
+            charged.values().sum::<usize>(),
+            MIN_AWAITING_BUNDLE_BYTES,
+            "the namer, for what the bundle lacks of the floor"
+        );
+        // One payer names one block a height: a second prefix is refused, in a bundle of its
+        // own or beside the first.
+        let again = vec![with_ref("mallory", 8, real, late)];
+        assert_eq!(
+            refused(pool.admit_awaiting([6; 32], again, &rich(), vec![real])),
+            Err(code::TRY_LATER)
+        );
+        let both = vec![
+            with_ref("gina", 8, real, late),
+            with_ref("gina", 9, made_up, late),
+        ];
+        assert_eq!(
+            refused(pool.admit_awaiting([6; 32], both, &rich(), vec![real, made_up])),
+            Err(code::TRY_LATER)
         );
         assert_room_counted(&pool);
         pool.admit_awaiting([5; 32], vec![riding], &rich(), vec![real])
@@ -1712,8 +1768,24 @@ mod tests {
             &[],
         );
         assert_eq!(pool.ready(&[2; 32], HEAD_MS + 501), None, "expired");
+        // A reference the head reached while the bundle was verified, as another block: the
+        // bundle is refused, and claims nothing.
+        let claims = pool.claim_count;
+        let overtaken = at(HEIGHT + 1, 0xbad);
+        let t = vec![with_ref("henry", 8, overtaken, late)];
+        assert_eq!(
+            refused(pool.admit_awaiting([7; 32], t, &rich(), vec![overtaken])),
+            Err(code::TRY_LATER)
+        );
+        assert_eq!(pool.claim_count, claims);
+        // A claim below a committed height, which no commit can settle, leaves anyway.
+        let stray: Name = "stray".parse().unwrap();
+        pool.claims.entry(HEIGHT).or_default().insert(stray, 1);
+        pool.claim_count += 1;
         pool.committed(HEIGHT + 2, HEAD_MS + 600, real, [0; 5], &[], &[]);
         assert_eq!(pool.ready(&[1; 32], HEAD_MS + 601), None, "dropped");
+        assert!(pool.claims.keys().all(|&h| h > HEIGHT + 2));
+        assert!(!pool.suspended.contains_key(&stray));
 
         let next = at(HEIGHT + 3, 1);
         let wait = |pool: &mut Mempool, hash: u8, payer: &str| {
@@ -1816,7 +1888,11 @@ mod tests {
         );
         assert_eq!(code_of(next + 1), Ok(()));
         assert_eq!(code_of(next + LIFETIME_MS), Ok(()), "the longest lifetime");
-        assert_eq!(code_of(next + LIFETIME_MS + 1), Err(code::EXPIRED));
+        assert_eq!(
+            code_of(next + LIFETIME_MS + 1),
+            Err(code::TRY_LATER),
+            "valid once the clock moves on, or on a node that is not behind"
+        );
     }
 
     /// Issue 24's gap: a max fee below the transaction's own size and intrinsic fuel at the
@@ -1881,7 +1957,7 @@ mod tests {
         let refused = pool()
             .screen(&[tx(HEAD_MS + LIFETIME_MS + 30_000, 0)])
             .unwrap_err();
-        assert_eq!(refused.code, code::EXPIRED);
+        assert_eq!(refused.code, code::TRY_LATER);
         assert!(
             refused.log.contains("more than 120000 ms"),
             "{}",
@@ -2049,6 +2125,12 @@ mod tests {
         pool.admit([3; 32], vec![paid("alice", 5, 0, 3)], &balances)
             .unwrap();
 
+        // A sponsored transfer: bob pays the fee, alice's coins move.
+        let sponsored = moving("bob", alice, alice, 7, 5);
+        assert_eq!(
+            mempool_asked(std::slice::from_ref(&sponsored)),
+            [(alice, 7), (bob, 5)]
+        );
         // Mallory pays for a transfer out of alice that alice does not authorize: it fails in
         // the block, and asks nothing of alice here.
         let forged = moving("mallory", alice, mallory, 1_000, 4);
