@@ -748,7 +748,10 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
 
     let key = tally_chain::crypto::derived_key(1, 1);
     let genesis = json!({
-        "accounts": [{"name": workload::account_name(1).to_string(), "key": hex::encode(key.verifying_key().to_bytes()), "balance": workload::NATIVE_FUNDS}],
+        "accounts": [
+            {"name": workload::account_name(1).to_string(), "key": hex::encode(key.verifying_key().to_bytes()), "balance": workload::NATIVE_FUNDS},
+            {"name": workload::account_name(2).to_string(), "key": hex::encode(tally_chain::crypto::derived_key(1, 2).verifying_key().to_bytes()), "balance": workload::NATIVE_FUNDS},
+        ],
         "contracts": [{"account": "simplecoin", "code": hex::encode(workload::SIMPLECOIN_WASM)}],
         "allocations": [{"contract": "simplecoin", "key": hex::encode(workload::account_name(1).0.to_le_bytes()), "value": hex::encode(5u64.to_le_bytes())}],
     });
@@ -1017,6 +1020,92 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         "{}",
         c.log
     );
+
+    // A bundle admitted against a balance that a block since drained (a transfer another
+    // node admitted) stays out of the next proposal: the block would reject it for no fee.
+    let head = |s: &mut std::os::unix::net::UnixStream| {
+        let r = abci(
+            s,
+            request::Value::Query(tendermint_proto::v0_38::abci::RequestQuery {
+                path: "head".into(),
+                ..Default::default()
+            }),
+        );
+        let response::Value::Query(q) = r else {
+            panic!("{r:?}")
+        };
+        let h: Value = serde_json::from_slice(&q.value).unwrap();
+        (
+            h["ref_block_num"].as_u64().unwrap() as u16,
+            h["ref_block_prefix"].as_u64().unwrap() as u32,
+            h["time_ms"].as_u64().unwrap(),
+        )
+    };
+    let tapos = head(&mut s);
+    let spend = bundle(&[&transfer(tapos, 1, 2, "spend", 0).encode()]);
+    let (code, log) = check(&mut s, spend.clone());
+    assert_eq!(code, 0, "{log}");
+    let r = abci(
+        &mut s,
+        request::Value::Query(tendermint_proto::v0_38::abci::RequestQuery {
+            path: "native".into(),
+            data: workload::account_name(1).0.to_le_bytes().to_vec().into(),
+            ..Default::default()
+        }),
+    );
+    let response::Value::Query(q) = r else {
+        panic!("{r:?}")
+    };
+    let balance = u64::from_le_bytes(q.value.as_ref().try_into().unwrap());
+    // All but the drain's own max fee, which the chain sets aside first: what is left after
+    // it pays its fee cannot cover the pending transfer's max fee.
+    let drain = {
+        use tally_chain::system::{NativeTransfer, SYSTEM, TRANSFER};
+        let (from, to) = (workload::account_name(1), workload::account_name(2));
+        let data = borsh::to_vec(&NativeTransfer {
+            from,
+            to,
+            amount: balance - tally_chain::tx::DEFAULT_MAX_FEE,
+        })
+        .unwrap();
+        let action = Action {
+            account: SYSTEM,
+            name: TRANSFER,
+            authorization: vec![from],
+            data,
+        };
+        let t = Transaction::new(tapos.2 + 60_000, (tapos.0, tapos.1), vec![action]);
+        SignedTransaction::sign(t, &[(from, &key)]).encode()
+    };
+    for request in [
+        request::Value::FinalizeBlock(RequestFinalizeBlock {
+            txs: vec![bundle(&[&drain]).into()],
+            height: 3,
+            time: timestamp(1_800_000_003),
+            ..Default::default()
+        }),
+        request::Value::Commit(Default::default()),
+    ] {
+        match abci(&mut s, request) {
+            response::Value::FinalizeBlock(f) => assert_eq!(f.tx_results[0].code, 0, "{f:?}"),
+            response::Value::Commit(_) => {}
+            r => panic!("{r:?}"),
+        }
+    }
+    let r = abci(
+        &mut s,
+        request::Value::PrepareProposal(tendermint_proto::v0_38::abci::RequestPrepareProposal {
+            max_tx_bytes: 1 << 20,
+            txs: vec![spend.into()],
+            height: 4,
+            time: timestamp(1_800_000_004),
+            ..Default::default()
+        }),
+    );
+    let response::Value::PrepareProposal(p) = r else {
+        panic!("{r:?}")
+    };
+    assert!(p.txs.is_empty(), "its payer cannot cover its max fee now");
 }
 
 /// Issue 26: a node whose metrics port is taken (a process that held it still exiting) still

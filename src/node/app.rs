@@ -32,6 +32,7 @@
 //! are built from Tally's fixed error strings and the contract's own `assert` text, never an
 //! engine's.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -635,13 +636,12 @@ impl App {
     /// this node never decoded: its recheck after a commit runs beside the next proposal, not
     /// before it. A bundle that does not decode is dropped too.
     fn proposable(&self, txs: Vec<Bytes>, time_ms: u64) -> Vec<Bytes> {
+        let hashes: Vec<[u8; 32]> = txs.iter().map(|tx| bundle::hash(tx)).collect();
         let mut ok: Vec<Option<bool>> = {
             let pool = self.mempool();
-            txs.iter()
-                .map(|tx| {
-                    let h = bundle::hash(tx);
-                    Some(pool.pays(&h)?.is_ok() && pool.ready(&h, time_ms)?)
-                })
+            hashes
+                .iter()
+                .map(|h| Some(pool.pays(h)?.is_ok() && pool.ready(h, time_ms)?))
                 .collect()
         };
         // The rest from scratch (this node restarted, or dropped them at a commit, or only
@@ -666,6 +666,7 @@ impl App {
                 })
                 .collect()
         };
+        let mut asked: Vec<Option<BTreeMap<Name, u64>>> = vec![None; txs.len()];
         if !decoded.is_empty() {
             let consensus = self.consensus();
             for (i, txs) in decoded {
@@ -675,13 +676,72 @@ impl App {
                         .as_ref()
                         .is_none_or(|l| l.unknown_references(&txs).is_empty()),
                 );
+                asked[i] = Some(mempool::asked(&txs));
             }
         }
+        self.affordable(&hashes, &mut ok, asked);
         txs.into_iter()
             .zip(ok)
             .filter(|(_, ok)| *ok == Some(true))
             .map(|(tx, _)| tx)
             .collect()
+    }
+
+    /// Leaves out of a proposal (`ok`, in its order) each bundle that would spend more of an
+    /// account's committed balance than the bundles before it left: a transaction whose payer
+    /// an earlier one in the block drained is rejected for no fee (`TxError::CannotPay`).
+    /// The pool admitted each bundle against the balances it knew, but a block since may have
+    /// spent them (transactions another node admitted), and CometBFT's recheck after a commit
+    /// runs beside this proposal, not before it. `asked` holds what each bundle this node
+    /// decoded for the proposal asks ([`mempool::asked`]); the pool knows the others'. The
+    /// balances the pool does not know at its head are read under one consensus lock.
+    fn affordable(
+        &self,
+        hashes: &[[u8; 32]],
+        ok: &mut [Option<bool>],
+        mut asked: Vec<Option<BTreeMap<Name, u64>>>,
+    ) {
+        let (mut left, unknown) = {
+            let pool = self.mempool();
+            for (i, h) in hashes.iter().enumerate() {
+                if ok[i] == Some(true) && asked[i].is_none() {
+                    asked[i] = pool.asked_of(h).cloned();
+                }
+            }
+            let accounts: std::collections::BTreeSet<Name> = asked
+                .iter()
+                .flatten()
+                .flat_map(|a| a.keys().copied())
+                .collect();
+            let mut left = BTreeMap::new();
+            let mut unknown = Vec::new();
+            for a in accounts {
+                match pool.balance_at_head(&a) {
+                    Some(b) => {
+                        left.insert(a, b);
+                    }
+                    None => unknown.push(a),
+                }
+            }
+            (left, unknown)
+        };
+        left.extend(self.read_balances(unknown).balances);
+        for (ok, asked) in ok.iter_mut().zip(&asked) {
+            // A bundle that left the pool since (a commit took it) is the block's to judge.
+            let (Some(true), Some(asked)) = (*ok, asked) else {
+                continue;
+            };
+            let covered = asked
+                .iter()
+                .all(|(a, wants)| left.get(a).is_some_and(|has| has >= wants));
+            if covered {
+                for (a, wants) in asked {
+                    *left.get_mut(a).expect("covered") -= wants;
+                }
+            } else {
+                *ok = Some(false);
+            }
+        }
     }
 
     /// Whether `bundles` fit one block's bandwidth (the chain's maximum, from its committed

@@ -932,6 +932,17 @@ impl Mempool {
         (self.bundles.len(), self.ids.len())
     }
 
+    /// What the pooled bundle `hash` may spend of each account's native balance ([`asked`]);
+    /// `None` if it is not pooled.
+    pub fn asked_of(&self, hash: &[u8; 32]) -> Option<&BTreeMap<Name, u64>> {
+        self.bundles.get(hash).map(|p| &p.asked)
+    }
+
+    /// The committed native balance of `account` as the pool knows it at its head, if it does.
+    pub fn balance_at_head(&self, account: &Name) -> Option<u64> {
+        self.fresh_balance(account)
+    }
+
     /// The tips a pooled bundle offers, summed; `None` if it is not pooled.
     pub fn tips_of(&self, hash: &[u8; 32]) -> Option<u64> {
         self.bundles.get(hash).map(|p| p.tips)
