@@ -694,7 +694,8 @@ impl App {
     /// spent them (transactions another node admitted), and CometBFT's recheck after a commit
     /// runs beside this proposal, not before it. `asked` holds what each bundle this node
     /// decoded for the proposal asks ([`mempool::asked`]); the pool knows the others'. The
-    /// balances the pool does not know at its head are read under one consensus lock.
+    /// balances the pool does not know at its head are read under one consensus lock, and
+    /// kept in the pool for CometBFT's recheck.
     fn affordable(
         &self,
         hashes: &[[u8; 32]],
@@ -725,7 +726,9 @@ impl App {
             }
             (left, unknown)
         };
-        left.extend(self.read_balances(unknown).balances);
+        let read = self.read_balances(unknown);
+        self.mempool().learn(&read);
+        left.extend(read.balances);
         for (ok, asked) in ok.iter_mut().zip(&asked) {
             // A bundle that left the pool since (a commit took it) is the block's to judge.
             let (Some(true), Some(asked)) = (*ok, asked) else {

@@ -560,6 +560,17 @@ impl Mempool {
         }
     }
 
+    /// Keeps the balances of `read` of the accounts the pool has pending, as
+    /// [`Mempool::balance_of`] would: what PrepareProposal read, so that CometBFT's recheck
+    /// after the commit need not read them again.
+    pub fn learn(&mut self, read: &Balances) {
+        for &payer in read.balances.keys() {
+            if self.payers.contains_key(&payer) {
+                self.balance_of(payer, read);
+            }
+        }
+    }
+
     /// Admits a verified bundle whose reference blocks are all committed:
     /// [`Mempool::admit_awaiting`] with none awaited.
     #[cfg(test)]
@@ -2087,6 +2098,14 @@ mod tests {
         // The first commits; alice paid 4 in fees: 21 covers the second's 10 and 10 more.
         pool.committed(HEIGHT + 1, HEAD_MS + 100, (0, 0), [0; 5], &[[1; 32]], &[]);
         assert_eq!(pool.unknown_balances([&alice]), [alice], "a block old");
+        // What PrepareProposal read is kept for the recheck; an account with nothing
+        // pending is not.
+        let bob: Name = "bob".parse().unwrap();
+        let mut learnt = read(HEIGHT + 1, alice, 21);
+        learnt.balances.insert(bob, 5);
+        pool.learn(&learnt);
+        assert!(pool.unknown_balances([&alice]).is_empty());
+        assert!(!pool.payers.contains_key(&bob));
         pool.admit(
             [3; 32],
             vec![paid("alice", 10, 0, 3)],
