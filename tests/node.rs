@@ -1042,9 +1042,17 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         )
     };
     let tapos = head(&mut s);
-    let spend = bundle(&[&transfer(tapos, 1, 2, "spend", 0).encode()]);
-    let (code, log) = check(&mut s, spend.clone());
-    assert_eq!(code, 0, "{log}");
+    let spend =
+        |from: u64, to: u64, memo: &str| bundle(&[&transfer(tapos, from, to, memo, 0).encode()]);
+    let pending = [
+        spend(1, 2, "first"),
+        spend(1, 2, "second"),
+        spend(2, 1, "other"),
+    ];
+    for b in &pending {
+        let (code, log) = check(&mut s, b.clone());
+        assert_eq!(code, 0, "{log}");
+    }
     let r = abci(
         &mut s,
         request::Value::Query(tendermint_proto::v0_38::abci::RequestQuery {
@@ -1057,15 +1065,14 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         panic!("{r:?}")
     };
     let balance = u64::from_le_bytes(q.value.as_ref().try_into().unwrap());
-    // All but the drain's own max fee, which the chain sets aside first: what is left after
-    // it pays its fee cannot cover the pending transfer's max fee.
+    // What is left once the drain pays its fee covers one pending max fee, not two.
     let drain = {
         use tally_chain::system::{NativeTransfer, SYSTEM, TRANSFER};
         let (from, to) = (workload::account_name(1), workload::account_name(2));
         let data = borsh::to_vec(&NativeTransfer {
             from,
             to,
-            amount: balance - tally_chain::tx::DEFAULT_MAX_FEE,
+            amount: balance - 2 * tally_chain::tx::DEFAULT_MAX_FEE + 1,
         })
         .unwrap();
         let action = Action {
@@ -1096,7 +1103,7 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         &mut s,
         request::Value::PrepareProposal(tendermint_proto::v0_38::abci::RequestPrepareProposal {
             max_tx_bytes: 1 << 20,
-            txs: vec![spend.into()],
+            txs: pending.iter().map(|b| b.clone().into()).collect(),
             height: 4,
             time: timestamp(1_800_000_004),
             ..Default::default()
@@ -1105,7 +1112,11 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
     let response::Value::PrepareProposal(p) = r else {
         panic!("{r:?}")
     };
-    assert!(p.txs.is_empty(), "its payer cannot cover its max fee now");
+    assert_eq!(
+        p.txs,
+        [&pending[0], &pending[2]].map(|b| prost::bytes::Bytes::from(b.clone())),
+        "account 1 covers one max fee now, account 2 its own"
+    );
 }
 
 /// Issue 26: a node whose metrics port is taken (a process that held it still exiting) still

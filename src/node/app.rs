@@ -65,6 +65,9 @@ use super::metrics::Histogram;
 use super::results::{self, BundleResult, TxSummary};
 use super::sync::{self, BadSnapshots, ChunkOutcome, Restoring, Serving};
 
+/// What a bundle may spend of each account's native balance ([`mempool::asked`]).
+type Asked = BTreeMap<Name, u64>;
+
 /// Result codes of CheckTx, FinalizeBlock and Query. Stable: clients match on them.
 pub mod code {
     /// Accepted; in FinalizeBlock, every transaction of the bundle succeeded.
@@ -637,12 +640,22 @@ impl App {
     /// before it. A bundle that does not decode is dropped too.
     fn proposable(&self, txs: Vec<Bytes>, time_ms: u64) -> Vec<Bytes> {
         let hashes: Vec<[u8; 32]> = txs.iter().map(|tx| bundle::hash(tx)).collect();
-        let mut ok: Vec<Option<bool>> = {
+        // What a pooled bundle asks is taken with its verdict: CometBFT's recheck may remove
+        // it from the pool meanwhile, on another connection.
+        let (mut ok, mut asked): (Vec<Option<bool>>, Vec<Option<Asked>>) = {
             let pool = self.mempool();
             hashes
                 .iter()
-                .map(|h| Some(pool.pays(h)?.is_ok() && pool.ready(h, time_ms)?))
-                .collect()
+                .map(|h| {
+                    let ok = pool
+                        .pays(h)
+                        .and_then(|pays| Some(pays.is_ok() && pool.ready(h, time_ms)?));
+                    let asked = (ok == Some(true))
+                        .then(|| pool.asked_of(h).cloned())
+                        .flatten();
+                    (ok, asked)
+                })
+                .unzip()
         };
         // The rest from scratch (this node restarted, or dropped them at a commit, or only
         // verified them in a proposal), decoded without a lock; one that holds a transaction
@@ -666,20 +679,18 @@ impl App {
                 })
                 .collect()
         };
-        let mut asked: Vec<Option<BTreeMap<Name, u64>>> = vec![None; txs.len()];
         if !decoded.is_empty() {
             let consensus = self.consensus();
             for (i, txs) in decoded {
-                ok[i] = Some(
-                    consensus
-                        .ledger
-                        .as_ref()
-                        .is_none_or(|l| l.unknown_references(&txs).is_empty()),
-                );
-                asked[i] = Some(mempool::asked(&txs));
+                let known = consensus
+                    .ledger
+                    .as_ref()
+                    .is_none_or(|l| l.unknown_references(&txs).is_empty());
+                ok[i] = Some(known);
+                asked[i] = known.then(|| mempool::asked(&txs));
             }
         }
-        self.affordable(&hashes, &mut ok, asked);
+        self.affordable(&mut ok, &asked);
         txs.into_iter()
             .zip(ok)
             .filter(|(_, ok)| *ok == Some(true))
@@ -692,56 +703,42 @@ impl App {
     /// an earlier one in the block drained is rejected for no fee (`TxError::CannotPay`).
     /// The pool admitted each bundle against the balances it knew, but a block since may have
     /// spent them (transactions another node admitted), and CometBFT's recheck after a commit
-    /// runs beside this proposal, not before it. `asked` holds what each bundle this node
-    /// decoded for the proposal asks ([`mempool::asked`]); the pool knows the others'. The
-    /// balances the pool does not know at its head are read under one consensus lock, and
-    /// kept in the pool for CometBFT's recheck.
-    fn affordable(
-        &self,
-        hashes: &[[u8; 32]],
-        ok: &mut [Option<bool>],
-        mut asked: Vec<Option<BTreeMap<Name, u64>>>,
-    ) {
-        let (mut left, unknown) = {
+    /// runs beside this proposal, not before it. `asked` holds what each bundle asks
+    /// ([`mempool::asked`]). The balances the pool does not know at its head are read under
+    /// one consensus lock (one read an account of the proposal, which FinalizeBlock then
+    /// finds cached), and kept in the pool for CometBFT's recheck.
+    fn affordable(&self, ok: &mut [Option<bool>], asked: &[Option<Asked>]) {
+        let proposed: Vec<Option<&Asked>> = ok
+            .iter()
+            .zip(asked)
+            .map(|(ok, asked)| asked.as_ref().filter(|_| *ok == Some(true)))
+            .collect();
+        let (mut balances, unknown) = {
             let pool = self.mempool();
-            for (i, h) in hashes.iter().enumerate() {
-                if ok[i] == Some(true) && asked[i].is_none() {
-                    asked[i] = pool.asked_of(h).cloned();
-                }
-            }
-            let accounts: std::collections::BTreeSet<Name> = asked
+            let accounts: std::collections::BTreeSet<Name> = proposed
                 .iter()
                 .flatten()
                 .flat_map(|a| a.keys().copied())
                 .collect();
-            let mut left = BTreeMap::new();
+            let mut known = BTreeMap::new();
             let mut unknown = Vec::new();
             for a in accounts {
                 match pool.balance_at_head(&a) {
                     Some(b) => {
-                        left.insert(a, b);
+                        known.insert(a, b);
                     }
                     None => unknown.push(a),
                 }
             }
-            (left, unknown)
+            (known, unknown)
         };
-        let read = self.read_balances(unknown);
-        self.mempool().learn(&read);
-        left.extend(read.balances);
-        for (ok, asked) in ok.iter_mut().zip(&asked) {
-            // A bundle that left the pool since (a commit took it) is the block's to judge.
-            let (Some(true), Some(asked)) = (*ok, asked) else {
-                continue;
-            };
-            let covered = asked
-                .iter()
-                .all(|(a, wants)| left.get(a).is_some_and(|has| has >= wants));
-            if covered {
-                for (a, wants) in asked {
-                    *left.get_mut(a).expect("covered") -= wants;
-                }
-            } else {
+        if !unknown.is_empty() {
+            let read = self.read_balances(unknown);
+            self.mempool().learn(&read);
+            balances.extend(read.balances);
+        }
+        for (ok, covered) in ok.iter_mut().zip(mempool::affordable(&proposed, balances)) {
+            if *ok == Some(true) && !covered {
                 *ok = Some(false);
             }
         }

@@ -284,6 +284,35 @@ pub fn asked(txs: &[PreparedTx]) -> BTreeMap<Name, u64> {
     asked
 }
 
+/// Which bundles of a proposal, in its order, the committed `balances` cover: each asks
+/// ([`asked`]) at most what the bundles taken before it left of each account. A bundle
+/// without what it asks (`None`), or asking of an account `balances` lacks, is not covered.
+/// The sum rule holds for any subset taken later, in any order: what a transaction spends
+/// of a balance is at most its max fee and the transfers it signed, and incoming coins only
+/// add.
+pub fn affordable(
+    asked: &[Option<&BTreeMap<Name, u64>>],
+    mut balances: BTreeMap<Name, u64>,
+) -> Vec<bool> {
+    asked
+        .iter()
+        .map(|asked| {
+            let Some(asked) = asked else {
+                return false;
+            };
+            let covered = asked
+                .iter()
+                .all(|(a, wants)| balances.get(a).is_some_and(|has| has >= wants));
+            if covered {
+                for (a, wants) in *asked {
+                    *balances.get_mut(a).expect("covered") -= wants;
+                }
+            }
+            covered
+        })
+        .collect()
+}
+
 /// The tips a bundle offers, summed: what PrepareProposal ranks it by, per byte.
 pub fn tips(txs: &[PreparedTx]) -> u64 {
     txs.iter()
@@ -2167,6 +2196,38 @@ mod tests {
         assert_eq!(mempool_asked(std::slice::from_ref(&forged)), [(mallory, 5)]);
         pool.admit([4; 32], vec![forged], &balances).unwrap();
         assert_eq!(pool.pending_of(alice), 100);
+    }
+
+    /// A proposal takes bundles in order while the committed balances cover what each asks
+    /// of every account; one it does not know what asks, or of an unknown account, it leaves.
+    #[test]
+    fn a_proposal_takes_bundles_while_the_balances_cover_them() {
+        let (alice, bob): (Name, Name) = ("alice".parse().unwrap(), "bob".parse().unwrap());
+        let asks = |pairs: &[(Name, u64)]| pairs.iter().copied().collect::<BTreeMap<_, _>>();
+        let (a6, a5, b3, ab) = (
+            asks(&[(alice, 6)]),
+            asks(&[(alice, 5)]),
+            asks(&[(bob, 3)]),
+            asks(&[(alice, 4), (bob, 1)]),
+        );
+        let carol = asks(&[("carol".parse().unwrap(), 1)]);
+        let balances: BTreeMap<Name, u64> = [(alice, 10), (bob, 3)].into();
+        assert_eq!(
+            affordable(
+                &[
+                    Some(&a6),
+                    Some(&a5),
+                    Some(&b3),
+                    Some(&ab),
+                    None,
+                    Some(&carol)
+                ],
+                balances.clone()
+            ),
+            [true, false, true, false, false, false],
+            "alice has 4 left after the first, bob none after the third"
+        );
+        assert_eq!(affordable(&[Some(&ab), Some(&a6)], balances), [true, true]);
     }
 
     #[test]
