@@ -634,10 +634,11 @@ impl App {
     /// ProcessProposal refuses a proposal with any other (the chain would reject the
     /// transaction, having carried it for nothing). None has expired by `time_ms`, and every
     /// reference block is committed: the proposer's own choice (ProcessProposal does not ask
-    /// it), as a transaction rejected for either pays nothing for its room in the block.
-    /// CometBFT's mempool may still hold a bundle that was admitted at lower prices, or that
-    /// this node never decoded: its recheck after a commit runs beside the next proposal, not
-    /// before it. A bundle that does not decode is dropped too.
+    /// it), as a transaction rejected for either pays nothing for its room in the block; and
+    /// its accounts' committed balances cover it ([`App::affordable`]). CometBFT's mempool
+    /// may still hold a bundle that was admitted at lower prices, or that this node never
+    /// decoded: its recheck after a commit runs beside the next proposal, not before it. A
+    /// bundle that does not decode is dropped too.
     fn proposable(&self, txs: Vec<Bytes>, time_ms: u64) -> Vec<Bytes> {
         let hashes: Vec<[u8; 32]> = txs.iter().map(|tx| bundle::hash(tx)).collect();
         // What a pooled bundle asks is taken with its verdict: CometBFT's recheck may remove

@@ -1746,8 +1746,8 @@ mod tests {
     /// height) may have no transaction wait for a block for SUSPENDED_BLOCKS, even if its
     /// bundle left the pool before that block (expired, displaced); nor is anyone else
     /// suspended: a payer whose transaction shared the bundle, or one whose claim a jump of
-    /// the head (a restored snapshot) left unproven. The room a waiting bundle takes is its
-    /// namers', not that of transactions riding along.
+    /// the head (a restored snapshot) left unproven. A rider pays the room for its own bytes,
+    /// the namer what the bundle lacks of the floor; a payer claims one block a height.
     #[test]
     fn a_payer_that_named_a_block_that_never_came_may_not_wait_for_a_while() {
         let mut pool = pool();
