@@ -65,8 +65,9 @@ pub const MAX_AWAITING_BYTES_PER_PAYER: usize = MAX_AWAITING_BYTES / 64;
 /// The least room a waiting bundle takes, however small: 64 KiB, so that at most 512 bundles
 /// wait, a tenth of the 5,000 CometBFT's mempool holds by default (`mempool.size`), and at
 /// most 8 that one payer alone pays for. CometBFT counts a bundle as one transaction whatever
-/// its size, so without it small waiting bundles could fill its mempool for free. A bundle's
-/// payers share it ([`waiting_bytes`]); a bundle of a thousand transfers is larger anyway.
+/// its size, so without it small waiting bundles could fill its mempool for free. The payers
+/// who named its blocks pay what a bundle lacks of it ([`waiting_bytes`]); a bundle of a
+/// thousand transfers is larger anyway.
 pub const MIN_AWAITING_BUNDLE_BYTES: usize = MAX_AWAITING_BYTES / 512;
 
 /// How many blocks a payer's transactions may not wait for a reference block after one of
