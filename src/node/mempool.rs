@@ -785,17 +785,17 @@ impl Mempool {
             }
         }
         if !awaited.is_empty() {
-            self.suspension(txs, awaited)?;
-            self.room_to_wait(txs, awaited, &displaced)?;
+            let namers = namers(txs, awaited);
+            self.suspension(&namers)?;
+            self.room_to_wait(txs, &namers, &displaced)?;
         }
         Ok(displaced)
     }
 
-    /// Refuses a bundle with a transaction that names a block of `awaited` and whose payer is
-    /// suspended ([`SUSPENDED_BLOCKS`]), or any bundle that would wait when the pool could not
-    /// suspend its payers: the claims or the suspended payers are as many as it keeps.
-    fn suspension(&self, txs: &[PreparedTx], awaited: &[(u16, u32)]) -> Result<(), Refusal> {
-        let namers = namers(txs, awaited);
+    /// Refuses a bundle one of whose `namers` ([`namers`]) is suspended ([`SUSPENDED_BLOCKS`])
+    /// or claims another block at a height, or any bundle that would wait when the pool could
+    /// not suspend its payers: the claims or the suspended payers are as many as it keeps.
+    fn suspension(&self, namers: &[((u16, u32), Name)]) -> Result<(), Refusal> {
         if self.claim_count + namers.len() > MAX_CLAIMS
             || self.suspended.len() >= MAX_SUSPENDED_PAYERS
         {
@@ -806,7 +806,7 @@ impl Mempool {
             ));
         }
         let mut named: BTreeMap<(u64, Name), u32> = BTreeMap::new();
-        for &((num, prefix), payer) in &namers {
+        for &((num, prefix), payer) in namers {
             let height = self.claim_height(num);
             let earlier = self
                 .claims
@@ -825,7 +825,7 @@ impl Mempool {
                 ));
             }
         }
-        for (_, payer) in namers {
+        for &(_, payer) in namers {
             if let Some(&until) = self.suspended.get(&payer) {
                 return Err(Refusal::new(
                     code::TRY_LATER,
@@ -860,12 +860,12 @@ impl Mempool {
         }
     }
 
-    /// Whether a bundle of `txs` fits the room for waiting bundles and each of its payers'
-    /// share of it, once the waiting bundles `displaced` left.
+    /// Whether a bundle of `txs`, named by `namers`, fits the room for waiting bundles and
+    /// each of its payers' share of it, once the waiting bundles `displaced` left.
     fn room_to_wait(
         &self,
         txs: &[PreparedTx],
-        awaited: &[(u16, u32)],
+        namers: &[((u16, u32), Name)],
         displaced: &[[u8; 32]],
     ) -> Result<(), Refusal> {
         let freed = |payer: Option<&Name>| -> usize {
@@ -888,7 +888,7 @@ impl Mempool {
                 ),
             ))
         };
-        let bytes = waiting_bytes(txs, &namers(txs, awaited));
+        let bytes = waiting_bytes(txs, namers);
         let total: usize = bytes.values().sum();
         if self.awaiting_bytes.saturating_sub(freed(None)) + total > MAX_AWAITING_BYTES {
             return full(format!(
