@@ -773,26 +773,7 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
     };
     assert_eq!(init.app_hash.len(), 32);
 
-    let (code, value, _) = {
-        let r = abci(
-            &mut s,
-            request::Value::Query(tendermint_proto::v0_38::abci::RequestQuery {
-                path: "head".into(),
-                ..Default::default()
-            }),
-        );
-        let response::Value::Query(q) = r else {
-            panic!("{r:?}")
-        };
-        (q.code, q.value, q.log)
-    };
-    assert_eq!(code, 0);
-    let h: Value = serde_json::from_slice(&value).unwrap();
-    let tapos = (
-        h["ref_block_num"].as_u64().unwrap() as u16,
-        h["ref_block_prefix"].as_u64().unwrap() as u32,
-        h["time_ms"].as_u64().unwrap(),
-    );
+    let tapos = socket_head(&mut s);
     let good = transfer(tapos, 1, 2, "ok", 0).encode();
     let mut forged = transfer(tapos, 1, 2, "forged", 0);
     forged.signatures[0].signature[0] ^= 1;
@@ -971,23 +952,14 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         let (code, log) = check(&mut s, tx.clone());
         assert_eq!(code, 0, "{log}");
     }
-    let r = abci(
+    let proposed = socket_prepare(
         &mut s,
-        request::Value::PrepareProposal(tendermint_proto::v0_38::abci::RequestPrepareProposal {
-            max_tx_bytes: 1 << 20,
-            txs: [&ahead, &expiring, &fresh]
-                .map(|t| t.clone().into())
-                .to_vec(),
-            height: 2,
-            time: timestamp(1_800_000_002),
-            ..Default::default()
-        }),
+        2,
+        1 << 20,
+        &[ahead.clone(), expiring.clone(), fresh.clone()],
     );
-    let response::Value::PrepareProposal(p) = r else {
-        panic!("{r:?}")
-    };
     assert_eq!(
-        p.txs,
+        proposed,
         std::slice::from_ref(&fresh),
         "only the transfer the block would take"
     );
@@ -1023,25 +995,7 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
 
     // A bundle admitted against a balance that a block since drained (a transfer another
     // node admitted) stays out of the next proposal: the block would reject it for no fee.
-    let head = |s: &mut std::os::unix::net::UnixStream| {
-        let r = abci(
-            s,
-            request::Value::Query(tendermint_proto::v0_38::abci::RequestQuery {
-                path: "head".into(),
-                ..Default::default()
-            }),
-        );
-        let response::Value::Query(q) = r else {
-            panic!("{r:?}")
-        };
-        let h: Value = serde_json::from_slice(&q.value).unwrap();
-        (
-            h["ref_block_num"].as_u64().unwrap() as u16,
-            h["ref_block_prefix"].as_u64().unwrap() as u32,
-            h["time_ms"].as_u64().unwrap(),
-        )
-    };
-    let tapos = head(&mut s);
+    let tapos = socket_head(&mut s);
     let spend =
         |from: u64, to: u64, memo: &str| bundle(&[&transfer(tapos, from, to, memo, 0).encode()]);
     let pending = [
@@ -1053,18 +1007,9 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         let (code, log) = check(&mut s, b.clone());
         assert_eq!(code, 0, "{log}");
     }
-    let r = abci(
-        &mut s,
-        request::Value::Query(tendermint_proto::v0_38::abci::RequestQuery {
-            path: "native".into(),
-            data: workload::account_name(1).0.to_le_bytes().to_vec().into(),
-            ..Default::default()
-        }),
-    );
-    let response::Value::Query(q) = r else {
-        panic!("{r:?}")
-    };
-    let balance = u64::from_le_bytes(q.value.as_ref().try_into().unwrap());
+    let (code, value) = socket_query(&mut s, "native", &workload::account_name(1).0.to_le_bytes());
+    assert_eq!(code, 0);
+    let balance = u64::from_le_bytes(value.try_into().unwrap());
     // What is left once the drain pays its fee covers one pending max fee, not two.
     let drain = {
         use tally_chain::system::{NativeTransfer, SYSTEM, TRANSFER};
@@ -1099,22 +1044,9 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
             r => panic!("{r:?}"),
         }
     }
-    let r = abci(
-        &mut s,
-        request::Value::PrepareProposal(tendermint_proto::v0_38::abci::RequestPrepareProposal {
-            max_tx_bytes: 1 << 20,
-            txs: pending.iter().map(|b| b.clone().into()).collect(),
-            height: 4,
-            time: timestamp(1_800_000_004),
-            ..Default::default()
-        }),
-    );
-    let response::Value::PrepareProposal(p) = r else {
-        panic!("{r:?}")
-    };
     assert_eq!(
-        p.txs,
-        [&pending[0], &pending[2]].map(|b| prost::bytes::Bytes::from(b.clone())),
+        socket_prepare(&mut s, 4, 1 << 20, &pending),
+        [pending[0].clone(), pending[2].clone()],
         "account 1 covers one max fee now, account 2 its own"
     );
 }
@@ -1922,6 +1854,58 @@ fn issue_23_contracts_deployed_and_pushed_over_rpc_give_receipts_tx_reads_back_a
 
 /// A `tally node` process alone, driven over its socket as CometBFT drives it; killed when
 /// dropped.
+/// Query `path` with `data` over an ABCI socket: the code and the value.
+fn socket_query(s: &mut std::os::unix::net::UnixStream, path: &str, data: &[u8]) -> (u32, Vec<u8>) {
+    let r = abci(
+        s,
+        request::Value::Query(tendermint_proto::v0_38::abci::RequestQuery {
+            path: path.into(),
+            data: data.to_vec().into(),
+            ..Default::default()
+        }),
+    );
+    let response::Value::Query(q) = r else {
+        panic!("{r:?}")
+    };
+    (q.code, q.value.to_vec())
+}
+
+/// The node's head over an ABCI socket: (ref_block_num, ref_block_prefix, time_ms).
+fn socket_head(s: &mut std::os::unix::net::UnixStream) -> (u16, u32, u64) {
+    let (code, value) = socket_query(s, "head", &[]);
+    assert_eq!(code, 0);
+    let h: Value = serde_json::from_slice(&value).unwrap();
+    (
+        h["ref_block_num"].as_u64().unwrap() as u16,
+        h["ref_block_prefix"].as_u64().unwrap() as u32,
+        h["time_ms"].as_u64().unwrap(),
+    )
+}
+
+/// PrepareProposal over an ABCI socket of `txs` for a block at `height` (at
+/// `GENESIS_S + height`), at most `max_tx_bytes` of them: the bundles it proposes.
+fn socket_prepare(
+    s: &mut std::os::unix::net::UnixStream,
+    height: i64,
+    max_tx_bytes: i64,
+    txs: &[Vec<u8>],
+) -> Vec<Vec<u8>> {
+    let r = abci(
+        s,
+        request::Value::PrepareProposal(tendermint_proto::v0_38::abci::RequestPrepareProposal {
+            max_tx_bytes,
+            txs: txs.iter().cloned().map(Into::into).collect(),
+            height,
+            time: timestamp(GENESIS_S + height),
+            ..Default::default()
+        }),
+    );
+    let response::Value::PrepareProposal(p) = r else {
+        panic!("{r:?}")
+    };
+    p.txs.into_iter().map(|t| t.to_vec()).collect()
+}
+
 struct SocketNode {
     _dir: tempfile::TempDir,
     child: std::process::Child,
@@ -1977,28 +1961,12 @@ impl SocketNode {
             s,
             tapos: (0, 0, 0),
         };
-        let h: Value = serde_json::from_slice(&node.query("head", &[]).1).unwrap();
-        node.tapos = (
-            h["ref_block_num"].as_u64().unwrap() as u16,
-            h["ref_block_prefix"].as_u64().unwrap() as u32,
-            h["time_ms"].as_u64().unwrap(),
-        );
+        node.tapos = socket_head(&mut node.s);
         node
     }
 
     fn query(&mut self, path: &str, data: &[u8]) -> (u32, Vec<u8>) {
-        let r = abci(
-            &mut self.s,
-            request::Value::Query(tendermint_proto::v0_38::abci::RequestQuery {
-                path: path.into(),
-                data: data.to_vec().into(),
-                ..Default::default()
-            }),
-        );
-        let response::Value::Query(q) = r else {
-            panic!("{r:?}")
-        };
-        (q.code, q.value.to_vec())
+        socket_query(&mut self.s, path, data)
     }
 
     /// The committed native balance of `account`.
@@ -2026,22 +1994,7 @@ impl SocketNode {
     /// PrepareProposal of `txs` for a block at `height` (at `GENESIS_S + height`), at most
     /// `max_tx_bytes` of them: the bundles it proposes.
     fn prepare(&mut self, height: i64, max_tx_bytes: i64, txs: &[Vec<u8>]) -> Vec<Vec<u8>> {
-        let r = abci(
-            &mut self.s,
-            request::Value::PrepareProposal(
-                tendermint_proto::v0_38::abci::RequestPrepareProposal {
-                    max_tx_bytes,
-                    txs: txs.iter().cloned().map(Into::into).collect(),
-                    height,
-                    time: timestamp(GENESIS_S + height),
-                    ..Default::default()
-                },
-            ),
-        );
-        let response::Value::PrepareProposal(p) = r else {
-            panic!("{r:?}")
-        };
-        p.txs.into_iter().map(|t| t.to_vec()).collect()
+        socket_prepare(&mut self.s, height, max_tx_bytes, txs)
     }
 
     /// FinalizeBlock then Commit of `txs` at `height` proposed by `proposer`: each bundle's
