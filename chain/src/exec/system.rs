@@ -70,19 +70,60 @@ pub const TRANSFER: Name = match Name::from_str_const("transfer") {
     Err(_) => panic!("valid name"),
 };
 
+/// A system action, decoded: `apply` runs what this gives and `native_spend` reads it, so
+/// the pool and the block agree on what a system action is and who must sign it.
+enum SystemAction {
+    NewAccount(NewAccount),
+    Transfer(NativeTransfer),
+    SetCode(SetCode),
+}
+
+impl SystemAction {
+    /// Decodes `action` (addressed to [`SYSTEM`]) and checks that the account it acts for
+    /// authorized it. `Err` is the abort of its failed receipt.
+    fn authorized(action: &Action) -> Result<Self, Abort> {
+        fn data<T: BorshDeserialize>(action: &Action, what: &str) -> Result<T, Abort> {
+            borsh::from_slice(&action.data).map_err(|_| invalid(format!("bad {what} data")))
+        }
+        let decoded = match action.name {
+            NEWACCOUNT => Self::NewAccount(data(action, "newaccount")?),
+            TRANSFER => Self::Transfer(data(action, "transfer")?),
+            SETCODE => Self::SetCode(data(action, "setcode")?),
+            name => {
+                return Err(Abort::new(
+                    AbortCode::NoHandler,
+                    format!("the system contract has no action {name}"),
+                ));
+            }
+        };
+        let signer = match &decoded {
+            Self::NewAccount(new) => new.creator,
+            Self::Transfer(t) => t.from,
+            Self::SetCode(set) => set.account,
+        };
+        if !action.authorization.contains(&signer) {
+            return Err(Abort::new(
+                AbortCode::Unauthorized,
+                format!("missing authority of {signer}"),
+            ));
+        }
+        Ok(decoded)
+    }
+}
+
 /// The native coins `action` may move out of an account's balance: for a system `transfer`
 /// that decodes and that its sender authorizes, the sender and the amount (whether the
 /// transfer then succeeds depends on state). No other action moves native coins: contracts
 /// cannot call the system contract. What the mempool counts against a balance besides fees.
 pub fn native_spend(action: &Action) -> Option<(Name, u64)> {
+    // Named first, so the pool decodes no other system action's data (a setcode's module).
     if action.account != SYSTEM || action.name != TRANSFER {
         return None;
     }
-    let t = borsh::from_slice::<NativeTransfer>(&action.data).ok()?;
-    action
-        .authorization
-        .contains(&t.from)
-        .then_some((t.from, t.amount))
+    match SystemAction::authorized(action) {
+        Ok(SystemAction::Transfer(t)) => Some((t.from, t.amount)),
+        _ => None,
+    }
 }
 
 /// The system's own failures, as receipts.
@@ -92,85 +133,42 @@ pub(crate) fn invalid(message: impl Into<String>) -> Abort {
 
 /// Runs a system action with at most `fuel`.
 pub(crate) fn apply(env: &mut Exec<'_>, action: &Action, fuel: u64) -> Result<Receipt, ChainError> {
-    let authorized = |account: Name| action.authorization.contains(&account);
-    let unauthorized = |account: Name| {
-        Receipt::failed(
-            Abort::new(
-                AbortCode::Unauthorized,
-                format!("missing authority of {account}"),
-            ),
-            FUEL_PER_SYSTEM_ACTION,
-        )
-    };
     if fuel < FUEL_PER_SYSTEM_ACTION {
         return Ok(Receipt::failed(Abort::out_of_fuel(fuel), fuel));
     }
-    if action.name == NEWACCOUNT {
-        let Ok(new) = borsh::from_slice::<NewAccount>(&action.data) else {
-            return Ok(Receipt::failed(
-                invalid("bad newaccount data"),
-                FUEL_PER_SYSTEM_ACTION,
-            ));
-        };
-        if !authorized(new.creator) {
-            return Ok(unauthorized(new.creator));
-        }
-        let mut exists = |name: Name| -> Result<bool, ChainError> {
-            Ok(env.journal.get(env.store, &keys::account(name))?.is_some())
-        };
-        if !exists(new.creator)? {
-            return Ok(Receipt::failed(
-                invalid(format!("creator {} does not exist", new.creator)),
-                FUEL_PER_SYSTEM_ACTION,
-            ));
-        }
-        if exists(new.name)? {
-            return Ok(Receipt::failed(
-                invalid(format!("account {} already exists", new.name)),
-                FUEL_PER_SYSTEM_ACTION,
-            ));
-        }
-        let key = keys::account(new.name);
-        if let Err(abort) = env.journal.set(&key, Some(&new.key)) {
-            return Ok(Receipt::failed(abort, FUEL_PER_SYSTEM_ACTION));
-        }
-        env.journal
-            .count_new_key((key.len() + new.key.len()) as u64);
-        Ok(Receipt::success(FUEL_PER_SYSTEM_ACTION))
-    } else if action.name == TRANSFER {
-        let Ok(t) = borsh::from_slice::<NativeTransfer>(&action.data) else {
-            return Ok(Receipt::failed(
-                invalid("bad transfer data"),
-                FUEL_PER_SYSTEM_ACTION,
-            ));
-        };
-        if !authorized(t.from) {
-            return Ok(unauthorized(t.from));
-        }
-        native_transfer(env, &t).map(|result| match result {
-            Ok(()) => Receipt::success(FUEL_PER_SYSTEM_ACTION),
-            Err(abort) => Receipt::failed(abort, FUEL_PER_SYSTEM_ACTION),
-        })
-    } else if action.name == SETCODE {
-        let Ok(set) = borsh::from_slice::<SetCode>(&action.data) else {
-            return Ok(Receipt::failed(
-                invalid("bad setcode data"),
-                FUEL_PER_SYSTEM_ACTION,
-            ));
-        };
-        if !authorized(set.account) {
-            return Ok(unauthorized(set.account));
-        }
-        set_code(env, set.account, &set.code, fuel)
-    } else {
-        Ok(Receipt::failed(
-            Abort::new(
-                AbortCode::NoHandler,
-                format!("the system contract has no action {}", action.name),
-            ),
-            FUEL_PER_SYSTEM_ACTION,
-        ))
+    let done = |result: Result<(), Abort>| match result {
+        Ok(()) => Receipt::success(FUEL_PER_SYSTEM_ACTION),
+        Err(abort) => Receipt::failed(abort, FUEL_PER_SYSTEM_ACTION),
+    };
+    match SystemAction::authorized(action) {
+        Err(abort) => Ok(done(Err(abort))),
+        Ok(SystemAction::NewAccount(new)) => new_account(env, &new).map(done),
+        Ok(SystemAction::Transfer(t)) => native_transfer(env, &t).map(done),
+        Ok(SystemAction::SetCode(set)) => set_code(env, set.account, &set.code, fuel),
     }
+}
+
+/// Creates the account `new` names, if its creator exists and it does not.
+fn new_account(env: &mut Exec<'_>, new: &NewAccount) -> Result<Result<(), Abort>, ChainError> {
+    let mut exists = |name: Name| -> Result<bool, ChainError> {
+        Ok(env.journal.get(env.store, &keys::account(name))?.is_some())
+    };
+    if !exists(new.creator)? {
+        return Ok(Err(invalid(format!(
+            "creator {} does not exist",
+            new.creator
+        ))));
+    }
+    if exists(new.name)? {
+        return Ok(Err(invalid(format!("account {} already exists", new.name))));
+    }
+    let key = keys::account(new.name);
+    if let Err(abort) = env.journal.set(&key, Some(&new.key)) {
+        return Ok(Err(abort));
+    }
+    env.journal
+        .count_new_key((key.len() + new.key.len()) as u64);
+    Ok(Ok(()))
 }
 
 /// Moves native coins as `t` says, within the running transaction (a failure later in it

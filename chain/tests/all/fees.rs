@@ -238,6 +238,56 @@ fn issue_24_a_transaction_nobody_signs_is_refused_at_decode_and_the_payer_must_s
     );
 }
 
+/// What the pool counts against a sender's balance (`system::native_spend`) is what the
+/// block moves: one decoder and one authority rule for both, for a transfer its sender
+/// signs, one it does not, one paid by another, data that does not decode, and the other
+/// system actions.
+#[test]
+fn the_pool_counts_exactly_the_native_coins_a_block_moves() {
+    use tally_chain::Action;
+    use tally_chain::system::{NEWACCOUNT, NativeTransfer, SETCODE, TRANSFER, native_spend};
+    let mut chain = fee_chain(FeeSchedule::STANDARD);
+    let (from, sponsor, to) = (name("alice"), name("bob"), name("carol"));
+    let moving = |amount| borsh::to_vec(&NativeTransfer { from, to, amount }).unwrap();
+    let mut trailing = moving(5);
+    trailing.push(0);
+    let cases = [
+        (TRANSFER, vec![from], moving(7)),
+        (TRANSFER, vec![sponsor], moving(11)),
+        (TRANSFER, vec![sponsor, from], moving(13)),
+        (TRANSFER, vec![from], trailing),
+        (TRANSFER, vec![from], moving(17)[..12].to_vec()),
+        (NEWACCOUNT, vec![from], moving(19)),
+        (SETCODE, vec![from], moving(23)),
+        (name("nosuch"), vec![from], moving(29)),
+    ];
+    let mut moved_any = false;
+    for (action_name, authorization, data) in cases {
+        let a = Action {
+            account: SYSTEM,
+            name: action_name,
+            authorization: authorization.clone(),
+            data,
+        };
+        let counted = native_spend(&a);
+        let before = native(&chain, "carol");
+        let tx = Transaction {
+            payer: authorization[0],
+            ..envelope(&chain, vec![a.clone()])
+        };
+        assert!(
+            push(&mut chain, SignedTransaction::unsigned(tx))
+                .receipt()
+                .is_some()
+        );
+        let moved = native(&chain, "carol") - before;
+        assert_eq!(counted.map_or(0, |(_, amount)| amount), moved, "{a:?}");
+        assert!(counted.is_none_or(|(sender, _)| sender == from));
+        moved_any |= moved > 0;
+    }
+    assert!(moved_any, "some case moved coins");
+}
+
 #[test]
 fn issue_24_a_failed_transaction_pays_its_fee_and_changes_nothing_else() {
     let mut chain = fee_chain(FeeSchedule::STANDARD);
