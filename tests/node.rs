@@ -777,12 +777,13 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
     let good = transfer(tapos, 1, 2, "ok", 0).encode();
     let mut forged = transfer(tapos, 1, 2, "forged", 0);
     forged.signatures[0].signature[0] ^= 1;
-    let process = |s: &mut std::os::unix::net::UnixStream, txs: Vec<Vec<u8>>| {
+    let process_at = |s: &mut std::os::unix::net::UnixStream, height: i64, txs: Vec<Vec<u8>>| {
         let r = abci(
             s,
             request::Value::ProcessProposal(RequestProcessProposal {
                 txs: txs.into_iter().map(Into::into).collect(),
-                height: 1,
+                height,
+                time: timestamp(GENESIS_S + height),
                 ..Default::default()
             }),
         );
@@ -791,6 +792,7 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         };
         p.status
     };
+    let process = |s: &mut std::os::unix::net::UnixStream, txs| process_at(s, 1, txs);
     assert_eq!(
         process(&mut s, vec![bundle(&[&good])]),
         ProposalStatus::Accept as i32
@@ -841,6 +843,30 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         log.contains("bytes decoded, above the 16777216 a block may carry"),
         "{log}"
     );
+    // What the block would reject for its expiration or its reference block, for no fee,
+    // is rejected before any signature is verified: expired by the block's time (1 s after
+    // genesis), expiring further ahead than the 120 s a transaction may live, and naming a
+    // block the chain has not committed.
+    let timed = |tapos: (u16, u32, u64), memo: &str| transfer(tapos, 1, 2, memo, 0).encode();
+    let expired = timed((tapos.0, tapos.1, tapos.2 - 59_500), "expired");
+    let too_far = timed((tapos.0, tapos.1, tapos.2 + 62_000), "too far");
+    let unknown = timed((tapos.0.wrapping_add(1), tapos.1, tapos.2), "unknown");
+    for (bad, why) in [
+        (&expired, "the transaction expired at"),
+        (&too_far, "more than 120000 ms after the block time"),
+        (&unknown, "unknown reference block"),
+    ] {
+        assert_eq!(
+            process(&mut s, vec![bundle(&[&good]), bundle(&[&good, bad])]),
+            ProposalStatus::Reject as i32
+        );
+        let log = std::fs::read_to_string(dir.path().join("node.log")).unwrap();
+        assert!(
+            log.lines()
+                .any(|l| l.contains("bundle 1, transaction 1: ") && l.contains(why)),
+            "{log}"
+        );
+    }
     for bad in [
         compressed_bundle(&[&good, &forged.encode()]),
         bundle(&[&good, &forged.encode()]),
@@ -962,6 +988,20 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         proposed,
         std::slice::from_ref(&fresh),
         "only the transfer the block would take"
+    );
+    // By the same rules as ProcessProposal: what PrepareProposal leaves out, it rejects;
+    // what PrepareProposal proposes, it accepts.
+    assert_eq!(
+        process_at(&mut s, 2, vec![fresh.clone(), expiring.clone()]),
+        ProposalStatus::Reject as i32
+    );
+    assert_eq!(
+        process_at(&mut s, 2, vec![fresh.clone(), ahead.clone()]),
+        ProposalStatus::Reject as i32
+    );
+    assert_eq!(
+        process_at(&mut s, 2, proposed.clone()),
+        ProposalStatus::Accept as i32
     );
     // Block 2 is not the one `ahead` named: CometBFT's recheck refuses it.
     let r = abci(

@@ -59,7 +59,7 @@ use tally_host_api::limits::{FUEL_PER_ACTION, FUEL_PER_TX, FUEL_PER_TX_BYTE, MAX
 
 use super::abci::{self, Application};
 use super::bundle;
-use super::ledger::{AppState, Ledger, Network, TxOutcome};
+use super::ledger::{self, AppState, Ledger, Network, Timing, TxOutcome};
 use super::mempool::{self, Balances, Candidate, Mempool, Refusal};
 use super::metrics::Histogram;
 use super::results::{self, BundleResult, TxSummary};
@@ -630,27 +630,34 @@ impl App {
     }
 
     /// The bundles of `txs` that a block at `time_ms` would not reject a transaction of for
-    /// no fee. Every transaction's max fee pays for its own size at this block's prices:
-    /// ProcessProposal refuses a proposal with any other (the chain would reject the
-    /// transaction, having carried it for nothing). None has expired by `time_ms`, and every
-    /// reference block is committed: the proposer's own choice (ProcessProposal does not ask
-    /// it), as a transaction rejected for either pays nothing for its room in the block; and
-    /// its accounts' committed balances cover it ([`App::affordable`]). CometBFT's mempool
-    /// may still hold a bundle that was admitted at lower prices, or that this node never
-    /// decoded: its recheck after a commit runs beside the next proposal, not before it. A
-    /// bundle that does not decode is dropped too.
+    /// no fee. Every transaction's max fee pays for its own size at this block's prices, and
+    /// none has expired by `time_ms`, expires further ahead than a transaction may live, or
+    /// names a block the chain has not committed: ProcessProposal refuses a proposal with any
+    /// other, by the same rules ([`Ledger::first_untimely`]), as the chain would reject the
+    /// transaction, having carried it for nothing. And its accounts' committed balances cover
+    /// it ([`App::affordable`]). CometBFT's mempool may still hold a bundle that was admitted
+    /// at lower prices, or that this node never decoded: its recheck after a commit runs
+    /// beside the next proposal, not before it. A bundle that does not decode is dropped too.
     fn proposable(&self, txs: Vec<Bytes>, time_ms: u64) -> Vec<Bytes> {
         let hashes: Vec<[u8; 32]> = txs.iter().map(|tx| bundle::hash(tx)).collect();
-        // What a pooled bundle asks is taken with its verdict: CometBFT's recheck may remove
-        // it from the pool meanwhile, on another connection.
+        // What a pooled bundle asks, and its transactions' timings, are taken with its
+        // verdict: CometBFT's recheck may remove it from the pool meanwhile, on another
+        // connection.
+        let mut timing: Vec<Option<Vec<Timing>>> = vec![None; txs.len()];
         let (mut ok, mut asked): (Vec<Option<bool>>, Vec<Option<Asked>>) = {
             let pool = self.mempool();
             hashes
                 .iter()
-                .map(|h| {
-                    let ok = pool
+                .zip(&mut timing)
+                .map(|(h, timing)| {
+                    let ready = pool
                         .pays(h)
                         .and_then(|pays| Some(pays.is_ok() && pool.ready(h, time_ms)?));
+                    if ready == Some(true) {
+                        *timing = pool.timings_of(h);
+                    }
+                    // FinalizeBlock took its transactions: it leaves at the commit.
+                    let ok = ready.map(|ready| ready && timing.is_some());
                     let asked = (ok == Some(true))
                         .then(|| pool.asked_of(h).cloned())
                         .flatten();
@@ -661,34 +668,35 @@ impl App {
         // The rest from scratch (this node restarted, or dropped them at a commit, or only
         // verified them in a proposal), decoded without a lock; one that holds a transaction
         // the pool or an earlier bundle holds is left out (the block would reject it as a
-        // duplicate); their references under one consensus lock.
+        // duplicate).
         let decoded: Vec<(usize, Vec<PreparedTx>)> = ok
             .iter()
             .enumerate()
             .filter(|(_, ok)| ok.is_none())
             .filter_map(|(i, _)| Some((i, mempool::decode(&txs[i]).ok()?)))
             .collect();
-        let decoded: Vec<(usize, Vec<PreparedTx>)> = {
+        {
             let pool = self.mempool();
             let mut seen = std::collections::HashSet::new();
-            decoded
-                .into_iter()
-                .filter(|(_, txs)| {
-                    pool.pay(txs).is_ok()
-                        && mempool::unexpired_at(txs, time_ms)
-                        && txs.iter().all(|t| !pool.holds(&t.id) && seen.insert(t.id))
-                })
-                .collect()
-        };
-        if !decoded.is_empty() {
-            let consensus = self.consensus();
             for (i, txs) in decoded {
-                let known = consensus
-                    .ledger
-                    .as_ref()
-                    .is_none_or(|l| l.unknown_references(&txs).is_empty());
-                ok[i] = Some(known);
-                asked[i] = known.then(|| mempool::asked(&txs));
+                if pool.pay(&txs).is_ok()
+                    && txs.iter().all(|t| !pool.holds(&t.id) && seen.insert(t.id))
+                {
+                    ok[i] = Some(true);
+                    asked[i] = Some(mempool::asked(&txs));
+                    timing[i] = Some(ledger::timings(&txs));
+                }
+            }
+        }
+        // Expirations and references under one consensus lock, by the block's own rule.
+        {
+            let consensus = self.consensus();
+            if let Some(l) = consensus.ledger.as_ref() {
+                for (ok, timing) in ok.iter_mut().zip(&timing) {
+                    if let (Some(true), Some(timing)) = (*ok, timing) {
+                        *ok = Some(l.first_untimely(time_ms, timing).is_none());
+                    }
+                }
             }
         }
         self.affordable(&mut ok, &asked);
@@ -770,27 +778,50 @@ impl App {
     }
 
     /// Decodes and verifies the proposal's bundles this node has not verified before, and
-    /// keeps them for FinalizeBlock; the first reason to reject the proposal, if any.
-    fn verify_proposal(&self, txs: &[Bytes]) -> Result<(), Refusal> {
+    /// keeps them for FinalizeBlock; the first reason to reject the proposal, if any. A
+    /// proposal for a block at `time_ms` holding a transaction the block would reject for its
+    /// expiration or its reference block ([`Ledger::first_untimely`]) is rejected before any
+    /// signature is verified: the block would carry it for no fee, for good. An honest
+    /// proposer leaves such bundles out by the same rule ([`App::proposable`]).
+    fn verify_proposal(&self, txs: &[Bytes], time_ms: u64) -> Result<(), Refusal> {
         self.within_bandwidth(txs)?;
-        let unknown: Vec<&Bytes> = {
+        let mut timing: Vec<Vec<Timing>> = vec![Vec::new(); txs.len()];
+        let unknown: Vec<usize> = {
             let pool = self.mempool();
             let mut unknown = Vec::new();
-            for tx in txs {
-                match pool.pays(&bundle::hash(tx)) {
-                    Some(paid) => paid?,
-                    None => unknown.push(tx),
+            for (b, tx) in txs.iter().enumerate() {
+                let h = bundle::hash(tx);
+                match (pool.pays(&h), pool.timings_of(&h)) {
+                    (Some(paid), Some(t)) => {
+                        paid?;
+                        timing[b] = t;
+                    }
+                    _ => unknown.push(b),
                 }
             }
             unknown
         };
         let mut all = Vec::new();
         let mut sizes = Vec::with_capacity(unknown.len());
-        for tx in &unknown {
-            let decoded = mempool::decode(tx)?;
+        for &b in &unknown {
+            let decoded = mempool::decode(&txs[b])?;
             self.mempool().pay(&decoded)?;
-            sizes.push((bundle::hash(tx), decoded.len()));
+            sizes.push((bundle::hash(&txs[b]), decoded.len()));
+            timing[b] = ledger::timings(&decoded);
             all.extend(decoded);
+        }
+        {
+            let consensus = self.consensus();
+            if let Some(l) = consensus.ledger.as_ref() {
+                for (b, timing) in timing.iter().enumerate() {
+                    if let Some((i, e)) = l.first_untimely(time_ms, timing) {
+                        return Err(Refusal::new(
+                            code::REFUSED,
+                            format!("bundle {b}, transaction {i}: {e}"),
+                        ));
+                    }
+                }
+            }
         }
         // Every unknown bundle in one batched verification.
         let keys = self.read_keys(&all);
@@ -1232,10 +1263,11 @@ impl Application for App {
         ResponsePrepareProposal { txs }
     }
 
-    /// Rejects a block holding anything CheckTx would refuse for good, or a transaction whose
-    /// max fee does not pay for its own size at this block's prices.
+    /// Rejects a block holding anything CheckTx would refuse for good, a transaction whose
+    /// max fee does not pay for its own size at this block's prices, or one the block would
+    /// reject for its expiration or its reference block ([`App::verify_proposal`]).
     fn process_proposal(&self, req: RequestProcessProposal) -> ResponseProcessProposal {
-        let status = match self.verify_proposal(&req.txs) {
+        let status = match self.verify_proposal(&req.txs, time_ms(req.time)) {
             Ok(()) => ProposalStatus::Accept,
             Err(refusal) => {
                 eprintln!(

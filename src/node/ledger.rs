@@ -43,6 +43,20 @@ use tally_runtime::{Outcome, Runtime, RuntimeConfig};
 use crate::common::fs::{rename_durably, write_atomic};
 use crate::common::store::{StoreKind, open_store};
 
+/// When a transaction expires and the reference block it names (number, prefix): what
+/// [`Ledger::first_untimely`] holds a proposal's transactions to.
+pub type Timing = (u64, (u16, u32));
+
+/// The timings of `txs`, in order.
+pub fn timings(txs: &[PreparedTx]) -> Vec<Timing> {
+    txs.iter()
+        .map(|t| {
+            let t = &t.tx.transaction;
+            (t.expiration_ms, (t.ref_block_num, t.ref_block_prefix))
+        })
+        .collect()
+}
+
 /// Version of the node's data-directory layout: 2 stores blocks whose transactions have the
 /// compact encoding of issue 26 (whatever the store backend).
 const LAYOUT_VERSION: u32 = 2;
@@ -745,6 +759,21 @@ impl Ledger {
             })
             .filter(|&(_, num, prefix)| !self.chain.knows_reference(num, prefix))
             .collect()
+    }
+
+    /// The first of `timings` (a proposal's transactions, in order) that the next block, at
+    /// `time_ms`, would reject for its expiration or its reference block
+    /// ([`tally_chain::Chain::check_timing`], the block's own rule), with why.
+    pub fn first_untimely(&self, time_ms: u64, timings: &[Timing]) -> Option<(usize, TxError)> {
+        timings
+            .iter()
+            .enumerate()
+            .find_map(|(i, &(expiration_ms, reference))| {
+                self.chain
+                    .check_timing(time_ms, expiration_ms, reference)
+                    .err()
+                    .map(|e| (i, e))
+            })
     }
 
     /// The keys the committed state registers for the accounts of `txs`' signatures, read now

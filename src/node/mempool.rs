@@ -25,10 +25,12 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use prost::bytes::Bytes;
 use tally_chain::crypto::{self, KeySource, Need};
+use tally_chain::phase::validate::check_expiration;
 use tally_chain::{Check, Name, PreparedTx, SignedTransaction, TxError, TxId};
 
 use super::app::code;
 use super::bundle;
+use super::ledger::{Timing, timings};
 
 /// Maps keyed by bundle hashes and transaction ids, which senders choose: a seeded hash, so
 /// none can send bundles that collide in them.
@@ -227,32 +229,6 @@ fn carried_key_refusal(tx: &SignedTransaction, keys: &dyn KeySource) -> Option<T
         .iter()
         .filter(|sig| sig.public_key.is_some())
         .find_map(|sig| crypto::required_key(sig, keys.registered_key(sig.account)).err())
-}
-
-/// The chain's expiration rule for a block at `time_ms` (chain/src/phase/validate.rs), with
-/// the chain's own errors.
-fn expiry(expiration_ms: u64, time_ms: u64, max_lifetime_ms: u64) -> Result<(), TxError> {
-    if expiration_ms <= time_ms {
-        return Err(TxError::Expired {
-            expiration_ms,
-            block_time_ms: time_ms,
-        });
-    }
-    if expiration_ms - time_ms > max_lifetime_ms {
-        return Err(TxError::ExpirationTooFar {
-            expiration_ms,
-            block_time_ms: time_ms,
-            max_lifetime_ms,
-        });
-    }
-    Ok(())
-}
-
-/// Whether no transaction of `txs` has expired by a block at `time_ms` (the chain's rule,
-/// [`expiry`]): what PrepareProposal asks of a bundle the pool does not hold.
-pub fn unexpired_at(txs: &[PreparedTx], time_ms: u64) -> bool {
-    txs.iter()
-        .all(|t| expiry(t.tx.transaction.expiration_ms, time_ms, u64::MAX).is_ok())
 }
 
 /// What a bundle may spend of each account's native balance: the max fees of the
@@ -510,7 +486,7 @@ impl Mempool {
         let time_ms = self.next_block_ms();
         let mut seen = HashSet::with_capacity(txs.len());
         for (i, t) in txs.iter().enumerate() {
-            if let Err(e) = expiry(
+            if let Err(e) = check_expiration(
                 t.tx.transaction.expiration_ms,
                 time_ms,
                 self.max_lifetime_ms,
@@ -716,7 +692,7 @@ impl Mempool {
     pub fn recheck(&mut self, hash: &[u8; 32], read: &Balances) -> Option<Result<(), Refusal>> {
         let time_ms = self.next_block_ms();
         let p = self.bundles.get(hash)?;
-        if let Err(e) = expiry(p.expires_ms, time_ms, u64::MAX) {
+        if let Err(e) = check_expiration(p.expires_ms, time_ms, u64::MAX) {
             self.remove(hash);
             return Some(Err(Refusal::new(code::EXPIRED, e.to_string())));
         }
@@ -960,7 +936,10 @@ impl Mempool {
     /// transaction the block would reject pays no fee, and takes the block's room for nothing.
     pub fn ready(&self, hash: &[u8; 32], time_ms: u64) -> Option<bool> {
         let p = self.bundles.get(hash)?;
-        Some(expiry(p.expires_ms, time_ms, u64::MAX).is_ok() && !self.awaiting.contains_key(hash))
+        Some(
+            check_expiration(p.expires_ms, time_ms, u64::MAX).is_ok()
+                && !self.awaiting.contains_key(hash),
+        )
     }
 
     /// Whether a pooled bundle holds the transaction `id`.
@@ -971,6 +950,12 @@ impl Mempool {
     /// Bundles and transactions in the pool.
     pub fn size(&self) -> (usize, usize) {
         (self.bundles.len(), self.ids.len())
+    }
+
+    /// When the pooled bundle `hash`'s transactions expire and the blocks they name
+    /// ([`timings`]); `None` if it is not pooled, or FinalizeBlock has taken them.
+    pub fn timings_of(&self, hash: &[u8; 32]) -> Option<Vec<Timing>> {
+        self.bundles.get(hash)?.txs.as_deref().map(timings)
     }
 
     /// What the pooled bundle `hash` may spend of each account's native balance ([`asked`]);
