@@ -857,7 +857,7 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         (&unknown, "unknown reference block"),
     ] {
         assert_eq!(
-            process(&mut s, vec![bundle(&[&good]), bundle(&[&good, bad])]),
+            process(&mut s, vec![bundle(&[&good]), bundle(&[&zipped, bad])]),
             ProposalStatus::Reject as i32
         );
         let log = std::fs::read_to_string(dir.path().join("node.log")).unwrap();
@@ -867,6 +867,16 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
             "{log}"
         );
     }
+    // A transaction twice in the proposal: the block would reject the second as a duplicate.
+    assert_eq!(
+        process(&mut s, vec![bundle(&[&good]), bundle(&[&zipped, &good])]),
+        ProposalStatus::Reject as i32
+    );
+    let log = std::fs::read_to_string(dir.path().join("node.log")).unwrap();
+    assert!(
+        log.contains("bundle 1, transaction 1: duplicate transaction"),
+        "{log}"
+    );
     for bad in [
         compressed_bundle(&[&good, &forged.encode()]),
         bundle(&[&good, &forged.encode()]),
@@ -877,7 +887,7 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         bundle(&[&keyless(3, false)]),
     ] {
         assert_eq!(
-            process(&mut s, vec![bundle(&[&good]), bad]),
+            process(&mut s, vec![bundle(&[&zipped]), bad]),
             ProposalStatus::Reject as i32
         );
     }
@@ -982,7 +992,12 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         &mut s,
         2,
         1 << 20,
-        &[ahead.clone(), expiring.clone(), fresh.clone()],
+        &[
+            ahead.clone(),
+            expiring.clone(),
+            fresh.clone(),
+            bundle(&[&stripped.encode()]),
+        ],
     );
     assert_eq!(
         proposed,
@@ -1002,6 +1017,15 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
     assert_eq!(
         process_at(&mut s, 2, proposed.clone()),
         ProposalStatus::Accept as i32
+    );
+    // A committed transaction sent again, its key stripped: another bundle, the same id.
+    assert_eq!(
+        process_at(
+            &mut s,
+            2,
+            vec![fresh.clone(), bundle(&[&stripped.encode()])]
+        ),
+        ProposalStatus::Reject as i32
     );
     // Block 2 is not the one `ahead` named: CometBFT's recheck refuses it.
     let r = abci(

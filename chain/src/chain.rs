@@ -327,12 +327,12 @@ impl Chain {
         self.window.tapos_at(height)
     }
 
-    /// Whether `tx` is committed already, by the replay window: the next block would reject
-    /// it as a duplicate, and so would every later one while it is in the window. A node's
+    /// Whether the transaction `id` is committed already, by the replay window: the next block
+    /// would reject it as a duplicate, and so would every later one while it is in the window. A node's
     /// admission refuses such a transaction: the block would reject it without a fee, and a
     /// committed transaction's bytes can be sent again by anyone.
-    pub fn is_committed(&self, tx: &PreparedTx) -> bool {
-        self.window.contains(&tx.id)
+    pub fn is_committed(&self, id: &TxId) -> bool {
+        self.window.contains(id)
     }
 
     /// Whether `(num, prefix)` names a committed block of the TaPoS window: what the next

@@ -59,7 +59,7 @@ use tally_host_api::limits::{FUEL_PER_ACTION, FUEL_PER_TX, FUEL_PER_TX_BYTE, MAX
 
 use super::abci::{self, Application};
 use super::bundle;
-use super::ledger::{self, AppState, Ledger, Network, Timing, TxOutcome};
+use super::ledger::{self, AppState, Ledger, Network, TxFacts, TxOutcome};
 use super::mempool::{self, Balances, Candidate, Mempool, Refusal};
 use super::metrics::Histogram;
 use super::results::{self, BundleResult, TxSummary};
@@ -631,33 +631,33 @@ impl App {
 
     /// The bundles of `txs` that a block at `time_ms` would not reject a transaction of for
     /// no fee. Every transaction's max fee pays for its own size at this block's prices, and
-    /// none has expired by `time_ms`, expires further ahead than a transaction may live, or
-    /// names a block the chain has not committed: ProcessProposal refuses a proposal with any
-    /// other, by the same rules ([`Ledger::first_untimely`]), as the chain would reject the
-    /// transaction, having carried it for nothing. And its accounts' committed balances cover
-    /// it ([`App::affordable`]). CometBFT's mempool may still hold a bundle that was admitted
+    /// none has expired by `time_ms`, expires further ahead than a transaction may live, names
+    /// a block the chain has not committed, or repeats a committed transaction or one an
+    /// earlier bundle proposed holds: ProcessProposal refuses a proposal with any other, by
+    /// the same call ([`Ledger::takeable`]), as the chain would reject the transaction, having
+    /// carried it for nothing. And its accounts' committed balances cover it
+    /// ([`App::affordable`]). CometBFT's mempool may still hold a bundle that was admitted
     /// at lower prices, or that this node never decoded: its recheck after a commit runs
     /// beside the next proposal, not before it. A bundle that does not decode is dropped too.
     fn proposable(&self, txs: Vec<Bytes>, time_ms: u64) -> Vec<Bytes> {
         let hashes: Vec<[u8; 32]> = txs.iter().map(|tx| bundle::hash(tx)).collect();
-        // What a pooled bundle asks, and its transactions' timings, are taken with its
-        // verdict: CometBFT's recheck may remove it from the pool meanwhile, on another
-        // connection.
-        let mut timing: Vec<Option<Vec<Timing>>> = vec![None; txs.len()];
+        // What a pooled bundle asks, and its transactions' facts, are taken with its verdict:
+        // CometBFT's recheck may remove it from the pool meanwhile, on another connection.
+        let mut facts: Vec<Option<Vec<TxFacts>>> = vec![None; txs.len()];
         let (mut ok, mut asked): (Vec<Option<bool>>, Vec<Option<Asked>>) = {
             let pool = self.mempool();
             hashes
                 .iter()
-                .zip(&mut timing)
-                .map(|(h, timing)| {
+                .zip(&mut facts)
+                .map(|(h, facts)| {
                     let ready = pool
                         .pays(h)
                         .and_then(|pays| Some(pays.is_ok() && pool.ready(h, time_ms)?));
                     if ready == Some(true) {
-                        *timing = pool.timings_of(h);
+                        *facts = pool.facts_of(h);
                     }
                     // FinalizeBlock took its transactions: it leaves at the commit.
-                    let ok = ready.map(|ready| ready && timing.is_some());
+                    let ok = ready.map(|ready| ready && facts.is_some());
                     let asked = (ok == Some(true))
                         .then(|| pool.asked_of(h).cloned())
                         .flatten();
@@ -667,8 +667,7 @@ impl App {
         };
         // The rest from scratch (this node restarted, or dropped them at a commit, or only
         // verified them in a proposal), decoded without a lock; one that holds a transaction
-        // the pool or an earlier bundle holds is left out (the block would reject it as a
-        // duplicate).
+        // the pool holds is left out (the block would reject one of the two as a duplicate).
         let decoded: Vec<(usize, Vec<PreparedTx>)> = ok
             .iter()
             .enumerate()
@@ -677,24 +676,27 @@ impl App {
             .collect();
         {
             let pool = self.mempool();
-            let mut seen = std::collections::HashSet::new();
             for (i, txs) in decoded {
-                if pool.pay(&txs).is_ok()
-                    && txs.iter().all(|t| !pool.holds(&t.id) && seen.insert(t.id))
-                {
+                if pool.pay(&txs).is_ok() && txs.iter().all(|t| !pool.holds(&t.id)) {
                     ok[i] = Some(true);
                     asked[i] = Some(mempool::asked(&txs));
-                    timing[i] = Some(ledger::timings(&txs));
+                    facts[i] = Some(ledger::facts(&txs));
                 }
             }
         }
-        // Expirations and references under one consensus lock, by the block's own rule.
+        // Expirations, references and duplicates under one consensus lock, by the call
+        // ProcessProposal makes.
         {
+            for (ok, facts) in ok.iter().zip(&mut facts) {
+                if *ok != Some(true) {
+                    *facts = None;
+                }
+            }
             let consensus = self.consensus();
             if let Some(l) = consensus.ledger.as_ref() {
-                for (ok, timing) in ok.iter_mut().zip(&timing) {
-                    if let (Some(true), Some(timing)) = (*ok, timing) {
-                        *ok = Some(l.first_untimely(time_ms, timing).is_none());
+                for (ok, takeable) in ok.iter_mut().zip(l.takeable(time_ms, &facts)) {
+                    if *ok == Some(true) {
+                        *ok = Some(takeable.is_ok());
                     }
                 }
             }
@@ -780,21 +782,21 @@ impl App {
     /// Decodes and verifies the proposal's bundles this node has not verified before, and
     /// keeps them for FinalizeBlock; the first reason to reject the proposal, if any. A
     /// proposal for a block at `time_ms` holding a transaction the block would reject for its
-    /// expiration or its reference block ([`Ledger::first_untimely`]) is rejected before any
-    /// signature is verified: the block would carry it for no fee, for good. An honest
-    /// proposer leaves such bundles out by the same rule ([`App::proposable`]).
+    /// expiration, its reference block or as a duplicate ([`Ledger::takeable`]) is rejected
+    /// before any signature is verified: the block would carry it for no fee, for good. An
+    /// honest proposer leaves such bundles out by the same call ([`App::proposable`]).
     fn verify_proposal(&self, txs: &[Bytes], time_ms: u64) -> Result<(), Refusal> {
         self.within_bandwidth(txs)?;
-        let mut timing: Vec<Vec<Timing>> = vec![Vec::new(); txs.len()];
+        let mut facts: Vec<Option<Vec<TxFacts>>> = vec![None; txs.len()];
         let unknown: Vec<usize> = {
             let pool = self.mempool();
             let mut unknown = Vec::new();
             for (b, tx) in txs.iter().enumerate() {
                 let h = bundle::hash(tx);
-                match (pool.pays(&h), pool.timings_of(&h)) {
-                    (Some(paid), Some(t)) => {
+                match (pool.pays(&h), pool.facts_of(&h)) {
+                    (Some(paid), Some(f)) => {
                         paid?;
-                        timing[b] = t;
+                        facts[b] = Some(f);
                     }
                     _ => unknown.push(b),
                 }
@@ -807,19 +809,20 @@ impl App {
             let decoded = mempool::decode(&txs[b])?;
             self.mempool().pay(&decoded)?;
             sizes.push((bundle::hash(&txs[b]), decoded.len()));
-            timing[b] = ledger::timings(&decoded);
+            facts[b] = Some(ledger::facts(&decoded));
             all.extend(decoded);
         }
         {
             let consensus = self.consensus();
             if let Some(l) = consensus.ledger.as_ref() {
-                for (b, timing) in timing.iter().enumerate() {
-                    if let Some((i, e)) = l.first_untimely(time_ms, timing) {
-                        return Err(Refusal::new(
-                            code::REFUSED,
-                            format!("bundle {b}, transaction {i}: {e}"),
-                        ));
-                    }
+                let takeable = l.takeable(time_ms, &facts);
+                if let Some((b, Err((i, e)))) =
+                    takeable.into_iter().enumerate().find(|(_, t)| t.is_err())
+                {
+                    return Err(Refusal::new(
+                        code::REFUSED,
+                        format!("bundle {b}, transaction {i}: {e}"),
+                    ));
                 }
             }
         }
@@ -1265,7 +1268,8 @@ impl Application for App {
 
     /// Rejects a block holding anything CheckTx would refuse for good, a transaction whose
     /// max fee does not pay for its own size at this block's prices, or one the block would
-    /// reject for its expiration or its reference block ([`App::verify_proposal`]).
+    /// reject for its expiration, its reference block or as a duplicate
+    /// ([`App::verify_proposal`]).
     fn process_proposal(&self, req: RequestProcessProposal) -> ResponseProcessProposal {
         let status = match self.verify_proposal(&req.txs, time_ms(req.time)) {
             Ok(()) => ProposalStatus::Accept,

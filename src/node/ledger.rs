@@ -24,7 +24,7 @@
 //! DIR/store.replaced/  the store a restore replaced, until the rename is durable
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -35,7 +35,7 @@ use tally_chain::crypto::ResolvedKeys;
 use tally_chain::snapshot::{SnapshotSchedule, SnapshotStore};
 use tally_chain::{
     BlockHeader, Chain, ChainConfig, ChainError, Fee, FeeSchedule, Name, PreparedTx, StateStore,
-    TxError, TxResult, Usage,
+    TxError, TxId, TxResult, Usage,
 };
 use tally_host_api::Abort;
 use tally_runtime::{Outcome, Runtime, RuntimeConfig};
@@ -43,16 +43,29 @@ use tally_runtime::{Outcome, Runtime, RuntimeConfig};
 use crate::common::fs::{rename_durably, write_atomic};
 use crate::common::store::{StoreKind, open_store};
 
-/// When a transaction expires and the reference block it names (number, prefix): what
-/// [`Ledger::first_untimely`] holds a proposal's transactions to.
-pub type Timing = (u64, (u16, u32));
+/// What the committed window decides about a transaction: its id (a duplicate of a committed
+/// one is rejected), when it expires and the block it names (number, prefix). What
+/// [`Ledger::takeable`] holds a proposal's transactions to.
+#[derive(Debug, Clone, Copy)]
+pub struct TxFacts {
+    /// Its id.
+    pub id: TxId,
+    /// Its expiration.
+    pub expiration_ms: u64,
+    /// Its reference block's number and prefix.
+    pub reference: (u16, u32),
+}
 
-/// The timings of `txs`, in order.
-pub fn timings(txs: &[PreparedTx]) -> Vec<Timing> {
+/// The facts of `txs`, in order.
+pub fn facts(txs: &[PreparedTx]) -> Vec<TxFacts> {
     txs.iter()
         .map(|t| {
-            let t = &t.tx.transaction;
-            (t.expiration_ms, (t.ref_block_num, t.ref_block_prefix))
+            let tx = &t.tx.transaction;
+            TxFacts {
+                id: t.id,
+                expiration_ms: tx.expiration_ms,
+                reference: (tx.ref_block_num, tx.ref_block_prefix),
+            }
         })
         .collect()
 }
@@ -742,7 +755,7 @@ impl Ledger {
 
     /// The first of `txs` committed already ([`tally_chain::Chain::is_committed`]).
     pub fn first_committed(&self, txs: &[PreparedTx]) -> Option<usize> {
-        txs.iter().position(|t| self.chain.is_committed(t))
+        txs.iter().position(|t| self.chain.is_committed(&t.id))
     }
 
     /// The reference blocks of `txs` that the committed window does not know, in order, with
@@ -761,19 +774,40 @@ impl Ledger {
             .collect()
     }
 
-    /// The first of `timings` (a proposal's transactions, in order) that the next block, at
-    /// `time_ms`, would reject for its expiration or its reference block
-    /// ([`tally_chain::Chain::check_timing`], the block's own rule), with why.
-    pub fn first_untimely(&self, time_ms: u64, timings: &[Timing]) -> Option<(usize, TxError)> {
-        timings
+    /// Which of `bundles` (a proposal's, in order; `None`: one left out already) the next
+    /// block, at `time_ms`, can take whole, and otherwise its first transaction it would
+    /// reject for no fee, with why: expired, expiring further ahead than a transaction may
+    /// live, or naming a block the chain has not committed
+    /// ([`tally_chain::Chain::check_timing`], the block's own rule), or a duplicate of a
+    /// committed transaction or of one in a bundle taken before it. A subset of what it takes,
+    /// in any order, it takes whole again: what PrepareProposal proposes by it, ProcessProposal
+    /// accepts by it.
+    pub fn takeable(
+        &self,
+        time_ms: u64,
+        bundles: &[Option<Vec<TxFacts>>],
+    ) -> Vec<Result<(), (usize, TxError)>> {
+        let mut taken: HashSet<TxId> = HashSet::new();
+        bundles
             .iter()
-            .enumerate()
-            .find_map(|(i, &(expiration_ms, reference))| {
-                self.chain
-                    .check_timing(time_ms, expiration_ms, reference)
-                    .err()
-                    .map(|e| (i, e))
+            .map(|facts| {
+                let Some(facts) = facts else {
+                    return Ok(());
+                };
+                let mut ids = HashSet::with_capacity(facts.len());
+                for (i, f) in facts.iter().enumerate() {
+                    self.chain
+                        .check_timing(time_ms, f.expiration_ms, f.reference)
+                        .map_err(|e| (i, e))?;
+                    if self.chain.is_committed(&f.id) || taken.contains(&f.id) || !ids.insert(f.id)
+                    {
+                        return Err((i, TxError::Duplicate(hex::encode(f.id))));
+                    }
+                }
+                taken.extend(ids);
+                Ok(())
             })
+            .collect()
     }
 
     /// The keys the committed state registers for the accounts of `txs`' signatures, read now

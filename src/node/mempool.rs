@@ -30,7 +30,7 @@ use tally_chain::{Check, Name, PreparedTx, SignedTransaction, TxError, TxId};
 
 use super::app::code;
 use super::bundle;
-use super::ledger::{Timing, timings};
+use super::ledger::{TxFacts, facts};
 
 /// Maps keyed by bundle hashes and transaction ids, which senders choose: a seeded hash, so
 /// none can send bundles that collide in them.
@@ -952,10 +952,10 @@ impl Mempool {
         (self.bundles.len(), self.ids.len())
     }
 
-    /// When the pooled bundle `hash`'s transactions expire and the blocks they name
-    /// ([`timings`]); `None` if it is not pooled, or FinalizeBlock has taken them.
-    pub fn timings_of(&self, hash: &[u8; 32]) -> Option<Vec<Timing>> {
-        self.bundles.get(hash)?.txs.as_deref().map(timings)
+    /// What the committed window decides about the pooled bundle `hash`'s transactions
+    /// ([`facts`]); `None` if it is not pooled, or FinalizeBlock has taken them.
+    pub fn facts_of(&self, hash: &[u8; 32]) -> Option<Vec<TxFacts>> {
+        self.bundles.get(hash)?.txs.as_deref().map(facts)
     }
 
     /// What the pooled bundle `hash` may spend of each account's native balance ([`asked`]);
