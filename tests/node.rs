@@ -1108,10 +1108,27 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
             r => panic!("{r:?}"),
         }
     }
+    let proposed = socket_prepare(&mut s, 4, 1 << 20, &pending);
     assert_eq!(
-        socket_prepare(&mut s, 4, 1 << 20, &pending),
+        proposed,
         [pending[0].clone(), pending[2].clone()],
         "account 1 covers one max fee now, account 2 its own"
+    );
+    // ProcessProposal holds a proposal to the same sums: the drained payer's second bundle
+    // would be rejected in the block for no fee.
+    assert_eq!(
+        process_at(&mut s, 4, pending.to_vec()),
+        ProposalStatus::Reject as i32
+    );
+    let log = std::fs::read_to_string(dir.path().join("node.log")).unwrap();
+    assert!(
+        log.contains("bundle 1: with the bundles before it, it asks more"),
+        "{log}"
+    );
+    assert_eq!(
+        process_at(&mut s, 4, proposed.iter().rev().cloned().collect()),
+        ProposalStatus::Accept as i32,
+        "what PrepareProposal proposes, in any order"
     );
 }
 

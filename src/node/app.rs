@@ -782,12 +782,15 @@ impl App {
     /// Decodes and verifies the proposal's bundles this node has not verified before, and
     /// keeps them for FinalizeBlock; the first reason to reject the proposal, if any. A
     /// proposal for a block at `time_ms` holding a transaction the block would reject for its
-    /// expiration, its reference block or as a duplicate ([`Ledger::takeable`]) is rejected
-    /// before any signature is verified: the block would carry it for no fee, for good. An
-    /// honest proposer leaves such bundles out by the same call ([`App::proposable`]).
+    /// expiration, its reference block or as a duplicate ([`Ledger::takeable`]), or asking
+    /// more of an account's committed balance than it holds ([`App::affordable`]), is
+    /// rejected before any signature is verified: the block would carry it for no fee, for
+    /// good. An honest proposer leaves such bundles out by the same calls
+    /// ([`App::proposable`]).
     fn verify_proposal(&self, txs: &[Bytes], time_ms: u64) -> Result<(), Refusal> {
         self.within_bandwidth(txs)?;
         let mut facts: Vec<Option<Vec<TxFacts>>> = vec![None; txs.len()];
+        let mut asked: Vec<Option<Asked>> = vec![None; txs.len()];
         let unknown: Vec<usize> = {
             let pool = self.mempool();
             let mut unknown = Vec::new();
@@ -797,6 +800,7 @@ impl App {
                     (Some(paid), Some(f)) => {
                         paid?;
                         facts[b] = Some(f);
+                        asked[b] = pool.asked_of(&h).cloned();
                     }
                     _ => unknown.push(b),
                 }
@@ -810,9 +814,10 @@ impl App {
             self.mempool().pay(&decoded)?;
             sizes.push((bundle::hash(&txs[b]), decoded.len()));
             facts[b] = Some(ledger::facts(&decoded));
+            asked[b] = Some(mempool::asked(&decoded));
             all.extend(decoded);
         }
-        {
+        let has_state = {
             let consensus = self.consensus();
             if let Some(l) = consensus.ledger.as_ref() {
                 let takeable = l.takeable(time_ms, &facts);
@@ -825,6 +830,24 @@ impl App {
                     ));
                 }
             }
+            consensus.ledger.is_some()
+        };
+        // What every account is asked for, summed over the proposal, within its committed
+        // balance, by the call PrepareProposal makes: a transaction whose payer an earlier one
+        // drained would be rejected in the block for no fee (`TxError::CannotPay`).
+        let mut covered = vec![Some(true); txs.len()];
+        if has_state {
+            self.affordable(&mut covered, &asked);
+        }
+        if let Some(b) = covered.iter().position(|c| *c != Some(true)) {
+            return Err(Refusal::new(
+                code::CANNOT_PAY,
+                format!(
+                    "bundle {b}: with the bundles before it, it asks more of an account's \
+                     committed native balance than the account holds (the max fees it pays and \
+                     the native transfers it signs)"
+                ),
+            ));
         }
         // Every unknown bundle in one batched verification.
         let keys = self.read_keys(&all);
@@ -1268,8 +1291,8 @@ impl Application for App {
 
     /// Rejects a block holding anything CheckTx would refuse for good, a transaction whose
     /// max fee does not pay for its own size at this block's prices, or one the block would
-    /// reject for its expiration, its reference block or as a duplicate
-    /// ([`App::verify_proposal`]).
+    /// reject for its expiration, its reference block, as a duplicate or because its payer
+    /// cannot pay ([`App::verify_proposal`]).
     fn process_proposal(&self, req: RequestProcessProposal) -> ResponseProcessProposal {
         let status = match self.verify_proposal(&req.txs, time_ms(req.time)) {
             Ok(()) => ProposalStatus::Accept,
