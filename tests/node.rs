@@ -1122,7 +1122,7 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
     );
     let log = std::fs::read_to_string(dir.path().join("node.log")).unwrap();
     assert!(
-        log.contains("bundle 1: with the bundles before it, it asks more"),
+        log.contains("the proposal asks more of an account's committed native balance"),
         "{log}"
     );
     assert_eq!(

@@ -62,7 +62,7 @@ pub(crate) type KeyedMap<K, V> = std::collections::HashMap<K, V, KeyedHasher>;
 pub(crate) type KeyedHasher = foldhash::fast::RandomState;
 
 /// A set of transaction ids: [`KeyedMap`]'s guarantee, for keys that are already BLAKE3 hashes.
-pub(crate) type IdSet = std::collections::HashSet<tx::TxId, IdHasher>;
+pub type IdSet = std::collections::HashSet<tx::TxId, IdHasher>;
 
 /// Hashes a transaction id by its first eight bytes, mixed with a per-process random seed by
 /// two folded multiplies by fixed odd constants. One multiply by a seed-derived factor spread
@@ -75,7 +75,7 @@ pub(crate) type IdSet = std::collections::HashSet<tx::TxId, IdHasher>;
 /// their length) cost four times as much, and every transaction hashes its id four times (the
 /// window's lookup, insert and expiry, and the block's own set).
 #[derive(Clone)]
-pub(crate) struct IdHasher {
+pub struct IdHasher {
     seed: u64,
 }
 
@@ -116,7 +116,7 @@ impl std::hash::BuildHasher for IdHasher {
 }
 
 /// The state of [`IdHasher`] for one id.
-pub(crate) struct IdHash {
+pub struct IdHash {
     seed: u64,
     word: u64,
 }

@@ -790,17 +790,25 @@ impl App {
     fn verify_proposal(&self, txs: &[Bytes], time_ms: u64) -> Result<(), Refusal> {
         self.within_bandwidth(txs)?;
         let mut facts: Vec<Option<Vec<TxFacts>>> = vec![None; txs.len()];
-        let mut asked: Vec<Option<Asked>> = vec![None; txs.len()];
+        // What the whole proposal asks of each account: it is covered if and only if its
+        // bundles are one after another, in any order (asks are never negative).
+        let mut asked = Asked::new();
+        let mut ask = |of: &Asked| {
+            for (account, coins) in of {
+                let sum = asked.entry(*account).or_default();
+                *sum = sum.saturating_add(*coins);
+            }
+        };
         let unknown: Vec<usize> = {
             let pool = self.mempool();
             let mut unknown = Vec::new();
             for (b, tx) in txs.iter().enumerate() {
                 let h = bundle::hash(tx);
-                match (pool.pays(&h), pool.facts_of(&h)) {
-                    (Some(paid), Some(f)) => {
+                match (pool.pays(&h), pool.facts_of(&h), pool.asked_of(&h)) {
+                    (Some(paid), Some(f), Some(of)) => {
                         paid?;
                         facts[b] = Some(f);
-                        asked[b] = pool.asked_of(&h).cloned();
+                        ask(of);
                     }
                     _ => unknown.push(b),
                 }
@@ -814,7 +822,7 @@ impl App {
             self.mempool().pay(&decoded)?;
             sizes.push((bundle::hash(&txs[b]), decoded.len()));
             facts[b] = Some(ledger::facts(&decoded));
-            asked[b] = Some(mempool::asked(&decoded));
+            ask(&mempool::asked(&decoded));
             all.extend(decoded);
         }
         let has_state = {
@@ -833,20 +841,18 @@ impl App {
             consensus.ledger.is_some()
         };
         // What every account is asked for, summed over the proposal, within its committed
-        // balance, by the call PrepareProposal makes: a transaction whose payer an earlier one
-        // drained would be rejected in the block for no fee (`TxError::CannotPay`).
-        let mut covered = vec![Some(true); txs.len()];
+        // balance, by the call PrepareProposal makes (the proposal as one bundle): a
+        // transaction whose payer an earlier one drained would be rejected in the block for
+        // no fee (`TxError::CannotPay`).
+        let mut covered = [Some(true)];
         if has_state {
-            self.affordable(&mut covered, &asked);
+            self.affordable(&mut covered, &[Some(asked)]);
         }
-        if let Some(b) = covered.iter().position(|c| *c != Some(true)) {
+        if covered[0] != Some(true) {
             return Err(Refusal::new(
                 code::CANNOT_PAY,
-                format!(
-                    "bundle {b}: with the bundles before it, it asks more of an account's \
-                     committed native balance than the account holds (the max fees it pays and \
-                     the native transfers it signs)"
-                ),
+                "the proposal asks more of an account's committed native balance than the \
+                 account holds (the max fees it pays and the native transfers it signs, summed)",
             ));
         }
         // Every unknown bundle in one batched verification.

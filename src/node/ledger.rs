@@ -24,7 +24,7 @@
 //! DIR/store.replaced/  the store a restore replaced, until the rename is durable
 //! ```
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -34,8 +34,8 @@ pub use tally_chain::Genesis;
 use tally_chain::crypto::ResolvedKeys;
 use tally_chain::snapshot::{SnapshotSchedule, SnapshotStore};
 use tally_chain::{
-    BlockHeader, Chain, ChainConfig, ChainError, Fee, FeeSchedule, Name, PreparedTx, StateStore,
-    TxError, TxId, TxResult, Usage,
+    BlockHeader, Chain, ChainConfig, ChainError, Fee, FeeSchedule, IdSet, Name, PreparedTx,
+    StateStore, TxError, TxId, TxResult, Usage,
 };
 use tally_host_api::Abort;
 use tally_runtime::{Outcome, Runtime, RuntimeConfig};
@@ -787,14 +787,14 @@ impl Ledger {
         time_ms: u64,
         bundles: &[Option<Vec<TxFacts>>],
     ) -> Vec<Result<(), (usize, TxError)>> {
-        let mut taken: HashSet<TxId> = HashSet::new();
+        let mut taken = IdSet::default();
         bundles
             .iter()
             .map(|facts| {
                 let Some(facts) = facts else {
                     return Ok(());
                 };
-                let mut ids = HashSet::with_capacity(facts.len());
+                let mut ids = IdSet::with_capacity_and_hasher(facts.len(), Default::default());
                 for (i, f) in facts.iter().enumerate() {
                     self.chain
                         .check_timing(time_ms, f.expiration_ms, f.reference)
