@@ -867,6 +867,22 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
             "{log}"
         );
     }
+    // Before any signature: an expired transaction whose signature is forged is rejected
+    // for its expiration.
+    let expired_forged = {
+        let mut t = SignedTransaction::decode(&expired).unwrap();
+        t.signatures[0].signature[0] ^= 1;
+        t.encode()
+    };
+    assert_eq!(
+        process(&mut s, vec![bundle(&[&expired_forged])]),
+        ProposalStatus::Reject as i32
+    );
+    let log = std::fs::read_to_string(dir.path().join("node.log")).unwrap();
+    assert!(
+        log.contains("bundle 0, transaction 0: the transaction expired at"),
+        "{log}"
+    );
     // A transaction twice in the proposal: the block would reject the second as a duplicate.
     assert_eq!(
         process(&mut s, vec![bundle(&[&good]), bundle(&[&zipped, &good])]),
@@ -1129,6 +1145,38 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         process_at(&mut s, 4, proposed.iter().rev().cloned().collect()),
         ProposalStatus::Accept as i32,
         "what PrepareProposal proposes, in any order"
+    );
+    // Native transfers a sender signs count as its max fees do: two bundles that each move
+    // 60% of account 2's balance are refused together, either is taken alone.
+    let (code, value) = socket_query(&mut s, "native", &workload::account_name(2).0.to_le_bytes());
+    assert_eq!(code, 0);
+    let balance = u64::from_le_bytes(value.try_into().unwrap());
+    let moving = |memo: u64| {
+        use tally_chain::system::{NativeTransfer, SYSTEM, TRANSFER};
+        let (from, to) = (workload::account_name(2), workload::account_name(1));
+        let action = Action {
+            account: SYSTEM,
+            name: TRANSFER,
+            authorization: vec![from],
+            data: borsh::to_vec(&NativeTransfer {
+                from,
+                to,
+                amount: balance / 10 * 6 + memo,
+            })
+            .unwrap(),
+        };
+        let t = Transaction::new(tapos.2 + 60_000, (tapos.0, tapos.1), vec![action]);
+        let key = tally_chain::crypto::derived_key(1, 2);
+        bundle(&[&SignedTransaction::sign(t, &[(from, &key)]).encode()])
+    };
+    let (first, second) = (moving(0), moving(1));
+    assert_eq!(
+        process_at(&mut s, 4, vec![first.clone(), second]),
+        ProposalStatus::Reject as i32
+    );
+    assert_eq!(
+        process_at(&mut s, 4, vec![first]),
+        ProposalStatus::Accept as i32
     );
 }
 

@@ -794,7 +794,7 @@ impl Ledger {
                 let Some(facts) = facts else {
                     return Ok(());
                 };
-                let mut ids = IdSet::with_capacity_and_hasher(facts.len(), Default::default());
+                let mut ids = IdSet::with_capacity_and_hasher(facts.len(), taken.hasher().clone());
                 for (i, f) in facts.iter().enumerate() {
                     self.chain
                         .check_timing(time_ms, f.expiration_ms, f.reference)
