@@ -1013,6 +1013,7 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
             expiring.clone(),
             fresh.clone(),
             bundle(&[&stripped.encode()]),
+            bundle(&[&forged.encode()]),
         ],
     );
     assert_eq!(

@@ -638,7 +638,8 @@ impl App {
     /// carried it for nothing. And its accounts' committed balances cover it
     /// ([`App::affordable`]). CometBFT's mempool may still hold a bundle that was admitted
     /// at lower prices, or that this node never decoded: its recheck after a commit runs
-    /// beside the next proposal, not before it. A bundle that does not decode is dropped too.
+    /// beside the next proposal, not before it. A bundle that does not decode, or that the
+    /// pool does not hold and whose signatures do not verify, is dropped too.
     fn proposable(&self, txs: Vec<Bytes>, time_ms: u64) -> Vec<Bytes> {
         let hashes: Vec<[u8; 32]> = txs.iter().map(|tx| bundle::hash(tx)).collect();
         // What a pooled bundle asks, and its transactions' facts, are taken with its verdict:
@@ -674,14 +675,22 @@ impl App {
             .filter(|(_, ok)| ok.is_none())
             .filter_map(|(i, _)| Some((i, mempool::decode(&txs[i]).ok()?)))
             .collect();
-        {
+        let decoded: Vec<(usize, Vec<PreparedTx>)> = {
             let pool = self.mempool();
-            for (i, txs) in decoded {
-                if pool.pay(&txs).is_ok() && txs.iter().all(|t| !pool.holds(&t.id)) {
-                    ok[i] = Some(true);
-                    asked[i] = Some(mempool::asked(&txs));
-                    facts[i] = Some(ledger::facts(&txs));
-                }
+            decoded
+                .into_iter()
+                .filter(|(_, txs)| pool.pay(txs).is_ok() && txs.iter().all(|t| !pool.holds(&t.id)))
+                .collect()
+        };
+        // Verified as ProcessProposal verifies them, so that what this node proposes passes
+        // it whatever CometBFT hands over: each bundle on its own, as one bad signature
+        // refuses only its own bundle.
+        for (i, mut txs) in decoded {
+            let keys = self.read_keys(&txs);
+            if mempool::verify(&mut txs, &keys).is_ok() {
+                ok[i] = Some(true);
+                asked[i] = Some(mempool::asked(&txs));
+                facts[i] = Some(ledger::facts(&txs));
             }
         }
         // Expirations, references and duplicates under one consensus lock, by the call
