@@ -241,7 +241,7 @@ fn issue_24_a_transaction_nobody_signs_is_refused_at_decode_and_the_payer_must_s
 /// What the pool counts against a sender's balance (`system::native_spend`) is what the
 /// block moves: one decoder and one authority rule for both, for a transfer its sender
 /// signs, one it does not, one paid by another, data that does not decode, and the other
-/// system actions.
+/// system actions; and for a transfer larger than the balance, what it may move.
 #[test]
 fn the_pool_counts_exactly_the_native_coins_a_block_moves() {
     use tally_chain::Action;
@@ -286,6 +286,156 @@ fn the_pool_counts_exactly_the_native_coins_a_block_moves() {
         moved_any |= moved > 0;
     }
     assert!(moved_any, "some case moved coins");
+    // The pool counts what a transfer may move: one larger than the balance is counted in
+    // full, and the block moves nothing (the transfer fails, paying its fee).
+    let a = Action {
+        account: SYSTEM,
+        name: TRANSFER,
+        authorization: vec![from],
+        data: moving(2 * FUNDS),
+    };
+    assert_eq!(native_spend(&a), Some((from, 2 * FUNDS)));
+    let before = native(&chain, "carol");
+    let tx = SignedTransaction::unsigned(envelope(&chain, vec![a]));
+    assert!(
+        !push(&mut chain, tx)
+            .receipt()
+            .expect("included")
+            .is_success()
+    );
+    assert_eq!(native(&chain, "carol"), before);
+}
+
+/// Every way a system action fails, pinned: its code and its message are part of the
+/// receipt, which every node computes alike, so a change to either is a change of the chain.
+#[test]
+fn each_failed_system_action_has_its_fixed_code_and_message() {
+    use tally_chain::Action;
+    use tally_chain::system::{NEWACCOUNT, NativeTransfer, NewAccount, SETCODE, SetCode, TRANSFER};
+    let mut chain = fee_chain(FeeSchedule::STANDARD);
+    let (alice, bob, carol, ghost) = (name("alice"), name("bob"), name("carol"), name("ghost"));
+    let new = |creator, name| {
+        borsh::to_vec(&NewAccount {
+            creator,
+            name,
+            key: [7; 32],
+        })
+        .unwrap()
+    };
+    let moving = |from, to| {
+        borsh::to_vec(&NativeTransfer {
+            from,
+            to,
+            amount: 1,
+        })
+        .unwrap()
+    };
+    let code = |account| {
+        borsh::to_vec(&SetCode {
+            account,
+            code: vec![0, 1],
+        })
+        .unwrap()
+    };
+    let cases = [
+        (
+            NEWACCOUNT,
+            vec![bob],
+            vec![1],
+            AbortCode::InvalidAction,
+            "bad newaccount data".to_string(),
+        ),
+        (
+            NEWACCOUNT,
+            vec![bob],
+            new(alice, ghost),
+            AbortCode::Unauthorized,
+            "missing authority of alice".into(),
+        ),
+        (
+            NEWACCOUNT,
+            vec![bob, ghost],
+            new(ghost, name("ghost2")),
+            AbortCode::InvalidAction,
+            "creator ghost does not exist".into(),
+        ),
+        (
+            NEWACCOUNT,
+            vec![bob],
+            new(bob, carol),
+            AbortCode::InvalidAction,
+            "account carol already exists".into(),
+        ),
+        (
+            TRANSFER,
+            vec![bob],
+            moving(bob, carol)[..10].to_vec(),
+            AbortCode::InvalidAction,
+            "bad transfer data".into(),
+        ),
+        (
+            TRANSFER,
+            vec![bob],
+            moving(alice, carol),
+            AbortCode::Unauthorized,
+            "missing authority of alice".into(),
+        ),
+        (
+            TRANSFER,
+            vec![bob],
+            moving(bob, bob),
+            AbortCode::InvalidAction,
+            "a transfer to oneself moves nothing".into(),
+        ),
+        (
+            TRANSFER,
+            vec![bob],
+            moving(bob, ghost),
+            AbortCode::InvalidAction,
+            "account ghost does not exist: create it first".into(),
+        ),
+        (
+            SETCODE,
+            vec![bob],
+            vec![1, 2],
+            AbortCode::InvalidAction,
+            "bad setcode data".into(),
+        ),
+        (
+            SETCODE,
+            vec![bob],
+            code(alice),
+            AbortCode::Unauthorized,
+            "missing authority of alice".into(),
+        ),
+        (
+            name("nosuch"),
+            vec![bob],
+            vec![],
+            AbortCode::NoHandler,
+            "the system contract has no action nosuch".into(),
+        ),
+    ];
+    for (action_name, authorization, data, code, message) in cases {
+        let a = Action {
+            account: SYSTEM,
+            name: action_name,
+            authorization,
+            data,
+        };
+        let tx = Transaction {
+            payer: bob,
+            ..envelope(&chain, vec![a.clone()])
+        };
+        let result = push(&mut chain, SignedTransaction::unsigned(tx));
+        let receipt = result.receipt().expect("included");
+        let abort = receipt.failure().expect("failed");
+        assert_eq!(
+            (abort.code, abort.message.as_str()),
+            (code, message.as_str()),
+            "{a:?}"
+        );
+    }
 }
 
 #[test]
