@@ -694,13 +694,8 @@ impl App {
             }
         }
         // Expirations, references and duplicates under one consensus lock, by the call
-        // ProcessProposal makes.
+        // ProcessProposal makes (a bundle has its facts exactly when it is still taken).
         {
-            for (ok, facts) in ok.iter().zip(&mut facts) {
-                if *ok != Some(true) {
-                    *facts = None;
-                }
-            }
             let consensus = self.consensus();
             if let Some(l) = consensus.ledger.as_ref() {
                 for (ok, takeable) in ok.iter_mut().zip(l.takeable(time_ms, &facts)) {
