@@ -237,6 +237,27 @@ fn bundle(txs: &[&[u8]]) -> Vec<u8> {
     out
 }
 
+/// A system `transfer` of `amount` native coins from the test genesis account `from` to
+/// `to`, signed by `from` (key `derived_key(1, from)`) and paying its own fee, encoded.
+fn native_transfer(tapos: (u16, u32, u64), from: u64, to: u64, amount: u64) -> Vec<u8> {
+    use tally_chain::system::{NativeTransfer, SYSTEM, TRANSFER};
+    let (from_name, to_name) = (workload::account_name(from), workload::account_name(to));
+    let action = Action {
+        account: SYSTEM,
+        name: TRANSFER,
+        authorization: vec![from_name],
+        data: borsh::to_vec(&NativeTransfer {
+            from: from_name,
+            to: to_name,
+            amount,
+        })
+        .unwrap(),
+    };
+    let t = Transaction::new(tapos.2 + 60_000, (tapos.0, tapos.1), vec![action]);
+    let key = tally_chain::crypto::derived_key(1, from);
+    SignedTransaction::sign(t, &[(from_name, &key)]).encode()
+}
+
 /// A compressed bundle (chain/src/bundle.rs): tag 0x02, the count, the length of the uncompressed
 /// framing (each transaction with its length), then that framing as one LZ4 block.
 fn compressed_bundle(txs: &[&[u8]]) -> Vec<u8> {
@@ -793,6 +814,17 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         p.status
     };
     let process = |s: &mut std::os::unix::net::UnixStream, txs| process_at(s, 1, txs);
+    // A proposal at `height` that ProcessProposal rejects, with a line of the node's log
+    // holding each of `said`.
+    let rejected =
+        |s: &mut std::os::unix::net::UnixStream, height: i64, txs: Vec<Vec<u8>>, said: &[&str]| {
+            assert_eq!(process_at(s, height, txs), ProposalStatus::Reject as i32);
+            let log = std::fs::read_to_string(dir.path().join("node.log")).unwrap();
+            assert!(
+                log.lines().any(|l| said.iter().all(|w| l.contains(w))),
+                "{said:?}: {log}"
+            );
+        };
     assert_eq!(
         process(&mut s, vec![bundle(&[&good])]),
         ProposalStatus::Accept as i32
@@ -834,14 +866,11 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         b.push(0);
         b
     };
-    assert_eq!(
-        process(&mut s, vec![stating(4 << 20); 5]),
-        ProposalStatus::Reject as i32
-    );
-    let log = std::fs::read_to_string(dir.path().join("node.log")).unwrap();
-    assert!(
-        log.contains("bytes decoded, above the 16777216 a block may carry"),
-        "{log}"
+    rejected(
+        &mut s,
+        1,
+        vec![stating(4 << 20); 5],
+        &["bytes decoded, above the 16777216 a block may carry"],
     );
     // What the block would reject for its expiration or its reference block, for no fee,
     // is rejected before any signature is verified: expired by the block's time (1 s after
@@ -856,15 +885,11 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         (&too_far, "more than 120000 ms after the block time"),
         (&unknown, "unknown reference block"),
     ] {
-        assert_eq!(
-            process(&mut s, vec![bundle(&[&good]), bundle(&[&zipped, bad])]),
-            ProposalStatus::Reject as i32
-        );
-        let log = std::fs::read_to_string(dir.path().join("node.log")).unwrap();
-        assert!(
-            log.lines()
-                .any(|l| l.contains("bundle 1, transaction 1: ") && l.contains(why)),
-            "{log}"
+        rejected(
+            &mut s,
+            1,
+            vec![bundle(&[&good]), bundle(&[&zipped, bad])],
+            &["bundle 1, transaction 1: ", why],
         );
     }
     // Before any signature: an expired transaction whose signature is forged is rejected
@@ -874,24 +899,18 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
         t.signatures[0].signature[0] ^= 1;
         t.encode()
     };
-    assert_eq!(
-        process(&mut s, vec![bundle(&[&expired_forged])]),
-        ProposalStatus::Reject as i32
-    );
-    let log = std::fs::read_to_string(dir.path().join("node.log")).unwrap();
-    assert!(
-        log.contains("bundle 0, transaction 0: the transaction expired at"),
-        "{log}"
+    rejected(
+        &mut s,
+        1,
+        vec![bundle(&[&expired_forged])],
+        &["bundle 0, transaction 0: the transaction expired at"],
     );
     // A transaction twice in the proposal: the block would reject the second as a duplicate.
-    assert_eq!(
-        process(&mut s, vec![bundle(&[&good]), bundle(&[&zipped, &good])]),
-        ProposalStatus::Reject as i32
-    );
-    let log = std::fs::read_to_string(dir.path().join("node.log")).unwrap();
-    assert!(
-        log.contains("bundle 1, transaction 1: duplicate transaction"),
-        "{log}"
+    rejected(
+        &mut s,
+        1,
+        vec![bundle(&[&good]), bundle(&[&zipped, &good])],
+        &["bundle 1, transaction 1: duplicate transaction"],
     );
     for bad in [
         compressed_bundle(&[&good, &forged.encode()]),
@@ -1092,24 +1111,12 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
     assert_eq!(code, 0);
     let balance = u64::from_le_bytes(value.try_into().unwrap());
     // What is left once the drain pays its fee covers one pending max fee, not two.
-    let drain = {
-        use tally_chain::system::{NativeTransfer, SYSTEM, TRANSFER};
-        let (from, to) = (workload::account_name(1), workload::account_name(2));
-        let data = borsh::to_vec(&NativeTransfer {
-            from,
-            to,
-            amount: balance - 2 * tally_chain::tx::DEFAULT_MAX_FEE + 1,
-        })
-        .unwrap();
-        let action = Action {
-            account: SYSTEM,
-            name: TRANSFER,
-            authorization: vec![from],
-            data,
-        };
-        let t = Transaction::new(tapos.2 + 60_000, (tapos.0, tapos.1), vec![action]);
-        SignedTransaction::sign(t, &[(from, &key)]).encode()
-    };
+    let drain = native_transfer(
+        tapos,
+        1,
+        2,
+        balance - 2 * tally_chain::tx::DEFAULT_MAX_FEE + 1,
+    );
     for request in [
         request::Value::FinalizeBlock(RequestFinalizeBlock {
             txs: vec![bundle(&[&drain]).into()],
@@ -1133,14 +1140,11 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
     );
     // ProcessProposal holds a proposal to the same sums: the drained payer's second bundle
     // would be rejected in the block for no fee.
-    assert_eq!(
-        process_at(&mut s, 4, pending.to_vec()),
-        ProposalStatus::Reject as i32
-    );
-    let log = std::fs::read_to_string(dir.path().join("node.log")).unwrap();
-    assert!(
-        log.contains("the proposal asks more of an account's committed native balance"),
-        "{log}"
+    rejected(
+        &mut s,
+        4,
+        pending.to_vec(),
+        &["the proposal asks more of an account's committed native balance"],
     );
     assert_eq!(
         process_at(&mut s, 4, proposed.iter().rev().cloned().collect()),
@@ -1152,24 +1156,7 @@ fn a_proposal_holding_a_bad_transaction_is_rejected() {
     let (code, value) = socket_query(&mut s, "native", &workload::account_name(2).0.to_le_bytes());
     assert_eq!(code, 0);
     let balance = u64::from_le_bytes(value.try_into().unwrap());
-    let moving = |memo: u64| {
-        use tally_chain::system::{NativeTransfer, SYSTEM, TRANSFER};
-        let (from, to) = (workload::account_name(2), workload::account_name(1));
-        let action = Action {
-            account: SYSTEM,
-            name: TRANSFER,
-            authorization: vec![from],
-            data: borsh::to_vec(&NativeTransfer {
-                from,
-                to,
-                amount: balance / 10 * 6 + memo,
-            })
-            .unwrap(),
-        };
-        let t = Transaction::new(tapos.2 + 60_000, (tapos.0, tapos.1), vec![action]);
-        let key = tally_chain::crypto::derived_key(1, 2);
-        bundle(&[&SignedTransaction::sign(t, &[(from, &key)]).encode()])
-    };
+    let moving = |memo: u64| bundle(&[&native_transfer(tapos, 2, 1, balance / 10 * 6 + memo)]);
     let (first, second) = (moving(0), moving(1));
     assert_eq!(
         process_at(&mut s, 4, vec![first.clone(), second]),
