@@ -112,11 +112,22 @@ impl ChangeHasher {
     /// BLAKE3(encoded changes)).
     pub fn finish(mut self, previous: &[u8; 32]) -> [u8; 32] {
         self.inner.update(&self.encoded);
-        let mut outer = blake3::Hasher::new();
-        outer.update(previous);
-        outer.update(self.inner.finalize().as_bytes());
-        outer.finalize().into()
+        chain_digest(previous, &self.inner.finalize())
     }
+}
+
+/// [`chain_checksum`] of changes already encoded as [`ChangeHasher`] encodes them, back to
+/// back: a block's [`crate::store::Changes`], hashed in one call.
+pub(crate) fn chain_encoded(previous: &[u8; 32], encoded: &[u8]) -> [u8; 32] {
+    chain_digest(previous, &blake3::hash(encoded))
+}
+
+/// BLAKE3(previous ‖ digest of the changes).
+fn chain_digest(previous: &[u8; 32], changes: &blake3::Hash) -> [u8; 32] {
+    let mut outer = blake3::Hasher::new();
+    outer.update(previous);
+    outer.update(changes.as_bytes());
+    outer.finalize().into()
 }
 
 impl Default for ChangeHasher {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use tally_runtime::Runtime;
 
-use crate::block::{BlockHeader, BlockId, chain_checksum};
+use crate::block::{BlockHeader, BlockId};
 use crate::config::ChainConfig;
 use crate::error::{ChainError, TxError};
 use crate::exec::code::{CodeMap, Executor, NativeContract};
@@ -625,13 +625,7 @@ impl Chain {
             proposer: block.proposer,
             prices: block.prices,
             usage: block.used,
-            state_checksum: chain_checksum(
-                &self.head.state_checksum,
-                changes
-                    .state
-                    .iter()
-                    .map(|(k, v)| (k.as_slice(), v.as_deref())),
-            ),
+            state_checksum: changes.state.checksum(&self.head.state_checksum),
             snapshot: snapshot.unwrap_or_default(),
         };
         self.executed = Some(Executed {

@@ -21,7 +21,7 @@ use crate::config::ChainConfig;
 use crate::error::ChainError;
 use crate::exec::{Code, Exec, system};
 use crate::state::keys;
-use crate::store::{BlockRecord, Change, ChangeFn, ChangeSource, Durability, StateStore};
+use crate::store::{BlockRecord, ChangeFn, ChangeSource, Changes, Durability, StateStore};
 use crate::tx::BlockBody;
 
 /// An account that exists at genesis.
@@ -200,9 +200,10 @@ impl GenesisBuilder {
     }
 
     /// Writes recorded changes as they are: to replay a stored genesis block.
-    pub fn apply_changes(&mut self, changes: &[Change]) {
+    pub fn apply_changes(&mut self, changes: &Changes) {
         for (key, value) in changes {
-            self.chain.journal.write_block(key.clone(), value.clone());
+            let value = value.map(<[u8]>::to_vec);
+            self.chain.journal.write_block(key.to_vec(), value);
         }
     }
 
@@ -316,7 +317,7 @@ impl Chain {
         let record = BlockRecord {
             header: self.head.clone(),
             body: borsh::to_vec(&BlockBody::default()).expect("encoding into a Vec cannot fail"),
-            changes: Vec::new(),
+            changes: Changes::new(),
         };
         let commit = self.commit_options(0, Durability::Immediate);
         self.store.commit_genesis(record, &changes, commit)?;
@@ -331,7 +332,7 @@ impl Chain {
 /// merged in key order. Fails a pass if the bulk source's keys do not strictly increase or
 /// repeat a key the builder wrote: either would make the block's changes ambiguous.
 pub(crate) struct GenesisChanges<'a> {
-    pub(crate) written: &'a [Change],
+    pub(crate) written: &'a Changes,
     pub(crate) bulk: Option<&'a dyn ChangeSource>,
 }
 
@@ -349,10 +350,10 @@ impl ChangeSource for GenesisChanges<'_> {
                 if last.as_deref().is_some_and(|l| l >= key) {
                     return Err(bad_bulk("its keys do not strictly increase"));
                 }
-                while let Some((k, v)) = written.next_if(|(k, _)| k.as_slice() < key) {
-                    f(k, v.as_deref())?;
+                while let Some((k, v)) = written.next_if(|&(k, _)| k < key) {
+                    f(k, v)?;
                 }
-                if written.peek().is_some_and(|(k, _)| k.as_slice() == key) {
+                if written.peek().is_some_and(|&(k, _)| k == key) {
                     return Err(bad_bulk("it repeats a key the genesis already wrote"));
                 }
                 let last = last.get_or_insert_with(Vec::new);
@@ -367,7 +368,7 @@ impl ChangeSource for GenesisChanges<'_> {
                 ));
             }
         }
-        written.try_for_each(|(k, v)| f(k, v.as_deref()))
+        written.try_for_each(|(k, v)| f(k, v))
     }
 }
 

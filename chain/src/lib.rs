@@ -151,8 +151,8 @@ pub use snapshot::{SnapshotSchedule, SnapshotStore};
 pub use store::log::{LogOptions, LogStore};
 pub use store::memory::MemoryStore;
 pub use store::{
-    Access, BlockArchive, BlockRecord, ChangeSource, Commit, DroppedTail, Durability, Entries,
-    Poison, StateStore, StoreError, StoreResult, StoreStats,
+    Access, BlockArchive, BlockRecord, ChangeSource, Changes, Commit, DroppedTail, Durability,
+    Entries, Poison, StateStore, StoreError, StoreResult, StoreStats,
 };
 pub use tally_host_api::Name;
 pub use tx::{Action, BlockBody, SignedTransaction, Transaction, Transfer, TxId, TxSignature};

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tally_runtime::Runtime;
 
-use crate::block::{BlockHeader, chain_checksum};
+use crate::block::BlockHeader;
 use crate::chain::Chain;
 use crate::config::ChainConfig;
 use crate::error::ChainError;
@@ -132,13 +132,7 @@ fn check_block(
                 p.height
             )));
         }
-        let recomputed = chain_checksum(
-            &p.state_checksum,
-            record
-                .changes
-                .iter()
-                .map(|(k, v)| (k.as_slice(), v.as_deref())),
-        );
+        let recomputed = record.changes.checksum(&p.state_checksum);
         if recomputed != header.state_checksum {
             return Err(corrupt(format!("block {height}: state checksum mismatch")));
         }

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::block::{BlockHeader, BlockId};
-use crate::store::{BlockRecord, Change, StateStore};
+use crate::store::{BlockRecord, Changes, StateStore};
 
 use super::file::{StateIndex, StateWriter, for_each_entry};
 use super::spill::{Mark, Spill, SpillFile};
@@ -106,8 +106,12 @@ impl Snapshotter {
             pending_snapshot(&schedule, head).filter(|&s| snapshotter.store.state(s).is_none());
         for h in base + 1..=head {
             let changes = chain.changes(h)?.ok_or_else(|| gone(h))?;
-            let changes: Result<Vec<Change>, _> = changes.iter.collect();
-            snapshotter.pending.add(h, &changes?)?;
+            let mut collected = Changes::new();
+            for change in changes.iter {
+                let (key, value) = change?;
+                collected.push(&key, value.as_deref());
+            }
+            snapshotter.pending.add(h, &collected)?;
             if restart == Some(h) {
                 let (header, _) = chain.header_and_body(h)?.ok_or_else(|| gone(h))?;
                 snapshotter.start(h, header.id())?;
@@ -124,7 +128,7 @@ impl Snapshotter {
 
     /// Spills the changes of block `height` before the store commits it; [`Snapshotter::undo`]
     /// takes them back if the commit fails.
-    pub(crate) fn spill(&mut self, height: u64, changes: &[Change]) -> Result<Mark, SnapshotError> {
+    pub(crate) fn spill(&mut self, height: u64, changes: &Changes) -> Result<Mark, SnapshotError> {
         self.pending.add(height, changes)
     }
 
@@ -231,7 +235,7 @@ impl Snapshotter {
             // whole state.
             let (block_header, body, changes) = if h == r.height {
                 let (block_header, body) = chain.header_and_body(h)?.ok_or_else(|| gone(h))?;
-                (block_header, body, Vec::new())
+                (block_header, body, Changes::new())
             } else {
                 let record: BlockRecord = chain.block(h)?.ok_or_else(|| gone(h))?;
                 (record.header, record.body, record.changes)

@@ -32,7 +32,7 @@ use borsh::{BorshDeserialize, BorshSerialize};
 
 use crate::block::BlockHeader;
 use crate::fee::{Dimension, FeeSchedule, MAX_BLOCK_BYTES, MAX_BLOCK_WRITE};
-use crate::store::Change;
+use crate::store::Changes;
 
 mod build;
 pub mod file;
@@ -286,7 +286,7 @@ pub(crate) struct TailBlock {
     /// borsh of its [`crate::BlockBody`].
     pub body: Vec<u8>,
     /// Its changes, sorted by key.
-    pub changes: Vec<Change>,
+    pub changes: Changes,
 }
 
 /// A fault of the node's own snapshot files or of writing them: never a peer's.

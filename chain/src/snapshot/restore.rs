@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 
 use borsh::BorshDeserialize;
 
-use crate::block::{BlockHeader, chain_checksum};
-use crate::store::{BlockRecord, ChangeFn, ChangeSource, Commit, Durability, StateStore};
+use crate::block::BlockHeader;
+use crate::store::{BlockRecord, ChangeFn, ChangeSource, Changes, Commit, Durability, StateStore};
 use crate::tx::BlockBody;
 
 use super::file::{StateIndex, StateWriter, for_each_entry, read_at};
@@ -292,17 +292,11 @@ impl Restore {
             }
             return Ok(());
         }
-        if block.changes.windows(2).any(|w| w[0].0 >= w[1].0) {
+        if !block.changes.is_strictly_sorted() {
             return Err(format!("block {height}'s changes are not sorted"));
         }
         let previous = &self.manifest.headers[j - 1].state_checksum;
-        let checksum = chain_checksum(
-            previous,
-            block
-                .changes
-                .iter()
-                .map(|(k, v)| (k.as_slice(), v.as_deref())),
-        );
+        let checksum = block.changes.checksum(previous);
         if checksum != header.state_checksum {
             return Err(format!(
                 "block {height}'s changes do not give its header's state checksum"
@@ -356,7 +350,7 @@ impl Restore {
             BlockRecord {
                 header: base,
                 body: block(0)?.body,
-                changes: Vec::new(),
+                changes: Changes::new(),
             },
             &source,
             commit,

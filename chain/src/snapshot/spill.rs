@@ -16,7 +16,7 @@ use std::io::{BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::store::Change;
+use crate::store::{Change, Changes};
 
 use super::SnapshotError;
 
@@ -53,7 +53,7 @@ impl Spill {
     }
 
     /// Appends block `height`'s changes (sorted by key).
-    pub(crate) fn add(&mut self, height: u64, changes: &[Change]) -> Result<Mark, SnapshotError> {
+    pub(crate) fn add(&mut self, height: u64, changes: &Changes) -> Result<Mark, SnapshotError> {
         let mark = Mark {
             blocks: self.blocks.len(),
             len: self.len,
@@ -63,7 +63,7 @@ impl Spill {
             let mut head = [0u8; 9];
             head[..4].copy_from_slice(&(key.len() as u32).to_le_bytes());
             head[4] = u8::from(value.is_some());
-            let value = value.as_deref().unwrap_or_default();
+            let value = value.unwrap_or_default();
             head[5..].copy_from_slice(&(value.len() as u32).to_le_bytes());
             self.out
                 .write_all(&head)
@@ -264,13 +264,16 @@ mod tests {
                 };
                 block.insert(key, value);
             }
-            let changes: Vec<Change> = block.clone().into_iter().collect();
+            let changes: Changes = block.clone().into_iter().collect();
             spill.add(h, &changes).unwrap();
             expected.extend(block);
         }
         // A block added and undone leaves no trace.
         let mark = spill
-            .add(31, &[(b"zz".to_vec(), Some(b"x".to_vec()))])
+            .add(
+                31,
+                &Changes::from(vec![(b"zz".to_vec(), Some(b"x".to_vec()))]),
+            )
             .unwrap();
         spill.undo(mark).unwrap();
         let file = spill.finish().unwrap();

@@ -9,7 +9,7 @@ use crate::KeyedMap;
 use crate::block::BlockHeader;
 
 use super::{
-    BlockArchive, BlockRecord, Change, Commit, Direction, Entries, KeyRange, StateStore,
+    BlockArchive, BlockRecord, Changes, Commit, Direction, Entries, KeyRange, StateStore,
     StoreResult, StoreStats,
 };
 
@@ -37,24 +37,24 @@ impl MemoryStore {
     }
 
     /// Applies sorted changes to the map and the order.
-    fn apply_changes(&mut self, changes: &[Change]) {
+    fn apply_changes(&mut self, changes: &Changes) {
         for (key, value) in changes {
             match value {
                 // An update of a value to one of the same length (a balance) reuses the key
                 // and the buffer: most writes of a block update accounts that already exist.
                 // Other lengths get a fresh buffer, so a shrunk value keeps no spare capacity.
-                Some(v) => match self.map.get_mut(key.as_slice()) {
+                Some(v) => match self.map.get_mut(key) {
                     Some(slot) if slot.len() == v.len() => slot.copy_from_slice(v),
-                    Some(slot) => *slot = v.clone(),
+                    Some(slot) => *slot = v.to_vec(),
                     None => {
-                        let key: Arc<[u8]> = key.as_slice().into();
+                        let key: Arc<[u8]> = key.into();
                         self.order.insert(key.clone());
-                        self.map.insert(key, v.clone());
+                        self.map.insert(key, v.to_vec());
                     }
                 },
                 None => {
-                    if self.map.remove(key.as_slice()).is_some() {
-                        self.order.remove(key.as_slice());
+                    if self.map.remove(key).is_some() {
+                        self.order.remove(key);
                     }
                 }
             }
@@ -114,11 +114,7 @@ impl StateStore for MemoryStore {
     fn commit(&mut self, block: BlockRecord, commit: Commit) -> StoreResult<()> {
         self.apply_changes(&block.changes);
         self.stats.commits += 1;
-        self.stats.user_bytes_written += block
-            .changes
-            .iter()
-            .map(|(k, v)| (k.len() + v.as_ref().map_or(0, Vec::len)) as u64)
-            .sum::<u64>();
+        self.stats.user_bytes_written += block.changes.byte_len() as u64;
         let height = block.header.height;
         self.blocks.push_back(block);
         let keep_from = commit

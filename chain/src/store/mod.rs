@@ -17,6 +17,7 @@ use borsh::{BorshDeserialize, BorshSerialize};
 
 use crate::block::BlockHeader;
 
+mod changes;
 pub mod error;
 pub mod lock;
 pub mod log;
@@ -24,6 +25,7 @@ pub mod memory;
 #[cfg(feature = "rocksdb")]
 pub mod rocks;
 
+pub use changes::Changes;
 pub use error::{Poison, StoreError, StoreResult};
 pub use lock::DirLock;
 
@@ -49,7 +51,7 @@ pub struct BlockRecord {
     /// borsh of the block's [`crate::tx::BlockBody`].
     pub body: Vec<u8>,
     /// Its state changes, sorted by key, each key once.
-    pub changes: Vec<Change>,
+    pub changes: Changes,
 }
 
 /// When a commit is durable: what survives a crash of the process or of the machine.
@@ -385,7 +387,7 @@ pub trait BlockArchive {
     fn changes(&self, height: u64) -> StoreResult<Option<BlockChanges<'_>>> {
         Ok(self.block(height)?.map(|record| BlockChanges {
             len: record.changes.len() as u64,
-            iter: Box::new(record.changes.into_iter().map(Ok)),
+            iter: Box::new(record.changes.to_vec().into_iter().map(Ok)),
         }))
     }
 
@@ -549,9 +551,8 @@ pub fn collect_and_commit_genesis<S: StateStore + ?Sized>(
     changes: &dyn ChangeSource,
     commit: Commit,
 ) -> StoreResult<()> {
-    block.changes.reserve(changes.len() as usize);
     changes.for_each(&mut |k, v| {
-        block.changes.push((k.to_vec(), v.map(<[u8]>::to_vec)));
+        block.changes.push(k, v);
         Ok(())
     })?;
     store.commit(block, commit)

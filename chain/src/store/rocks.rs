@@ -335,9 +335,8 @@ impl StateStore for RocksStore {
         );
         let height = block.header.height;
         let mut batch = WriteBatch::default();
-        let mut user_bytes = 0;
+        let user_bytes = block.changes.byte_len() as u64;
         for (k, v) in &block.changes {
-            user_bytes += (k.len() + v.as_ref().map_or(0, Vec::len)) as u64;
             match v {
                 Some(v) => batch.put_cf(state, k, v),
                 None => batch.delete_cf(state, k),

@@ -970,7 +970,7 @@ mod tampering {
         let forged = BlockRecord {
             header,
             body: borsh::to_vec(&BlockBody::default()).unwrap(),
-            changes,
+            changes: changes.into(),
         };
         let mut store = MemoryStore::new(64);
         for height in 0..=head.height {

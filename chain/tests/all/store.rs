@@ -38,7 +38,7 @@ fn record(height: u64, n: usize) -> BlockRecord {
             ..Default::default()
         },
         body: vec![height as u8; 40],
-        changes,
+        changes: changes.into(),
     }
 }
 
@@ -495,7 +495,7 @@ fn apply(model: &mut Model, block: &BlockRecord) {
     for (k, v) in &block.changes {
         match v {
             Some(v) => {
-                model.insert(k.clone(), v.clone());
+                model.insert(k.to_vec(), v.to_vec());
             }
             None => {
                 model.remove(k);
@@ -559,7 +559,7 @@ impl Gen {
                 ..Default::default()
             },
             body: vec![7; (self.next() % 64) as usize],
-            changes,
+            changes: changes.into(),
         }
     }
 }
@@ -873,7 +873,7 @@ mod issue_20 {
     use super::*;
     use std::sync::Arc;
     use tally_chain::store::log::fault::{Fault, FaultFs};
-    use tally_chain::{ChangeSource, Poison};
+    use tally_chain::{ChangeSource, Changes, Poison};
 
     const DIR: &str = "/store";
 
@@ -1140,7 +1140,7 @@ mod issue_20 {
     fn issue_20_a_failed_write_or_sync_in_a_large_genesis_stops_the_store_at_a_durable_block() {
         let genesis = BlockRecord {
             body: Vec::new(),
-            changes: Vec::new(),
+            changes: Changes::new(),
             ..record(0, 0)
         };
         let dir = Path::new(DIR);

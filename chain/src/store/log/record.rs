@@ -93,16 +93,14 @@ impl Write for Measure {
 }
 
 /// Writes the payload of `block`'s record: the borsh of `[KIND_BLOCK][retain_from]` and the
-/// [`BlockRecord`], written field by field so that a change costs five appends, not a pass of
-/// borsh's generic serializer (which the record used to be: 1,515 instructions a transfer of
-/// a block's commit at 10,000 accounts, against 583 now; callgrind of `tally bench --unsigned
-/// --threads 1`).
+/// [`BlockRecord`], written field by field, not by a pass of borsh's generic serializer (which
+/// the record used to be: 1,515 instructions a transfer of a block's commit at 10,000 accounts,
+/// against 583 with five appends a change; callgrind of `tally bench --unsigned --threads 1`).
+/// The changes are one append: [`crate::store::Changes`] holds them in this encoding.
 fn write_payload(block: &BlockRecord, retain_from: u64, out: &mut impl Write) -> io::Result<()> {
+    // The changes are held in the record's encoding: one copy.
     write_prefix(block, retain_from, block.changes.len(), out)?;
-    for (key, value) in &block.changes {
-        write_change(key, value.as_deref(), out)?;
-    }
-    Ok(())
+    out.write_all(block.changes.encoded())
 }
 
 /// What a block record's payload holds before its changes: kind, `retain_from`, header, body,
@@ -147,13 +145,7 @@ const KEEP_SCRATCH_BYTES: usize = 4 << 20;
 
 /// The exact length of `block`'s payload.
 fn payload_len(block: &BlockRecord) -> u64 {
-    let changes: u64 = block
-        .changes
-        .iter()
-        .map(|(key, value)| {
-            4 + key.len() as u64 + 1 + value.as_ref().map_or(0, |v| 4 + v.len() as u64)
-        })
-        .sum();
+    let changes = block.changes.encoded().len() as u64;
     PREFIX_LEN + BLOCK_HEADER_LEN + 4 + block.body.len() as u64 + 4 + changes
 }
 
@@ -286,13 +278,11 @@ impl<W: Write> Write for Tee<'_, W> {
 
 /// Where each change of `block` starts, relative to the record's start, in order.
 pub fn change_offsets(block: &BlockRecord) -> impl Iterator<Item = u64> + '_ {
-    let mut at =
-        RECORD_HEADER_LEN + PREFIX_LEN + BLOCK_HEADER_LEN + 4 + block.body.len() as u64 + 4;
-    block.changes.iter().map(move |(k, v)| {
-        let here = at;
-        at += 4 + k.len() as u64 + 1 + v.as_ref().map_or(0, |v| 4 + v.len() as u64);
-        here
-    })
+    let at = RECORD_HEADER_LEN + PREFIX_LEN + BLOCK_HEADER_LEN + 4 + block.body.len() as u64 + 4;
+    block
+        .changes
+        .offsets()
+        .map(move |offset| at + offset as u64)
 }
 
 /// A `Read` over a [`VFile`] (borrowed or shared) from an offset, in chunks.
@@ -560,6 +550,7 @@ pub fn corrupt(path: &std::path::Path, offset: u64, why: impl Into<String>) -> S
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Changes;
     use crate::store::log::fault::FaultFs;
     use crate::store::log::vfs::Vfs;
     use std::path::Path;
@@ -579,7 +570,8 @@ mod tests {
                 (b"a".to_vec(), Some(vec![1; 300])),
                 (b"bb".to_vec(), None),
                 (b"ccc".to_vec(), Some(b"x".to_vec())),
-            ],
+            ]
+            .into(),
         }
     }
 
@@ -599,8 +591,8 @@ mod tests {
         let (mut k, mut v) = (Vec::new(), Vec::new());
         for (offset, (key, value)) in change_offsets(&b).zip(&b.changes) {
             let (present, _) = read_change_at(&*file, 10 + offset, &mut k, &mut v).unwrap();
-            assert_eq!(&k, key);
-            assert_eq!(present.then(|| v.clone()), *value);
+            assert_eq!(k.as_slice(), key);
+            assert_eq!(present.then_some(v.as_slice()), value);
         }
         let (prefix, mut cursor) = ChangeCursor::new(&*file, 10, len, 64).unwrap();
         assert_eq!((prefix.retain_from, prefix.header.height), (5, 9));
@@ -608,7 +600,10 @@ mod tests {
         for (key, value) in &b.changes {
             let (at, present) = cursor.next_into(&mut k, &mut v).unwrap().unwrap();
             assert_eq!(at, 10 + offsets.next().unwrap());
-            assert_eq!((&k, present.then(|| v.clone())), (key, value.clone()));
+            assert_eq!(
+                (k.as_slice(), present.then_some(v.as_slice())),
+                (key, value)
+            );
         }
         assert!(cursor.next_into(&mut k, &mut v).unwrap().is_none());
     }
@@ -662,7 +657,7 @@ mod tests {
     #[test]
     fn a_payload_past_the_one_pass_bound_is_measured_first() {
         let mut b = block();
-        b.changes = vec![(b"big".to_vec(), Some(vec![5; ONE_PASS_MAX as usize]))];
+        b.changes = vec![(b"big".to_vec(), Some(vec![5; ONE_PASS_MAX as usize]))].into();
         let mut framed = Vec::new();
         let mut scratch = Vec::new();
         let len = write_block_record(&b, 3, &mut framed, &mut scratch).unwrap();
@@ -681,7 +676,7 @@ mod tests {
         let mut streamed = Vec::new();
         let mut seen = Vec::new();
         let empty = BlockRecord {
-            changes: Vec::new(),
+            changes: Changes::new(),
             ..b.clone()
         };
         let len = write_streamed_block_record(&empty, &b.changes, 5, &mut streamed, &mut |k, v| {
@@ -691,6 +686,6 @@ mod tests {
         .unwrap();
         assert_eq!(streamed, whole);
         assert_eq!(len as usize, whole.len() - 12);
-        assert_eq!(seen, b.changes);
+        assert_eq!(seen, b.changes.to_vec());
     }
 }

@@ -49,7 +49,7 @@ pub(super) struct Durable {
 }
 
 fn check_changes(block: &BlockRecord) -> StoreResult<()> {
-    if block.changes.windows(2).all(|w| w[0].0 < w[1].0) {
+    if block.changes.is_strictly_sorted() {
         return Ok(());
     }
     Err(io::Error::new(
@@ -317,10 +317,9 @@ impl LogStore {
         retain_from: u64,
     ) -> Result<(), Poison> {
         let path = segment_path(&self.dir, pos.seq);
-        let mut user_bytes = 0;
+        let user_bytes = block.changes.byte_len() as u64;
         for ((key, value), at) in block.changes.iter().zip(change_offsets(&block)) {
-            user_bytes += key.len() as u64 + value.as_ref().map_or(0, |v| v.len() as u64);
-            self.index_change(key, value.as_deref(), Loc::new(pos.seq, pos.offset + at))
+            self.index_change(key, value, Loc::new(pos.seq, pos.offset + at))
                 .at("indexing a change in", &path)?;
         }
         self.order.flush();

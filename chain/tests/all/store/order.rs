@@ -112,7 +112,7 @@ fn block(height: u64, changes: Changes) -> BlockRecord {
             ..Default::default()
         },
         body: Vec::new(),
-        changes,
+        changes: changes.into(),
     }
 }
 
