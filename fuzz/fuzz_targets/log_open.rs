@@ -64,7 +64,7 @@ fn record(height: u64, n: usize) -> BlockRecord {
             ..Default::default()
         },
         body: vec![height as u8; 20],
-        changes,
+        changes: changes.into(),
     }
 }
 

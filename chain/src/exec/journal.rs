@@ -1397,4 +1397,105 @@ mod tests {
         assert_eq!(err.code, AbortCode::LimitExceeded);
         assert!(written * (big.len() as u64 + 8) <= MAX_TX_WRITE_BYTES);
     }
+
+    /// The journal against a model of the state, over blocks whose writes reuse the buffers
+    /// of the blocks before: sets, deletions, upserts of values of changing lengths, block
+    /// values, calls rolled back to a mark, discarded transactions. Every read, every
+    /// upsert's answer and every block's changes are the model's, and the kept buffers stay
+    /// within their bounds. (A buffer that kept bytes of its last use would show here.)
+    #[test]
+    fn reads_and_changes_match_a_model_while_buffers_are_reused() {
+        type State = std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>;
+        for seed in 1..20u64 {
+            let mut next = crate::test_rng::xorshift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let mut below = move |n: u64| next() % n;
+            let mut store = MemoryStore::new(4);
+            let mut j = Journal::default();
+            for height in 1..=20u64 {
+                // What a read sees, and what the block changed so far.
+                let (mut block, mut changed) = (State::new(), State::new());
+                let read = |j: &mut Journal, store: &MemoryStore, seen: &State| {
+                    for k in 0..12u8 {
+                        let key = [b'k', k];
+                        let want = match seen.get(&key[..]) {
+                            Some(slot) => slot.clone(),
+                            None => store.get(&key).unwrap().map(|v| v.into_owned()),
+                        };
+                        assert_eq!(j.get(store, &key).unwrap().map(<[u8]>::to_vec), want);
+                    }
+                };
+                for _ in 0..below(20) {
+                    j.checkpoint();
+                    let (mut tx, mut tx_changed) = (block.clone(), changed.clone());
+                    let mut marks = Vec::new();
+                    for _ in 0..below(30) {
+                        let key = vec![b'k', below(12) as u8];
+                        let len = [0, 1, 8, 8, 8, 17, 40, 300][below(8) as usize];
+                        let value: Vec<u8> = (0..len).map(|_| below(256) as u8).collect();
+                        let slot = match below(7) {
+                            0 => {
+                                j.set(&key, None).unwrap();
+                                None
+                            }
+                            1 | 2 => {
+                                j.set(&key, Some(&value)).unwrap();
+                                Some(value)
+                            }
+                            3 | 4 => {
+                                let existed = j.upsert(&store, &key, &value).unwrap().unwrap();
+                                let before = match tx.get(&key) {
+                                    Some(slot) => slot.is_some(),
+                                    None => store.get(&key).unwrap().is_some(),
+                                };
+                                assert_eq!(existed, before);
+                                Some(value)
+                            }
+                            5 => {
+                                marks.push((j.mark(), tx.clone(), tx_changed.clone()));
+                                continue;
+                            }
+                            _ => {
+                                if let Some((mark, t, c)) = marks.pop() {
+                                    j.revert_to(mark);
+                                    (tx, tx_changed) = (t, c);
+                                }
+                                continue;
+                            }
+                        };
+                        tx.insert(key.clone(), slot.clone());
+                        tx_changed.insert(key, slot);
+                        read(&mut j, &store, &tx);
+                    }
+                    if below(3) == 0 {
+                        j.discard_tx();
+                    } else {
+                        j.commit_tx();
+                        (block, changed) = (tx, tx_changed);
+                    }
+                    read(&mut j, &store, &block);
+                }
+                for _ in 0..below(4) {
+                    let key = vec![b'k', below(12) as u8];
+                    let value = vec![height as u8; [1, 8, 300][below(3) as usize]];
+                    j.set_block_value(&key, &value);
+                    block.insert(key.clone(), Some(value.clone()));
+                    changed.insert(key, Some(value));
+                }
+                let changes = j.take_changes().state;
+                assert_eq!(changes.to_vec(), changed.into_iter().collect::<Vec<_>>());
+                assert!(j.spare.len() <= MAX_SPARE_BUFFERS);
+                assert!(j.spare.iter().all(|b| b.capacity() <= SPARE_MAX_BYTES));
+                let header = BlockHeader {
+                    height,
+                    ..Default::default()
+                };
+                let record = BlockRecord {
+                    header,
+                    body: Vec::new(),
+                    changes,
+                };
+                store.commit(record, Commit::default()).unwrap();
+            }
+        }
+    }
 }
