@@ -105,18 +105,41 @@ impl ValueCache {
         }
         let s = self.set(hash);
         let set = &mut self.sets[s];
-        let entry = Entry {
-            hash,
-            key: key.into(),
-            value: value.map(Into::into),
-            loc,
-        };
         let way = Self::way(set, hash, key).unwrap_or(1);
-        if let Some(old) = set[way].take() {
-            self.bytes -= old.bytes();
+        match &mut set[way] {
+            // The entry it replaces gives its buffers where the lengths match: a miss on a
+            // balance mostly evicts another balance, with a key and a value as long. With a
+            // cache of 16 entries, where nearly every read misses, simplecoin transfers made
+            // 8.7 allocations each; 4.3 with this and the miss path's own buffers
+            // (`read.rs`), the rest an entry replaced by a key of another length.
+            Some(old) => {
+                self.bytes -= old.bytes();
+                if old.key.len() == key.len() {
+                    old.key.copy_from_slice(key);
+                } else {
+                    old.key = key.into();
+                }
+                match (&mut old.value, value) {
+                    (Some(cached), Some(value)) if cached.len() == value.len() => {
+                        cached.copy_from_slice(value);
+                    }
+                    (cached, value) => *cached = value.map(Into::into),
+                }
+                old.hash = hash;
+                old.loc = loc;
+                self.bytes += old.bytes();
+            }
+            empty => {
+                let entry = Entry {
+                    hash,
+                    key: key.into(),
+                    value: value.map(Into::into),
+                    loc,
+                };
+                self.bytes += entry.bytes();
+                *empty = Some(entry);
+            }
         }
-        self.bytes += entry.bytes();
-        set[way] = Some(entry);
         if way == 1 {
             set.swap(0, 1);
         }
@@ -245,5 +268,40 @@ mod tests {
         assert_eq!(cache.get(1, b"a"), None, "too large to cache: forgotten");
         assert!(bytes > 0);
         assert_eq!(cache.bytes, 0);
+    }
+
+    /// A put that evicts reuses the evicted entry's buffers and leaves the cache as a put
+    /// into an empty way does: the new key and value (as long as the old, longer, shorter,
+    /// deleted, revived), its location, the bytes counted, and the evicted key gone.
+    #[test]
+    fn an_evicting_put_is_a_put_into_an_empty_way() {
+        let olds: [(&[u8], Option<&[u8]>); 3] = [
+            (b"old", Some(b"12345678")),
+            (b"o", None),
+            (b"older", Some(b"")),
+        ];
+        let news: [(&[u8], Option<&[u8]>); 4] = [
+            (b"new", Some(b"87654321")),
+            (b"new", Some(b"1")),
+            (b"newest", None),
+            (b"n", Some(b"123456789")),
+        ];
+        for (old_key, old_value) in olds {
+            for (new_key, new_value) in news {
+                let mut evicting = ValueCache::new(1);
+                evicting.put(1, old_key, old_value, None);
+                evicting.put(2, b"b", Some(b"b"), None); // the old key is the older way
+                evicting.put(3, new_key, new_value, Some(Loc::new(1, 2)));
+                let mut fresh = ValueCache::new(1);
+                fresh.put(2, b"b", Some(b"b"), None);
+                fresh.put(3, new_key, new_value, Some(Loc::new(1, 2)));
+                let case = format!("{old_key:?} -> {new_key:?}");
+                assert_eq!(evicting.bytes, fresh.bytes, "{case}");
+                assert!(evicting.confirms(3, Loc::new(1, 2), new_key), "{case}");
+                assert_eq!(evicting.get(1, old_key), None, "{case}");
+                assert_eq!(evicting.get(3, new_key), Some(new_value), "{case}");
+                assert_eq!(evicting.get(2, b"b"), Some(Some(&b"b"[..])), "{case}");
+            }
+        }
     }
 }

@@ -123,21 +123,28 @@ impl LogStore {
                 return Ok(present);
             }
         }
-        let mut k = Vec::new();
+        // The key read back to confirm the index's candidate, into one buffer per thread: a
+        // read that misses the value cache allocated one (and a chunk, now on the stack:
+        // `read_change_at`).
+        thread_local! {
+            static KEY: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
         let mut present = false;
         let mut read = 0;
-        let found = self.index.find(hash, |loc| {
-            let file = self.segment_file(loc)?;
-            let (p, n) = read_change_at(&**file, loc.offset(), &mut k, out).map_err(|e| {
-                StoreError::corrupted(
-                    segment_path(&self.dir, loc.seq()),
-                    Some(loc.offset()),
-                    format!("a change the index points at does not read: {e}"),
-                )
-            })?;
-            read += n;
-            present = p;
-            Ok::<_, StoreError>(k == key)
+        let found = KEY.with_borrow_mut(|k| {
+            self.index.find(hash, |loc| {
+                let file = self.segment_file(loc)?;
+                let (p, n) = read_change_at(&**file, loc.offset(), k, out).map_err(|e| {
+                    StoreError::corrupted(
+                        segment_path(&self.dir, loc.seq()),
+                        Some(loc.offset()),
+                        format!("a change the index points at does not read: {e}"),
+                    )
+                })?;
+                read += n;
+                present = p;
+                Ok::<_, StoreError>(*k == key)
+            })
         })?;
         let loc = match found {
             // A deletion's change leaves `out` empty.
