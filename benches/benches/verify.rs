@@ -71,7 +71,7 @@ fn zebra_batch(sigs: &[([u8; 32], [u8; 64], [u8; 32])]) -> bool {
 
 fn backends() -> Vec<(&'static str, Backend)> {
     let mut all = vec![("dalek", Backend::Dalek)];
-    for backend in [Backend::Avx2, Backend::Avx512] {
+    for backend in [Backend::Avx2, Backend::Avx512, Backend::Avx512Ifma] {
         if backend.available() {
             all.push((backend.name(), backend));
         } else {

@@ -13,10 +13,9 @@ use std::str::FromStr;
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-/// The environment variable an operator forces a backend with: `dalek`, `avx2`, `avx512`, or
-/// `auto`
-/// (the default when it is unset or empty: the fastest this CPU runs). It is read once, at
-/// the first verification that asks for [`Backend::best`].
+/// The environment variable an operator forces a backend with: `dalek`, `avx2`, `avx512`,
+/// `avx512ifma` or `auto` (the default when it is unset or empty: the fastest this CPU runs).
+/// It is read once, at the first verification that asks for [`Backend::best`].
 pub const BACKEND_ENV: &str = "TALLY_VERIFY_BACKEND";
 
 /// What batch verification runs on. Every backend gives every signature the same result;
@@ -24,7 +23,7 @@ pub const BACKEND_ENV: &str = "TALLY_VERIFY_BACKEND";
 ///
 /// Which one runs: [`Backend::best`], which is the one forced by [`set_backend`], else the one
 /// forced by the environment variable [`BACKEND_ENV`] (`TALLY_VERIFY_BACKEND=dalek`, `avx2`,
-/// `avx512` or `auto`), else the fastest this CPU runs. Forcing a backend the CPU cannot run
+/// `avx512`, `avx512ifma` or `auto`), else the fastest this CPU runs. Forcing a backend the CPU cannot run
 /// is an error ([`BackendError::Unavailable`]), not a fallback.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Backend {
@@ -39,11 +38,19 @@ pub enum Backend {
     Avx2,
     /// Eight signatures per instruction on AVX-512F (`super::avx512`, x86-64 only).
     Avx512,
+    /// The AVX-512F backend with its field arithmetic on AVX-512 IFMA's 52-bit multiplier
+    /// (`super::avx512ifma`, x86-64 only): five limbs an element instead of ten.
+    Avx512Ifma,
 }
 
 impl Backend {
     /// Every backend, in the order the names list them.
-    pub const ALL: [Backend; 3] = [Backend::Dalek, Backend::Avx2, Backend::Avx512];
+    pub const ALL: [Backend; 4] = [
+        Backend::Dalek,
+        Backend::Avx2,
+        Backend::Avx512,
+        Backend::Avx512Ifma,
+    ];
 
     /// The name [`BACKEND_ENV`] and [`BackendChoice::from_str`] know it by.
     pub fn name(self) -> &'static str {
@@ -51,6 +58,7 @@ impl Backend {
             Backend::Dalek => "dalek",
             Backend::Avx2 => "avx2",
             Backend::Avx512 => "avx512",
+            Backend::Avx512Ifma => "avx512ifma",
         }
     }
 
@@ -62,8 +70,10 @@ impl Backend {
             Backend::Avx2 => super::avx2::available(),
             #[cfg(target_arch = "x86_64")]
             Backend::Avx512 => super::avx512::available(),
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512Ifma => super::avx512ifma::available(),
             #[cfg(not(target_arch = "x86_64"))]
-            Backend::Avx2 | Backend::Avx512 => false,
+            Backend::Avx2 | Backend::Avx512 | Backend::Avx512Ifma => false,
         }
     }
 
@@ -72,7 +82,7 @@ impl Backend {
     /// dalek's AVX2 code: `tally bench` 106,026 against 84,673 transfers/s (medians of 5
     /// interleaved pairs), 101,481 against 78,415 with 1M zipf accounts (3 pairs).
     pub fn fastest() -> Backend {
-        [Backend::Avx512, Backend::Avx2]
+        [Backend::Avx512Ifma, Backend::Avx512, Backend::Avx2]
             .into_iter()
             .find(|b| b.available())
             .unwrap_or(Backend::Dalek)
@@ -139,7 +149,7 @@ impl BackendChoice {
 impl FromStr for BackendChoice {
     type Err = BackendError;
 
-    /// `dalek`, `avx2`, `avx512` or `auto` (or empty, for `auto`), in any case.
+    /// `dalek`, `avx2`, `avx512`, `avx512ifma` or `auto` (or empty, for `auto`), in any case.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let name = s.trim();
         if name.is_empty() || name.eq_ignore_ascii_case("auto") {
@@ -161,7 +171,7 @@ pub enum BackendError {
     /// The name is none of the backends'.
     #[error(
         "{value:?} names no signature verification backend: set {BACKEND_ENV} to dalek, avx2, \
-         avx512 or auto (the default: the fastest this CPU runs)"
+         avx512, avx512ifma or auto (the default: the fastest this CPU runs)"
     )]
     Unknown {
         /// What was asked for.
@@ -182,6 +192,7 @@ fn requirement(backend: Backend) -> &'static str {
         Backend::Dalek => "",
         Backend::Avx2 => " (it needs an x86-64 CPU with AVX2)",
         Backend::Avx512 => " (it needs an x86-64 CPU with AVX-512F)",
+        Backend::Avx512Ifma => " (it needs an x86-64 CPU with AVX-512F and AVX-512 IFMA)",
     }
 }
 
@@ -211,6 +222,7 @@ fn encode(backend: Backend) -> u8 {
         Backend::Dalek => 1,
         Backend::Avx512 => 2,
         Backend::Avx2 => 3,
+        Backend::Avx512Ifma => 4,
     }
 }
 
@@ -219,6 +231,7 @@ fn decode(code: u8) -> Option<Backend> {
         1 => Some(Backend::Dalek),
         2 => Some(Backend::Avx512),
         3 => Some(Backend::Avx2),
+        4 => Some(Backend::Avx512Ifma),
         _ => None,
     }
 }

@@ -7,14 +7,16 @@
 //! depending on the batch's random coefficients, so nodes that batch differently could
 //! disagree on which transactions are valid.
 //!
-//! Three backends check batches, chosen at run time ([`Backend::best`]): [`avx512`], which
-//! puts a different signature in each lane of AVX-512F registers, [`avx2`], the same code
-//! ([`lanes`]) on AVX2 registers, and [`zip215`] on curve25519-dalek (its AVX2 code on other
+//! Four backends check batches, chosen at run time ([`Backend::best`]): [`avx512ifma`],
+//! which puts a different signature in each lane of AVX-512 registers and multiplies with
+//! IFMA's 52-bit multiplier, [`avx512`], the same code ([`lanes`]) with a ten-limb field for
+//! CPUs with AVX-512F but not IFMA, [`avx2`], that code on AVX2 registers, and [`zip215`] on
+//! curve25519-dalek (its AVX2 code on other
 //! x86-64 CPUs), which is also the reference every result is defined by: batched or not, on
 //! any backend, batch size or thread count, a signature gets the result
 //! [`zip215::verify_one`] gives it. No build flag is needed; a binary built anywhere uses
 //! AVX-512 where the CPU has it. An operator can force any with
-//! `TALLY_VERIFY_BACKEND=dalek|avx2|avx512|auto`, an embedder with [`set_backend`]
+//! `TALLY_VERIFY_BACKEND=dalek|avx2|avx512|avx512ifma|auto`, an embedder with [`set_backend`]
 //! ([`backend`]). `fuzz/fuzz_targets/verify_differential.rs` checks every backend against
 //! [`zip215::verify_one`] on crafted batches.
 //!
@@ -28,7 +30,7 @@ pub mod lanes;
 pub mod zip215;
 
 #[cfg(target_arch = "x86_64")]
-pub use lanes::{avx2, avx512};
+pub use lanes::{avx2, avx512, avx512ifma};
 
 use std::sync::LazyLock;
 
@@ -100,8 +102,10 @@ pub fn verify_batch(items: &[SigItem], backend: Backend, keys: &Keys, need: Need
         Backend::Avx2 => avx2::verify_batch(items, keys, need),
         #[cfg(target_arch = "x86_64")]
         Backend::Avx512 => avx512::verify_batch(items, keys, need),
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx512Ifma => avx512ifma::verify_batch(items, keys, need),
         #[cfg(not(target_arch = "x86_64"))]
-        Backend::Avx2 | Backend::Avx512 => {
+        Backend::Avx2 | Backend::Avx512 | Backend::Avx512Ifma => {
             panic!("the {backend} backend runs on x86-64 only")
         }
     }
@@ -336,7 +340,7 @@ pub fn verify_many_with(
         .collect();
     let valid: Vec<bool> = match backend {
         // Parallel inside a batch: as large a batch as VERIFY_BATCH allows, on every core.
-        Backend::Avx2 | Backend::Avx512 => {
+        Backend::Avx2 | Backend::Avx512 | Backend::Avx512Ifma => {
             let mut valid = Vec::with_capacity(sigs.len());
             for chunk in sigs.chunks(VERIFY_BATCH) {
                 valid.extend(verify_batch(chunk, backend, Keys::shared(), need));

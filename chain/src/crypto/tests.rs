@@ -413,8 +413,10 @@ fn batch_equation_holds(items: &[SigItem], backend: Backend, keys: &Keys) -> boo
         Backend::Avx2 => avx2::batch_equation_holds(items, keys),
         #[cfg(target_arch = "x86_64")]
         Backend::Avx512 => avx512::batch_equation_holds(items, keys),
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx512Ifma => avx512ifma::batch_equation_holds(items, keys),
         #[cfg(not(target_arch = "x86_64"))]
-        Backend::Avx2 | Backend::Avx512 => unreachable!("not available"),
+        Backend::Avx2 | Backend::Avx512 | Backend::Avx512Ifma => unreachable!("not available"),
     }
 }
 
@@ -932,13 +934,14 @@ fn issue_20_tally_verify_backend_forces_a_backend_or_refuses() {
         (Some("dalek"), Ok("dalek")),
         (Some("Dalek"), Ok("dalek")),
         (Some("avx512"), forced(Backend::Avx512)),
+        (Some("avx512ifma"), forced(Backend::Avx512Ifma)),
         (Some("avx2"), forced(Backend::Avx2)),
         (Some("AVX2"), forced(Backend::Avx2)),
         (
             Some("avx"),
             Err(
                 "\"avx\" names no signature verification backend: set TALLY_VERIFY_BACKEND \
-                 to dalek, avx2, avx512 or auto"
+                 to dalek, avx2, avx512, avx512ifma or auto"
                     .to_owned(),
             ),
         ),
@@ -981,6 +984,7 @@ fn issue_20_backend_choices_parse_and_resolve_as_documented() {
         ("dalek", BackendChoice::Force(Backend::Dalek)),
         ("avx2", BackendChoice::Force(Backend::Avx2)),
         (" AVX512 ", BackendChoice::Force(Backend::Avx512)),
+        ("AVX512IFMA", BackendChoice::Force(Backend::Avx512Ifma)),
     ] {
         assert_eq!(text.parse(), Ok(choice), "{text:?}");
     }
@@ -991,7 +995,11 @@ fn issue_20_backend_choices_parse_and_resolve_as_documented() {
             value: "ifma".into()
         }
     );
-    assert!(unknown.to_string().contains("dalek, avx2, avx512 or auto"));
+    assert!(
+        unknown
+            .to_string()
+            .contains("dalek, avx2, avx512, avx512ifma or auto")
+    );
     for backend in Backend::ALL {
         assert_eq!(backend.name().parse(), Ok(BackendChoice::Force(backend)));
     }
@@ -1001,8 +1009,10 @@ fn issue_20_backend_choices_parse_and_resolve_as_documented() {
     );
     assert_eq!(BackendChoice::Auto.resolve(), Ok(Backend::fastest()));
     assert!(Backend::fastest().available());
-    // The lanes on AVX-512F, else on AVX2 (faster than dalek there), else dalek.
-    let expected = if Backend::Avx512.available() {
+    // The lanes on IFMA, else on AVX-512F, else on AVX2 (faster than dalek there), else dalek.
+    let expected = if Backend::Avx512Ifma.available() {
+        Backend::Avx512Ifma
+    } else if Backend::Avx512.available() {
         Backend::Avx512
     } else if Backend::Avx2.available() {
         Backend::Avx2
@@ -1010,7 +1020,7 @@ fn issue_20_backend_choices_parse_and_resolve_as_documented() {
         Backend::Dalek
     };
     assert_eq!(Backend::fastest(), expected);
-    for backend in [Backend::Avx2, Backend::Avx512] {
+    for backend in [Backend::Avx2, Backend::Avx512, Backend::Avx512Ifma] {
         let resolved = BackendChoice::Force(backend).resolve();
         if backend.available() {
             assert_eq!(resolved, Ok(backend));

@@ -99,11 +99,185 @@ macro_rules! sum10 {
     }};
 }
 
+/// What both field layouts share: the constants in the ten-limb layout that lanes exchange
+/// ([`F8::from_lanes`], [`F8::splat`]), the encodings, and the exponentiations, which are
+/// written with `F8`'s operations only. Written into each layout's module, after its `F8`.
+macro_rules! field_common {
+    ($feature:meta) => {
+        /// The curve constant d = −121665/121666, in limbs.
+        pub const D: [u64; 10] = [
+            56195235, 13857412, 51736253, 6949390, 114729, 24766616, 60832955, 30306712, 48412415,
+            21499315,
+        ];
+        /// 2d, in limbs.
+        pub const D2: [u64; 10] = [
+            45281625, 27714825, 36363642, 13898781, 229458, 15978800, 54557047, 27058993, 29715967,
+            9444199,
+        ];
+        /// √−1, in limbs.
+        pub const SQRT_M1: [u64; 10] = [
+            34513072, 25610706, 9377949, 3500415, 12389472, 33281959, 41962654, 31548777, 326685,
+            11406482,
+        ];
+
+        /// Where each limb starts, in bits.
+        const OFFSET: [u32; 10] = [0, 26, 51, 77, 102, 128, 153, 179, 204, 230];
+
+        impl F8 {
+            /// Lane `i` from the 32 little-endian bytes `bytes[i]`, ignoring bit 255 (as
+            /// curve25519-dalek's `FieldElement::from_bytes` does). Values from p to 2²⁵⁵ − 1 are
+            /// kept as they are: non-canonical, but the same element as the value minus p.
+            #[inline]
+            #[$feature]
+            pub fn from_bytes(bytes: &[[u8; 32]; 8]) -> F8 {
+                F8::from_lanes(&core::array::from_fn(|lane| limbs_from_bytes(&bytes[lane])))
+            }
+
+            /// `self^(p − 2)`: the inverse of a non-zero element, 0 for 0.
+            #[cfg(test)]
+            #[inline]
+            #[$feature]
+            pub fn invert(&self) -> F8 {
+                let (t19, t3) = pow22501_each(&[*self]);
+                square_n_each(t19, 5)[0].mul(&t3[0])
+            }
+
+            /// The lanes where `self` is 0 mod p; `self` must be reduced.
+            #[inline]
+            #[$feature]
+            pub fn is_zero(&self) -> __mmask8 {
+                let c = self.canonical();
+                let mut any = c.0[0];
+                for limb in &c.0[1..] {
+                    any = _mm512_or_si512(any, *limb);
+                }
+                _mm512_cmpeq_epi64_mask(any, _mm512_setzero_si512())
+            }
+
+            /// The lanes where `self = b` mod p; both must be reduced.
+            #[inline]
+            #[$feature]
+            pub fn eq(&self, b: &F8) -> __mmask8 {
+                self.sub(b).carry().is_zero()
+            }
+
+            /// The lanes where `self`, reduced mod p, is odd ("negative" in Ed25519's sign
+            /// convention); `self` must be reduced.
+            #[inline]
+            #[$feature]
+            pub fn is_negative(&self) -> __mmask8 {
+                _mm512_test_epi64_mask(self.canonical().0[0], splat(1))
+            }
+
+            /// Each lane as 32 canonical little-endian bytes; `self` must be reduced.
+            #[cfg(test)]
+            #[inline]
+            #[$feature]
+            pub fn to_bytes(self) -> [[u8; 32]; 8] {
+                let lanes = self.canonical().to_lanes();
+                core::array::from_fn(|lane| {
+                    let mut words = [0u64; 4];
+                    for i in 0..10 {
+                        let (w, b) = ((OFFSET[i] / 64) as usize, OFFSET[i] % 64);
+                        words[w] |= lanes[lane][i] << b;
+                        if b > 38 && w < 3 {
+                            words[w + 1] |= lanes[lane][i] >> (64 - b);
+                        }
+                    }
+                    let mut out = [0u8; 32];
+                    for (w, chunk) in words.iter().zip(out.chunks_mut(8)) {
+                        chunk.copy_from_slice(&w.to_le_bytes());
+                    }
+                    out
+                })
+            }
+        }
+
+        /// Each element squared `k` times. The squarings of different elements are independent, so
+        /// the CPU overlaps them: a chain of squarings alone waits on each one's carries.
+        #[inline]
+        #[$feature]
+        fn square_n_each<const N: usize>(mut x: [F8; N], k: u32) -> [F8; N] {
+            for _ in 0..k {
+                for f in &mut x {
+                    // SAFETY: this function has the backend's target feature, which `square_inline` needs.
+                    *f = unsafe { f.square_inline() };
+                }
+            }
+            x
+        }
+
+        /// `a[j]·b[j]` for each j.
+        #[inline]
+        #[$feature]
+        fn mul_each<const N: usize>(a: &[F8; N], b: &[F8; N]) -> [F8; N] {
+            let mut out = *a;
+            for (o, b) in out.iter_mut().zip(b) {
+                // SAFETY: this function has the backend's target feature, which `mul_inline` needs.
+                *o = unsafe { o.mul_inline(b) };
+            }
+            out
+        }
+
+        /// `x^((p − 5)/8) = x^(2²⁵² − 3)` for each element of `x`, the exponentiations interleaved.
+        #[inline]
+        #[$feature]
+        pub fn pow_p58_each<const N: usize>(x: &[F8; N]) -> [F8; N] {
+            let (t19, _) = pow22501_each(x);
+            mul_each(&square_n_each(t19, 2), x)
+        }
+
+        /// `(x^(2²⁵⁰ − 1), x^11)` for each element: the shared start of inversion and square root.
+        #[inline]
+        #[$feature]
+        fn pow22501_each<const N: usize>(x: &[F8; N]) -> ([F8; N], [F8; N]) {
+            let t0 = square_n_each(*x, 1); // 2
+            let t1 = square_n_each(t0, 2); // 8
+            let t2 = mul_each(x, &t1); // 9
+            let t3 = mul_each(&t0, &t2); // 11
+            let t4 = square_n_each(t3, 1); // 22
+            let t5 = mul_each(&t2, &t4); // 2⁵ − 1
+            let t6 = square_n_each(t5, 5);
+            let t7 = mul_each(&t6, &t5); // 2¹⁰ − 1
+            let t8 = square_n_each(t7, 10);
+            let t9 = mul_each(&t8, &t7); // 2²⁰ − 1
+            let t10 = square_n_each(t9, 20);
+            let t11 = mul_each(&t10, &t9); // 2⁴⁰ − 1
+            let t12 = square_n_each(t11, 10);
+            let t13 = mul_each(&t12, &t7); // 2⁵⁰ − 1
+            let t14 = square_n_each(t13, 50);
+            let t15 = mul_each(&t14, &t13); // 2¹⁰⁰ − 1
+            let t16 = square_n_each(t15, 100);
+            let t17 = mul_each(&t16, &t15); // 2²⁰⁰ − 1
+            let t18 = square_n_each(t17, 50);
+            let t19 = mul_each(&t18, &t13); // 2²⁵⁰ − 1
+            (t19, t3)
+        }
+
+        /// The limbs of 32 little-endian bytes, bit 255 ignored.
+        pub fn limbs_from_bytes(bytes: &[u8; 32]) -> [u64; 10] {
+            let words: [u64; 4] = core::array::from_fn(|w| {
+                u64::from_le_bytes(bytes[8 * w..8 * w + 8].try_into().unwrap())
+            });
+            core::array::from_fn(|i| {
+                let (w, b) = ((OFFSET[i] / 64) as usize, OFFSET[i] % 64);
+                let width = if i.is_multiple_of(2) { 26 } else { 25 };
+                let mut v = words[w] >> b;
+                if b + width > 64 {
+                    v |= words[w + 1] << (64 - b);
+                }
+                v & ((1 << width) - 1)
+            })
+        }
+    };
+}
+
 /// This module's items, each function compiled with `$feature` (`#[target_feature]`):
 /// see [`super`] for where they are written out.
 macro_rules! field {
     ($feature:meta) => {
         use super::simd::*;
+        field_common!($feature);
 
         const M26: i64 = (1 << 26) - 1;
         const M25: i64 = (1 << 25) - 1;
@@ -123,21 +297,6 @@ macro_rules! field {
             2 * ((1 << 25) - 1),
         ];
 
-        /// The curve constant d = −121665/121666, in limbs.
-        pub const D: [u64; 10] = [
-            56195235, 13857412, 51736253, 6949390, 114729, 24766616, 60832955, 30306712, 48412415, 21499315,
-        ];
-        /// 2d, in limbs.
-        pub const D2: [u64; 10] = [
-            45281625, 27714825, 36363642, 13898781, 229458, 15978800, 54557047, 27058993, 29715967, 9444199,
-        ];
-        /// √−1, in limbs.
-        pub const SQRT_M1: [u64; 10] = [
-            34513072, 25610706, 9377949, 3500415, 12389472, 33281959, 41962654, 31548777, 326685, 11406482,
-        ];
-
-        /// Where each limb starts, in bits.
-        const OFFSET: [u32; 10] = [0, 26, 51, 77, 102, 128, 153, 179, 204, 230];
 
         /// Eight field elements, one per lane.
         #[derive(Clone, Copy)]
@@ -217,13 +376,17 @@ macro_rules! field {
                 core::array::from_fn(|lane| core::array::from_fn(|i| t[i][lane]))
             }
 
-            /// Lane `i` from the 32 little-endian bytes `bytes[i]`, ignoring bit 255 (as
-            /// curve25519-dalek's `FieldElement::from_bytes` does). Values from p to 2²⁵⁵ − 1 are
-            /// kept as they are: non-canonical, but the same element as the value minus p.
+            /// Eight table rows' element, from its five words as gathered (`words[k]` holds limb
+            /// 2k in its low half and limb 2k + 1 in its high half, as [`super::Row`]s do).
             #[inline]
             #[$feature]
-            pub fn from_bytes(bytes: &[[u8; 32]; 8]) -> F8 {
-                F8::from_lanes(&core::array::from_fn(|lane| limbs_from_bytes(&bytes[lane])))
+            pub fn from_row_words(words: &[__m512i; 5]) -> F8 {
+                let low = splat(0xffff_ffff);
+                F8(limbs!(i => if i.is_multiple_of(2) {
+                    _mm512_and_si512(words[i / 2], low)
+                } else {
+                    _mm512_srli_epi64::<32>(words[i / 2])
+                }))
             }
 
             /// Limb-wise sum, not carried.
@@ -364,15 +527,6 @@ macro_rules! field {
                 carry([h0, h1, h2, h3, h4, h5, h6, h7, h8, h9])
             }
 
-            /// `self^(p − 2)`: the inverse of a non-zero element, 0 for 0.
-            #[cfg(test)]
-            #[inline]
-            #[$feature]
-            pub fn invert(&self) -> F8 {
-                let (t19, t3) = pow22501_each(&[*self]);
-                square_n_each(t19, 5)[0].mul(&t3[0])
-            }
-
             /// The unique representative below p, with every limb within its width; `self` must be
             /// reduced.
             #[inline]
@@ -409,55 +563,6 @@ macro_rules! field {
                 F8(h)
             }
 
-            /// The lanes where `self` is 0 mod p; `self` must be reduced.
-            #[inline]
-            #[$feature]
-            pub fn is_zero(&self) -> __mmask8 {
-                let c = self.canonical();
-                let mut any = c.0[0];
-                for i in 1..10 {
-                    any = _mm512_or_si512(any, c.0[i]);
-                }
-                _mm512_cmpeq_epi64_mask(any, _mm512_setzero_si512())
-            }
-
-            /// The lanes where `self = b` mod p; both must be reduced.
-            #[inline]
-            #[$feature]
-            pub fn eq(&self, b: &F8) -> __mmask8 {
-                self.sub(b).carry().is_zero()
-            }
-
-            /// The lanes where `self`, reduced mod p, is odd ("negative" in Ed25519's sign
-            /// convention); `self` must be reduced.
-            #[inline]
-            #[$feature]
-            pub fn is_negative(&self) -> __mmask8 {
-                _mm512_test_epi64_mask(self.canonical().0[0], splat(1))
-            }
-
-            /// Each lane as 32 canonical little-endian bytes; `self` must be reduced.
-            #[cfg(test)]
-            #[inline]
-            #[$feature]
-            pub fn to_bytes(self) -> [[u8; 32]; 8] {
-                let lanes = self.canonical().to_lanes();
-                core::array::from_fn(|lane| {
-                    let mut words = [0u64; 4];
-                    for i in 0..10 {
-                        let (w, b) = ((OFFSET[i] / 64) as usize, OFFSET[i] % 64);
-                        words[w] |= lanes[lane][i] << b;
-                        if b > 38 && w < 3 {
-                            words[w + 1] |= lanes[lane][i] >> (64 - b);
-                        }
-                    }
-                    let mut out = [0u8; 32];
-                    for (w, chunk) in words.iter().zip(out.chunks_mut(8)) {
-                        chunk.copy_from_slice(&w.to_le_bytes());
-                    }
-                    out
-                })
-            }
         }
 
         /// Limbs 0 to 4 of the product in `F8::mul_body`, not carried: each the sum of the ten
@@ -744,82 +849,6 @@ macro_rules! field {
                     mul32!(f4_2, f5),
                 ),
             ]
-        }
-
-        /// Each element squared `k` times. The squarings of different elements are independent, so
-        /// the CPU overlaps them: a chain of squarings alone waits on each one's carries.
-        #[inline]
-        #[$feature]
-        fn square_n_each<const N: usize>(mut x: [F8; N], k: u32) -> [F8; N] {
-            for _ in 0..k {
-                for f in &mut x {
-                    // SAFETY: this function has the backend's target feature, which `square_inline` needs.
-                    *f = unsafe { f.square_inline() };
-                }
-            }
-            x
-        }
-
-        /// `a[j]·b[j]` for each j.
-        #[inline]
-        #[$feature]
-        fn mul_each<const N: usize>(a: &[F8; N], b: &[F8; N]) -> [F8; N] {
-            let mut out = *a;
-            for (o, b) in out.iter_mut().zip(b) {
-                // SAFETY: this function has the backend's target feature, which `mul_inline` needs.
-                *o = unsafe { o.mul_inline(b) };
-            }
-            out
-        }
-
-        /// `x^((p − 5)/8) = x^(2²⁵² − 3)` for each element of `x`, the exponentiations interleaved.
-        #[inline]
-        #[$feature]
-        pub fn pow_p58_each<const N: usize>(x: &[F8; N]) -> [F8; N] {
-            let (t19, _) = pow22501_each(x);
-            mul_each(&square_n_each(t19, 2), x)
-        }
-
-        /// `(x^(2²⁵⁰ − 1), x^11)` for each element: the shared start of inversion and square root.
-        #[inline]
-        #[$feature]
-        fn pow22501_each<const N: usize>(x: &[F8; N]) -> ([F8; N], [F8; N]) {
-            let t0 = square_n_each(*x, 1); // 2
-            let t1 = square_n_each(t0, 2); // 8
-            let t2 = mul_each(x, &t1); // 9
-            let t3 = mul_each(&t0, &t2); // 11
-            let t4 = square_n_each(t3, 1); // 22
-            let t5 = mul_each(&t2, &t4); // 2⁵ − 1
-            let t6 = square_n_each(t5, 5);
-            let t7 = mul_each(&t6, &t5); // 2¹⁰ − 1
-            let t8 = square_n_each(t7, 10);
-            let t9 = mul_each(&t8, &t7); // 2²⁰ − 1
-            let t10 = square_n_each(t9, 20);
-            let t11 = mul_each(&t10, &t9); // 2⁴⁰ − 1
-            let t12 = square_n_each(t11, 10);
-            let t13 = mul_each(&t12, &t7); // 2⁵⁰ − 1
-            let t14 = square_n_each(t13, 50);
-            let t15 = mul_each(&t14, &t13); // 2¹⁰⁰ − 1
-            let t16 = square_n_each(t15, 100);
-            let t17 = mul_each(&t16, &t15); // 2²⁰⁰ − 1
-            let t18 = square_n_each(t17, 50);
-            let t19 = mul_each(&t18, &t13); // 2²⁵⁰ − 1
-            (t19, t3)
-        }
-
-        /// The limbs of 32 little-endian bytes, bit 255 ignored.
-        pub fn limbs_from_bytes(bytes: &[u8; 32]) -> [u64; 10] {
-            let words: [u64; 4] =
-                core::array::from_fn(|w| u64::from_le_bytes(bytes[8 * w..8 * w + 8].try_into().unwrap()));
-            core::array::from_fn(|i| {
-                let (w, b) = ((OFFSET[i] / 64) as usize, OFFSET[i] % 64);
-                let width = if i.is_multiple_of(2) { 26 } else { 25 };
-                let mut v = words[w] >> b;
-                if b + width > 64 {
-                    v |= words[w + 1] << (64 - b);
-                }
-                v & ((1 << width) - 1)
-            })
         }
 
         /// The carry chain of ref10's `fe_mul`, unsigned: two interleaved runs (from limbs 0 and 4)

@@ -1,6 +1,7 @@
 //! ZIP-215 batch verification with a different signature in each 64-bit lane: eight lanes a
-//! register on AVX-512F ([`avx512`]), or the same code on AVX2 ([`avx2`]), where each
-//! eight-lane register is a pair of four-lane ones.
+//! register on AVX-512F ([`avx512`], and [`avx512ifma`] where the CPU has IFMA's 52-bit
+//! multiplier), or the same code on AVX2 ([`avx2`]), where each eight-lane register is a pair
+//! of four-lane ones.
 //!
 //! Same rules and same batch equation as [`super::zip215`] (which stays the reference and
 //! the fallback), computed with its own arithmetic: curve25519-dalek's vector backends work
@@ -13,9 +14,9 @@
 //! Single verification, for the few signatures a failed batch is narrowed down to, is
 //! [`super::zip215::verify_one`]: one definition of validity.
 //!
-//! # One source, two instruction sets
+//! # One source, three instruction sets
 //! The code is written once, with AVX-512F's intrinsics (`_mm512_*`, `__m512i`, `__mmask8`),
-//! and compiled twice. Each file (`field`, `point`, `msm`, `sha512`, `batch`, `tests`) is a
+//! and compiled three times. Each file (`field`, `point`, `msm`, `sha512`, `batch`, `tests`) is a
 //! macro that writes its items with the `#[target_feature]` it is given, and `backend!`
 //! writes them all out in a module that also has a `simd` module in scope:
 //! - [`avx512`]: `core::arch`'s intrinsics, every function `target_feature(enable =
@@ -23,7 +24,13 @@
 //!   target feature, so that its logic runs on any CPU (the differential fuzzer, tests);
 //! - [`avx2`]: the same names on AVX2 (`on_avx2`: each intrinsic on two `__m256i`), every
 //!   function `target_feature(enable = "avx2")`, so it never executes an AVX-512
-//!   instruction. The `emulated-avx512` feature leaves it as it is.
+//!   instruction. The `emulated-avx512` feature leaves it as it is;
+//! - [`avx512ifma`]: as [`avx512`], every function `target_feature(enable =
+//!   "avx512f,avx512ifma")`, but with the field of `field_ifma` (five limbs in radix 2⁵¹,
+//!   multiplied by `vpmadd52luq`/`vpmadd52huq`) in place of `field`'s ten limbs. Both field
+//!   layouts have the same `F8` operations, exchange elements in the ten-limb layout
+//!   (`from_lanes`, `to_lanes`, table rows), and share `field_common`. It runs on IFMA
+//!   hardware only: there is no scalar stand-in for it.
 
 // With `emulated-avx512` the AVX-512 backend's functions lose `#[target_feature]` and the
 // intrinsics their `unsafe`, so the `unsafe` blocks around calls to them have nothing left
@@ -38,6 +45,8 @@ mod on_avx2;
 #[macro_use]
 mod field;
 #[macro_use]
+mod field_ifma;
+#[macro_use]
 mod point;
 #[macro_use]
 mod msm;
@@ -51,8 +60,9 @@ mod tests;
 
 /// A table row: an affine point as an addend, (y + x, y − x, 2dxy), each element's ten
 /// reduced limbs packed two to a word (even limb low, odd limb high), so a lane loads a point
-/// with 15 gathers. Aligned to cache lines, so that a row is two lines, not three. Both
-/// backends lay rows out alike, so the key cache ([`super::Keys`]) serves either.
+/// with 15 gathers. Aligned to cache lines, so that a row is two lines, not three. Every
+/// backend lays rows out alike (the IFMA one pairs the limbs as it gathers them), so the key
+/// cache ([`super::Keys`]) serves any.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C, align(64))]
 pub struct Row(pub [u64; 15]);
@@ -66,9 +76,12 @@ pub const IDENTITY_ROW: Row = Row([1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0])
 /// `available()`.
 macro_rules! backend {
     ($feature:meta) => {
+        backend!($feature, field);
+    };
+    ($feature:meta, $field:ident) => {
         #[allow(clippy::needless_range_loop)] // limb loops index several arrays in step
         mod field {
-            field!($feature);
+            $field!($feature);
         }
         #[allow(non_snake_case)] // X, Y, Z, T: the coordinates' names in the formulas
         mod point {
@@ -131,6 +144,28 @@ pub mod avx512 {
         not(feature = "emulated-avx512"),
         target_feature(enable = "avx512f")
     ));
+}
+
+pub mod avx512ifma {
+    //! The backend on AVX-512F with IFMA: the AVX-512F backend's code with the field
+    //! arithmetic of [`field_ifma`](super::field_ifma) (five limbs in radix 2⁵¹ and the 52-bit
+    //! multiplier) in place of ten limbs and `vpmuludq`.
+
+    /// The name `TALLY_VERIFY_BACKEND` knows this backend by.
+    const NAME: &str = "avx512ifma";
+
+    /// The intrinsics: the CPU's (there is no scalar stand-in for IFMA's).
+    mod simd {
+        pub use core::arch::x86_64::*;
+    }
+
+    /// Whether this CPU runs this backend: it has AVX-512F and AVX-512 IFMA.
+    pub fn available() -> bool {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512ifma")
+    }
+
+    backend!(target_feature(enable = "avx512f,avx512ifma"), field_ifma);
 }
 
 pub mod avx2 {

@@ -323,20 +323,23 @@ macro_rules! msm {
                 // terms, and 0 for idle lanes), so each lane reads word k < 15 of a row in bounds.
                 *word = unsafe { _mm512_i32gather_epi64::<8>(offsets, base.add(k).cast()) };
             }
-            let low = _mm512_set1_epi64(0xffff_ffff);
-            macro_rules! unpack {
+            // A macro rather than a closure: closures in `#[target_feature]` functions are not
+            // always inlined.
+            macro_rules! element {
                 ($e:expr) => {
-                    F8(limbs!(i => if i.is_multiple_of(2) {
-                        _mm512_and_si512(words[5 * $e + i / 2], low)
-                    } else {
-                        _mm512_srli_epi64::<32>(words[5 * $e + i / 2])
-                    }))
+                    F8::from_row_words(&[
+                        words[5 * $e],
+                        words[5 * $e + 1],
+                        words[5 * $e + 2],
+                        words[5 * $e + 3],
+                        words[5 * $e + 4],
+                    ])
                 };
             }
             AffineNiels8 {
-                y_plus_x: unpack!(0),
-                y_minus_x: unpack!(1),
-                xy2d: unpack!(2),
+                y_plus_x: element!(0),
+                y_minus_x: element!(1),
+                xy2d: element!(2),
             }
         }
 

@@ -15,6 +15,7 @@ macro_rules! lanes_tests {
 
         use super::field::F8;
         use super::msm::{self, Row, Term};
+        use super::simd::{__m512i, _mm512_loadu_si512};
         use super::{NAME, point};
 
         fn skip() -> bool {
@@ -110,6 +111,126 @@ macro_rules! lanes_tests {
             }
             // SAFETY: the CPU runs this backend (checked by `skip`).
             unsafe { field_laws() }
+        }
+
+        /// The canonical bytes of Σ row halves (limb 2k at bit 51k, limb 2k + 1 at bit
+        /// 51k + 26) mod p, in plain integer arithmetic: the value a gathered row stands for.
+        fn row_value(halves: &[(u64, u64); 5]) -> [u8; 32] {
+            let mut v = [0u64; 6];
+            let mut add_at = |value: u64, bit: u32| {
+                let (w, b) = ((bit / 64) as usize, bit % 64);
+                let wide = (value as u128) << b;
+                let mut carry = 0u128;
+                for (i, part) in [wide as u64, (wide >> 64) as u64].into_iter().enumerate() {
+                    let s = v[w + i] as u128 + part as u128 + carry;
+                    v[w + i] = s as u64;
+                    carry = s >> 64;
+                }
+                let mut i = w + 2;
+                while carry != 0 {
+                    let s = v[i] as u128 + carry;
+                    v[i] = s as u64;
+                    carry = s >> 64;
+                    i += 1;
+                }
+            };
+            for (k, (even, odd)) in halves.iter().enumerate() {
+                add_at(*even, 51 * k as u32);
+                add_at(*odd, 51 * k as u32 + 26);
+            }
+            // Fold the bits from 255 up as 19 each (2²⁵⁵ ≡ 19), twice, then subtract p once
+            // if the value is still at least p.
+            for _ in 0..2 {
+                let high = (v[3] >> 63) | (v[4] << 1);
+                v[3] &= u64::MAX >> 1;
+                v[4] = 0;
+                let mut carry = high as u128 * 19;
+                for word in v.iter_mut().take(4) {
+                    let s = *word as u128 + carry;
+                    *word = s as u64;
+                    carry = s >> 64;
+                }
+                v[4] = carry as u64;
+            }
+            let p = [u64::MAX - 18, u64::MAX, u64::MAX, u64::MAX >> 1];
+            if v[4] == 0
+                && (0..4).rev().map(|i| v[i].cmp(&p[i])).find(|o| o.is_ne())
+                    != Some(std::cmp::Ordering::Less)
+            {
+                let mut borrow = 0i128;
+                for i in 0..4 {
+                    let d = v[i] as i128 - p[i] as i128 - borrow;
+                    v[i] = d as u64;
+                    borrow = (d < 0) as i128;
+                }
+            }
+            let mut out = [0u8; 32];
+            for (w, chunk) in v.iter().zip(out.chunks_mut(8)) {
+                chunk.copy_from_slice(&w.to_le_bytes());
+            }
+            out
+        }
+
+        #[$feature]
+        fn widest_row_operands() {
+            // Row halves up to what a reduced ten-limb element leaves (even limbs below 2²⁶,
+            // odd ones below 2²⁵ + 2¹⁷): the widest operands any backend gathers.
+            let (even_top, odd_top) = ((1u64 << 26) - 1, (1u64 << 25) + (1 << 17) - 1);
+            let halves: [[(u64, u64); 5]; 8] = core::array::from_fn(|lane| {
+                core::array::from_fn(|k| {
+                    let r = u64::from_le_bytes(
+                        bytes(7000 + 5 * lane as u64 + k as u64)[..8]
+                            .try_into()
+                            .unwrap(),
+                    );
+                    match lane {
+                        0 => (even_top, odd_top),
+                        1 => (0, odd_top),
+                        2 => (even_top, 0),
+                        _ => (r % (even_top + 1), (r >> 32) % (odd_top + 1)),
+                    }
+                })
+            });
+            let element = |halves: &[[(u64, u64); 5]; 8]| {
+                let words: [__m512i; 5] = core::array::from_fn(|k| {
+                    let lanes: [u64; 8] =
+                        core::array::from_fn(|l| halves[l][k].0 | (halves[l][k].1 << 32));
+                    // SAFETY: `lanes` is 64 readable bytes; the load has no alignment requirement.
+                    unsafe { _mm512_loadu_si512(lanes.as_ptr().cast()) }
+                });
+                F8::from_row_words(&words)
+            };
+            let wide = element(&halves);
+            let canonical: [[u8; 32]; 8] = core::array::from_fn(|l| row_value(&halves[l]));
+            assert_eq!(wide.to_bytes(), canonical);
+            let narrow = F8::from_bytes(&canonical);
+            let mut reversed = halves;
+            reversed.reverse();
+            let other = element(&reversed);
+            let other_narrow = F8::from_bytes(&core::array::from_fn(|l| row_value(&reversed[l])));
+            assert_eq!(
+                wide.mul(&other).to_bytes(),
+                narrow.mul(&other_narrow).to_bytes()
+            );
+            assert_eq!(wide.mul(&wide).to_bytes(), narrow.square().to_bytes());
+            assert_eq!(wide.square().to_bytes(), narrow.square().to_bytes());
+            assert_eq!(
+                wide.add(&other).to_bytes(),
+                narrow.add(&other_narrow).carry().to_bytes()
+            );
+            assert_eq!(
+                wide.sub(&other).to_bytes(),
+                narrow.sub(&other_narrow).carry().to_bytes()
+            );
+        }
+
+        #[test]
+        fn operands_as_wide_as_a_table_row_multiply_like_their_canonical_values() {
+            if skip() {
+                return;
+            }
+            // SAFETY: the CPU runs this backend (checked by `skip`).
+            unsafe { widest_row_operands() }
         }
 
         /// Encodings that decompression must decide like dalek: random bytes (half are points),
