@@ -23,7 +23,7 @@ if [ -n "${FUZZ_TARGET_DIR:-}" ]; then
   flags+=(--target-dir "$FUZZ_TARGET_DIR")
 fi
 # verify_differential compares every signature backend the CPU runs (dalek, and the lane
-# backend on AVX2 and on AVX-512F). Without AVX-512F (CI's machines today) it runs the AVX-512
+# backend on AVX2, on AVX-512F and on AVX-512 IFMA). Without AVX-512F (CI's machines today) it runs the AVX-512
 # backend on its scalar emulation instead, built with the feature into the same target
 # directory (the other targets keep the real backend choice); the AVX2 one runs on the CPU.
 target_flags() {

@@ -240,19 +240,14 @@ fn bundle(txs: &[&[u8]]) -> Vec<u8> {
 /// A system `transfer` of `amount` native coins from the test genesis account `from` to
 /// `to`, signed by `from` (key `derived_key(1, from)`) and paying its own fee, encoded.
 fn native_transfer(tapos: (u16, u32, u64), from: u64, to: u64, amount: u64) -> Vec<u8> {
-    use tally_chain::system::{NativeTransfer, SYSTEM, TRANSFER};
+    use tally_chain::system::NativeTransfer;
     let (from_name, to_name) = (workload::account_name(from), workload::account_name(to));
-    let action = Action {
-        account: SYSTEM,
-        name: TRANSFER,
-        authorization: vec![from_name],
-        data: borsh::to_vec(&NativeTransfer {
-            from: from_name,
-            to: to_name,
-            amount,
-        })
-        .unwrap(),
-    };
+    let action = NativeTransfer {
+        from: from_name,
+        to: to_name,
+        amount,
+    }
+    .action();
     let t = Transaction::new(tapos.2 + 60_000, (tapos.0, tapos.1), vec![action]);
     let key = tally_chain::crypto::derived_key(1, from);
     SignedTransaction::sign(t, &[(from_name, &key)]).encode()

@@ -176,17 +176,12 @@ impl TestChain {
             authorization: vec![SYSTEM],
             data: borsh::to_vec(&new).expect("encoding into a Vec cannot fail"),
         };
-        let fund = Action {
-            account: SYSTEM,
-            name: crate::system::TRANSFER,
-            authorization: vec![SYSTEM],
-            data: borsh::to_vec(&crate::system::NativeTransfer {
-                from: SYSTEM,
-                to: account,
-                amount: Self::FUNDS,
-            })
-            .expect("encoding into a Vec cannot fail"),
-        };
+        let fund = crate::system::NativeTransfer {
+            from: SYSTEM,
+            to: account,
+            amount: Self::FUNDS,
+        }
+        .action();
         self.keys.insert(account, key);
         let receipt = self.push_actions(vec![action, fund]);
         assert!(

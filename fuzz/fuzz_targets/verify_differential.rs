@@ -1,6 +1,7 @@
 //! Signature verification, differentially: every batch backend against the ZIP-215 reference
-//! (issue 20): dalek, and the lane backend on AVX2 and on AVX-512F. A signature one backend
-//! accepts and another rejects forks the validators of one CPU kind from the others.
+//! (issue 20): dalek, and the lane backend on AVX2, on AVX-512F and on AVX-512 IFMA (issue 26;
+//! on IFMA hardware only). A signature one backend accepts and another rejects forks the
+//! validators of one CPU kind from the others.
 //!
 //! `cargo +nightly fuzz run verify_differential`
 //! On a CPU without AVX-512F, with the AVX-512 backend on its scalar emulation:

@@ -3,7 +3,7 @@
 use clap::{Args, Subcommand};
 use serde_json::json;
 use tally_chain::Action;
-use tally_chain::system::{NEWACCOUNT, NativeTransfer, NewAccount, SYSTEM, TRANSFER};
+use tally_chain::system::{NEWACCOUNT, NativeTransfer, NewAccount, SYSTEM};
 
 use super::local::{output, parse_name};
 use super::push::fail_on;
@@ -83,16 +83,14 @@ pub fn run(args: AccountArgs) -> anyhow::Result<()> {
     };
     let mut actions = vec![action];
     if fund > 0 {
-        actions.push(Action {
-            account: SYSTEM,
-            name: TRANSFER,
-            authorization: vec![creator],
-            data: borsh::to_vec(&NativeTransfer {
+        actions.push(
+            NativeTransfer {
                 from: creator,
                 to: name,
                 amount: fund,
-            })?,
-        });
+            }
+            .action(),
+        );
     }
     target.keystore().insert(name, &key);
     target.save_keystore()?;

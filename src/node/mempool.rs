@@ -2136,7 +2136,7 @@ mod tests {
     /// authorizes counts: nobody can charge another's balance.
     #[test]
     fn native_transfers_count_against_the_senders_balance() {
-        use tally_chain::system::{NativeTransfer, SYSTEM, TRANSFER};
+        use tally_chain::system::NativeTransfer;
         let (alice, bob, mallory): (Name, Name, Name) = (
             "alice".parse().unwrap(),
             "bob".parse().unwrap(),
@@ -2144,17 +2144,15 @@ mod tests {
         );
         let moving = |payer: &str, from: Name, signer: Name, amount: u64, nonce: u8| {
             let mut t = paid(payer, 5, 0, nonce).tx.transaction;
-            t.actions = vec![Action {
-                account: SYSTEM,
-                name: TRANSFER,
-                authorization: vec![signer],
-                data: borsh::to_vec(&NativeTransfer {
-                    from,
-                    to: bob,
-                    amount,
-                })
-                .unwrap(),
-            }];
+            let mut action = NativeTransfer {
+                from,
+                to: bob,
+                amount,
+            }
+            .action();
+            // Signed by someone other than the sender, where the case asks for it.
+            action.authorization = vec![signer];
+            t.actions = vec![action];
             PreparedTx::new(SignedTransaction::unsigned(t))
         };
         let drain = moving("alice", alice, alice, 90, 1);

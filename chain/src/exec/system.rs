@@ -70,6 +70,19 @@ pub const TRANSFER: Name = match Name::from_str_const("transfer") {
     Err(_) => panic!("valid name"),
 };
 
+impl NativeTransfer {
+    /// The system action that makes this transfer, authorized by `from`: what a client
+    /// pushes (a wallet, `tally account`, tests).
+    pub fn action(&self) -> Action {
+        Action {
+            account: SYSTEM,
+            name: TRANSFER,
+            authorization: vec![self.from],
+            data: borsh::to_vec(self).expect("encoding into a Vec cannot fail"),
+        }
+    }
+}
+
 /// A system action, decoded: `apply` runs what this gives and `native_spend` reads it, so
 /// the pool and the block agree on what a system action is and who must sign it.
 enum SystemAction {
