@@ -464,4 +464,15 @@ fuzz_target!(|data: &[u8]| {
             );
         }
     }
+    // One key cache for every lane backend in turn, as a node has: each reads the rows the
+    // others wrote (the IFMA backend pairs the ten-limb layout's halves as it gathers them).
+    let shared = Keys::new(CACHE);
+    for backend in Backend::ALL.into_iter().filter(|b| b.available()) {
+        let got = crypto::verify_batch(&items, backend, &shared, Need::Each);
+        assert_eq!(
+            got, reference,
+            "{backend} batch with a key cache the other backends filled disagrees with \
+             zip215::verify_one"
+        );
+    }
 });

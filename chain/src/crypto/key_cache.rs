@@ -13,8 +13,8 @@ use curve25519_dalek::edwards::{CompressedEdwardsY, EdwardsPoint};
 /// Keys a shared cache holds at most. The benchmark signs with 4,096 keys
 /// (`workload::KEY_POOL`) and a block of 5,000 transfers from a Zipf-distributed 10M accounts
 /// touches a few thousand; 65,536 covers the senders of a dozen such blocks. An entry is about
-/// 200 bytes, so a full cache is about 13 MiB (`Keys` holds two: one per backend, and only
-/// the one in use fills up). A miss costs one decompression (5-7 µs with dalek, about 1 µs
+/// 200 bytes, so a full cache is about 13 MiB (`Keys` holds two: dalek's points, and the rows
+/// the three lane backends share; only the one in use fills up). A miss costs one decompression (5-7 µs with dalek, about 1 µs
 /// eight at a time with AVX-512), so a flood of fresh keys can slow its own signatures,
 /// never break anyone's.
 pub const KEY_CACHE_ENTRIES: usize = 1 << 16;

@@ -17,8 +17,9 @@
 //! [`zip215::verify_one`] gives it. No build flag is needed; a binary built anywhere uses
 //! AVX-512 where the CPU has it. An operator can force any with
 //! `TALLY_VERIFY_BACKEND=dalek|avx2|avx512|avx512ifma|auto`, an embedder with [`set_backend`]
-//! ([`backend`]). `fuzz/fuzz_targets/verify_differential.rs` checks every backend against
-//! [`zip215::verify_one`] on crafted batches.
+//! ([`backend`]). `fuzz/fuzz_targets/verify_differential.rs` checks every backend the CPU
+//! runs against [`zip215::verify_one`] on crafted batches (the IFMA one has no emulation, so
+//! only IFMA hardware fuzzes it).
 //!
 //! Decompressed public keys are kept in bounded caches shared by every thread ([`Keys`]), so
 //! an account's key is decompressed once, not once per signature.

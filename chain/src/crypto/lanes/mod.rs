@@ -5,9 +5,9 @@
 //!
 //! Same rules and same batch equation as [`super::zip215`] (which stays the reference and
 //! the fallback), computed with its own arithmetic: curve25519-dalek's vector backends work
-//! on the four coordinates of one point (AVX2) or need AVX-512 IFMA, while this puts a
-//! different point in each lane, which plain AVX-512F (or AVX2) multiplies (32×32→64 bits)
-//! a lane at a time:
+//! on the four coordinates of one point (AVX2 or AVX-512 IFMA), while this puts a different
+//! point in each lane, which AVX-512F (or AVX2) multiplies a lane at a time, 32×32→64 bits
+//! ([`avx512`], [`avx2`]) or, with IFMA, 52×52→104 ([`avx512ifma`]):
 //! - the `R` of eight signatures (and keys missing from the cache) are decompressed at once;
 //! - the multiscalar multiplication has each lane sum a different Pippenger bucket.
 //!
@@ -72,8 +72,9 @@ pub struct Row(pub [u64; 15]);
 pub const IDENTITY_ROW: Row = Row([1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
 
 /// The whole backend, each function compiled with `#[$feature]`, in the module this is
-/// written in, which must have a `simd` module (the intrinsics, and `opaque`), `NAME` and
-/// `available()`.
+/// written in, which must have a `simd` module (the intrinsics, and `opaque` where the field
+/// uses it: the ten-limb one does), `NAME` and `available()`. `$field` names the field
+/// layout's macro: `field` (ten limbs) unless given.
 macro_rules! backend {
     ($feature:meta) => {
         backend!($feature, field);

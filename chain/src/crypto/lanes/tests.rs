@@ -222,6 +222,38 @@ macro_rules! lanes_tests {
                 wide.sub(&other).to_bytes(),
                 narrow.sub(&other_narrow).carry().to_bytes()
             );
+            // Every shape an operation leaves, as an operand of a product, against its value
+            // re-read from canonical bytes: a sum or difference left too wide for the
+            // multiplier (IFMA's takes 52 bits a limb) would give another product.
+            let random = F8::from_bytes(&core::array::from_fn(|l| {
+                bytes(7100 + l as u64)[..32].try_into().unwrap()
+            }));
+            let reread = |x: &F8| F8::from_bytes(&x.carry().to_bytes());
+            let shapes = [
+                wide,
+                wide.add(&random),
+                wide.sub(&random),
+                random.sub(&wide),
+                wide.neg(),
+                wide.mul(&random),
+                wide.add(&wide).add(&random),
+                wide.add(&random).carry(),
+                wide.neg().carry(),
+            ];
+            for (i, a) in shapes.iter().enumerate() {
+                for (j, b) in shapes.iter().enumerate() {
+                    assert_eq!(
+                        a.mul(b).to_bytes(),
+                        reread(a).mul(&reread(b)).to_bytes(),
+                        "shapes {i} and {j}"
+                    );
+                }
+                assert_eq!(
+                    a.square().to_bytes(),
+                    reread(a).square().to_bytes(),
+                    "shape {i}"
+                );
+            }
         }
 
         #[test]
