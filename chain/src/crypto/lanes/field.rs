@@ -124,6 +124,45 @@ macro_rules! field_common {
         const OFFSET: [u32; 10] = [0, 26, 51, 77, 102, 128, 153, 179, 204, 230];
 
         impl F8 {
+            /// The product, reduced. See the layout's notes for what the operands may be.
+            #[inline]
+            #[$feature]
+            pub fn mul(&self, g: &F8) -> F8 {
+                // SAFETY: this function has the backend's target feature.
+                unsafe { self.mul_inline(g) }
+            }
+
+            /// [`F8::mul`], always inlined: a point operation is a few multiplications, and LLVM
+            /// declines to inline one this large (it then copies both operands through memory for
+            /// each call), so the point operations on the hot path use this.
+            ///
+            /// # Safety
+            /// Only in code compiled with the backend's target feature: the body of one of its
+            /// `#[target_feature]` functions (into which this is inlined).
+            #[inline(always)]
+            pub unsafe fn mul_inline(&self, g: &F8) -> F8 {
+                // SAFETY: the caller runs with the backend's target feature (this function's contract).
+                unsafe { self.mul_body(g) }
+            }
+
+            /// The square, reduced.
+            #[inline]
+            #[$feature]
+            pub fn square(&self) -> F8 {
+                // SAFETY: this function has the backend's target feature.
+                unsafe { self.square_inline() }
+            }
+
+            /// [`F8::square`], always inlined; see [`F8::mul_inline`].
+            ///
+            /// # Safety
+            /// As for [`F8::mul_inline`].
+            #[inline(always)]
+            pub unsafe fn square_inline(&self) -> F8 {
+                // SAFETY: the caller runs with the backend's target feature (this function's contract).
+                unsafe { self.square_body() }
+            }
+
             /// Lane `i` from the 32 little-endian bytes `bytes[i]`, ignoring bit 255 (as
             /// curve25519-dalek's `FieldElement::from_bytes` does). Values from p to 2²⁵⁵ − 1 are
             /// kept as they are: non-canonical, but the same element as the value minus p.
@@ -427,27 +466,6 @@ macro_rules! field {
                 carry(self.0)
             }
 
-            /// The product, reduced. See the module's notes for what the operands may be.
-            #[inline]
-            #[$feature]
-            pub fn mul(&self, g: &F8) -> F8 {
-                // SAFETY: this function has the backend's target feature.
-                unsafe { self.mul_inline(g) }
-            }
-
-            /// [`F8::mul`], always inlined: a point operation is a few multiplications, and LLVM
-            /// declines to inline one this large (it then copies both operands through memory for
-            /// each call), so the point operations on the hot path use this.
-            ///
-            /// # Safety
-            /// Only in code compiled with the backend's target feature: the body of one of its
-            /// `#[target_feature]` functions (into which this is inlined).
-            #[inline(always)]
-            pub unsafe fn mul_inline(&self, g: &F8) -> F8 {
-                // SAFETY: the caller runs with the backend's target feature (this function's contract).
-                unsafe { self.mul_body(g) }
-            }
-
             #[inline(always)]
             #[allow(unsafe_op_in_unsafe_fn)] // every statement is an intrinsic; see `mul_inline`
             unsafe fn mul_body(&self, g: &F8) -> F8 {
@@ -482,24 +500,7 @@ macro_rules! field {
                 carry([h0, h1, h2, h3, h4, h5, h6, h7, h8, h9])
             }
 
-            /// The square, reduced: 55 products instead of 100 (ref10's `fe_sq`).
-            #[inline]
-            #[$feature]
-            pub fn square(&self) -> F8 {
-                // SAFETY: this function has the backend's target feature.
-                unsafe { self.square_inline() }
-            }
-
-            /// [`F8::square`], always inlined; see [`F8::mul_inline`].
-            ///
-            /// # Safety
-            /// As for [`F8::mul_inline`].
-            #[inline(always)]
-            pub unsafe fn square_inline(&self) -> F8 {
-                // SAFETY: the caller runs with the backend's target feature (this function's contract).
-                unsafe { self.square_body() }
-            }
-
+            /// 55 products instead of 100 (ref10's `fe_sq`).
             #[inline(always)]
             #[allow(unsafe_op_in_unsafe_fn)] // every statement is an intrinsic; see `mul_inline`
             unsafe fn square_body(&self) -> F8 {

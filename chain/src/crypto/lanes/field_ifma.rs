@@ -225,27 +225,6 @@ macro_rules! field_ifma {
                 *self
             }
 
-            /// The product, reduced.
-            #[inline]
-            #[$feature]
-            pub fn mul(&self, g: &F8) -> F8 {
-                // SAFETY: this function has the backend's target feature.
-                unsafe { self.mul_inline(g) }
-            }
-
-            /// [`F8::mul`], always inlined: a point operation is a few multiplications, and LLVM
-            /// declines to inline one this large (it then copies both operands through memory for
-            /// each call), so the point operations on the hot path use this.
-            ///
-            /// # Safety
-            /// Only in code compiled with the backend's target feature: the body of one of its
-            /// `#[target_feature]` functions (into which this is inlined).
-            #[inline(always)]
-            pub unsafe fn mul_inline(&self, g: &F8) -> F8 {
-                // SAFETY: the caller runs with the backend's target feature (this function's contract).
-                unsafe { self.mul_body(g) }
-            }
-
             /// curve25519-dalek's `F51x4Reduced::mul`, in its order: "waves" of eight independent
             /// multiply-adds (4 cycles of latency, two a cycle), which LLVM does not reorder.
             #[inline(always)]
@@ -362,24 +341,6 @@ macro_rules! field_ifma {
                     sum64!(z3_1, z3_2, z3_2),
                     sum64!(z4_1, z4_2, z4_2),
                 ])
-            }
-
-            /// The square, reduced.
-            #[inline]
-            #[$feature]
-            pub fn square(&self) -> F8 {
-                // SAFETY: this function has the backend's target feature.
-                unsafe { self.square_inline() }
-            }
-
-            /// [`F8::square`], always inlined; see [`F8::mul_inline`].
-            ///
-            /// # Safety
-            /// As for [`F8::mul_inline`].
-            #[inline(always)]
-            pub unsafe fn square_inline(&self) -> F8 {
-                // SAFETY: the caller runs with the backend's target feature (this function's contract).
-                unsafe { self.square_body() }
             }
 
             /// curve25519-dalek's `F51x4Reduced::square`: each cross product once, its low half
