@@ -23,8 +23,8 @@ pub const BACKEND_ENV: &str = "TALLY_VERIFY_BACKEND";
 ///
 /// Which one runs: [`Backend::best`], which is the one forced by [`set_backend`], else the one
 /// forced by the environment variable [`BACKEND_ENV`] (`TALLY_VERIFY_BACKEND=dalek`, `avx2`,
-/// `avx512`, `avx512ifma` or `auto`), else the fastest this CPU runs. Forcing a backend the CPU cannot run
-/// is an error ([`BackendError::Unavailable`]), not a fallback.
+/// `avx512`, `avx512ifma` or `auto`), else the fastest this CPU runs. Forcing a backend the
+/// CPU cannot run is an error ([`BackendError::Unavailable`]), not a fallback.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Backend {
     /// curve25519-dalek's multiscalar multiplication ([`super::zip215`]): its AVX-512 IFMA

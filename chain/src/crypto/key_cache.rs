@@ -14,9 +14,9 @@ use curve25519_dalek::edwards::{CompressedEdwardsY, EdwardsPoint};
 /// (`workload::KEY_POOL`) and a block of 5,000 transfers from a Zipf-distributed 10M accounts
 /// touches a few thousand; 65,536 covers the senders of a dozen such blocks. An entry is about
 /// 200 bytes, so a full cache is about 13 MiB (`Keys` holds two: dalek's points, and the rows
-/// the three lane backends share; only the one in use fills up). A miss costs one decompression (5-7 µs with dalek, about 1 µs
-/// eight at a time with AVX-512), so a flood of fresh keys can slow its own signatures,
-/// never break anyone's.
+/// the three lane backends share; only the one in use fills up). A miss costs one
+/// decompression (5-7 µs with dalek, about 1 µs eight at a time with AVX-512), so a flood of
+/// fresh keys can slow its own signatures, never break anyone's.
 pub const KEY_CACHE_ENTRIES: usize = 1 << 16;
 
 /// Entries per set. With 4 ways, two hot keys that hash to the same set do not evict each

@@ -16,8 +16,8 @@
 //!
 //! # One source, three instruction sets
 //! The code is written once, with AVX-512F's intrinsics (`_mm512_*`, `__m512i`, `__mmask8`),
-//! and compiled three times. Each file (`field`, `point`, `msm`, `sha512`, `batch`, `tests`) is a
-//! macro that writes its items with the `#[target_feature]` it is given, and `backend!`
+//! and compiled three times. Each file (`field`, `point`, `msm`, `sha512`, `batch`, `tests`)
+//! is a macro that writes its items with the `#[target_feature]` it is given, and `backend!`
 //! writes them all out in a module that also has a `simd` module in scope:
 //! - [`avx512`]: `core::arch`'s intrinsics, every function `target_feature(enable =
 //!   "avx512f")`; with the `emulated-avx512` feature, a scalar stand-in (`emulated`) and no
