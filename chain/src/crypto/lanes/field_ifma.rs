@@ -155,14 +155,28 @@ macro_rules! field_ifma {
                 F8(five!(k => unsafe { _mm512_loadu_si512(t[k].as_ptr().cast()) }))
             }
 
-            /// Each lane's limbs in the ten-limb layout, each within its width (the canonical
-            /// value's), so that the other backends read them too: a key's table row may be
-            /// cached by one backend and gathered by another.
+            /// Each lane's limbs in the ten-limb layout, within what that layout's reduced
+            /// values allow (even limbs below 2²⁶, odd ones below 2²⁵ + 2¹⁷), so that the other
+            /// backends read them too: a key's table row may be cached by one backend and
+            /// gathered by another. One pass of carries from limb 0 up, limb 4's back into limb 0
+            /// times 19, gets there: each carry is at most 2 (limbs below 2⁵²), so limb 0 ends
+            /// below 2⁵¹ + 38 and its high half at most 2²⁵; the others below 2⁵¹. A bucket is
+            /// stored this way once per bucket, so it skips the whole of [`F8::canonical`].
             #[inline]
             #[$feature]
             pub fn to_lanes(self) -> [[u64; 10]; 8] {
+                let mask = splat(M51);
+                let mut h = self.0;
+                for i in 0..4 {
+                    let c = _mm512_srli_epi64::<51>(h[i]);
+                    h[i] = _mm512_and_si512(h[i], mask);
+                    h[i + 1] = _mm512_add_epi64(h[i + 1], c);
+                }
+                let c = _mm512_srli_epi64::<51>(h[4]);
+                h[4] = _mm512_and_si512(h[4], mask);
+                h[0] = madd52lo!(h[0], c, splat(19));
                 let mut t = [[0u64; 8]; 5];
-                for (k, limb) in self.canonical().0.iter().enumerate() {
+                for (k, limb) in h.iter().enumerate() {
                     // SAFETY: `t[k]` is 64 writable bytes; the store has no alignment requirement.
                     unsafe { _mm512_storeu_si512(t[k].as_mut_ptr().cast(), *limb) };
                 }
