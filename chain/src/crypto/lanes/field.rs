@@ -124,6 +124,14 @@ macro_rules! field_common {
         const OFFSET: [u32; 10] = [0, 26, 51, 77, 102, 128, 153, 179, 204, 230];
 
         impl F8 {
+            /// Each lane's limbs in the ten-limb layout (see [`F8::stored`]).
+            #[inline]
+            #[$feature]
+            pub fn to_lanes(self) -> [[u64; 10]; 8] {
+                let stored = self.stored();
+                core::array::from_fn(|lane| stored.lane(lane))
+            }
+
             /// The product, reduced. See the layout's notes for what the operands may be.
             #[inline]
             #[$feature]
@@ -341,6 +349,17 @@ macro_rules! field {
         #[derive(Clone, Copy)]
         pub struct F8(pub [__m512i; 10]);
 
+        /// Eight elements in memory, limb `i` of lane `l` at `[i][l]` ([`F8::stored`]).
+        pub struct StoredF8([[u64; 8]; 10]);
+
+        impl StoredF8 {
+            /// Lane `l`'s limbs.
+            #[inline]
+            pub fn lane(&self, l: usize) -> [u64; 10] {
+                core::array::from_fn(|i| self.0[i][l])
+            }
+        }
+
         #[inline]
         #[$feature]
         fn splat(v: u64) -> __m512i {
@@ -403,16 +422,16 @@ macro_rules! field {
                 F8(limbs!(i => unsafe { _mm512_loadu_si512(t[i].as_ptr().cast()) }))
             }
 
-            /// Each lane's limbs.
+            /// The lanes in memory, each read by [`StoredF8::lane`].
             #[inline]
             #[$feature]
-            pub fn to_lanes(self) -> [[u64; 10]; 8] {
+            pub fn stored(self) -> StoredF8 {
                 let mut t = [[0u64; 8]; 10];
                 for i in 0..10 {
                     // SAFETY: `t[i]` is 64 writable bytes; the store has no alignment requirement.
                     unsafe { _mm512_storeu_si512(t[i].as_mut_ptr().cast(), self.0[i]) };
                 }
-                core::array::from_fn(|lane| core::array::from_fn(|i| t[i][lane]))
+                StoredF8(t)
             }
 
             /// Eight table rows' element, from its five words as gathered (`words[k]` holds limb

@@ -87,6 +87,21 @@ macro_rules! field_ifma {
         #[derive(Clone, Copy)]
         pub struct F8(pub [__m512i; 5]);
 
+        /// Eight elements in memory after [`F8::stored`]'s carries: limb `k` (51 bits, limb 0
+        /// up to 2⁵¹ + 38) of lane `l` at `[k][l]`.
+        pub struct StoredF8([[u64; 8]; 5]);
+
+        impl StoredF8 {
+            /// Lane `l`'s limbs in the ten-limb layout: each 51-bit limb split at bit 26.
+            #[inline]
+            pub fn lane(&self, l: usize) -> [u64; 10] {
+                core::array::from_fn(|i| {
+                    let v = self.0[i / 2][l];
+                    if i.is_multiple_of(2) { v & ((1 << 26) - 1) } else { v >> 26 }
+                })
+            }
+        }
+
         #[inline]
         #[$feature]
         fn splat(v: u64) -> __m512i {
@@ -155,16 +170,17 @@ macro_rules! field_ifma {
                 F8(five!(k => unsafe { _mm512_loadu_si512(t[k].as_ptr().cast()) }))
             }
 
-            /// Each lane's limbs in the ten-limb layout, within what that layout's reduced
-            /// values allow (even limbs below 2²⁶, odd ones below 2²⁵ + 2¹⁷), so that the other
-            /// backends read them too: a key's table row may be cached by one backend and
-            /// gathered by another. One pass of carries from limb 0 up, limb 4's back into limb 0
-            /// times 19, gets there: each carry is at most 2 (limbs below 2⁵²), so limb 0 ends
-            /// below 2⁵¹ + 38 and its high half at most 2²⁵; the others below 2⁵¹. A bucket is
-            /// stored this way once per bucket, so it skips the whole of [`F8::canonical`].
+            /// The lanes in memory, each read by [`StoredF8::lane`] in the ten-limb layout,
+            /// within what that layout's reduced values allow (even limbs below 2²⁶, odd ones
+            /// below 2²⁵ + 2¹⁷), so that the other backends read them too: a key's table row may
+            /// be cached by one backend and gathered by another. One pass of carries from limb 0
+            /// up, limb 4's back into limb 0 times 19, gets there: each carry is at most 2 (limbs
+            /// below 2⁵²), so limb 0 ends below 2⁵¹ + 38 and its high half at most 2²⁵; the others
+            /// below 2⁵¹. A bucket is stored this way once per bucket, so it skips the whole of
+            /// [`F8::canonical`].
             #[inline]
             #[$feature]
-            pub fn to_lanes(self) -> [[u64; 10]; 8] {
+            pub fn stored(self) -> StoredF8 {
                 let mask = splat(M51);
                 let mut h = self.0;
                 for i in 0..4 {
@@ -180,12 +196,7 @@ macro_rules! field_ifma {
                     // SAFETY: `t[k]` is 64 writable bytes; the store has no alignment requirement.
                     unsafe { _mm512_storeu_si512(t[k].as_mut_ptr().cast(), *limb) };
                 }
-                core::array::from_fn(|lane| {
-                    core::array::from_fn(|i| {
-                        let v = t[i / 2][lane];
-                        if i.is_multiple_of(2) { v & ((1 << 26) - 1) } else { v >> 26 }
-                    })
-                })
+                StoredF8(t)
             }
 
             /// Eight table rows' element, from its five words as gathered (`words[k]` holds limb

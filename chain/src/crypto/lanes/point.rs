@@ -9,7 +9,7 @@ macro_rules! point {
     ($feature:meta) => {
         use super::simd::*;
 
-        use super::field::{D, D2, F8, SQRT_M1, pow_p58_each};
+        use super::field::{D, D2, F8, SQRT_M1, StoredF8, pow_p58_each};
 
         /// Eight points in extended coordinates: x = X/Z, y = Y/T... precisely x = X/Z, y = Y/Z,
         /// xy = T/Z. Coordinates are reduced.
@@ -19,6 +19,21 @@ macro_rules! point {
             pub Y: F8,
             pub Z: F8,
             pub T: F8,
+        }
+
+        /// Eight points in memory ([`Ext8::stored`]).
+        pub struct StoredExt8([StoredF8; 4]);
+
+        impl StoredExt8 {
+            /// Lane `l`'s X, Y, Z, T limbs.
+            #[inline]
+            pub fn lane(&self, l: usize) -> [u64; 40] {
+                let mut out = [0u64; 40];
+                for (k, coordinate) in self.0.iter().enumerate() {
+                    out[10 * k..10 * k + 10].copy_from_slice(&coordinate.lane(l));
+                }
+                out
+            }
         }
 
         /// Eight affine points as an addend: (y + x, y − x, 2d·x·y), each reduced.
@@ -126,19 +141,21 @@ macro_rules! point {
             #[inline]
             #[$feature]
             pub fn to_lanes(self) -> [[u64; 40]; 8] {
-                let coordinates = [
-                    self.X.to_lanes(),
-                    self.Y.to_lanes(),
-                    self.Z.to_lanes(),
-                    self.T.to_lanes(),
-                ];
-                let mut out = [[0u64; 40]; 8];
-                for (l, lane) in out.iter_mut().enumerate() {
-                    for (k, coordinate) in coordinates.iter().enumerate() {
-                        lane[10 * k..10 * k + 10].copy_from_slice(&coordinate[l]);
-                    }
-                }
-                out
+                let stored = self.stored();
+                core::array::from_fn(|l| stored.lane(l))
+            }
+
+            /// The lanes in memory, each read by [`StoredExt8::lane`]: what a caller that wants
+            /// some lanes only pays, where [`Ext8::to_lanes`] lays out all eight.
+            #[inline]
+            #[$feature]
+            pub fn stored(self) -> StoredExt8 {
+                StoredExt8([
+                    self.X.stored(),
+                    self.Y.stored(),
+                    self.Z.stored(),
+                    self.T.stored(),
+                ])
             }
 
             /// `b` in the lanes of `mask`, `self` in the others.
