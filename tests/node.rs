@@ -2043,11 +2043,17 @@ fn timestamp(seconds: i64) -> Option<tendermint_proto::google::protobuf::Timesta
 impl SocketNode {
     /// Starts a node and sends it InitChain with `app_state`.
     fn start(app_state: Value) -> Self {
+        Self::start_with(app_state, &[])
+    }
+
+    /// [`SocketNode::start`] with more arguments to `tally node`.
+    fn start_with(app_state: Value, args: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("abci.sock");
         let child = Command::new(TALLY)
             .args(["node", "--data", dir.path().join("data").to_str().unwrap()])
             .args(["--abci", &format!("unix://{}", socket.display())])
+            .args(args)
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
@@ -2273,6 +2279,59 @@ fn a_transaction_naming_a_block_this_node_has_not_committed_waits_for_it() {
     assert_eq!(behind.prepare(2, 1 << 20, &txs), txs);
     let data = behind.block(2, &[], txs.to_vec());
     assert_eq!(outcomes(&data[0]), [0], "committed");
+}
+
+/// The value of the metric `name` a node serves at `addr`, once it serves them.
+fn scraped(addr: &str, name: &str) -> u64 {
+    let mut body = String::new();
+    wait_for("the node's metrics", Duration::from_secs(30), || {
+        body = ureq::get(format!("http://{addr}/metrics"))
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok())
+            .unwrap_or_default();
+        !body.is_empty()
+    });
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {body}"))
+}
+
+/// A proposal's bundle this node never admitted is verified only if the block could take it:
+/// one naming a block that never came (the waiting room's, after the pool dropped it at a
+/// commit that CometBFT's recheck has not caught up with) costs a proposer no signature
+/// check. Verifying first, PrepareProposal checked every signature of such bundles before
+/// leaving them out, for free to whoever sent them.
+#[test]
+fn prepare_proposal_verifies_no_bundle_the_block_could_not_take() {
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let mut node = SocketNode::start_with(
+        fee_genesis(
+            [workload::NATIVE_FUNDS, workload::NATIVE_FUNDS],
+            &[],
+            json!({}),
+        ),
+        &["--metrics", &metrics],
+    );
+    let tapos = node.tapos;
+    let max_fee = tally_chain::tx::DEFAULT_MAX_FEE;
+    let never = (tapos.0.wrapping_add(5), tapos.1 ^ 1, tapos.2);
+    let hopeless: Vec<Vec<u8>> = (0..3)
+        .map(|i| bundle(&[&paying(never, 1, &format!("never{i}"), 0, max_fee).encode()]))
+        .collect();
+    let fine = bundle(&[&paying(tapos, 2, "fine", 0, max_fee).encode()]);
+    let mut txs = hopeless;
+    txs.push(fine.clone());
+    assert_eq!(node.prepare(1, 1 << 20, &txs), [fine]);
+    assert_eq!(
+        scraped(&metrics, "tally_signatures_verified_total"),
+        1,
+        "the one bundle the block can take, alone"
+    );
 }
 
 #[test]

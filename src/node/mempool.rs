@@ -358,6 +358,26 @@ struct Pooled {
     tips: u64,
     /// What each of its transactions offers for its fee, in order.
     offers: Vec<Offer>,
+    /// The reference blocks its transactions name, sorted, once each: a commit of another
+    /// block at one's number makes it one the chain can never take ([`Mempool::committed`]).
+    refs: Vec<(u16, u32)>,
+}
+
+/// How many commits the pool remembers what they included ([`Mempool::recent`]): a bundle
+/// whose admission read committed state more commits ago than this is refused with
+/// `code::TRY_LATER` rather than checked against them. Admission reads state, verifies the
+/// bundle's signatures (milliseconds) and then takes the pool's lock, so one commit between
+/// is common under load and several are rare; four cost at most four blocks' ids (about 1.3
+/// MiB for blocks of 10,000 transactions).
+const RECENT_COMMITS: usize = 4;
+
+/// One of the last commits, as admission checks a bundle against it ([`Mempool::recent`]).
+struct RecentCommit {
+    height: u64,
+    /// The new head's `(ref_block_num, ref_block_prefix)`.
+    reference: (u16, u32),
+    /// The ids of the transactions it included, sorted.
+    included: Vec<TxId>,
 }
 
 /// A pooled bundle that waits for reference blocks this node has not committed.
@@ -449,6 +469,9 @@ pub struct Mempool {
     /// newest last, at most [`MAX_REFERENCE_LEAD`]: blocks a bundle admitted across those
     /// commits may name as ahead.
     recent_heads: VecDeque<(u16, u32)>,
+    /// The last [`RECENT_COMMITS`] commits, oldest first: what a bundle admission checked
+    /// against an older head is checked against too.
+    recent: VecDeque<RecentCommit>,
     /// The next block's fee prices (zero before the first block is known).
     prices: tally_chain::fee::Prices,
 }
@@ -586,13 +609,30 @@ impl Mempool {
         txs: Vec<PreparedTx>,
         read: &Balances,
     ) -> Result<(), Refusal> {
-        self.admit_awaiting(hash, txs, read, Vec::new())
+        self.admit_now(hash, txs, read, Vec::new())
+    }
+
+    /// [`Mempool::admit_awaiting`] of a bundle whose admission read committed state at the
+    /// pool's head.
+    #[cfg(test)]
+    fn admit_now(
+        &mut self,
+        hash: [u8; 32],
+        txs: Vec<PreparedTx>,
+        read: &Balances,
+        awaited: Vec<(u16, u32)>,
+    ) -> Result<(), Refusal> {
+        let head = self.head_height;
+        self.admit_awaiting(hash, txs, read, awaited, head)
     }
 
     /// Admits a verified bundle that waits for the reference blocks `awaited` (those of its
     /// transactions this node has not committed yet, [`awaitable`]; none: it may be proposed
     /// now), unless a transaction of it arrived meanwhile in another, or a payer's committed
     /// balance (as known, or `read`) cannot cover its pending max fees plus this bundle's.
+    /// Admission checked its references and duplicates against committed state at height
+    /// `checked_at`; the commits since, which the pool saw and the bundle did not, are checked
+    /// here ([`Mempool::check_since`]).
     ///
     /// The bundles that hold a transaction of it give way ([`Mempool::may_wait`]), once it is
     /// admitted: what they asked of their payers, and the room they took waiting, is counted
@@ -603,7 +643,11 @@ impl Mempool {
         txs: Vec<PreparedTx>,
         read: &Balances,
         awaited: Vec<(u16, u32)>,
+        checked_at: u64,
     ) -> Result<(), Refusal> {
+        if checked_at < self.head_height {
+            self.check_since(&txs, &awaited, checked_at)?;
+        }
         let awaited = self.still_ahead(awaited);
         if let Some(&(num, _)) = awaited
             .iter()
@@ -657,6 +701,17 @@ impl Mempool {
         for id in &ids {
             self.ids.insert(*id, hash);
         }
+        let mut refs: Vec<(u16, u32)> = txs
+            .iter()
+            .map(|t| {
+                (
+                    t.tx.transaction.ref_block_num,
+                    t.tx.transaction.ref_block_prefix,
+                )
+            })
+            .collect();
+        refs.sort_unstable();
+        refs.dedup();
         for (payer, balance, at) in balances {
             let p = self.payers.entry(payer).or_default();
             p.pending = p.pending.saturating_add(asked[&payer]);
@@ -678,6 +733,7 @@ impl Mempool {
                 offers: txs.iter().map(Offer::of).collect(),
                 txs: Some(txs),
                 asked,
+                refs,
             },
         );
         Ok(())
@@ -896,6 +952,61 @@ impl Mempool {
         awaited
     }
 
+    /// Checks `txs`, whose admission read committed state at height `checked_at`, against the
+    /// commits since, as [`Mempool::committed`] checked the pooled bundles at each: a
+    /// transaction one of them included, or one naming a committed block whose number one of
+    /// them took for another, is one no block can take, and refuses the bundle. (A reference
+    /// of `awaited`, ahead then, is [`Mempool::admit_awaiting`]'s to check.) Without this, a
+    /// bundle checked across a commit stayed pooled, reserving its payers' balances and
+    /// holding its transactions' ids against other bundles, until it expired. More commits
+    /// since than the pool remembers ([`RECENT_COMMITS`]): `code::TRY_LATER`.
+    fn check_since(
+        &self,
+        txs: &[PreparedTx],
+        awaited: &[(u16, u32)],
+        checked_at: u64,
+    ) -> Result<(), Refusal> {
+        let behind = self.head_height - checked_at;
+        let since: Vec<&RecentCommit> = self
+            .recent
+            .iter()
+            .filter(|c| c.height > checked_at)
+            .collect();
+        if since.len() as u64 != behind {
+            return Err(Refusal::new(
+                code::TRY_LATER,
+                format!(
+                    "this node committed {behind} blocks while it checked the bundle; send it \
+                     again"
+                ),
+            ));
+        }
+        for (i, t) in txs.iter().enumerate() {
+            let reference = (
+                t.tx.transaction.ref_block_num,
+                t.tx.transaction.ref_block_prefix,
+            );
+            for c in &since {
+                let e = if c.included.binary_search(&t.id).is_ok() {
+                    (code::DUPLICATE, TxError::Duplicate(hex::encode(t.id)))
+                } else if reference.0 == c.reference.0
+                    && reference != c.reference
+                    && !awaited.contains(&reference)
+                {
+                    let (num, prefix) = reference;
+                    (
+                        code::REFUSED,
+                        TxError::UnknownReferenceBlock { num, prefix },
+                    )
+                } else {
+                    continue;
+                };
+                return Err(Refusal::new(e.0, format!("transaction {i}: {}", e.1)));
+            }
+        }
+        Ok(())
+    }
+
     /// Marks the pooled bundle `hash` as waiting for the reference blocks `refs`, taking the
     /// room `bytes` by payer.
     fn await_references(
@@ -1039,6 +1150,16 @@ impl Mempool {
             self.recent_heads.pop_front();
         }
         self.recent_heads.push_back(head_reference);
+        if self.recent.len() == RECENT_COMMITS {
+            self.recent.pop_front();
+        }
+        let mut sorted = included.to_vec();
+        sorted.sort_unstable();
+        self.recent.push_back(RecentCommit {
+            height: head_height,
+            reference: head_reference,
+            included: sorted,
+        });
         self.prices = prices;
         for h in block {
             self.remove(h);
@@ -1060,6 +1181,23 @@ impl Mempool {
             .map(|(h, _)| *h)
             .collect();
         for h in &expired {
+            self.remove(h);
+        }
+        // A committed block a bundle names, whose number the new head took, is gone from the
+        // chain's window (it holds one block a number: this one, 65,536 blocks later): no
+        // block can take the bundle now. (Those waiting for a block ahead are below.)
+        let replaced: Vec<[u8; 32]> = self
+            .bundles
+            .iter()
+            .filter(|(h, p)| {
+                !self.awaiting.contains_key(*h)
+                    && p.refs
+                        .iter()
+                        .any(|&(num, prefix)| num == head_reference.0 && prefix != head_reference.1)
+            })
+            .map(|(h, _)| *h)
+            .collect();
+        for h in &replaced {
             self.remove(h);
         }
         // A reference the new head is, is known from now on; one that can no longer be a
@@ -1121,6 +1259,7 @@ impl Mempool {
         self.head_time_ms = head_time_ms;
         // A jump of the head proves no claim right or wrong.
         self.recent_heads.clear();
+        self.recent.clear();
         self.claims.clear();
         self.claim_count = 0;
         self.max_lifetime_ms = max_lifetime_ms;
@@ -1458,7 +1597,7 @@ mod tests {
             ([2; 32], 2, vec![(next.0, 0xcc)]),
             ([3; 32], 3, vec![]),
         ] {
-            pool.admit_awaiting(hash, vec![paid("alice", 0, 0, nonce)], &rich(), awaited)
+            pool.admit_now(hash, vec![paid("alice", 0, 0, nonce)], &rich(), awaited)
                 .unwrap();
         }
         let expires = HEAD_MS + 60_000;
@@ -1489,7 +1628,7 @@ mod tests {
         assert_eq!(pool.ready(&[1; 32], HEAD_MS + 1_001), Some(true));
         assert_eq!(pool.size(), (2, 2));
         // Admission read the state before those commits, and waits for blocks committed since.
-        pool.admit_awaiting(
+        pool.admit_now(
             [6; 32],
             vec![paid("alice", 0, 0, 6)],
             &rich(),
@@ -1501,7 +1640,7 @@ mod tests {
 
         // A head that jumps past a reference (a restored snapshot) drops its bundle too.
         let far = vec![((HEIGHT + 3) as u16, 1)];
-        pool.admit_awaiting([5; 32], vec![paid("alice", 0, 0, 5)], &rich(), far)
+        pool.admit_now([5; 32], vec![paid("alice", 0, 0, 5)], &rich(), far)
             .unwrap();
         pool.committed(
             HEIGHT + 40,
@@ -1513,6 +1652,104 @@ mod tests {
         );
         assert_eq!(pool.ready(&[5; 32], HEAD_MS + 2_001), None);
         assert!(pool.awaiting.is_empty());
+    }
+
+    /// A transaction paid by `payer` naming `reference`; `nonce` tells transactions apart.
+    fn naming(payer: &str, reference: (u16, u32), nonce: u8) -> PreparedTx {
+        let mut t = paid(payer, 0, 0, nonce).tx.transaction;
+        (t.ref_block_num, t.ref_block_prefix) = reference;
+        PreparedTx::new(SignedTransaction::unsigned(t))
+    }
+
+    /// A committed block a pooled bundle names leaves the chain's window when a commit takes
+    /// its number (one block a number: 65,536 blocks later): the bundle can never be taken,
+    /// and leaves the pool at that commit rather than holding its ids and its payer's balance
+    /// until it expires.
+    #[test]
+    fn a_bundle_naming_a_block_whose_number_a_commit_took_leaves() {
+        let mut pool = pool();
+        let num = (HEIGHT + 1) as u16;
+        let (old, new) = ((num, 0xaa), (num, 0xbb));
+        let stale = naming("alice", old, 1);
+        let (stale_id, fine_id) = (stale.id, naming("bob", (0, 0), 2).id);
+        // Admitted as not waiting: at head HEIGHT, number HEIGHT + 1 was an older block's.
+        pool.admit([1; 32], vec![stale], &rich()).unwrap();
+        pool.admit([2; 32], vec![naming("bob", (0, 0), 2)], &rich())
+            .unwrap();
+        pool.admit([3; 32], vec![naming("carol", new, 3)], &rich())
+            .unwrap();
+        pool.committed(HEIGHT + 1, HEAD_MS + 500, new, [0; 5], &[], &[]);
+        assert_eq!(pool.recheck(&[1; 32], &rich()), None, "dropped");
+        assert!(!pool.holds(&stale_id));
+        assert!(pool.holds(&fine_id));
+        assert_eq!(
+            pool.ready(&[3; 32], HEAD_MS + 501),
+            Some(true),
+            "names the new head"
+        );
+        assert_eq!(pool.size(), (2, 2));
+    }
+
+    /// Admission reads committed state, verifies, then takes the pool's lock: a bundle
+    /// checked against an older head is checked against the commits since, as the pool's
+    /// bundles were at each. One holding a transaction a commit since included, or naming a
+    /// committed block whose number one took, is refused; further behind than the pool
+    /// remembers, it is sent again.
+    #[test]
+    fn a_bundle_checked_before_a_commit_is_checked_against_it() {
+        let mut pool = pool();
+        let included = naming("alice", (0, 0), 1);
+        let num = (HEIGHT + 1) as u16;
+        let head = (num, 0xbb);
+        pool.committed(HEIGHT + 1, HEAD_MS + 500, head, [0; 5], &[], &[included.id]);
+        let code = |r: Result<(), Refusal>| r.map_err(|r| r.code);
+        let admit = |pool: &mut Mempool, hash, tx: PreparedTx, checked_at| {
+            code(pool.admit_awaiting(hash, vec![tx], &rich(), Vec::new(), checked_at))
+        };
+        assert_eq!(
+            admit(&mut pool, [1; 32], included.clone(), HEIGHT),
+            Err(code::DUPLICATE)
+        );
+        assert_eq!(
+            admit(&mut pool, [2; 32], naming("bob", (num, 0xaa), 2), HEIGHT),
+            Err(code::REFUSED),
+            "its block's number now holds the head"
+        );
+        // Waiting for the block that came: admitted, no longer waiting.
+        let waited = naming("bob", head, 3);
+        assert_eq!(
+            code(pool.admit_awaiting([3; 32], vec![waited], &rich(), vec![head], HEIGHT)),
+            Ok(())
+        );
+        assert_eq!(pool.ready(&[3; 32], HEAD_MS + 501), Some(true));
+        assert_eq!(
+            admit(&mut pool, [4; 32], naming("carol", (0, 0), 4), HEIGHT),
+            Ok(())
+        );
+        // Checked at the head: nothing to check since.
+        assert_eq!(
+            admit(
+                &mut pool,
+                [5; 32],
+                naming("dave", (num, 0xaa), 5),
+                HEIGHT + 1
+            ),
+            Ok(()),
+            "at the head, admission's read of the window decides"
+        );
+        for h in 2..=RECENT_COMMITS as u64 + 1 {
+            let reference = ((HEIGHT + h) as u16, 1);
+            pool.committed(HEIGHT + h, HEAD_MS + 500 * h, reference, [0; 5], &[], &[]);
+        }
+        assert_eq!(
+            admit(&mut pool, [6; 32], naming("erin", (0, 0), 6), HEIGHT),
+            Err(code::TRY_LATER),
+            "more commits since than the pool remembers"
+        );
+        assert_eq!(
+            admit(&mut pool, [7; 32], naming("erin", (0, 0), 7), HEIGHT + 1),
+            Ok(())
+        );
     }
 
     /// A bundle waiting for a reference block cannot hold another's transaction hostage: a
@@ -1533,12 +1770,12 @@ mod tests {
                 .into(),
         };
         // The copy names the victim's block and a bogus one.
-        pool.admit_awaiting([1; 32], hostage.clone(), &exact, vec![bogus, real])
+        pool.admit_now([1; 32], hostage.clone(), &exact, vec![bogus, real])
             .unwrap();
         assert_eq!(pool.pending_of("mallory".parse().unwrap()), 7);
         for same in [vec![bogus, real], vec![real, bogus, real]] {
             assert_eq!(
-                refused(pool.admit_awaiting([2; 32], vec![victim.clone()], &exact, same)),
+                refused(pool.admit_now([2; 32], vec![victim.clone()], &exact, same)),
                 Err(code::DUPLICATE),
                 "no more than it waits for"
             );
@@ -1546,7 +1783,7 @@ mod tests {
         // A displacing bundle whose payer cannot pay displaces nothing.
         let more = vec![victim.clone(), paid("alice", 1, 0, 3)];
         assert_eq!(
-            refused(pool.admit_awaiting([2; 32], more, &exact, vec![real])),
+            refused(pool.admit_now([2; 32], more, &exact, vec![real])),
             Err(code::CANNOT_PAY)
         );
         assert_eq!(
@@ -1557,7 +1794,7 @@ mod tests {
         assert_eq!(pool.pending_of("alice".parse().unwrap()), 5);
         // What the displaced bundle asked of the payer is free for the displacing one.
         assert_eq!(
-            refused(pool.admit_awaiting([2; 32], vec![victim.clone()], &exact, vec![real])),
+            refused(pool.admit_now([2; 32], vec![victim.clone()], &exact, vec![real])),
             Ok(())
         );
         assert_eq!(pool.ready(&[1; 32], HEAD_MS + 1), None, "displaced");
@@ -1580,7 +1817,7 @@ mod tests {
             Err(code::DUPLICATE)
         );
         assert_eq!(
-            refused(pool.admit_awaiting([4; 32], vec![victim.clone()], &rich(), vec![real])),
+            refused(pool.admit_now([4; 32], vec![victim.clone()], &rich(), vec![real])),
             Err(code::DUPLICATE)
         );
         assert_eq!(
@@ -1636,7 +1873,7 @@ mod tests {
             hash += 1;
             let mut h = [0; 32];
             h[..4].copy_from_slice(&hash.to_le_bytes());
-            let admitted = pool.admit_awaiting(h, txs, &rich(), awaited);
+            let admitted = pool.admit_now(h, txs, &rich(), awaited);
             assert_room_counted(pool);
             admitted.map_err(|r| r.code)
         };
@@ -1723,8 +1960,10 @@ mod tests {
         assert_room_counted(&pool);
         assert_eq!(
             pool.size(),
-            (per_payer + 3, per_payer + 3),
-            "those that stopped waiting at the first commit stay, as do those that never waited"
+            (per_payer + 2, per_payer + 2),
+            "those that stopped waiting at the first commit stay, as does the one that never \
+             waited for it; dave's, which did not wait either but names the block this commit \
+             replaced, leaves too"
         );
     }
 
@@ -1755,18 +1994,18 @@ mod tests {
             with_ref("alice", 1, real, late),
             with_ref("mallory", 2, made_up, late),
         ];
-        pool.admit_awaiting([1; 32], shared, &rich(), vec![real, made_up])
+        pool.admit_now([1; 32], shared, &rich(), vec![real, made_up])
             .unwrap();
         let brief = vec![with_ref("carol", 3, made_up, HEAD_MS + 100)];
-        pool.admit_awaiting([2; 32], brief, &rich(), vec![made_up])
+        pool.admit_now([2; 32], brief, &rich(), vec![made_up])
             .unwrap();
         let riding = with_ref("ivan", 4, real, late);
         let copied = vec![riding.clone(), with_ref("dave", 5, made_up, late)];
-        pool.admit_awaiting([3; 32], copied, &rich(), vec![real, made_up])
+        pool.admit_now([3; 32], copied, &rich(), vec![real, made_up])
             .unwrap();
         let filler = sized("erin", 60 << 10, 6, (0, 0));
         let fill = vec![filler, with_ref("frank", 7, made_up, late)];
-        pool.admit_awaiting([4; 32], fill, &rich(), vec![made_up])
+        pool.admit_now([4; 32], fill, &rich(), vec![made_up])
             .unwrap();
         let (erin, frank): (Name, Name) = ("erin".parse().unwrap(), "frank".parse().unwrap());
         let charged = &pool.awaiting[&[4; 32]].bytes;
@@ -1781,7 +2020,7 @@ mod tests {
         // own or beside the first.
         let again = vec![with_ref("mallory", 8, real, late)];
         assert_eq!(
-            refused(pool.admit_awaiting([6; 32], again, &rich(), vec![real])),
+            refused(pool.admit_now([6; 32], again, &rich(), vec![real])),
             Err(code::TRY_LATER)
         );
         let both = vec![
@@ -1789,11 +2028,11 @@ mod tests {
             with_ref("gina", 9, made_up, late),
         ];
         assert_eq!(
-            refused(pool.admit_awaiting([6; 32], both, &rich(), vec![real, made_up])),
+            refused(pool.admit_now([6; 32], both, &rich(), vec![real, made_up])),
             Err(code::TRY_LATER)
         );
         assert_room_counted(&pool);
-        pool.admit_awaiting([5; 32], vec![riding], &rich(), vec![real])
+        pool.admit_now([5; 32], vec![riding], &rich(), vec![real])
             .unwrap();
         assert_eq!(pool.ready(&[3; 32], HEAD_MS + 1), None, "displaced");
         pool.committed(
@@ -1811,7 +2050,7 @@ mod tests {
         let overtaken = at(HEIGHT + 1, 0xbad);
         let t = vec![with_ref("henry", 8, overtaken, late)];
         assert_eq!(
-            refused(pool.admit_awaiting([7; 32], t, &rich(), vec![overtaken])),
+            refused(pool.admit_now([7; 32], t, &rich(), vec![overtaken])),
             Err(code::TRY_LATER)
         );
         assert_eq!(pool.claim_count, claims);
@@ -1827,7 +2066,7 @@ mod tests {
         let next = at(HEIGHT + 3, 1);
         let wait = |pool: &mut Mempool, hash: u8, payer: &str| {
             let t = with_ref(payer, hash, next, late);
-            refused(pool.admit_awaiting([hash; 32], vec![t], &rich(), vec![next]))
+            refused(pool.admit_now([hash; 32], vec![t], &rich(), vec![next]))
         };
         for (hash, payer, suspended) in [
             (10, "mallory", true),
@@ -1854,7 +2093,7 @@ mod tests {
             with_ref("mallory", 20, real, late),
         ];
         assert_eq!(
-            refused(pool.admit_awaiting([19; 32], along, &rich(), vec![next])),
+            refused(pool.admit_now([19; 32], along, &rich(), vec![next])),
             Ok(()),
             "riding along a bundle that waits, naming a committed block"
         );
@@ -1864,7 +2103,7 @@ mod tests {
         let claims = pool.claim_count;
         pool.claim_count = MAX_CLAIMS;
         assert_eq!(
-            refused(pool.admit_awaiting([21; 32], vec![t.clone()], &rich(), vec![next])),
+            refused(pool.admit_now([21; 32], vec![t.clone()], &rich(), vec![next])),
             Err(code::TRY_LATER)
         );
         pool.claim_count = claims;
@@ -1872,14 +2111,14 @@ mod tests {
         pool.suspended
             .extend((0..MAX_SUSPENDED_PAYERS as u64).map(|i| (Name(i), u64::MAX)));
         assert_eq!(
-            refused(pool.admit_awaiting([21; 32], vec![t], &rich(), vec![next])),
+            refused(pool.admit_now([21; 32], vec![t], &rich(), vec![next])),
             Err(code::TRY_LATER)
         );
         pool.suspended = suspended;
 
         // A claim a jump of the head leaves unproven suspends nobody.
         let far = at(HEIGHT + 8, 7);
-        pool.admit_awaiting(
+        pool.admit_now(
             [17; 32],
             vec![with_ref("bob", 17, far, late)],
             &rich(),
@@ -1898,7 +2137,7 @@ mod tests {
         let next = at(HEIGHT + 9, 1);
         let t = with_ref("bob", 18, next, late);
         assert_eq!(
-            refused(pool.admit_awaiting([18; 32], vec![t], &rich(), vec![next])),
+            refused(pool.admit_now([18; 32], vec![t], &rich(), vec![next])),
             Ok(())
         );
 
@@ -1908,7 +2147,7 @@ mod tests {
             pool.committed(height, HEAD_MS + 1_000, at(height, 9), [0; 5], &[], &[]);
             let next = at(height + 1, 1);
             let t = with_ref("mallory", height as u8, next, late);
-            let admitted = pool.admit_awaiting([height as u8; 32], vec![t], &rich(), vec![next]);
+            let admitted = pool.admit_now([height as u8; 32], vec![t], &rich(), vec![next]);
             assert_eq!(refused(admitted).is_ok(), freed, "{height}");
         }
         assert!(pool.suspended.is_empty());

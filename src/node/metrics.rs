@@ -9,7 +9,8 @@
 //! - `tally_height`, `tally_mempool_bundles`, `tally_mempool_transactions`,
 //!   `tally_fees_burned_total`, `tally_fee_price{dimension}` (the next block's), and
 //!   `tally_speculated_total` / `tally_speculation_confirmed_total` (transactions run
-//!   speculatively in parallel, and of them those whose run stood: the hit rate).
+//!   speculatively in parallel, and of them those whose run stood: the hit rate), and
+//!   `tally_signatures_verified_total` (signatures CheckTx and the proposals verified).
 //!
 //! The server is one thread answering one request at a time; a scrape reads atomics and takes
 //! the mempool's lock briefly, never the consensus lock, so it cannot stall block execution.
