@@ -1185,15 +1185,16 @@ impl Mempool {
         }
         // A committed block a bundle names, whose number the new head took, is gone from the
         // chain's window (it holds one block a number: this one, 65,536 blocks later): no
-        // block can take the bundle now. (Those waiting for a block ahead are below.)
+        // block can take the bundle now. Waiting bundles too: one that waits for this head may
+        // name the older block of its number in another transaction, and would stop waiting
+        // below.
         let replaced: Vec<[u8; 32]> = self
             .bundles
             .iter()
-            .filter(|(h, p)| {
-                !self.awaiting.contains_key(*h)
-                    && p.refs
-                        .iter()
-                        .any(|&(num, prefix)| num == head_reference.0 && prefix != head_reference.1)
+            .filter(|(_, p)| {
+                p.refs
+                    .iter()
+                    .any(|&(num, prefix)| num == head_reference.0 && prefix != head_reference.1)
             })
             .map(|(h, _)| *h)
             .collect();
@@ -1688,6 +1689,19 @@ mod tests {
             "names the new head"
         );
         assert_eq!(pool.size(), (2, 2));
+
+        // One that waited for the new head, and names the older block of its number too,
+        // leaves rather than stop waiting (helper-42's case).
+        let num = (HEIGHT + 2) as u16;
+        let (old, new) = ((num, 0xaa), (num, 0xbb));
+        let stale = naming("dave", old, 4);
+        let stale_id = stale.id;
+        let waits = vec![naming("dave", new, 5), stale];
+        pool.admit_now([4; 32], waits, &rich(), vec![new]).unwrap();
+        pool.committed(HEIGHT + 2, HEAD_MS + 1_000, new, [0; 5], &[], &[]);
+        assert!(!pool.holds(&stale_id));
+        assert_eq!(pool.ready(&[4; 32], HEAD_MS + 1_001), None, "dropped");
+        assert!(pool.awaiting.is_empty());
     }
 
     /// Admission reads committed state, verifies, then takes the pool's lock: a bundle
