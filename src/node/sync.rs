@@ -374,28 +374,18 @@ impl Restoring {
                 self.applied += 1;
                 (None, ChunkOutcome::Done(Box::new(self)))
             }
-            Err(ChunkError::Refused(why)) => {
+            Err(e) => {
+                let what = match &e {
+                    ChunkError::Refused(_) => "refused chunk",
+                    ChunkError::Snapshot(_) => "refused the whole snapshot at chunk",
+                    ChunkError::Io(_) => "cannot restore: failed at chunk",
+                };
                 eprintln!(
-                    "tally node: refused chunk {} of the snapshot at height {} from peer {:?}: {why}",
+                    "tally node: {what} {} of the snapshot at height {} from peer {:?}: {e}",
                     req.index, self.offer.height, req.sender
                 );
-                let answer = ResponseApplySnapshotChunk {
-                    result: R::Retry as i32,
-                    refetch_chunks: vec![req.index],
-                    reject_senders: if req.sender.is_empty() {
-                        Vec::new()
-                    } else {
-                        vec![req.sender.clone()]
-                    },
-                };
-                (Some(self), ChunkOutcome::Answer(answer))
-            }
-            Err(e) => {
-                eprintln!(
-                    "tally node: restoring the snapshot at height {} failed at chunk {}: {e}",
-                    self.offer.height, req.index
-                );
-                (None, ChunkOutcome::Answer(chunk_answer(R::Abort)))
+                let (keep, answer) = refusal_answer(&e, req.index, &req.sender);
+                (keep.then_some(self), ChunkOutcome::Answer(answer))
             }
         }
     }
@@ -403,5 +393,70 @@ impl Restoring {
     /// The verified restore, to be finished into a store.
     pub fn into_restore(self) -> Restore {
         self.restore
+    }
+}
+
+/// ApplySnapshotChunk's answer to a chunk that failed `e`, and whether the restore goes on.
+/// A chunk that does not match the manifest is fetched again from another peer (`RETRY`,
+/// rejecting its sender). A manifest whose tail hashes lie (the chunk matched them, a block did
+/// not) condemns the snapshot, not the node: `REJECT_SNAPSHOT`, rejecting its sender, so that
+/// CometBFT offers another. `ABORT`, which ends state sync for good, is only for this node's
+/// own failure (its work directory): answered to a lying peer, it let one peer keep a joining
+/// node from ever syncing.
+fn refusal_answer(e: &ChunkError, index: u32, sender: &str) -> (bool, ResponseApplySnapshotChunk) {
+    use response_apply_snapshot_chunk::Result as R;
+    let reject_senders = if sender.is_empty() {
+        Vec::new()
+    } else {
+        vec![sender.to_string()]
+    };
+    match e {
+        ChunkError::Refused(_) => (
+            true,
+            ResponseApplySnapshotChunk {
+                result: R::Retry as i32,
+                refetch_chunks: vec![index],
+                reject_senders,
+            },
+        ),
+        ChunkError::Snapshot(_) => (
+            false,
+            ResponseApplySnapshotChunk {
+                result: R::RejectSnapshot as i32,
+                refetch_chunks: Vec::new(),
+                reject_senders,
+            },
+        ),
+        ChunkError::Io(_) => (false, chunk_answer(R::Abort)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use response_apply_snapshot_chunk::Result as R;
+
+    /// helper-44's review: a snapshot whose manifest lies about its tail was answered `ABORT`,
+    /// which ends CometBFT's state sync; it is `REJECT_SNAPSHOT` now, and its sender rejected.
+    #[test]
+    fn a_lying_snapshot_is_rejected_and_only_the_nodes_own_failure_aborts() {
+        let (keep, a) = refusal_answer(&ChunkError::Refused("bad hash".into()), 3, "peer");
+        assert!(keep);
+        assert_eq!(a.result, R::Retry as i32);
+        assert_eq!(
+            (a.refetch_chunks, a.reject_senders),
+            (vec![3], vec!["peer".to_string()])
+        );
+        let (keep, a) = refusal_answer(&ChunkError::Snapshot("block 10".into()), 0, "peer");
+        assert!(!keep);
+        assert_eq!(a.result, R::RejectSnapshot as i32);
+        assert_eq!(a.reject_senders, vec!["peer".to_string()]);
+        let io = ChunkError::Io(tally_chain::snapshot::SnapshotError::Io {
+            path: "work".into(),
+            source: std::io::Error::other("disk full"),
+        });
+        let (keep, a) = refusal_answer(&io, 0, "peer");
+        assert!(!keep);
+        assert_eq!(a.result, R::Abort as i32);
     }
 }
