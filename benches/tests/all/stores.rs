@@ -236,6 +236,31 @@ fn a_torn_or_flipped_last_record_is_dropped_on_open() {
     }
 }
 
+/// helper-44's review: a last record that the run already holds was synced before the run
+/// was written, so damage to it is not a crash's torn tail. Cutting it left the head a block
+/// below the state the run holds; the store now refuses to open, and cuts nothing.
+#[test]
+fn damage_to_a_last_record_the_run_holds_is_an_error_and_nothing_is_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    log_run(dir.path(), 3);
+    LogStore::open(dir.path(), log_options())
+        .unwrap()
+        .snapshot()
+        .unwrap();
+    let file = segments(dir.path()).pop().unwrap();
+    let mut bytes = std::fs::read(&file).unwrap();
+    let last_record = last_record_offset(&bytes);
+    let at = last_record + (bytes.len() - last_record) * 2 / 3;
+    bytes[at] ^= 0x20;
+    std::fs::write(&file, &bytes).unwrap();
+    let err = LogStore::open(dir.path(), log_options())
+        .err()
+        .expect("an error");
+    assert!(err.is_corruption(), "{err}");
+    assert!(err.to_string().contains("the run holds"), "{err}");
+    assert_eq!(std::fs::read(&file).unwrap(), bytes, "nothing cut");
+}
+
 /// The byte offset of the last record in a segment (12-byte file and record headers).
 fn last_record_offset(bytes: &[u8]) -> usize {
     let mut at = 12;

@@ -208,6 +208,19 @@ impl LogStore {
             (None, Some(run)) => Some(run.head().clone()),
             (None, None) => None,
         };
+        if let (Some(run), Some(last)) = (&self.run, self.blocks.back())
+            && last.height < run.head().height
+        {
+            return Err(StoreError::corrupted(
+                segment_path(&self.dir, last.seq),
+                Some(last.offset),
+                format!(
+                    "the log ends at block {} but the run holds the state after block {}",
+                    last.height,
+                    run.head().height
+                ),
+            ));
+        }
         if let (Some(run), Some(first)) = (&self.run, self.blocks.front())
             && first.height > run.head().height + 1
         {
@@ -296,6 +309,23 @@ impl LogStore {
                     None => "the last record's header is damaged and no record follows it",
                 },
             };
+            // A record the run already holds was synced before the run was written, so this is
+            // damage, not a crash's torn tail: cutting it would leave the head below the state
+            // the run holds (found by helper-44's review). Nothing is cut.
+            if let (Some(run_height), Some(last_whole)) =
+                (self.run_height(), self.blocks.back().map(|b| b.height))
+                && last_whole < run_height
+            {
+                return Err(StoreError::corrupted(
+                    path.to_path_buf(),
+                    Some(offset),
+                    format!(
+                        "{torn}, but the run holds the state after block {run_height} and the \
+                         last whole record is block {last_whole}: the log was damaged after it \
+                         was synced; restore this node from a snapshot or a copy"
+                    ),
+                ));
+            }
             // A record that never finished: a crash before its sync returned, so its block
             // never counted as committed. Reported, since damage to the last block looks
             // the same.
