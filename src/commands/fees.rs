@@ -72,8 +72,9 @@ pub fn view(chain: &Chain, blocks: u64) -> Result<FeesView, ChainError> {
         .max(1);
     let mut recent = Vec::new();
     for height in from..=head {
-        if let Some(record) = store.block(height)? {
-            let h = record.header;
+        // Headers only: this view answers a free query (`fees`) under the consensus lock, and
+        // a whole block is up to 16 MiB of body and its changes.
+        if let Some(h) = store.header(height)? {
             recent.push(BlockFees {
                 height,
                 proposer: h.proposer.to_string(),

@@ -95,6 +95,14 @@ impl BlockArchive for MemoryStore {
             .cloned())
     }
 
+    fn header(&self, height: u64) -> StoreResult<Option<BlockHeader>> {
+        let first = self.first_retained();
+        Ok(height
+            .checked_sub(first)
+            .and_then(|i| self.blocks.get(i as usize))
+            .map(|b| b.header.clone()))
+    }
+
     fn first_retained(&self) -> u64 {
         self.blocks.front().map_or(0, |b| b.header.height)
     }

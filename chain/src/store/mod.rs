@@ -373,6 +373,13 @@ pub trait BlockArchive {
     /// A retained block.
     fn block(&self, height: u64) -> StoreResult<Option<BlockRecord>>;
 
+    /// A retained block's header alone: what a view of recent blocks (fees, proposers) needs,
+    /// without reading a body of up to 16 MiB and its changes. By default taken from
+    /// [`BlockArchive::block`].
+    fn header(&self, height: u64) -> StoreResult<Option<BlockHeader>> {
+        Ok(self.block(height)?.map(|record| record.header))
+    }
+
     /// A retained block's header and encoded body, without its changes (which a genesis of
     /// millions of accounts makes large). By default taken from [`BlockArchive::block`].
     fn header_and_body(&self, height: u64) -> StoreResult<Option<(BlockHeader, Vec<u8>)>> {

@@ -392,6 +392,20 @@ pub fn read_prefix(r: &mut impl Read) -> io::Result<Option<BlockPrefix>> {
     }))
 }
 
+/// The header of the block record at `offset` (its record header) in `file`, whose payload is
+/// `len` bytes, reading the header only.
+pub fn read_header<F: Deref<Target = dyn VFile>>(
+    file: F,
+    offset: u64,
+    len: u64,
+) -> io::Result<BlockHeader> {
+    let start = offset + RECORD_HEADER_LEN;
+    let mut reader = FileReader::new(file, start, start + len, 512);
+    Ok(read_prefix(&mut reader)?
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not a block record"))?
+        .header)
+}
+
 /// The header and encoded body of the block record at `offset` (its record header) in `file`,
 /// whose payload is `len` bytes, read without its changes: a genesis of millions of accounts
 /// keeps its changes in the record, and rebuilding the replay window needs only ids.
