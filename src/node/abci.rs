@@ -262,8 +262,15 @@ pub fn connection(reader: impl Read, writer: impl Write, app: &dyn Application) 
                 format!("ABCI message of {len} bytes exceeds {MAX_MESSAGE_BYTES}"),
             ));
         }
-        message.resize(len as usize, 0);
-        reader.read_exact(&mut message)?;
+        // Grown as the bytes arrive: resizing to the claimed length first committed up to
+        // MAX_MESSAGE_BYTES a connection before a byte of it came (helper-43's review).
+        message.clear();
+        if message.capacity() > BUFFER_BYTES {
+            message = Vec::new(); // one large request's buffer is not kept for the connection
+        }
+        if (&mut reader).take(len).read_to_end(&mut message)? as u64 != len {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
         let request = Request::decode(message.as_slice())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         let (value, flush) = match request.value {

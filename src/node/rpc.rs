@@ -406,6 +406,18 @@ pub fn rfc3339_ms(s: &str) -> u64 {
         let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
         let mut t = hms.split(':').map(|p| p.parse::<u64>().ok());
         let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
+        // Out-of-range fields are not a time (and would overflow below); nor is a fraction
+        // that is not all digits (slicing it by bytes could split a character).
+        if !(1..=12).contains(&m)
+            || !(1..=31).contains(&day)
+            || !(0..=9999).contains(&y)
+            || hh > 23
+            || mm > 59
+            || ss > 60
+            || !frac.bytes().all(|b| b.is_ascii_digit())
+        {
+            return None;
+        }
         let ms: u64 = format!("{frac:0<3}")[..3].parse().ok()?;
         // Days from the civil date (Howard Hinnant's algorithm).
         let y = if m <= 2 { y - 1 } else { y };
@@ -443,5 +455,11 @@ mod tests {
         );
         assert_eq!(rfc3339_ms("2024-02-29T12:00:00.5Z"), 1_709_208_000_500);
         assert_eq!(rfc3339_ms("garbage"), 0);
+        // helper-43's review: a multi-byte character in the fraction, and fields that would
+        // overflow, panicked; they are not times.
+        assert_eq!(rfc3339_ms("2026-01-01T00:00:00.00éZ"), 0);
+        assert_eq!(rfc3339_ms("2026-01-01T99999999999999999:00:00Z"), 0);
+        assert_eq!(rfc3339_ms("2026-13-01T00:00:00Z"), 0);
+        assert_eq!(rfc3339_ms("99999999999-01-01T00:00:00Z"), 0);
     }
 }
