@@ -271,6 +271,47 @@ fn damage_to_a_last_record_the_run_holds_is_an_error_and_nothing_is_cut() {
     assert_eq!(std::fs::read(&file).unwrap(), bytes, "nothing cut");
 }
 
+/// helper-44's review: a run from another store, at the same height, replayed with this
+/// store's log into a mix of two states; a record at the run's height must be the run's block.
+#[test]
+fn a_run_from_another_store_is_refused() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    log_run(a.path(), 3);
+    {
+        let mut chain = chain_on(
+            Box::new(LogStore::open(b.path(), log_options()).unwrap()),
+            512,
+        );
+        let mut cfg = config();
+        cfg.seed = 12;
+        cfg.transfers = 3 * cfg.block_size as u64;
+        workload::run(&mut chain, &cfg, &mut |_| {}).unwrap();
+    }
+    for dir in [a.path(), b.path()] {
+        LogStore::open(dir, log_options())
+            .unwrap()
+            .snapshot()
+            .unwrap();
+    }
+    let runs = |dir: &Path| -> Vec<std::path::PathBuf> {
+        let mut runs: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "trun"))
+            .collect();
+        runs.sort();
+        runs
+    };
+    let (ours, theirs) = (runs(a.path()).pop().unwrap(), runs(b.path()).pop().unwrap());
+    assert_eq!(ours.file_name(), theirs.file_name(), "the same height");
+    std::fs::copy(&theirs, &ours).unwrap();
+    let err = LogStore::open(a.path(), log_options())
+        .err()
+        .expect("an error");
+    assert!(err.is_corruption(), "{err}");
+    assert!(err.to_string().contains("another store"), "{err}");
+}
+
 /// The byte offset of the last record in a segment (12-byte file and record headers).
 fn last_record_offset(bytes: &[u8]) -> usize {
     let mut at = 12;

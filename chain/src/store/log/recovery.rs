@@ -372,6 +372,22 @@ impl LogStore {
                 ),
             ));
         }
+        // A record at the run's height is the run's block: heights alone let a run from
+        // another store replay with this store's log into a mix of two states (helper-44's
+        // review).
+        if let Some(run) = &self.run
+            && height == run.head().height
+            && header.id() != run.head().id()
+        {
+            return Err(StoreError::corrupted(
+                path,
+                Some(offset),
+                format!(
+                    "block {height} is not the block the run holds at that height: a run or a \
+                     segment from another store"
+                ),
+            ));
+        }
         if run_height.is_none_or(|r| height > r) {
             let (_, mut cursor) = ChangeCursor::new(&**file, offset, len, 1 << 20)
                 .map_err(|e| StoreError::corrupted(path, Some(offset), e.to_string()))?;
