@@ -77,18 +77,48 @@ pub fn serve(
         .spawn(move || {
             for stream in listener.incoming().flatten() {
                 // A client that misbehaves loses its own request, never the node.
-                let _ = answer(stream, &render);
+                let _ = answer(stream, &render, REQUEST_DEADLINE);
             }
         })?;
     Ok(bound)
 }
 
-/// Reads one request's head and answers it with the metrics.
-fn answer(stream: TcpStream, render: &impl Fn() -> String) -> std::io::Result<()> {
-    // A scraper that never sends its request cannot hold the thread.
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let mut reader = BufReader::new(&stream);
+/// How long a client has to send its request's head, and to take the answer: the one thread
+/// answers one client at a time.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+
+/// A stream read until a deadline: each read waits at most what is left of it. A timeout per
+/// read alone let a client that sent a byte every few seconds hold the thread for as long as
+/// its 64 lines of 8 KiB took (helper-43's review).
+struct Deadline<'a> {
+    stream: &'a TcpStream,
+    deadline: std::time::Instant,
+}
+
+impl std::io::Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self
+            .deadline
+            .saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        (&*self.stream).read(buf)
+    }
+}
+
+/// Reads one request's head and answers it with the metrics, within `deadline`.
+fn answer(
+    stream: TcpStream,
+    render: &impl Fn() -> String,
+    deadline: Duration,
+) -> std::io::Result<()> {
+    stream.set_write_timeout(Some(deadline))?;
+    let mut reader = BufReader::new(Deadline {
+        stream: &stream,
+        deadline: std::time::Instant::now() + deadline,
+    });
     let mut line = String::new();
     // The request line and headers, up to the blank line (at most 64 lines of 8 KiB).
     for _ in 0..64 {
@@ -158,5 +188,34 @@ mod tests {
         s.read_to_string(&mut response).unwrap();
         assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
         assert!(response.ends_with("\r\n\r\ntally_height 7\n"), "{response}");
+    }
+
+    /// A client that trickles its request a byte at a time, each within the time a read may
+    /// wait, loses the thread at the request's deadline (helper-43's review: it kept it).
+    #[test]
+    fn a_client_that_trickles_its_request_loses_the_thread_at_the_deadline() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let trickler = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            for _ in 0..40 {
+                if s.write_all(b"G").is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let (stream, _) = listener.accept().unwrap();
+        let started = std::time::Instant::now();
+        let answered = answer(stream, &String::new, Duration::from_millis(300));
+        let took = started.elapsed();
+        assert_eq!(
+            answered.unwrap_err().kind(),
+            std::io::ErrorKind::TimedOut,
+            "after {took:?}"
+        );
+        // The trickle lasts 2 s; the deadline ends it well before.
+        assert!(took < Duration::from_millis(1_500), "{took:?}");
+        trickler.join().unwrap();
     }
 }
