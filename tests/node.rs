@@ -2297,6 +2297,40 @@ fn scraped(addr: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name} in {body}"))
 }
 
+/// Every query is answered at the head: one that names another height is refused, rather
+/// than answered from the head under the head's height (helper-43's review).
+#[test]
+fn a_query_at_another_height_than_the_head_is_refused() {
+    let mut node = SocketNode::start(fee_genesis(
+        [workload::NATIVE_FUNDS, workload::NATIVE_FUNDS],
+        &[],
+        json!({}),
+    ));
+    node.block(1, &[], vec![]);
+    node.block(2, &[], vec![]);
+    let mut at = |height: i64| {
+        let r = abci(
+            &mut node.s,
+            request::Value::Query(tendermint_proto::v0_38::abci::RequestQuery {
+                path: "head".into(),
+                height,
+                ..Default::default()
+            }),
+        );
+        let response::Value::Query(q) = r else {
+            panic!("{r:?}")
+        };
+        (q.code, q.height, q.log)
+    };
+    assert_eq!(at(0).0, 0, "no height: the head");
+    assert_eq!(at(2).0, 0, "the head's own height");
+    let (code, height, log) = at(1);
+    assert_ne!(code, 0, "a past height");
+    assert_eq!(height, 2);
+    assert!(log.contains("at its head only (block 2)"), "{log}");
+    assert_ne!(at(3).0, 0, "a future height");
+}
+
 /// A proposal's bundle this node never admitted is verified only if the block could take it:
 /// one naming a block that never came (the waiting room's, after the pool dropped it at a
 /// commit that CometBFT's recheck has not caught up with) costs a proposer no signature

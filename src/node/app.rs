@@ -1484,6 +1484,20 @@ impl Application for App {
         };
         let head = l.head();
         let height = head.height as i64;
+        // Every answer is the head's: a query for another height (pruned, past or future)
+        // got the head's answer labelled with the head's height (helper-43's review).
+        if req.height != 0 && req.height != height {
+            return ResponseQuery {
+                code: code::BAD_QUERY,
+                log: format!(
+                    "this node answers at its head only (block {height}), not at block {}: ask \
+                     without a height",
+                    req.height
+                ),
+                height,
+                ..Default::default()
+            };
+        }
         let value = match req.path.as_str() {
             "stats" => self.stats(),
             "head" => serde_json::to_vec(&head).expect("serialisable"),

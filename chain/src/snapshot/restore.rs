@@ -399,7 +399,8 @@ fn check_manifest(manifest: &Manifest, offer: &Offer, app_hash: &[u8]) -> Result
         )));
     }
     for w in headers.windows(2) {
-        if w[1].height != w[0].height + 1 || w[1].previous != w[0].id() {
+        // The heights are the peer's: `checked_add`, so that u64::MAX is a lie, not a panic.
+        if w[0].height.checked_add(1) != Some(w[1].height) || w[1].previous != w[0].id() {
             return Err(invalid(format!(
                 "its headers do not chain at block {}",
                 w[1].height
