@@ -175,10 +175,15 @@ fn pruned_blocks_are_gone_and_the_rest_still_verify() {
 
 /// The log's segment files, in order.
 fn segments(dir: &Path) -> Vec<std::path::PathBuf> {
+    files(dir, "tlog")
+}
+
+/// The files of `dir` with extension `ext`, in order.
+fn files(dir: &Path, ext: &str) -> Vec<std::path::PathBuf> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "tlog"))
+        .filter(|p| p.extension().is_some_and(|e| e == ext))
         .collect();
     files.sort();
     files
@@ -293,16 +298,10 @@ fn a_run_from_another_store_is_refused() {
             .snapshot()
             .unwrap();
     }
-    let runs = |dir: &Path| -> Vec<std::path::PathBuf> {
-        let mut runs: Vec<_> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|e| e == "trun"))
-            .collect();
-        runs.sort();
-        runs
-    };
-    let (ours, theirs) = (runs(a.path()).pop().unwrap(), runs(b.path()).pop().unwrap());
+    let (ours, theirs) = (
+        files(a.path(), "trun").pop().unwrap(),
+        files(b.path(), "trun").pop().unwrap(),
+    );
     assert_eq!(ours.file_name(), theirs.file_name(), "the same height");
     std::fs::copy(&theirs, &ours).unwrap();
     let err = LogStore::open(a.path(), log_options())
