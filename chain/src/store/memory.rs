@@ -25,6 +25,14 @@ pub struct MemoryStore {
 }
 
 impl MemoryStore {
+    /// Retained block `height`, if it is.
+    fn retained(&self, height: u64) -> Option<&BlockRecord> {
+        let first = self.first_retained();
+        height
+            .checked_sub(first)
+            .and_then(|i| self.blocks.get(i as usize))
+    }
+
     /// An empty store keeping at most the last `retain` blocks (and fewer if commits ask).
     pub fn new(retain: u64) -> Self {
         Self {
@@ -88,19 +96,11 @@ impl BlockArchive for MemoryStore {
     }
 
     fn block(&self, height: u64) -> StoreResult<Option<BlockRecord>> {
-        let first = self.first_retained();
-        Ok(height
-            .checked_sub(first)
-            .and_then(|i| self.blocks.get(i as usize))
-            .cloned())
+        Ok(self.retained(height).cloned())
     }
 
     fn header(&self, height: u64) -> StoreResult<Option<BlockHeader>> {
-        let first = self.first_retained();
-        Ok(height
-            .checked_sub(first)
-            .and_then(|i| self.blocks.get(i as usize))
-            .map(|b| b.header.clone()))
+        Ok(self.retained(height).map(|b| b.header.clone()))
     }
 
     fn first_retained(&self) -> u64 {
